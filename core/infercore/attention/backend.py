@@ -1,0 +1,118 @@
+"""The attention backend interface: what a plugin implements to run attention over the paged KV cache.
+
+A backend is three things: the shape of one layer's KV cache, a metadata builder that turns the
+runner's :class:`CommonAttentionMetadata` into whatever its kernels want, and an implementation
+whose ``forward`` writes the step's K/V into the cache and computes attention.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from infercore.kv_cache.spec import KVCacheSpec
+
+
+@dataclass(frozen=True)
+class AttentionRequest:
+    """What a model needs from attention; a backend's ``validate`` says whether it can serve it."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    dtype: torch.dtype
+    kv_cache_dtype: torch.dtype
+    block_size: int
+    device_type: str
+    sliding_window: int | None = None
+
+
+@dataclass
+class CommonAttentionMetadata:
+    """One step's batch layout, built by the model runner, backend-agnostic.
+
+    Tokens of all scheduled requests are flattened into one batch with no padding between
+    requests (``num_actual_tokens`` real tokens; a graph-padded batch may be longer). Request
+    ``i`` owns query tokens ``query_start_loc[i]:query_start_loc[i+1]``; its context after this
+    step is ``seq_lens[i]`` tokens, of which ``seq_lens[i] - query_len`` were already in the cache.
+    Device tensors are views of persistent buffers that the runner fills in place, so a captured
+    graph can replay them; the ``*_cpu`` copies are for host-side decisions.
+    """
+
+    num_reqs: int
+    num_actual_tokens: int
+    max_query_len: int
+    max_seq_len: int
+    query_start_loc: torch.Tensor  # int32 [num_reqs + 1]
+    seq_lens: torch.Tensor  # int32 [num_reqs]
+    block_table: torch.Tensor  # int32 [num_reqs, max_blocks_per_req]
+    slot_mapping: torch.Tensor  # int64 [num_tokens]; -1 for padding tokens
+    query_start_loc_cpu: torch.Tensor
+    seq_lens_cpu: torch.Tensor
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return self.max_query_len == 1
+
+
+class AttentionMetadataBuilder(ABC):
+    """Builds a backend's per-step metadata. One instance per runner; it may own persistent buffers."""
+
+    def __init__(self, spec: KVCacheSpec, device: torch.device, max_num_reqs: int, max_num_tokens: int) -> None:
+        self.spec = spec
+        self.device = device
+        self.max_num_reqs = max_num_reqs
+        self.max_num_tokens = max_num_tokens
+
+    @abstractmethod
+    def build(self, common: CommonAttentionMetadata) -> Any:
+        """Metadata for this step, shared by every attention layer."""
+
+
+class AttentionImpl(ABC):
+    """Runs attention for one layer."""
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int,
+                 sliding_window: int | None = None) -> None:
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = scale
+        self.num_kv_heads = num_kv_heads
+        self.sliding_window = sliding_window
+
+    @abstractmethod
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
+                metadata: Any, out: torch.Tensor) -> torch.Tensor:
+        """Write this step's ``k``/``v`` into ``kv_cache`` at the slot mapping, then attend.
+
+        Shapes: ``q`` and ``out`` are [num_tokens, num_heads, head_size]; ``k`` and ``v`` are
+        [num_tokens, num_kv_heads, head_size]. Fills ``out`` and returns it.
+        """
+
+
+class AttentionBackend(ABC):
+    """A named attention implementation, registered through ``register_attention_backends``."""
+
+    name: ClassVar[str] = ""
+
+    @classmethod
+    def validate(cls, request: AttentionRequest) -> list[str]:
+        """Reasons this backend cannot serve ``request`` (empty when it can)."""
+        return []
+
+    @staticmethod
+    def get_kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int,
+                           head_size: int) -> tuple[int, ...]:
+        """Shape of one layer's cache. Default: [2 (K, V), num_blocks, block_size, kv_heads, head_size]."""
+        return (2, num_blocks, block_size, num_kv_heads, head_size)
+
+    @staticmethod
+    @abstractmethod
+    def get_builder_cls() -> type[AttentionMetadataBuilder]: ...
+
+    @staticmethod
+    @abstractmethod
+    def get_impl_cls() -> type[AttentionImpl]: ...

@@ -1,0 +1,42 @@
+"""The one Attention layer every model uses; it never exposes metadata or the cache layout."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from infercore.attention.backend import AttentionImpl
+from infercore.forward_context import get_forward_context
+
+
+class Attention(nn.Module):
+    """Paged attention for one decoder layer.
+
+    The model runner binds ``impl`` (from the selected backend) and ``kv_cache`` (this layer's
+    slice of the pool) after the model is built; the model only calls ``forward(q, k, v)``.
+    """
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int,
+                 layer_index: int, sliding_window: int | None = None) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = scale
+        self.num_kv_heads = num_kv_heads
+        self.layer_index = layer_index
+        self.sliding_window = sliding_window
+        self.impl: AttentionImpl | None = None
+        self.kv_cache: torch.Tensor = torch.empty(0)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q: [T, num_heads * head_size]; k, v: [T, num_kv_heads * head_size] → [T, num_heads * head_size]."""
+        if self.impl is None:
+            raise RuntimeError("Attention layer has no backend bound; build the model through the model runner")
+        ctx = get_forward_context()
+        n = q.shape[0]
+        q = q.view(n, self.num_heads, self.head_size)
+        k = k.view(n, self.num_kv_heads, self.head_size)
+        v = v.view(n, self.num_kv_heads, self.head_size)
+        out = torch.empty_like(q)
+        self.impl.forward(q, k, v, self.kv_cache, ctx.attn_metadata, out)
+        return out.view(n, self.num_heads * self.head_size)

@@ -1,0 +1,188 @@
+"""Engine configuration: typed sub-configs gathered in :class:`InfercoreConfig`.
+
+Each sub-config reads ``INFERCORE_<FIELD>`` environment variables (pydantic-settings); the CLI
+flags (``--max-model-len``) and the Python API's keyword arguments (``max_model_len=``) use the
+same flat field names, which are unique across sub-configs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_SETTINGS = SettingsConfigDict(env_prefix="INFERCORE_", extra="forbid", validate_assignment=True)
+
+DEMO_MODEL = "infercore-demo"
+
+
+class ModelConfig(BaseSettings):
+    """Which model, its dtype and length limits."""
+
+    model_config = _SETTINGS
+
+    model: str = Field(DEMO_MODEL, description="Hugging Face repo id or local folder of the model")
+    tokenizer: str | None = Field(None, description="tokenizer repo id or folder (default: the model's)")
+    revision: str | None = Field(None, description="model revision (branch, tag or commit) on the hub")
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "half", "float", "bf16", "fp32", "fp16"] = Field(
+        "auto", description="weight and activation dtype; auto takes the platform's default")
+    max_model_len: int | None = Field(None, ge=1, description="max tokens (prompt + output) per request")
+    seed: int = Field(0, description="random seed for weight init (dummy load) and unseeded sampling")
+    trust_remote_code: bool = Field(False, description="allow code from the model folder to run")
+    skip_tokenizer_init: bool = Field(False, description="take and return token ids only")
+    served_model_name: str | None = Field(None, description="model name the API reports and accepts")
+    max_logprobs: int = Field(20, ge=0, le=1024, description="max logprobs/prompt_logprobs per request")
+    enforce_eager: bool = Field(False, description="never capture device graphs")
+
+
+class CacheConfig(BaseSettings):
+    """Paged KV cache size and prefix caching."""
+
+    model_config = _SETTINGS
+
+    block_size: int = Field(16, ge=1, le=1024, description="tokens per KV cache block")
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0,
+                                          description="fraction of device memory the engine may use")
+    kv_cache_memory_bytes: int | None = Field(None, ge=1, description="bytes for the KV cache (overrides sizing)")
+    num_gpu_blocks_override: int | None = Field(None, ge=1, description="number of KV cache blocks (overrides sizing)")
+    enable_prefix_caching: bool = Field(True, description="reuse KV blocks of identical prompt prefixes")
+    kv_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="KV cache dtype")
+
+
+class SchedulerConfig(BaseSettings):
+    """How each step's token budget is spent."""
+
+    model_config = _SETTINGS
+
+    max_num_seqs: int = Field(256, ge=1, le=65536, description="max requests running at once")
+    max_num_batched_tokens: int | None = Field(None, ge=1, description="token budget per step")
+    enable_chunked_prefill: bool = Field(True, description="split long prompts across steps")
+    scheduling_policy: Literal["fcfs", "priority"] = Field("fcfs", description="order of waiting requests")
+    max_num_queued_requests: int | None = Field(None, ge=1, description="reject new requests past this many waiting")
+    async_scheduling: bool = Field(False, description="prepare step N+1 while step N runs on the device")
+
+
+class ParallelConfig(BaseSettings):
+    """How the model is spread over devices."""
+
+    model_config = _SETTINGS
+
+    tensor_parallel_size: int = Field(1, ge=1, description="devices a layer is split over")
+    pipeline_parallel_size: int = Field(1, ge=1, le=1, description="pipeline stages (only 1 today)")
+    distributed_executor_backend: str | None = Field(None, description="executor name (default: uniproc)")
+    cpu_threads: int | None = Field(None, ge=1, description="torch threads on the CPU platform")
+
+
+class LoadConfig(BaseSettings):
+    """Where the weights come from."""
+
+    model_config = _SETTINGS
+
+    load_format: Literal["auto", "safetensors", "pt", "dummy"] = Field("auto", description="weight format; dummy = random")
+    download_dir: str | None = Field(None, description="hub cache folder")
+
+
+class StructuredOutputsConfig(BaseSettings):
+    """Grammar backends for constrained decoding."""
+
+    model_config = _SETTINGS
+
+    structured_outputs_backend: str = Field("auto", description="grammar backend name, or auto")
+    grammar_cache_size: int = Field(256, ge=1, description="compiled grammars kept in memory")
+    grammar_compile_timeout: float = Field(10.0, gt=0, description="seconds before a grammar compile fails")
+
+
+class ServeConfig(BaseSettings):
+    """The OpenAI-compatible server."""
+
+    model_config = _SETTINGS
+
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on")
+    api_key: str | None = Field(None, description="require this bearer key on every route but /health and /version")
+    allowed_origins: list[str] = Field(default_factory=list, description="CORS origins allowed")
+    disable_log_requests: bool = Field(False, description="do not log each request")
+    shutdown_timeout: float = Field(30.0, ge=0, description="seconds to finish in-flight requests on SIGTERM")
+    chat_template: str | None = Field(None, description="chat template file or string overriding the tokenizer's")
+    tool_call_parser: str | None = Field(None, description="tool-call parser name")
+    enable_auto_tool_choice: bool = Field(False, description="let the model choose to call tools")
+    reasoning_parser: str | None = Field(None, description="reasoning parser name")
+    max_request_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="largest request body accepted")
+    uvicorn_log_level: str = Field("warning", description="log level of the HTTP server")
+
+
+SECTIONS: dict[str, type[BaseSettings]] = {
+    "model": ModelConfig,
+    "cache": CacheConfig,
+    "scheduler": SchedulerConfig,
+    "parallel": ParallelConfig,
+    "load": LoadConfig,
+    "structured_outputs": StructuredOutputsConfig,
+    "serve": ServeConfig,
+}
+
+
+def field_section() -> dict[str, str]:
+    """Map every flat field name to the section that owns it."""
+    out: dict[str, str] = {}
+    for section, cls in SECTIONS.items():
+        for name in cls.model_fields:
+            assert name not in out, f"config field {name} is defined twice"
+            out[name] = section
+    return out
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and what is allowed."""
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "config"
+        parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
+    return "invalid configuration: " + "; ".join(parts)
+
+
+class InfercoreConfig(BaseModel):
+    """Everything the engine is configured with."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    load: LoadConfig = Field(default_factory=LoadConfig)
+    structured_outputs: StructuredOutputsConfig = Field(default_factory=StructuredOutputsConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> InfercoreConfig:
+        if self.parallel.tensor_parallel_size != 1:
+            # Layers carry rank/world size already; the multiprocess executor is what's missing.
+            raise ValueError("tensor_parallel_size > 1 is not supported yet; use 1")
+        return self
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> InfercoreConfig:
+        """Build from flat engine-argument names (``max_model_len=...``), rejecting unknown ones."""
+        owners = field_section()
+        unknown = sorted(k for k in kwargs if k not in owners)
+        if unknown:
+            raise ConfigError(
+                f"unknown engine argument(s): {', '.join(unknown)}. Known arguments: {', '.join(sorted(owners))}"
+            )
+        grouped: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+        for key, value in kwargs.items():
+            grouped[owners[key]][key] = value
+        try:
+            sections = {s: SECTIONS[s](**vals) for s, vals in grouped.items()}
+            return cls(**sections)
+        except ValidationError as exc:
+            raise ConfigError(_format_validation_error(exc)) from None
+
+    def flat(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for section in SECTIONS:
+            out.update(getattr(self, section).model_dump())
+        return out

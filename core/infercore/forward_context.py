@@ -1,0 +1,35 @@
+"""Per-step state that layers read without it being threaded through every model call."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class ForwardContext:
+    """What one forward pass needs beyond its inputs: the attention backend's metadata."""
+
+    attn_metadata: Any
+    num_tokens: int
+
+
+_context: ForwardContext | None = None
+
+
+@contextmanager
+def set_forward_context(ctx: ForwardContext) -> Iterator[ForwardContext]:
+    global _context
+    prev, _context = _context, ctx
+    try:
+        yield ctx
+    finally:
+        _context = prev
+
+
+def get_forward_context() -> ForwardContext:
+    if _context is None:
+        raise RuntimeError("attention ran outside a forward context; the model runner sets one per step")
+    return _context

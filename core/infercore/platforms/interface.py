@@ -1,0 +1,91 @@
+"""The Platform interface: what core asks of a kind of hardware."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from infercore.attention.backend import AttentionRequest
+    from infercore.config import InfercoreConfig
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Whether a platform can run here, why (or why not), and how strongly it wants to."""
+
+    available: bool
+    reason: str
+    priority: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {"available": self.available, "reason": self.reason, "priority": self.priority}
+
+
+@dataclass(frozen=True)
+class PlatformCapabilities:
+    """What core may rely on. Core branches on these, never on a vendor's name."""
+
+    graph_capture: bool = False
+    pin_memory: bool = False
+    supported_dtypes: tuple[torch.dtype, ...] = (torch.float32,)
+    default_dtype: torch.dtype = torch.float32
+    #: Whether KV cache size should come from profiling device memory (GPUs) rather than a
+    #: fixed byte budget (CPU).
+    profile_memory: bool = False
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class Platform(ABC):
+    """A kind of hardware. Subclasses are registered through ``register_platforms``.
+
+    ``probe()`` is a classmethod and must not initialise a device runtime: it runs for
+    ``infercore plugins`` and for platform selection, on machines that may lack the hardware.
+    """
+
+    #: Short name users pass to ``INFERCORE_PLATFORM`` (``cpu``, ``cuda``…).
+    name: str = ""
+    #: torch device type (``"cpu"``, ``"cuda"``, ``"xpu"``).
+    device_type: str = "cpu"
+    #: torch.distributed backend for this hardware.
+    dist_backend: str = "gloo"
+    capabilities: PlatformCapabilities = PlatformCapabilities()
+
+    @classmethod
+    @abstractmethod
+    def probe(cls) -> ProbeResult:
+        """Is this hardware here? Cheap, and never initialises the device runtime."""
+
+    def device(self, index: int = 0) -> torch.device:
+        return torch.device(self.device_type, index) if self.device_type != "cpu" else torch.device("cpu")
+
+    @abstractmethod
+    def device_count(self) -> int:
+        """Number of devices of this kind visible to the process."""
+
+    @abstractmethod
+    def total_memory(self, index: int = 0) -> int:
+        """Bytes of memory on device ``index``."""
+
+    def free_memory(self, index: int = 0) -> int:
+        """Bytes of memory free on device ``index`` now (defaults to the total)."""
+        return self.total_memory(index)
+
+    @abstractmethod
+    def select_attention_backend(self, request: AttentionRequest) -> str:
+        """Name of the attention backend to use for this model/cache shape."""
+
+    def update_config(self, config: InfercoreConfig) -> None:  # noqa: B027 - optional hook
+        """Adjust the config for this platform (default dtype, cache sizing…). Default: nothing."""
+
+    def set_device(self, index: int) -> None:  # noqa: B027 - optional hook
+        """Make device ``index`` current for this process. Default: nothing."""
+
+    def synchronize(self) -> None:  # noqa: B027 - optional hook
+        """Wait for queued device work. Default: nothing."""
+
+    def empty_cache(self) -> None:  # noqa: B027 - optional hook
+        """Release cached device memory. Default: nothing."""

@@ -1,0 +1,29 @@
+"""Core's own plugin: the built-in model zoo, reference custom ops and executors register here
+through the same hooks third-party plugins use."""
+
+from __future__ import annotations
+
+from infercore.plugins.hookspecs import RegisterFn, hookimpl
+
+INFERCORE_PLUGIN_API = 1
+
+
+@hookimpl
+def register_models(register: RegisterFn) -> None:
+    register("LlamaForCausalLM", "infercore.models.llama:LlamaForCausalLM")
+    register("MistralForCausalLM", "infercore.models.mistral:MistralForCausalLM")
+    register("Qwen2ForCausalLM", "infercore.models.qwen2:Qwen2ForCausalLM")
+    register("Qwen3ForCausalLM", "infercore.models.qwen3:Qwen3ForCausalLM")
+
+
+@hookimpl
+def register_custom_ops(register: RegisterFn) -> None:
+    register("rms_norm", "infercore.ops.reference:rms_norm")
+    register("fused_add_rms_norm", "infercore.ops.reference:fused_add_rms_norm")
+    register("rotary_embedding", "infercore.ops.reference:rotary_embedding")
+    register("silu_and_mul", "infercore.ops.reference:silu_and_mul")
+
+
+@hookimpl
+def register_executors(register: RegisterFn) -> None:
+    register("uniproc", "infercore.executor.uniproc:UniProcExecutor")

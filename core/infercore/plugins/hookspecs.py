@@ -1,0 +1,92 @@
+"""Hook specifications: the whole plugin API of infercore.
+
+A plugin is a module named by an entry point in the group ``infercore.plugins``. It declares
+``INFERCORE_PLUGIN_API = 1`` and implements any of the hooks below with
+``@infercore.plugins.hookimpl``. Importing the module must be cheap and free of side effects: no
+device runtime is imported and no device initialised there.
+
+Every ``register_*`` hook receives a ``register`` callback::
+
+    register(name, "package.module:attr", override=False, **metadata)
+
+The target is a lazy ``"module:attr"`` string, imported only when the thing is used. Registering a
+name that another plugin already registered is an error unless ``override=True``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pluggy
+
+if TYPE_CHECKING:
+    from infercore.config import InfercoreConfig
+
+PROJECT = "infercore"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class RegisterFn(Protocol):
+    """The callback every ``register_*`` hook receives."""
+
+    def __call__(self, name: str, target: str, *, override: bool = False, **metadata: Any) -> None: ...
+
+
+@hookspec
+def register_platforms(register: RegisterFn) -> None:
+    """Register :class:`~infercore.platforms.Platform` subclasses by name.
+
+    Metadata may carry ``priority`` (int); the platform's own ``probe()`` also reports one.
+    The class is imported to run its probe, so its module must not initialise a device at import.
+    """
+
+
+@hookspec
+def register_attention_backends(register: RegisterFn) -> None:
+    """Register :class:`~infercore.attention.AttentionBackend` subclasses by name."""
+
+
+@hookspec
+def register_models(register: RegisterFn) -> None:
+    """Register model classes by Hugging Face architecture name (``config.architectures[0]``)."""
+
+
+@hookspec
+def register_custom_ops(register: RegisterFn) -> None:
+    """Register implementations of custom ops (``rms_norm``, ``rotary_embedding``, ``silu_and_mul``…).
+
+    Core registers the torch reference of each op. A platform plugin registers a faster version
+    under the same name with metadata ``platform="cuda"`` (the platform it applies to); the op
+    registry picks the implementation for the active platform and falls back to the reference.
+    """
+
+
+@hookspec
+def register_tool_parsers(register: RegisterFn) -> None:
+    """Register :class:`~infercore.parsers.ToolParser` subclasses by the name users pass to
+    ``--tool-call-parser``."""
+
+
+@hookspec
+def register_reasoning_parsers(register: RegisterFn) -> None:
+    """Register :class:`~infercore.parsers.ReasoningParser` subclasses by the name users pass to
+    ``--reasoning-parser``."""
+
+
+@hookspec
+def register_structured_output_backends(register: RegisterFn) -> None:
+    """Register :class:`~infercore.structured_output.StructuredOutputBackend` subclasses by name."""
+
+
+@hookspec
+def register_executors(register: RegisterFn) -> None:
+    """Register executor classes (how workers are driven: in-process, multiprocess…) by name."""
+
+
+@hookspec
+def configure(config: InfercoreConfig) -> None:
+    """Inspect and adjust the engine configuration before the engine starts.
+
+    Raise ``ValueError`` with a sentence that says what to change when the config cannot work.
+    """

@@ -1,0 +1,18 @@
+"""infercore-cpu's hook implementations. Importing this module imports nothing heavy."""
+
+from __future__ import annotations
+
+from infercore.plugins import hookimpl
+from infercore.plugins.hookspecs import RegisterFn
+
+INFERCORE_PLUGIN_API = 1
+
+
+@hookimpl
+def register_platforms(register: RegisterFn) -> None:
+    register("cpu", "infercore_cpu.platform:CpuPlatform")
+
+
+@hookimpl
+def register_attention_backends(register: RegisterFn) -> None:
+    register("torch_paged", "infercore_cpu.attention:TorchPagedAttentionBackend")

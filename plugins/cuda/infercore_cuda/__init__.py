@@ -1,0 +1,1 @@
+"""infercore_cuda."""

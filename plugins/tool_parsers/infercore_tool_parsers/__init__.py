@@ -1,0 +1,1 @@
+"""infercore_tool_parsers."""
