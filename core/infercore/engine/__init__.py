@@ -1,0 +1,1 @@
+"""The engine: requests in, tokens out, one scheduled step at a time."""
