@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -89,3 +90,11 @@ class Platform(ABC):
 
     def empty_cache(self) -> None:  # noqa: B027 - optional hook
         """Release cached device memory. Default: nothing."""
+
+    def profile_peak_memory(self, fn: Callable[[], None]) -> int:
+        """Run ``fn`` and return the peak bytes of device memory in use while it ran (weights included).
+
+        Platforms with ``capabilities.profile_memory`` implement this; the runner sizes the KV cache
+        from it.
+        """
+        raise NotImplementedError(f"platform {self.name!r} cannot profile memory; set --kv-cache-memory-bytes")

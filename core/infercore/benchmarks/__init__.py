@@ -1,0 +1,1 @@
+"""Benchmarks: offline throughput and online serving."""

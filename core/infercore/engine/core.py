@@ -1,0 +1,94 @@
+"""EngineCore: schedule → execute → sample → update, one step at a time."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from infercore.config import InfercoreConfig
+from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason
+from infercore.engine.model_info import ModelInfo, resolve_demo_model, resolve_model_info
+from infercore.engine.request import Request
+from infercore.engine.scheduler import Scheduler
+from infercore.executor.base import Executor
+from infercore.platforms.selection import current_platform
+from infercore.plugins.manager import get_plugin_manager
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_token_budget(config: InfercoreConfig, max_model_len: int, profile_memory: bool) -> int:
+    """Tokens per step: the configured budget, or a default that suits the platform."""
+    sched = config.scheduler
+    if sched.max_num_batched_tokens is not None:
+        budget = sched.max_num_batched_tokens
+        if not sched.enable_chunked_prefill and budget < max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens={budget} is smaller than max_model_len={max_model_len} with chunked "
+                "prefill disabled, so long prompts could never run; raise it or enable chunked prefill")
+        return budget
+    default = 8192 if profile_memory else 2048
+    if not sched.enable_chunked_prefill:
+        default = max(default, max_model_len)
+    return max(default, sched.max_num_seqs)
+
+
+class EngineCore:
+    """Owns the scheduler and the executor. Used in-process by ``LLM`` and in its own process by the server."""
+
+    def __init__(self, config: InfercoreConfig) -> None:
+        resolve_demo_model(config)
+        manager = get_plugin_manager()
+        manager.configure(config)
+        self.config = config
+        self.platform = current_platform(manager)
+        self.platform.update_config(config)
+        self.model_info: ModelInfo = resolve_model_info(config)
+        self.max_num_batched_tokens = resolve_token_budget(
+            config, self.model_info.max_model_len, self.platform.capabilities.profile_memory)
+        executor_name = config.parallel.distributed_executor_backend or "uniproc"
+        executor_cls = manager.registry("executor").load(executor_name)
+        started = time.perf_counter()
+        self.executor: Executor = executor_cls(config, self.platform, self.model_info, self.max_num_batched_tokens)
+        num_blocks = self.executor.determine_num_blocks()
+        self.executor.initialize_kv_cache(num_blocks)
+        self.model_info.num_kv_blocks = num_blocks
+        logger.info("engine ready on %s in %.1f s (%d KV blocks)", self.platform.name,
+                    time.perf_counter() - started, num_blocks)
+        self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, num_blocks,
+                                   config.cache.block_size, self.max_num_batched_tokens)
+
+    def add_request(self, request: EngineCoreRequest) -> None:
+        self.scheduler.add_request(Request.from_engine_core_request(request))
+
+    def abort_requests(self, request_ids: list[str]) -> None:
+        self.scheduler.abort_requests(request_ids)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    def step(self) -> EngineCoreOutputs:
+        """One engine iteration; outputs only for requests with something new."""
+        if not self.scheduler.has_unfinished_requests():
+            return EngineCoreOutputs(stats=self.scheduler.get_stats(), timestamp=time.time())
+        scheduler_output = self.scheduler.schedule()
+        try:
+            runner_output = self.executor.execute_model(scheduler_output)
+        except Exception as exc:
+            return self._fail_step(scheduler_output.num_scheduled_tokens, exc)
+        outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
+        outputs.stats = self.scheduler.get_stats()
+        outputs.timestamp = time.time()
+        return outputs
+
+    def _fail_step(self, req_ids: dict[str, int], exc: Exception) -> EngineCoreOutputs:
+        """A step that raised fails the requests in it, not the engine."""
+        logger.exception("model step failed; failing the %d requests in it", len(req_ids))
+        ids = list(req_ids)
+        self.scheduler.abort_requests(ids)
+        message = f"internal error while running the model: {type(exc).__name__}"
+        outs = [EngineCoreOutput(r, [], finish_reason=FinishReason.ERROR, error=message) for r in ids]
+        return EngineCoreOutputs(outputs=outs, stats=self.scheduler.get_stats(), timestamp=time.time())
+
+    def shutdown(self) -> None:
+        self.executor.shutdown()

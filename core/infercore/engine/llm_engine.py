@@ -1,0 +1,58 @@
+"""LLMEngine: the synchronous, in-process engine behind the offline ``LLM`` API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infercore.config import InfercoreConfig
+from infercore.engine.core import EngineCore
+from infercore.engine.input_processor import InputProcessor, ProcessedRequest
+from infercore.engine.model_info import resolve_demo_model
+from infercore.engine.output_processor import OutputProcessor, RequestOutputKind
+from infercore.outputs import RequestOutput
+from infercore.sampling_params import SamplingParams
+from infercore.tokenizer import get_tokenizer
+
+
+class LLMEngine:
+    """Tokenize → EngineCore (same process) → detokenize, driven by ``step()``."""
+
+    def __init__(self, config: InfercoreConfig) -> None:
+        resolve_demo_model(config)
+        self.config = config
+        self.tokenizer = None if config.model.skip_tokenizer_init else get_tokenizer(config.model)
+        self.engine_core = EngineCore(config)
+        info = self.engine_core.model_info
+        self.model_info = info
+        self.input_processor = InputProcessor(self.tokenizer, info.max_model_len, info.vocab_size,
+                                              config.model.max_logprobs, info.eos_token_id,
+                                              info.generation_stop_ids)
+        self.output_processor = OutputProcessor(self.tokenizer)
+
+    def add_request(self, request_id: str, prompt: Any, params: SamplingParams, priority: int = 0,
+                    cache_salt: str | None = None,
+                    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE) -> ProcessedRequest:
+        processed = self.input_processor.process(request_id, prompt, params, priority=priority,
+                                                 cache_salt=cache_salt)
+        self.output_processor.add_request(processed, output_kind)
+        for req in processed.engine_requests:
+            self.engine_core.add_request(req)
+        return processed
+
+    def abort_request(self, request_ids: list[str]) -> None:
+        """Abort requests by the ids given to ``add_request``."""
+        engine_ids: list[str] = []
+        for request_id in request_ids:
+            engine_ids.extend(self.output_processor.abort_request(request_id) or [request_id])
+        self.engine_core.abort_requests(engine_ids)
+
+    def step(self) -> list[RequestOutput]:
+        outputs = self.engine_core.step()
+        processed = self.output_processor.process_outputs(outputs.outputs)
+        if processed.reqs_to_abort:
+            self.engine_core.abort_requests(processed.reqs_to_abort)
+        self.last_stats = outputs.stats
+        return processed.request_outputs
+
+    def has_unfinished_requests(self) -> bool:
+        return self.output_processor.has_unfinished_requests() or self.engine_core.has_unfinished_requests()

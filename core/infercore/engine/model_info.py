@@ -1,0 +1,78 @@
+"""Facts about the served model that both the API process and EngineCore need."""
+
+from __future__ import annotations
+
+import msgspec
+
+from infercore.config import DEMO_MODEL, InfercoreConfig
+
+
+class ModelInfo(msgspec.Struct, array_like=True):
+    """Resolved limits and token ids of the model being served."""
+
+    max_model_len: int
+    vocab_size: int
+    eos_token_id: int | None
+    generation_stop_ids: list[int]
+    num_kv_blocks: int = 0
+
+
+def resolve_demo_model(config: InfercoreConfig) -> None:
+    """Point the config at the demo model's folder (building it on first use) when it asks for it."""
+    if config.model.model == DEMO_MODEL:
+        from infercore.demo import ensure_demo_model
+
+        path = str(ensure_demo_model())
+        if config.model.served_model_name is None:
+            config.model.served_model_name = DEMO_MODEL
+        config.model.model = path
+
+
+def _eos_ids(value: object) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]  # type: ignore[union-attr]
+
+
+def _generation_config(config: InfercoreConfig) -> object | None:
+    """The model's generation_config.json (its stop ids), if it has one."""
+    from transformers import GenerationConfig
+
+    from infercore.models.loader import resolve_model_path
+
+    try:
+        return GenerationConfig.from_pretrained(str(resolve_model_path(config.model)))
+    except OSError:
+        return None
+
+
+def resolve_model_info(config: InfercoreConfig) -> ModelInfo:
+    """Work out max_model_len, vocab size and stop ids from the HF config without loading weights.
+
+    Sets ``config.model.max_model_len`` when the user left it unset.
+    """
+    from infercore.models.loader import get_hf_config
+
+    hf = get_hf_config(config.model)
+    text = getattr(hf, "get_text_config", lambda: hf)()
+    derived = int(getattr(text, "max_position_embeddings", 0) or 0) or 2048
+    requested = config.model.max_model_len
+    if requested is None:
+        config.model.max_model_len = derived
+    elif requested > derived:
+        raise ValueError(
+            f"max_model_len={requested} is larger than the model's max_position_embeddings={derived}; "
+            f"lower --max-model-len to at most {derived}"
+        )
+    gen = _generation_config(config)
+    stop_ids = _eos_ids(getattr(gen, "eos_token_id", None)) if gen is not None else []
+    eos = _eos_ids(getattr(text, "eos_token_id", None))
+    eos_token_id = stop_ids[0] if stop_ids else (eos[0] if eos else None)
+    return ModelInfo(
+        max_model_len=int(config.model.max_model_len or derived),
+        vocab_size=int(text.vocab_size),
+        eos_token_id=eos_token_id,
+        generation_stop_ids=sorted(set(stop_ids + eos)),
+    )

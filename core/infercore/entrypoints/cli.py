@@ -1,0 +1,52 @@
+"""The `infercore` command: serve, plugins, bench."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from infercore.version import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="infercore", description="infercore: LLM inference and serving engine")
+    parser.add_argument("--version", action="version", version=f"infercore {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from infercore.entrypoints import plugins_cmd
+
+    plugins_cmd.add_parser(sub)
+    try:
+        from infercore.entrypoints import serve
+    except ImportError:  # the server's optional pieces are missing
+        serve = None  # type: ignore[assignment]
+    if serve is not None:
+        serve.add_serve_parser(sub)
+    bench = sub.add_parser("bench", help="benchmarks: throughput (offline) and serve (online)")
+    bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK")
+    from infercore.benchmarks import throughput
+
+    throughput.add_parser(bench_sub)
+    try:
+        from infercore.benchmarks import serve as bench_serve
+    except ImportError:
+        bench_serve = None  # type: ignore[assignment]
+    if bench_serve is not None:
+        bench_serve.add_bench_serve_parser(bench_sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

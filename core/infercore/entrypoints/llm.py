@@ -1,0 +1,98 @@
+"""The offline API: ``LLM(model=...).generate(prompts, sampling_params)``, as in vLLM."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from infercore.config import InfercoreConfig
+from infercore.engine.llm_engine import LLMEngine
+from infercore.outputs import RequestOutput
+from infercore.sampling_params import SamplingParams
+from infercore.tokenizer import apply_chat_template
+
+PromptType = str | list[int] | dict[str, Any]
+
+
+class LLM:
+    """Generate text offline with continuous batching.
+
+    ``LLM(model="Qwen/Qwen3-0.6B", dtype="bfloat16", max_model_len=4096, ...)`` accepts vLLM's
+    engine-argument names; an unknown name is an error that lists the known ones.
+    """
+
+    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+        if model is not None:
+            kwargs["model"] = model
+        if "tokenizer_mode" in kwargs and kwargs["tokenizer_mode"] in ("auto", "hf"):
+            kwargs.pop("tokenizer_mode")
+        self.config = InfercoreConfig.from_kwargs(**kwargs)
+        self.llm_engine = LLMEngine(self.config)
+        self._counter = itertools.count()
+
+    def get_tokenizer(self) -> Any:
+        return self.llm_engine.tokenizer
+
+    def generate(self, prompts: PromptType | Sequence[PromptType],
+                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 use_tqdm: bool = True, priority: list[int] | None = None) -> list[RequestOutput]:
+        """Generate for every prompt; outputs come back in input order."""
+        prompt_list = self._as_prompt_list(prompts)
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        if isinstance(sampling_params, SamplingParams):
+            params_list = [sampling_params] * len(prompt_list)
+        else:
+            params_list = list(sampling_params)
+            if len(params_list) != len(prompt_list):
+                raise ValueError(f"got {len(params_list)} SamplingParams for {len(prompt_list)} prompts; "
+                                 "pass one, or one per prompt")
+        if priority is not None and len(priority) != len(prompt_list):
+            raise ValueError(f"got {len(priority)} priorities for {len(prompt_list)} prompts")
+        ids = []
+        for i, (prompt, params) in enumerate(zip(prompt_list, params_list, strict=True)):
+            request_id = str(next(self._counter))
+            self.llm_engine.add_request(request_id, prompt, params, priority=priority[i] if priority else 0)
+            ids.append(request_id)
+        return self._run(ids, use_tqdm)
+
+    def chat(self, messages: list[dict[str, Any]] | list[list[dict[str, Any]]],
+             sampling_params: SamplingParams | Sequence[SamplingParams] | None = None, use_tqdm: bool = True,
+             chat_template: str | None = None, add_generation_prompt: bool = True,
+             chat_template_kwargs: dict[str, Any] | None = None,
+             tools: list[dict[str, Any]] | None = None) -> list[RequestOutput]:
+        """Apply the tokenizer's chat template to each conversation, then generate."""
+        tokenizer = self.llm_engine.tokenizer
+        if tokenizer is None:
+            raise ValueError("chat() needs a tokenizer; do not set skip_tokenizer_init")
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        prompts: list[PromptType] = []
+        for conv in conversations:
+            text = apply_chat_template(tokenizer, conv, chat_template=chat_template,
+                                       add_generation_prompt=add_generation_prompt, tools=tools,
+                                       chat_template_kwargs=chat_template_kwargs)
+            prompts.append({"prompt": text, "prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)})
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+
+    @staticmethod
+    def _as_prompt_list(prompts: PromptType | Sequence[PromptType]) -> list[PromptType]:
+        if isinstance(prompts, (str, dict)):
+            return [prompts]
+        prompts = list(prompts)
+        if prompts and all(isinstance(p, int) for p in prompts):
+            return [prompts]  # one prompt given as token ids
+        return prompts
+
+    def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+        engine = self.llm_engine
+        results: dict[str, RequestOutput] = {}
+        with tqdm(total=len(ids), desc="Processed prompts", disable=not use_tqdm, dynamic_ncols=True) as bar:
+            while engine.has_unfinished_requests():
+                for out in engine.step():
+                    if out.finished:
+                        results[out.request_id] = out
+                        bar.update(1)
+        return [results[i] for i in ids]

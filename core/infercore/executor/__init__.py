@@ -1,0 +1,1 @@
+"""Executors: how the workers that hold the model are driven."""

@@ -1,0 +1,283 @@
+"""The model runner: one scheduled step → one flattened forward pass → sampled tokens."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from infercore.attention.backend import AttentionBackend, AttentionRequest, CommonAttentionMetadata
+from infercore.attention.binding import bind_attention
+from infercore.config import InfercoreConfig
+from infercore.engine.messages import Logprobs
+from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from infercore.forward_context import ForwardContext, set_forward_context
+from infercore.kv_cache.spec import KVCacheSpec
+from infercore.platforms.interface import Platform
+from infercore.plugins.manager import get_plugin_manager
+from infercore.sample.sampler import Sampler, SamplingMetadata, compute_prompt_logprobs, make_generator
+from infercore.worker.batch_layout import BatchLayout, make_layout
+from infercore.worker.request_state import RequestState
+
+logger = logging.getLogger(__name__)
+
+
+def _kv_dtype(config: InfercoreConfig, model_dtype: torch.dtype) -> torch.dtype:
+    name = config.cache.kv_cache_dtype
+    return model_dtype if name == "auto" else getattr(torch, name)
+
+
+class ModelRunner:
+    """Holds the model, its KV cache and the persistent step buffers of one device."""
+
+    def __init__(self, config: InfercoreConfig, platform: Platform, device: torch.device,
+                 max_model_len: int, max_num_batched_tokens: int, eos_token_id: int | None) -> None:
+        from infercore.models.loader import get_hf_config, load_model, resolve_dtype
+
+        self.config = config
+        self.platform = platform
+        self.device = device
+        self.max_model_len = max_model_len
+        self.max_num_tokens = max_num_batched_tokens
+        self.max_num_reqs = config.scheduler.max_num_seqs
+        self.eos_token_id = eos_token_id
+        self.hf_config = get_hf_config(config.model)
+        self.dtype = resolve_dtype(config.model, self.hf_config, platform)
+        self.model = load_model(config, device, self.dtype)
+        self.vocab_size = int(self.hf_config.get_text_config().vocab_size)
+        self.block_size = config.cache.block_size
+        self.kv_spec, self.num_layers = self._kv_cache_spec()
+        self.backend = self._select_backend()
+        self.sampler = Sampler()
+        self.requests: dict[str, RequestState] = {}
+        self._free_rows = list(range(self.max_num_reqs - 1, -1, -1))
+        self.max_blocks_per_req = math.ceil(max_model_len / self.block_size)
+        self._alloc_host_state()
+        self.kv_caches: list[torch.Tensor] = []
+        self.builder: Any = None
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _kv_cache_spec(self) -> tuple[KVCacheSpec, int]:
+        text = self.hf_config.get_text_config()
+        heads = text.num_attention_heads
+        head_size = getattr(text, "head_dim", None) or text.hidden_size // heads
+        kv_heads = getattr(text, "num_key_value_heads", None) or heads
+        spec = KVCacheSpec(self.block_size, kv_heads, head_size, _kv_dtype(self.config, self.dtype))
+        return spec, text.num_hidden_layers
+
+    def _select_backend(self) -> type[AttentionBackend]:
+        text = self.hf_config.get_text_config()
+        request = AttentionRequest(
+            num_heads=text.num_attention_heads, num_kv_heads=self.kv_spec.num_kv_heads,
+            head_size=self.kv_spec.head_size, dtype=self.dtype, kv_cache_dtype=self.kv_spec.dtype,
+            block_size=self.block_size, device_type=self.platform.device_type,
+            sliding_window=getattr(text, "sliding_window", None) if getattr(text, "use_sliding_window", True) else None,
+        )
+        name = self.platform.select_attention_backend(request)
+        backend: type[AttentionBackend] = get_plugin_manager().registry("attention_backend").load(name)
+        reasons = backend.validate(request)
+        if reasons:
+            raise ValueError(f"attention backend {name!r} cannot run this model: {'; '.join(reasons)}")
+        logger.info("attention backend: %s", name)
+        return backend
+
+    def _alloc_host_state(self) -> None:
+        self.token_ids = np.zeros((self.max_num_reqs, self.max_model_len), dtype=np.int64)
+        self.block_table = np.zeros((self.max_num_reqs, self.max_blocks_per_req), dtype=np.int32)
+        self.num_computed = np.zeros(self.max_num_reqs, dtype=np.int64)
+        self.num_tokens = np.zeros(self.max_num_reqs, dtype=np.int64)
+        dev, n, r = self.device, self.max_num_tokens, self.max_num_reqs
+        # Persistent device buffers: attention metadata are views of these, filled in place.
+        self.input_ids_buf = torch.zeros(n, dtype=torch.long, device=dev)
+        self.positions_buf = torch.zeros(n, dtype=torch.long, device=dev)
+        self.slot_mapping_buf = torch.zeros(n, dtype=torch.long, device=dev)
+        self.query_start_loc_buf = torch.zeros(r + 1, dtype=torch.int32, device=dev)
+        self.seq_lens_buf = torch.zeros(r, dtype=torch.int32, device=dev)
+        self.block_table_buf = torch.zeros((r, self.max_blocks_per_req), dtype=torch.int32, device=dev)
+
+    def page_size_bytes(self) -> int:
+        """Bytes one block takes across all layers."""
+        return self.kv_spec.page_size_bytes * self.num_layers
+
+    def determine_num_blocks(self) -> int:
+        """KV cache blocks that fit the configured budget (never more than max_num_seqs full contexts)."""
+        cache = self.config.cache
+        cap = self.max_num_reqs * self.max_blocks_per_req + 1
+        if cache.num_gpu_blocks_override is not None:
+            return cache.num_gpu_blocks_override
+        if cache.kv_cache_memory_bytes is not None:
+            budget = cache.kv_cache_memory_bytes
+        else:
+            budget = self._profile_free_bytes()
+        num_blocks = min(budget // self.page_size_bytes(), cap)
+        if num_blocks < 2:
+            raise ValueError(
+                f"the KV cache budget of {budget} bytes holds fewer than 2 blocks of {self.page_size_bytes()} bytes; "
+                "raise --gpu-memory-utilization or --kv-cache-memory-bytes, or use a smaller model")
+        return int(num_blocks)
+
+    def _profile_free_bytes(self) -> int:
+        """Memory left for the KV cache after the weights and a peak-sized forward pass."""
+        self.platform.empty_cache()
+        total = self.platform.total_memory(self.device.index or 0)
+        peak = self.platform.profile_peak_memory(lambda: self._dummy_forward(self.max_num_tokens))
+        budget = int(total * self.config.cache.gpu_memory_utilization) - peak
+        logger.info("memory: total %.1f GiB, peak during profiling %.2f GiB, KV budget %.2f GiB",
+                    total / 2**30, peak / 2**30, budget / 2**30)
+        return max(budget, 0)
+
+    def _dummy_forward(self, num_tokens: int) -> None:
+        """A forward pass of ``num_tokens`` prompt tokens into a scratch cache (for memory profiling)."""
+        blocks = math.ceil(num_tokens / self.block_size) + 1
+        caches = self._allocate_caches(blocks)
+        bind_attention(self.model, self.backend, caches)
+        builder = self.backend.get_builder_cls()(self.kv_spec, self.device, self.max_num_reqs, self.max_num_tokens)
+        seq = min(num_tokens, self.max_model_len)
+        n_req = math.ceil(num_tokens / seq)
+        layout = make_layout(np.arange(n_req), np.full(n_req, seq)[:n_req], np.zeros(n_req, dtype=np.int64))
+        positions = layout.positions
+        slots = np.arange(len(positions)) % ((blocks - 1) * self.block_size) + self.block_size
+        table = np.tile(np.arange(1, blocks, dtype=np.int32), (n_req, 1))
+        meta = self._common_metadata(layout, positions, slots, table)
+        with torch.inference_mode(), set_forward_context(ForwardContext(builder.build(meta), len(positions))):
+            hidden = self.model(self.input_ids_buf[: len(positions)], self.positions_buf[: len(positions)])
+            self.model.compute_logits(hidden[-self.max_num_reqs:])
+        del caches
+
+    def _allocate_caches(self, num_blocks: int) -> list[torch.Tensor]:
+        shape = self.backend.get_kv_cache_shape(num_blocks, self.block_size, self.kv_spec.num_kv_heads,
+                                                self.kv_spec.head_size)
+        return [torch.zeros(shape, dtype=self.kv_spec.dtype, device=self.device) for _ in range(self.num_layers)]
+
+    def initialize_kv_cache(self, num_blocks: int) -> None:
+        self.kv_caches = self._allocate_caches(num_blocks)
+        bind_attention(self.model, self.backend, self.kv_caches)
+        self.builder = self.backend.get_builder_cls()(self.kv_spec, self.device, self.max_num_reqs,
+                                                      self.max_num_tokens)
+        logger.info("KV cache: %d blocks of %d tokens (%.1f MiB)", num_blocks, self.block_size,
+                    num_blocks * self.page_size_bytes() / 2**20)
+
+    # -- per-step state ------------------------------------------------------------------------
+    def _update_states(self, so: SchedulerOutput) -> None:
+        for req_id in so.finished_req_ids:
+            state = self.requests.pop(req_id, None)
+            if state is not None:
+                self._free_rows.append(state.row)
+        for new in so.scheduled_new_reqs:
+            row = self._free_rows.pop()
+            tokens = list(new.prompt_token_ids) + list(new.output_token_ids)
+            self.token_ids[row, : len(tokens)] = tokens
+            self.num_tokens[row] = len(tokens)
+            self.num_computed[row] = new.num_computed_tokens
+            self.block_table[row, : len(new.block_ids)] = new.block_ids
+            params = new.sampling_params
+            self.requests[new.req_id] = RequestState(
+                new.req_id, row, list(new.prompt_token_ids), list(new.output_token_ids), params,
+                make_generator(params.seed, self.device), len(new.block_ids))
+        for cached in so.scheduled_cached_reqs:
+            state = self.requests[cached.req_id]
+            n = len(cached.new_block_ids)
+            if n:
+                self.block_table[state.row, state.num_blocks: state.num_blocks + n] = cached.new_block_ids
+                state.num_blocks += n
+            self.num_computed[state.row] = cached.num_computed_tokens
+
+    def _common_metadata(self, layout: BatchLayout, input_positions: np.ndarray, slots: np.ndarray,
+                         table: np.ndarray) -> CommonAttentionMetadata:
+        t, b = len(input_positions), len(layout.rows)
+        self.positions_buf[:t].copy_(torch.from_numpy(input_positions), non_blocking=True)
+        self.slot_mapping_buf[:t].copy_(torch.from_numpy(slots.astype(np.int64)), non_blocking=True)
+        qsl = torch.from_numpy(layout.query_start_loc)
+        seq_lens = torch.from_numpy(layout.seq_lens.astype(np.int32))
+        self.query_start_loc_buf[: b + 1].copy_(qsl, non_blocking=True)
+        self.seq_lens_buf[:b].copy_(seq_lens, non_blocking=True)
+        width = table.shape[1]
+        self.block_table_buf[:b, :width].copy_(torch.from_numpy(table), non_blocking=True)
+        return CommonAttentionMetadata(
+            num_reqs=b, num_actual_tokens=t, max_query_len=int(layout.num_scheduled.max()),
+            max_seq_len=int(layout.seq_lens.max()), query_start_loc=self.query_start_loc_buf[: b + 1],
+            seq_lens=self.seq_lens_buf[:b], block_table=self.block_table_buf[:b, :width],
+            slot_mapping=self.slot_mapping_buf[:t], query_start_loc_cpu=qsl, seq_lens_cpu=seq_lens,
+        )
+
+    def _prepare(self, so: SchedulerOutput, req_ids: list[str]) -> tuple[BatchLayout, CommonAttentionMetadata]:
+        rows = np.fromiter((self.requests[r].row for r in req_ids), dtype=np.int64, count=len(req_ids))
+        num_sched = np.fromiter((so.num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=len(req_ids))
+        layout = make_layout(rows, num_sched, self.num_computed[rows])
+        positions = layout.positions
+        t = len(positions)
+        self.input_ids_buf[:t].copy_(torch.from_numpy(self.token_ids[layout.token_rows, positions]),
+                                     non_blocking=True)
+        block_idx = self.block_table[layout.token_rows, positions // self.block_size]
+        slots = block_idx.astype(np.int64) * self.block_size + positions % self.block_size
+        width = int(math.ceil(int(layout.seq_lens.max()) / self.block_size))
+        meta = self._common_metadata(layout, positions, slots, self.block_table[rows, :width])
+        return layout, meta
+
+    # -- the step ------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def execute_model(self, so: SchedulerOutput, grammar_bitmask: torch.Tensor | None = None) -> ModelRunnerOutput:
+        """Run one step. ``grammar_bitmask`` has one row per *sampled* request, in batch order."""
+        self._update_states(so)
+        req_ids = list(so.num_scheduled_tokens)
+        if not req_ids:
+            return ModelRunnerOutput(req_ids=[], sampled_token_ids=[], logprobs=None, prompt_logprobs=None)
+        layout, meta = self._prepare(so, req_ids)
+        with set_forward_context(ForwardContext(self.builder.build(meta), layout.num_tokens)):
+            hidden = self.model(self.input_ids_buf[: layout.num_tokens], self.positions_buf[: layout.num_tokens])
+        prompt_logprobs = self._prompt_logprobs(req_ids, layout, hidden)
+        seq_lens = layout.seq_lens
+        sample_mask = seq_lens >= self.num_tokens[layout.rows]
+        sampled_idx = np.nonzero(sample_mask)[0]
+        sampled: list[list[int]] = [[] for _ in req_ids]
+        logprobs: dict[str, Logprobs] | None = None
+        if len(sampled_idx):
+            last = torch.from_numpy(layout.query_start_loc[1:][sampled_idx] - 1).to(self.device, non_blocking=True)
+            logits = self.model.compute_logits(hidden[last])
+            states = [self.requests[req_ids[i]] for i in sampled_idx]
+            metadata = SamplingMetadata.build(
+                [s.sampling_params for s in states], [s.generator for s in states],
+                [s.prompt_token_ids for s in states], [s.output_token_ids for s in states],
+                self.vocab_size, self.device, grammar_bitmask=grammar_bitmask,
+                eos_token_ids=[self.eos_token_id] * len(states))
+            out = self.sampler(logits, metadata)
+            tokens = out.sampled_token_ids.tolist()
+            for j, (i, state) in enumerate(zip(sampled_idx, states, strict=True)):
+                tok = int(tokens[j])
+                sampled[i] = [tok]
+                state.output_token_ids.append(tok)
+                row = state.row
+                if self.num_tokens[row] < self.max_model_len:
+                    self.token_ids[row, self.num_tokens[row]] = tok
+                self.num_tokens[row] += 1
+            if out.logprobs is not None:
+                logprobs = {}
+                for j, state in enumerate(states):
+                    k = state.sampling_params.logprobs
+                    if k is not None:
+                        logprobs[state.req_id] = out.logprobs.to_logprobs(j, k)
+        return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, logprobs=logprobs,
+                                 prompt_logprobs=prompt_logprobs)
+
+    def _prompt_logprobs(self, req_ids: list[str], layout: BatchLayout,
+                         hidden: torch.Tensor) -> dict[str, Logprobs] | None:
+        """Logprobs of prompt tokens computed in this step's chunk (position p predicts token p + 1)."""
+        result: dict[str, Logprobs] | None = None
+        for i, req_id in enumerate(req_ids):
+            state = self.requests[req_id]
+            k = state.sampling_params.prompt_logprobs
+            if k is None:
+                continue
+            start = int(layout.num_computed[i])
+            end = min(start + int(layout.num_scheduled[i]), len(state.prompt_token_ids) - 1)
+            if end <= start:
+                continue
+            q0 = int(layout.query_start_loc[i])
+            logits = self.model.compute_logits(hidden[q0: q0 + end - start])
+            targets = torch.tensor(state.prompt_token_ids[start + 1: end + 1], device=self.device)
+            result = result or {}
+            result[req_id] = compute_prompt_logprobs(logits, targets, k)
+        return result
