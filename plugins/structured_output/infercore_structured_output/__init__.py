@@ -1,1 +1,1 @@
-"""infercore_structured_output."""
+"""Grammar backends for infercore's constrained decoding: xgrammar, llguidance, and auto."""

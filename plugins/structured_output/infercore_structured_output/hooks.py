@@ -1,5 +1,15 @@
-"""Hook implementations of this plugin."""
+"""Hook implementations of this plugin: the xgrammar, guidance and auto grammar backends."""
 
 from __future__ import annotations
 
+from infercore.plugins import hookimpl
+from infercore.plugins.hookspecs import RegisterFn
+
 INFERCORE_PLUGIN_API = 1
+
+
+@hookimpl
+def register_structured_output_backends(register: RegisterFn) -> None:
+    register("xgrammar", "infercore_structured_output.xgrammar_backend:XGrammarBackend")
+    register("guidance", "infercore_structured_output.guidance_backend:GuidanceBackend")
+    register("auto", "infercore_structured_output.auto_backend:AutoBackend")
