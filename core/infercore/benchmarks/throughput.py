@@ -1,0 +1,151 @@
+"""`infercore bench throughput`: offline generation speed on a named workload, optionally beside HF."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform as py_platform
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from infercore.benchmarks.workloads import WORKLOADS, Workload
+from infercore.version import __version__
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _device_peak_mib() -> float | None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return None
+
+
+def _hardware() -> str:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.get_device_name(0)
+    return f"{py_platform.processor() or py_platform.machine()} x{torch.get_num_threads()} threads"
+
+
+def run_infercore(workload: Workload, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from infercore import LLM, SamplingParams
+
+    prompts, max_tokens = workload.requests(args.seed)
+    kwargs: dict[str, Any] = dict(model=str(folder), load_format="dummy", dtype=workload.dtype,
+                                  max_model_len=workload.max_model_len, skip_tokenizer_init=True,
+                                  enforce_eager=args.enforce_eager, **workload.engine_kwargs)
+    if args.max_num_seqs:
+        kwargs["max_num_seqs"] = args.max_num_seqs
+    if args.max_num_batched_tokens:
+        kwargs["max_num_batched_tokens"] = args.max_num_batched_tokens
+    llm = LLM(**kwargs)
+    params = [SamplingParams(temperature=workload.temperature, max_tokens=m, ignore_eos=True, detokenize=False)
+              for m in max_tokens]
+    llm.generate([{"prompt_token_ids": p} for p in prompts[:4]], params[:4], use_tqdm=False)  # warm-up
+    start = time.perf_counter()
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=not args.no_progress)
+    elapsed = time.perf_counter() - start
+    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    return {"engine": "infercore", "version": __version__, "requests": len(prompts), "output_tokens": tokens,
+            "wall_s": round(elapsed, 3), "output_tok_s": round(tokens / elapsed, 1)}
+
+
+def run_hf(workload: Workload, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """HF transformers on the same workload: static batches (CPU) or ``generate_batch`` (GPU)."""
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    prompts, max_tokens = workload.requests(args.seed)
+    if args.hf_num_requests:
+        prompts, max_tokens = prompts[: args.hf_num_requests], max_tokens[: args.hf_num_requests]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    config = AutoConfig.from_pretrained(str(folder))
+    torch.manual_seed(args.seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, workload.dtype)).to(device).eval()
+    sample = workload.temperature > 0
+    if device == "cuda":
+        new_tokens = round(sum(max_tokens) / len(max_tokens))  # generate_batch takes one length for all
+        gen = GenerationConfig(max_new_tokens=new_tokens, do_sample=sample, temperature=workload.temperature or None,
+                               eos_token_id=None, pad_token_id=0)
+        model.generate_batch(inputs=prompts[:4], generation_config=gen)
+        start = time.perf_counter()
+        results = model.generate_batch(inputs=prompts, generation_config=gen)
+        elapsed = time.perf_counter() - start
+        tokens = sum(len(r.generated_tokens) for r in results.values())
+        mode = f"generate_batch, max_new_tokens={new_tokens} for all"
+    else:
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        batch_size = 16
+        tokens, elapsed = 0, 0.0
+        for b in range(0, len(order), batch_size):
+            idx = order[b: b + batch_size]
+            width = max(len(prompts[i]) for i in idx)
+            ids = torch.zeros((len(idx), width), dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for row, i in enumerate(idx):  # left padding
+                ids[row, width - len(prompts[i]):] = torch.tensor(prompts[i])
+                mask[row, width - len(prompts[i]):] = 1
+            new = max(max_tokens[i] for i in idx)
+            start = time.perf_counter()
+            with torch.no_grad():
+                out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                                     do_sample=sample, pad_token_id=0)
+            elapsed += time.perf_counter() - start
+            tokens += (out.shape[1] - width) * len(idx)
+        mode = "generate, static batches of 16 sorted by length"
+    return {"engine": "hf-transformers", "version": transformers.__version__, "mode": mode,
+            "requests": len(prompts), "output_tokens": tokens, "wall_s": round(elapsed, 3),
+            "output_tok_s": round(tokens / elapsed, 1)}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("throughput", help="offline throughput on a named workload (BENCHMARKS.md)")
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default="w-cpu")
+    p.add_argument("--load-format", choices=["dummy"], default="dummy", help="weights: random (dummy)")
+    p.add_argument("--compare-hf", action="store_true", help="also run HF transformers in the same run")
+    p.add_argument("--hf-num-requests", type=int, default=None, help="run HF on only the first N requests")
+    p.add_argument("--num-requests", type=int, default=None, help="override the workload's request count")
+    p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    workload = WORKLOADS[args.workload]
+    if args.num_requests:
+        workload = dataclasses.replace(workload, num_requests=args.num_requests)
+    with tempfile.TemporaryDirectory(prefix="infercore-bench-") as tmp:
+        folder = workload.write_model_folder(Path(tmp) / workload.name)
+        results = [run_infercore(workload, folder, args)]
+        if args.compare_hf:
+            results.append(run_hf(workload, folder, args))
+    common = {"workload": workload.name, "torch": torch.__version__, "hardware": _hardware(),
+              "peak_rss_mib": round(_peak_rss_mib(), 1), "peak_device_mib": _device_peak_mib()}
+    if len(results) == 2:
+        ratio = results[0]["output_tok_s"] / results[1]["output_tok_s"]
+        for r in results:
+            r["ratio_infercore_over_hf"] = round(ratio, 2)
+    for r in results:
+        print(json.dumps({**common, **r}), flush=True)
+    sys.stdout.flush()
+    return 0
