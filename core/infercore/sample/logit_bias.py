@@ -1,0 +1,59 @@
+"""Sparse additive logit changes: the user's ``logit_bias`` and -inf on stop tokens before ``min_tokens``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from infercore.sampling_params import SamplingParams
+
+
+@dataclass
+class SparseLogitBias:
+    """Values added to ``logits[rows[i], token_ids[i]]``; -inf forbids the token."""
+
+    rows: torch.Tensor
+    token_ids: torch.Tensor
+    values: torch.Tensor
+
+    @classmethod
+    def build(
+        cls,
+        params: list[SamplingParams],
+        output_token_ids: list[list[int]],
+        eos_token_ids: list[int | None],
+        device: torch.device,
+    ) -> SparseLogitBias | None:
+        """Collect every request's biases and min_tokens stop masks, or None when there are none."""
+        rows: list[int] = []
+        token_ids: list[int] = []
+        values: list[float] = []
+        for row, p in enumerate(params):
+            for token, bias in (p.logit_bias or {}).items():
+                rows.append(row)
+                token_ids.append(int(token))
+                values.append(float(bias))
+            if len(output_token_ids[row]) < p.min_tokens:
+                stops = _stop_token_ids(p, eos_token_ids[row])
+                rows.extend([row] * len(stops))
+                token_ids.extend(stops)
+                values.extend([float("-inf")] * len(stops))
+        if not rows:
+            return None
+        return cls(
+            rows=torch.tensor(rows, dtype=torch.int64, device=device),
+            token_ids=torch.tensor(token_ids, dtype=torch.int64, device=device),
+            values=torch.tensor(values, dtype=torch.float32, device=device),
+        )
+
+    def apply(self, logits: torch.Tensor) -> None:
+        """Add the biases to ``logits`` [B, V] in place."""
+        logits.index_put_((self.rows, self.token_ids), self.values, accumulate=True)
+
+
+def _stop_token_ids(p: SamplingParams, eos_token_id: int | None) -> list[int]:
+    stops = set(p.stop_token_ids or []) | set(p.all_stop_token_ids or [])
+    if eos_token_id is not None and not p.ignore_eos:
+        stops.add(eos_token_id)
+    return sorted(stops)
