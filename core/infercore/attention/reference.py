@@ -1,0 +1,73 @@
+"""A plain torch reference of paged attention: the definition backends and kernels are tested against.
+
+Cache layout: [2 (K, V), num_blocks, block_size, num_kv_heads, head_size]. Token slot
+``block_id * block_size + offset``; slot -1 marks a padding token and is skipped.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def write_kv(k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Store ``k``/``v`` [T, kv_heads, head_size] at ``slot_mapping`` [≥T] (entries past T and -1 ignored)."""
+    num_tokens = k.shape[0]
+    slots = slot_mapping[:num_tokens]
+    valid = slots >= 0
+    if not bool(valid.all()):
+        slots, k, v = slots[valid], k[valid], v[valid]
+    kv_heads, head_size = kv_cache.shape[-2:]
+    kv_cache[0].view(-1, kv_heads, head_size).index_copy_(0, slots, k.to(kv_cache.dtype))
+    kv_cache[1].view(-1, kv_heads, head_size).index_copy_(0, slots, v.to(kv_cache.dtype))
+
+
+def gather_context(kv_cache: torch.Tensor, block_row: torch.Tensor,
+                   seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V [seq_len, kv_heads, head_size] of one request, read through its block-table row."""
+    block_size = kv_cache.shape[2]
+    blocks = block_row[: -(-seq_len // block_size)].long()
+    k = kv_cache[0, blocks].flatten(0, 1)[:seq_len]
+    v = kv_cache[1, blocks].flatten(0, 1)[:seq_len]
+    return k, v
+
+
+def causal_mask(query_len: int, seq_len: int, sliding_window: int | None,
+                device: torch.device) -> torch.Tensor:
+    """[query_len, seq_len] bool, True where query token j (at position seq_len - query_len + j) may
+    attend to context position t: t ≤ its position and, with a window, position - t < window."""
+    q_pos = torch.arange(seq_len - query_len, seq_len, device=device).unsqueeze(1)
+    k_pos = torch.arange(seq_len, device=device).unsqueeze(0)
+    allowed = k_pos <= q_pos
+    if sliding_window is not None:
+        allowed &= (q_pos - k_pos) < sliding_window
+    return allowed
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+           scale: float) -> torch.Tensor:
+    """SDPA over one request: q [Q, heads, D], k/v [L, kv_heads, D] (GQA), mask [Q, L] → [Q, heads, D]."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1).to(q.dtype), v.transpose(0, 1).to(q.dtype),
+        attn_mask=mask, is_causal=False, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    return out.transpose(0, 1)
+
+
+def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: torch.Tensor,
+                    seq_lens: torch.Tensor, block_table: torch.Tensor, scale: float, out: torch.Tensor,
+                    sliding_window: int | None = None) -> torch.Tensor:
+    """Attention of every request's query tokens over its cached context (this step's K/V written).
+
+    ``q``/``out`` are [T, heads, head_size]; request ``i`` owns rows
+    ``query_start_loc[i]:query_start_loc[i+1]`` and has ``seq_lens[i]`` context tokens.
+    """
+    starts = query_start_loc.tolist()
+    lens = seq_lens.tolist()
+    for i, seq_len in enumerate(lens):
+        start, end = starts[i], starts[i + 1]
+        if end == start:
+            continue
+        k, v = gather_context(kv_cache, block_table[i], seq_len)
+        mask = causal_mask(end - start, seq_len, sliding_window, q.device)
+        out[start:end] = attend(q[start:end], k, v, mask, scale)
+    return out

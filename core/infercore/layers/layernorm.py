@@ -1,0 +1,29 @@
+"""RMSNorm, optionally fused with the residual add."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from infercore.ops import get_op
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm over the last dimension with a learned scale.
+
+    ``forward(x)`` returns the normed ``x``; ``forward(x, residual)`` adds ``x`` to ``residual``
+    first and returns ``(normed, new_residual)``, the pattern of pre-norm decoder layers.
+    """
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self._norm = get_op("rms_norm")
+        self._add_norm = get_op("fused_add_rms_norm")
+
+    def forward(self, x: torch.Tensor,
+                residual: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            return self._norm(x, self.weight, self.eps)
+        return self._add_norm(x, residual, self.weight, self.eps)

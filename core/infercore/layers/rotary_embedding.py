@@ -1,0 +1,46 @@
+"""Rotary position embedding with a precomputed cos/sin cache, and the factory that builds one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from infercore.layers.rope_frequencies import FREQUENCY_FUNCTIONS
+from infercore.ops import get_op
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotates q and k by their token positions. The cache is [max_position, rotary_dim] = cat(cos, sin)."""
+
+    def __init__(self, head_size: int, rotary_dim: int, max_position: int, inv_freq: torch.Tensor,
+                 attention_factor: float, dtype: torch.dtype, is_neox: bool = True) -> None:
+        super().__init__()
+        self.head_size = head_size
+        self.rotary_dim = rotary_dim
+        self.is_neox = is_neox
+        angles = torch.outer(torch.arange(max_position, dtype=torch.float32), inv_freq)
+        cache = torch.cat((angles.cos(), angles.sin()), dim=-1) * attention_factor
+        self.register_buffer("cos_sin_cache", cache.to(dtype), persistent=False)
+        self._op = get_op("rotary_embedding")
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor,
+                k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._op(positions, q, k, self.cos_sin_cache, self.head_size, self.is_neox)
+
+
+def get_rope(head_size: int, rotary_dim: int, max_position: int, base: float,
+             rope_scaling: dict[str, Any] | None, dtype: torch.dtype, is_neox: bool = True) -> RotaryEmbedding:
+    """Build the rotary embedding for a rope scaling dict in HF's format (``rope_type`` or ``type``:
+    default, linear, llama3 or yarn). Linear and YaRN extend the cache to ``max_position * factor``."""
+    params = dict(rope_scaling or {})
+    rope_type = params.get("rope_type") or params.get("type") or "default"
+    if rope_type not in FREQUENCY_FUNCTIONS:
+        raise ValueError(f"rope scaling type {rope_type!r} is not supported; supported types: "
+                         f"{', '.join(sorted(FREQUENCY_FUNCTIONS))}")
+    inv_freq, attention_factor = FREQUENCY_FUNCTIONS[rope_type](rotary_dim, base, max_position, params)
+    length = max_position
+    if rope_type in ("linear", "yarn") and params.get("factor"):
+        length = max(max_position, int(max_position * float(params["factor"])))
+    return RotaryEmbedding(head_size, rotary_dim, length, inv_freq, attention_factor, dtype, is_neox)

@@ -1,0 +1,66 @@
+"""Copies checkpoint tensors (HF names) into a model's parameters, fused projections included."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class StackedParam:
+    """Checkpoint projection ``source`` (e.g. ``q_proj``) is shard ``shard_id`` of fused ``fused`` (``qkv_proj``)."""
+
+    fused: str
+    source: str
+    shard_id: int | str
+
+
+def _default_loader(param: nn.Parameter, loaded: torch.Tensor) -> None:
+    if param.shape != loaded.shape:
+        raise ValueError(f"checkpoint tensor of shape {tuple(loaded.shape)} does not fit parameter of shape "
+                         f"{tuple(param.shape)}; the config does not match the weights")
+    param.data.copy_(loaded)
+
+
+def _checkpoint_names(params: Iterable[str], stacked: list[StackedParam]) -> set[str]:
+    """The checkpoint names a model with these parameters expects."""
+    names: set[str] = set()
+    for name in params:
+        sources = [s for s in stacked if f".{s.fused}." in name]
+        names.update(name.replace(f".{s.fused}.", f".{s.source}.") for s in sources)
+        if not sources:
+            names.add(name)
+    return names
+
+
+def load_checkpoint_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]],
+                            stacked: list[StackedParam], ignore_prefixes: tuple[str, ...] = ()) -> None:
+    """Load every tensor of ``weights`` into ``model``; a tensor with no parameter, or a parameter
+    no tensor fills, is an error naming it. Rotary ``inv_freq`` buffers and names starting with
+    ``ignore_prefixes`` are skipped."""
+    params = dict(model.named_parameters())
+    expected = _checkpoint_names(params, stacked)
+    loaded: set[str] = set()
+    kind = type(model).__name__
+    for name, tensor in weights:
+        if name.endswith("rotary_emb.inv_freq") or name.startswith(ignore_prefixes):
+            continue
+        stack = next((s for s in stacked if f".{s.source}." in name), None)
+        target = name.replace(f".{stack.source}.", f".{stack.fused}.") if stack else name
+        param = params.get(target)
+        if param is None:
+            raise ValueError(f"checkpoint tensor {name!r} matches no parameter of {kind}; the checkpoint is "
+                             "for a different architecture or config")
+        with torch.no_grad():
+            if stack is not None:
+                param.weight_loader(param, tensor, stack.shard_id)
+            else:
+                getattr(param, "weight_loader", _default_loader)(param, tensor)
+        loaded.add(name)
+    missing = sorted(expected - loaded)
+    if missing:
+        raise ValueError(f"the checkpoint lacks {len(missing)} tensor(s) {kind} needs: {', '.join(missing[:10])}"
+                         f"{' …' if len(missing) > 10 else ''}; the checkpoint is incomplete or for another config")

@@ -1,0 +1,66 @@
+"""Torch reference implementations of the custom ops.
+
+These define what each op computes; a platform plugin may register a faster kernel under the
+same name with the same signature. Norms accumulate in float32 and cast back, as HF models do.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``weight * x / sqrt(mean(x**2) + eps)`` over the last dimension."""
+    xf = x.float()
+    normed = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return weight * normed.to(x.dtype)
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``residual = x + residual``; returns ``(rms_norm(residual), residual)``."""
+    new_residual = x + residual
+    return rms_norm(new_residual, weight, eps), new_residual
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool) -> torch.Tensor:
+    """Rotate the last dimension of ``x`` [T, heads, rot_dim] by per-token ``cos``/``sin`` [T, 1, rot_dim/2]."""
+    if is_neox:
+        x1, x2 = x.chunk(2, dim=-1)
+    else:
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+    o1 = x1 * cos - x2 * sin
+    o2 = x2 * cos + x1 * sin
+    if is_neox:
+        return torch.cat((o1, o2), dim=-1)
+    return torch.stack((o1, o2), dim=-1).flatten(-2)
+
+
+def _apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: int,
+                  is_neox: bool) -> torch.Tensor:
+    num_tokens = x.shape[0]
+    rot_dim = cos.shape[-1] * 2
+    heads = x.view(num_tokens, -1, head_size)
+    rotated = _rotate(heads[..., :rot_dim].float(), cos, sin, is_neox).to(x.dtype)
+    if rot_dim < head_size:
+        rotated = torch.cat((rotated, heads[..., rot_dim:]), dim=-1)
+    return rotated.reshape(x.shape)
+
+
+def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor,
+                     head_size: int, is_neox: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Apply rotary position embedding to ``q`` [T, heads*head_size] and ``k`` [T, kv_heads*head_size].
+
+    ``cos_sin_cache`` is [max_position, rot_dim] holding ``cat(cos, sin)`` per position; only the first
+    ``rot_dim`` features of each head rotate. ``is_neox`` rotates halves (GPT-NeoX/Llama) rather
+    than interleaved pairs (GPT-J).
+    """
+    cos, sin = cos_sin_cache.index_select(0, positions).float().unsqueeze(1).chunk(2, dim=-1)
+    return (_apply_rotary(q, cos, sin, head_size, is_neox), _apply_rotary(k, cos, sin, head_size, is_neox))
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """``silu(x[..., :I]) * x[..., I:]`` for ``x`` of last dimension ``2*I``."""
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
