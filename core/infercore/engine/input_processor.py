@@ -1,0 +1,142 @@
+"""Front door of the engine: tokenize and validate a prompt, and build the engine's requests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from infercore.engine.messages import EngineCoreRequest
+from infercore.sampling_params import SamplingParams, SamplingParamsError
+
+
+class InputError(ValueError):
+    """A request the engine can't run; the message says what to change, ``param`` names the field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass
+class ProcessedRequest:
+    """A validated request: its prompt and the engine requests it fans out into (one per sample)."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    engine_requests: list[EngineCoreRequest]
+
+
+PromptType = str | list[int] | Mapping[str, Any]
+
+
+class InputProcessor:
+    """Turns user prompts and sampling parameters into ``EngineCoreRequest``s, or raises :class:`InputError`.
+
+    ``tokenizer`` is None when the engine runs with ``skip_tokenizer_init``: prompts must then be token ids.
+    ``generation_stop_ids`` are the extra ids of the model's generation config that end generation.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase | None, max_model_len: int, vocab_size: int,
+                 max_logprobs: int, eos_token_id: int | None, generation_stop_ids: list[int]) -> None:
+        self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self.vocab_size = vocab_size
+        self.max_logprobs = max_logprobs
+        self.eos_token_id = eos_token_id
+        self.generation_stop_ids = [t for t in generation_stop_ids if t != eos_token_id]
+
+    def process(self, request_id: str, prompt: PromptType, params: SamplingParams,
+                arrival_time: float | None = None, priority: int = 0,
+                cache_salt: str | None = None) -> ProcessedRequest:
+        """Validate and tokenize one request; ``n > 1`` fans out into ``n`` engine requests."""
+        text, token_ids = self._tokens(prompt)
+        self._check_prompt(token_ids)
+        params = self._resolve_params(params, len(token_ids))
+        arrival = time.time() if arrival_time is None else arrival_time
+
+        def engine_request(child_id: str, child: SamplingParams, parent: str | None) -> EngineCoreRequest:
+            return EngineCoreRequest(
+                request_id=child_id, prompt_token_ids=token_ids, sampling_params=child, arrival_time=arrival,
+                eos_token_id=self.eos_token_id, priority=priority, cache_salt=cache_salt, parent_id=parent)
+
+        if params.n == 1:
+            requests = [engine_request(request_id, params, None)]
+        else:
+            requests = [
+                engine_request(f"{i}_{request_id}",
+                               params.clone(n=1, seed=None if params.seed is None else params.seed + i), request_id)
+                for i in range(params.n)
+            ]
+        return ProcessedRequest(request_id, text, token_ids, params, requests)
+
+    def _tokens(self, prompt: PromptType) -> tuple[str | None, list[int]]:
+        add_special_tokens = True
+        if isinstance(prompt, Mapping):
+            if prompt.get("prompt_token_ids") is not None:
+                return prompt.get("prompt"), self._as_ids(prompt["prompt_token_ids"])
+            if "prompt" not in prompt:
+                raise InputError("a prompt dict needs a 'prompt' (text) or 'prompt_token_ids' entry", "prompt")
+            add_special_tokens = bool(prompt.get("add_special_tokens", True))
+            prompt = prompt["prompt"]
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InputError("the engine runs without a tokenizer (skip_tokenizer_init); send prompt token ids "
+                                 "instead of text", "prompt")
+            if not prompt:
+                raise InputError("the prompt is empty; send at least one character", "prompt")
+            return prompt, list(self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens))
+        return None, self._as_ids(prompt)
+
+    @staticmethod
+    def _as_ids(ids: Any) -> list[int]:
+        if not isinstance(ids, (list, tuple)) or any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
+            raise InputError("the prompt must be a string or a list of integer token ids", "prompt")
+        return list(ids)
+
+    def _check_prompt(self, token_ids: list[int]) -> None:
+        if not token_ids:
+            raise InputError("the prompt is empty; send at least one token", "prompt")
+        for position, token_id in enumerate(token_ids):
+            if not 0 <= token_id < self.vocab_size:
+                raise InputError(
+                    f"prompt token id {token_id} at position {position} is outside the vocabulary of "
+                    f"{self.vocab_size} tokens; use ids from 0 to {self.vocab_size - 1}", "prompt")
+        if len(token_ids) >= self.max_model_len:
+            raise InputError(
+                f"prompt has {len(token_ids)} tokens but max_model_len is {self.max_model_len}; shorten the "
+                f"prompt to at most {self.max_model_len - 1} tokens or raise --max-model-len", "prompt")
+
+    def _resolve_params(self, params: SamplingParams, prompt_len: int) -> SamplingParams:
+        room = self.max_model_len - prompt_len
+        if params.max_tokens is not None and params.max_tokens > room:
+            raise InputError(
+                f"prompt has {prompt_len} tokens and max_tokens is {params.max_tokens}, {prompt_len + params.max_tokens} "
+                f"in all, but max_model_len is {self.max_model_len}; lower max_tokens to at most {room} or shorten "
+                "the prompt", "max_tokens")
+        if params.min_tokens > room:
+            raise InputError(
+                f"min_tokens is {params.min_tokens} but only {room} tokens fit after the {prompt_len}-token prompt "
+                f"(max_model_len {self.max_model_len}); lower min_tokens", "min_tokens")
+        try:
+            params.validate_for_model(self.vocab_size, self.max_logprobs)
+        except SamplingParamsError as exc:
+            raise InputError(str(exc), exc.param) from None
+        for name in ("logprobs", "prompt_logprobs"):
+            if getattr(params, name) == -1 and self.vocab_size > self.max_logprobs:
+                raise InputError(
+                    f"{name}=-1 asks for all {self.vocab_size} tokens, over the server's limit of "
+                    f"{self.max_logprobs}; ask for fewer or raise --max-logprobs", name)
+        if params.stop and (self.tokenizer is None or not params.detokenize):
+            raise InputError("stop strings need detokenized text; use stop_token_ids, or enable detokenize "
+                             "(and the tokenizer)", "stop")
+        stop_ids = set(params.stop_token_ids or [])
+        if not params.ignore_eos:
+            stop_ids.update(self.generation_stop_ids)
+        return params.clone(max_tokens=room if params.max_tokens is None else params.max_tokens,
+                            all_stop_token_ids=sorted(stop_ids) or None)

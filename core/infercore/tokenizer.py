@@ -1,0 +1,288 @@
+"""Tokenizer loading and sandboxed chat-template rendering.
+
+Chat templates and ``chat_template_kwargs`` may come from requests, so they are untrusted: they run in
+Jinja's immutable sandbox, and every way a template can burn time or memory (loops over ``range``,
+``*``/``**``/``+`` on big values, ``~`` concatenation, filters with width arguments, function calls,
+output) is checked against a size limit and a deadline.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from jinja2 import TemplateError, nodes
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.ext import Extension, loopcontrols
+from jinja2.parser import Parser
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+#: Largest rendered prompt, and largest string or list a template may build, in characters / items.
+MAX_TEMPLATE_OUTPUT = 1_000_000
+#: Seconds a template may take to render.
+TEMPLATE_TIMEOUT_S = 5.0
+#: Most items one ``range()`` in a template may yield.
+MAX_TEMPLATE_RANGE = 100_000
+_RANGE_CHECK_EVERY = 1024
+_TEMPLATE_CACHE_SIZE = 64
+
+
+def get_tokenizer(model_config: Any) -> PreTrainedTokenizerBase:
+    """Load the fast tokenizer of ``model_config.tokenizer`` (or ``.model``): a local folder or hub id.
+
+    Code from the model folder runs only when ``model_config.trust_remote_code`` is set.
+    """
+    name = getattr(model_config, "tokenizer", None) or model_config.model
+    try:
+        return AutoTokenizer.from_pretrained(
+            name, revision=getattr(model_config, "revision", None),
+            trust_remote_code=bool(getattr(model_config, "trust_remote_code", False)))
+    except (OSError, ValueError) as exc:
+        raise ValueError(
+            f"could not load a tokenizer from {name!r} ({exc}); pass --tokenizer with a folder or hub id "
+            "that holds tokenizer.json, or --skip-tokenizer-init to send token ids") from None
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """Facts about a tokenizer that the engine reads often, computed once."""
+
+    eos_token_id: int | None
+    bos_token_id: int | None
+    all_special_ids: frozenset[int]
+    vocab_size: int
+
+    @classmethod
+    def of(cls, tokenizer: PreTrainedTokenizerBase) -> TokenizerInfo:
+        return cls(eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+                   all_special_ids=frozenset(tokenizer.all_special_ids), vocab_size=len(tokenizer))
+
+
+class ChatTemplateError(ValueError):
+    """A chat template could not be rendered; the message says why and what to change."""
+
+
+class _Deadline:
+    """Raises once the render has run past its time budget."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+        self.seconds = seconds
+
+    def check(self) -> None:
+        if time.monotonic() > self.end:
+            raise ChatTemplateError(
+                f"the chat template took longer than {self.seconds:g} s to render; simplify the template")
+
+
+def _check_size(value: Any, limit: int) -> Any:
+    if isinstance(value, (str, list, tuple, bytes)) and len(value) > limit:
+        raise ChatTemplateError(
+            f"the chat template built a value of {len(value)} items, over the limit of {limit}; "
+            "simplify the template")
+    return value
+
+
+class _GenerationExtension(Extension):
+    """Accepts ``{% generation %}...{% endgeneration %}`` (used by training templates) and renders its body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Parser) -> list[nodes.Node]:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
+class _BoundedCodeGenerator(CodeGenerator):
+    """Routes ``~`` concatenation through the environment so its result size is checked."""
+
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        self.write("environment.checked_value(")
+        super().visit_Concat(node, frame)
+        self.write(")")
+
+
+class _BoundedEnvironment(ImmutableSandboxedEnvironment):
+    """Immutable sandbox whose renders are limited in time and in the size of what they build."""
+
+    code_generator_class = _BoundedCodeGenerator
+    intercepted_binops = frozenset({"*", "**", "+"})
+
+    def __init__(self) -> None:
+        super().__init__(trim_blocks=True, lstrip_blocks=True,
+                         extensions=[loopcontrols, _GenerationExtension])
+        self._render_state = threading.local()
+        self.filters = {name: self._bounded(fn) for name, fn in self.filters.items()}
+        self.filters["tojson"] = self._bounded(_tojson)
+        self.globals["raise_exception"] = _raise_exception
+        self.globals["strftime_now"] = _strftime_now
+        self.globals["range"] = self._range
+
+    @property
+    def limit(self) -> int:
+        return getattr(self._render_state, "limit", MAX_TEMPLATE_OUTPUT)
+
+    @property
+    def deadline(self) -> _Deadline:
+        return self._render_state.deadline
+
+    def start_render(self, limit: int, timeout_s: float) -> None:
+        """Set this thread's limits for the render that follows."""
+        self._render_state.limit = limit
+        self._render_state.deadline = _Deadline(timeout_s)
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+        raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__} is not allowed")
+
+    def _bounded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.deadline.check()
+            for arg in (*args, *kwargs.values()):
+                if isinstance(arg, int) and not isinstance(arg, bool) and abs(arg) > self.limit:
+                    raise ChatTemplateError(
+                        f"the chat template passed {arg} to a filter, over the limit of {self.limit}")
+            return _check_size(fn(*args, **kwargs), self.limit)
+
+        return wrapper
+
+    def _range(self, *args: int) -> Iterator[int]:
+        values = range(*args)
+        if len(values) > MAX_TEMPLATE_RANGE:
+            raise ChatTemplateError(
+                f"the chat template asked for a range of {len(values)} numbers; the limit is {MAX_TEMPLATE_RANGE}")
+        return self._timed(values)
+
+    def _timed(self, values: range) -> Iterator[int]:
+        for i, value in enumerate(values):
+            if i % _RANGE_CHECK_EVERY == 0:
+                self.deadline.check()
+            yield value
+
+    def checked_value(self, value: Any) -> Any:
+        self.deadline.check()
+        return _check_size(value, self.limit)
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        self.deadline.check()
+        if operator == "**" and isinstance(right, int) and abs(right) > 64:
+            raise ChatTemplateError(f"the chat template raised a number to the power {right}; the limit is 64")
+        if operator == "*":
+            for seq, count in ((left, right), (right, left)):
+                if hasattr(seq, "__len__") and isinstance(count, int) and len(seq) * count > self.limit:
+                    raise ChatTemplateError(
+                        f"the chat template repeated a value {count} times, over the limit of {self.limit} items")
+        return self.checked_value(super().call_binop(context, operator, left, right))
+
+    def call(self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        self.deadline.check()
+        for arg in (*args, *kwargs.values()):
+            _check_size(arg, self.limit)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        self.deadline.check()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        self.deadline.check()
+        return super().getitem(obj, argument)
+
+
+def _tojson(value: Any, indent: int | None = None, separators: tuple[str, str] | None = None,
+            sort_keys: bool = False, ensure_ascii: bool = False) -> str:
+    return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+_ENV = _BoundedEnvironment()
+
+
+@functools.lru_cache(maxsize=_TEMPLATE_CACHE_SIZE)
+def _compile(source: str) -> Any:
+    return _ENV.from_string(source)
+
+
+def _pick_template(tokenizer: PreTrainedTokenizerBase | None, chat_template: str | None, tools: Any) -> str:
+    template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
+    if isinstance(template, Mapping):
+        key = "tool_use" if tools and "tool_use" in template else "default"
+        template = template.get(key)
+    if not template:
+        raise ChatTemplateError(
+            "the tokenizer has no chat template; pass --chat-template (a file or a template string), "
+            "or send a plain completion request")
+    return template
+
+
+def _special_tokens(tokenizer: PreTrainedTokenizerBase | None) -> dict[str, str]:
+    names = ("bos_token", "eos_token", "pad_token", "unk_token")
+    return {n: str(getattr(tokenizer, n, None) or "") for n in names}
+
+
+def _render(template: Any, variables: dict[str, Any], limit: int) -> str:
+    parts: list[str] = []
+    size = 0
+    for piece in template.generate(**variables):
+        size += len(piece)
+        if size > limit:
+            raise ChatTemplateError(
+                f"the chat template rendered more than {limit} characters; shorten the messages or fix the template")
+        _ENV.deadline.check()
+        parts.append(piece)
+    return "".join(parts)
+
+
+def _cut_after_final_message(text: str, messages: list[Any]) -> str:
+    content = messages[-1].get("content") if isinstance(messages[-1], Mapping) else None
+    if not isinstance(content, str) or not content.strip():
+        raise ChatTemplateError("continue_final_message needs a final message with text content")
+    at = text.rfind(content.strip())
+    if at < 0:
+        raise ChatTemplateError("continue_final_message: the template did not render the final message's text")
+    return text[: at + len(content.strip())]
+
+
+def apply_chat_template(tokenizer: PreTrainedTokenizerBase | None, messages: list[Any], *,
+                        chat_template: str | None = None, add_generation_prompt: bool = True,
+                        tools: list[Any] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
+                        continue_final_message: bool = False, max_output_chars: int = MAX_TEMPLATE_OUTPUT,
+                        timeout_s: float = TEMPLATE_TIMEOUT_S) -> str:
+    """Render ``messages`` to a prompt string with the tokenizer's (or the given) chat template.
+
+    The render is sandboxed and bounded: past ``max_output_chars`` characters or ``timeout_s`` seconds it
+    fails with :class:`ChatTemplateError`, as it does for any template error or sandbox violation.
+    """
+    if not messages:
+        raise ChatTemplateError("messages is empty; send at least one message")
+    if continue_final_message and add_generation_prompt:
+        raise ChatTemplateError(
+            "continue_final_message and add_generation_prompt cannot both be true; set one of them to false")
+    source = _pick_template(tokenizer, chat_template, tools)
+    variables: dict[str, Any] = dict(chat_template_kwargs or {})
+    variables.update(_special_tokens(tokenizer))
+    variables.update(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt)
+    _ENV.start_render(max_output_chars, timeout_s)
+    try:
+        text = _render(_compile(source), variables, max_output_chars)
+    except ChatTemplateError:
+        raise
+    except SecurityError as exc:
+        raise ChatTemplateError(f"the chat template tried an unsafe operation ({exc}); fix the template") from None
+    except (TemplateError, ArithmeticError, TypeError, ValueError, RecursionError, MemoryError) as exc:
+        raise ChatTemplateError(f"the chat template failed to render: {exc}") from None
+    return _cut_after_final_message(text, messages) if continue_final_message else text
