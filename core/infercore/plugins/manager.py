@@ -60,7 +60,8 @@ def _env_list(var: str) -> set[str] | None:
 class PluginManager:
     """Holds the pluggy manager, the loaded plugins and one :class:`Registry` per kind."""
 
-    def __init__(self) -> None:
+    def __init__(self, group: str = ENTRY_POINT_GROUP) -> None:
+        self.group = group
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.plugins: dict[str, PluginInfo] = {}
@@ -68,12 +69,12 @@ class PluginManager:
 
     # -- loading -------------------------------------------------------------------------------
     def load_entry_points(self) -> None:
-        """Load every plugin found in the ``infercore.plugins`` entry-point group, honouring
+        """Load every plugin found in the entry-point group (``infercore.plugins``), honouring
         ``INFERCORE_PLUGINS`` (allow-list; ``builtin`` is always kept) and
         ``INFERCORE_DISABLE_PLUGINS``."""
         allow = _env_list("INFERCORE_PLUGINS")
         deny = _env_list("INFERCORE_DISABLE_PLUGINS") or set()
-        eps = sorted(importlib_metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name != "builtin")
+        eps = sorted(importlib_metadata.entry_points(group=self.group), key=lambda e: e.name != "builtin")
         seen: set[str] = set()
         for ep in eps:
             if ep.name in seen:

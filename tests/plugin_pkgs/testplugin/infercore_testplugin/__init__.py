@@ -1,0 +1,1 @@
+"""A third-party plugin for infercore's tests."""

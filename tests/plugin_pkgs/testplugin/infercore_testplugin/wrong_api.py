@@ -1,0 +1,8 @@
+from infercore.plugins import hookimpl
+
+INFERCORE_PLUGIN_API = 99
+
+
+@hookimpl
+def register_models(register):
+    register("Never", "x:y")
