@@ -1,1 +1,1 @@
-"""infercore_cuda."""
+"""infercore's CUDA platform."""

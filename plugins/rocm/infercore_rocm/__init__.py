@@ -1,1 +1,1 @@
-"""infercore_rocm."""
+"""infercore's ROCm platform."""

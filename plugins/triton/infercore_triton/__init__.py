@@ -1,1 +1,1 @@
-"""infercore_triton."""
+"""Portable Triton kernels for infercore: paged attention, KV write, norms, rotary, activation."""

@@ -1,5 +1,33 @@
-"""Hook implementations of this plugin."""
+"""infercore-triton's hook implementations: the "triton" attention backend and the Triton custom ops.
+
+Importing this module imports neither triton nor torch: registrations are lazy strings.
+"""
 
 from __future__ import annotations
 
+from infercore.plugins import hookimpl
+from infercore.plugins.hookspecs import RegisterFn
+
 INFERCORE_PLUGIN_API = 1
+
+#: Platforms whose devices Triton compiles for; each gets the kernels below as its custom ops.
+TRITON_PLATFORMS = ("cuda", "rocm", "xpu")
+
+CUSTOM_OPS = {
+    "rms_norm": "infercore_triton.rms_norm:rms_norm",
+    "fused_add_rms_norm": "infercore_triton.rms_norm:fused_add_rms_norm",
+    "rotary_embedding": "infercore_triton.rotary:rotary_embedding",
+    "silu_and_mul": "infercore_triton.activation:silu_and_mul",
+}
+
+
+@hookimpl
+def register_attention_backends(register: RegisterFn) -> None:
+    register("triton", "infercore_triton.backend:TritonAttentionBackend")
+
+
+@hookimpl
+def register_custom_ops(register: RegisterFn) -> None:
+    for platform in TRITON_PLATFORMS:
+        for name, target in CUSTOM_OPS.items():
+            register(name, target, platform=platform)

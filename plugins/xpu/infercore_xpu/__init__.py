@@ -1,1 +1,1 @@
-"""infercore_xpu."""
+"""infercore's XPU platform."""

@@ -1,0 +1,67 @@
+"""The CUDA platform: NVIDIA GPUs, found through NVML without creating a CUDA context."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from infercore.platforms import PlatformCapabilities, ProbeResult
+from infercore_triton.gpu_platform import TritonGpuPlatform
+
+PRIORITY = 100
+_PROC_DRIVER = Path("/proc/driver/nvidia/version")
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _probe_nvml() -> ProbeResult:
+    try:
+        import pynvml
+    except ImportError:
+        if _PROC_DRIVER.exists():
+            return ProbeResult(True, "NVIDIA driver loaded (/proc/driver/nvidia); install nvidia-ml-py for "
+                               "device details", PRIORITY)
+        return ProbeResult(False, "no NVIDIA driver: nvidia-ml-py is not installed and /proc/driver/nvidia "
+                           "is missing")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return ProbeResult(False, f"NVML: {exc}")
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        if count == 0:
+            return ProbeResult(False, "NVML: the driver is loaded but sees no GPU")
+        name = _text(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0)))
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+    except pynvml.NVMLError as exc:
+        return ProbeResult(False, f"NVML: {exc}")
+    finally:
+        pynvml.nvmlShutdown()
+    return ProbeResult(True, f"{count} x {name}, driver {driver} (NVML)", PRIORITY)
+
+
+class CudaPlatform(TritonGpuPlatform):
+    """NVIDIA GPUs through torch.cuda, with Triton kernels and CUDA graphs."""
+
+    name = "cuda"
+    device_type = "cuda"
+    dist_backend = "nccl"
+    capabilities = PlatformCapabilities(
+        graph_capture=True,
+        pin_memory=True,
+        supported_dtypes=(torch.bfloat16, torch.float16, torch.float32),
+        default_dtype=torch.bfloat16,
+        profile_memory=True,
+    )
+
+    @classmethod
+    def probe(cls) -> ProbeResult:
+        if torch.version.cuda is None:
+            return ProbeResult(False, f"torch {torch.__version__} was built without CUDA; install a CUDA build "
+                               "of torch")
+        if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+            return ProbeResult(False, "CUDA_VISIBLE_DEVICES hides every GPU")
+        return _probe_nvml()

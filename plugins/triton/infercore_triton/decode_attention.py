@@ -1,0 +1,169 @@
+"""Paged decode attention: one query token per sequence, split-K over the context.
+
+Each program owns one (sequence, KV head, split) and attends with every query head of that KV
+head's group at once, so a KV block is read from memory once per group rather than once per query
+head. The context is cut into ``num_splits`` equal ranges per sequence; each split writes a partial
+output and its log-sum-exp, and a second kernel merges them. The number of splits is fixed per
+launch (a graph-stable choice) while each sequence's ranges follow its own length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+#: Window passed to the kernels when attention is not windowed: longer than any context.
+NO_WINDOW = 1 << 30
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Launch parameters of the decode kernel: tokens per step of the loop, warps and pipeline depth."""
+
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+@triton.jit
+def _decode_split_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr,
+    out_ptr, part_out_ptr, part_lse_ptr,
+    scale, sliding_window,
+    stride_qt, stride_qh,
+    stride_cb, stride_cs, stride_ch,
+    stride_bt,
+    stride_ot, stride_oh,
+    stride_pt, stride_ph, stride_ps,
+    stride_lt, stride_lh,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+):
+    seq = tl.program_id(0).to(tl.int64)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+
+    seq_len = tl.load(seq_lens_ptr + seq)
+    start = tl.maximum(seq_len - sliding_window, 0)
+    # Splits start on BLOCK_N boundaries so the loop's tiles never straddle two splits.
+    chunk = tl.cdiv(tl.cdiv(seq_len - start, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = start + split * chunk
+    hi = tl.minimum(lo + chunk, seq_len)
+
+    g = tl.arange(0, GROUP_PAD)
+    d = tl.arange(0, HEAD_PAD)
+    heads = kv_head * GROUP + g
+    g_mask = g < GROUP
+    d_mask = d < HEAD
+    q = tl.load(q_ptr + seq * stride_qt + heads[:, None] * stride_qh + d[None, :],
+                mask=g_mask[:, None] & d_mask[None, :], other=0.0)
+    # Scores live in base 2 (exp2 is the cheap exponential); the merge kernel stays in base 2 too.
+    qk_scale = scale * 1.4426950408889634
+
+    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    denom = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_PAD], tl.float32)
+    table = block_table_ptr + seq * stride_bt
+    for n0 in range(lo, hi, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        valid = n < hi
+        page = tl.load(table + n // PAGE, mask=valid, other=0).to(tl.int64)
+        offs = page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
+        kv_mask = valid[:, None] & d_mask[None, :]
+        k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k.to(q.dtype))) * qk_scale
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        denom = denom * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+        m = m_new
+
+    empty = denom == 0.0
+    result = acc / tl.where(empty, 1.0, denom)[:, None]
+    out_mask = g_mask[:, None] & d_mask[None, :]
+    if NUM_SPLITS == 1:
+        tl.store(out_ptr + seq * stride_ot + heads[:, None] * stride_oh + d[None, :],
+                 result.to(out_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        lse = tl.where(empty, float("-inf"), m + tl.log2(tl.where(empty, 1.0, denom)))
+        tl.store(part_out_ptr + seq * stride_pt + heads[:, None] * stride_ph + split * stride_ps + d[None, :],
+                 result, mask=out_mask)
+        tl.store(part_lse_ptr + seq * stride_lt + heads * stride_lh + split, lse, mask=g_mask)
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    part_out_ptr, part_lse_ptr, out_ptr,
+    stride_pt, stride_ph, stride_ps,
+    stride_lt, stride_lh,
+    stride_ot, stride_oh,
+    HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+):
+    seq = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    s = tl.arange(0, SPLITS_PAD)
+    d = tl.arange(0, HEAD_PAD)
+    s_mask = s < NUM_SPLITS
+    lse = tl.load(part_lse_ptr + seq * stride_lt + head * stride_lh + s, mask=s_mask, other=float("-inf"))
+    m = tl.max(lse, axis=0)
+    w = tl.where(lse == float("-inf"), 0.0, tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m)))
+    total = tl.sum(w, axis=0)
+    parts = tl.load(part_out_ptr + seq * stride_pt + head * stride_ph + s[:, None] * stride_ps + d[None, :],
+                    mask=(w > 0.0)[:, None] & (d < HEAD)[None, :], other=0.0)
+    result = tl.sum(parts * w[:, None], axis=0) / tl.where(total == 0.0, 1.0, total)
+    tl.store(out_ptr + seq * stride_ot + head * stride_oh + d, result.to(out_ptr.dtype.element_ty), mask=d < HEAD)
+
+
+def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor,
+                     scale: float, out: torch.Tensor, num_splits: int = 1, sliding_window: int | None = None,
+                     config: DecodeConfig | None = None) -> torch.Tensor:
+    """Attention of one query token per sequence over its paged context.
+
+    ``q``/``out`` are [num_seqs, heads, head_size] (row ``i`` is sequence ``i``'s token at position
+    ``seq_lens[i] - 1``); ``kv_cache`` is [2, blocks, block_size, kv_heads, head_size]. A sequence of
+    length 0 gets zeros. Fills ``out`` and returns it.
+    """
+    config = config or DecodeConfig()
+    num_seqs, num_heads, head_size = q.shape
+    _, _, page, kv_heads, _ = kv_cache.shape
+    group = num_heads // kv_heads
+    k_cache, v_cache = kv_cache[0], kv_cache[1]
+    head_pad = triton.next_power_of_2(head_size)
+    if num_seqs == 0:
+        return out
+    if num_splits > 1:
+        part_out = torch.empty((num_seqs, num_heads, num_splits, head_size), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((num_seqs, num_heads, num_splits), dtype=torch.float32, device=q.device)
+    else:
+        part_out = out.new_empty((1, 1, 1, 1), dtype=torch.float32)
+        part_lse = out.new_empty((1, 1, 1), dtype=torch.float32)
+    _decode_split_kernel[(num_seqs, kv_heads, num_splits)](
+        q, k_cache, v_cache, block_table, seq_lens,
+        out, part_out, part_lse,
+        scale, sliding_window or NO_WINDOW,
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        block_table.stride(0),
+        out.stride(0), out.stride(1),
+        part_out.stride(0), part_out.stride(1), part_out.stride(2),
+        part_lse.stride(0), part_lse.stride(1),
+        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
+        PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if num_splits > 1:
+        _decode_reduce_kernel[(num_seqs, num_heads)](
+            part_out, part_lse, out,
+            part_out.stride(0), part_out.stride(1), part_out.stride(2),
+            part_lse.stride(0), part_lse.stride(1),
+            out.stride(0), out.stride(1),
+            HEAD=head_size, HEAD_PAD=head_pad, NUM_SPLITS=num_splits,
+            SPLITS_PAD=triton.next_power_of_2(num_splits), num_warps=4,
+        )
+    return out

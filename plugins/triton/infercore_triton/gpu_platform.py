@@ -1,0 +1,82 @@
+"""Common ground of the GPU platforms whose kernels are this package's Triton kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import torch
+from infercore.platforms import Platform
+
+if TYPE_CHECKING:
+    from infercore.attention import AttentionRequest
+    from infercore.config import InfercoreConfig
+
+
+class TritonGpuPlatform(Platform):
+    """A GPU reached through a torch device module (``torch.cuda``, ``torch.xpu``) running the
+    "triton" attention backend. Subclasses give the identity, capabilities and ``probe``."""
+
+    def _module(self) -> Any:
+        return torch.get_device_module(self.device_type)
+
+    def device_count(self) -> int:
+        return int(self._module().device_count())
+
+    def total_memory(self, index: int = 0) -> int:
+        return int(self._module().get_device_properties(index).total_memory)
+
+    def free_memory(self, index: int = 0) -> int:
+        free, _ = self._module().mem_get_info(index)
+        return int(free)
+
+    def select_attention_backend(self, request: AttentionRequest) -> str:
+        return "triton"
+
+    def update_config(self, config: InfercoreConfig) -> None:
+        # KV cache sizing is the runner's (it profiles through free_memory/profile_peak_memory).
+        wanted = config.parallel.tensor_parallel_size
+        have = self.device_count()
+        if wanted > have:
+            raise ValueError(f"tensor_parallel_size is {wanted} but only {have} {self.name} device(s) are "
+                             f"visible; lower --tensor-parallel-size or make more devices visible")
+
+    def set_device(self, index: int) -> None:
+        self._module().set_device(index)
+
+    def synchronize(self) -> None:
+        self._module().synchronize()
+
+    def empty_cache(self) -> None:
+        self._module().empty_cache()
+
+    def profile_peak_memory(self, fn: Callable[[], None]) -> int:
+        module = self._module()
+        module.synchronize()
+        module.reset_peak_memory_stats()
+        fn()
+        module.synchronize()
+        return int(module.max_memory_allocated())
+
+    # -- device graphs (platforms with capabilities.graph_capture) ---------------------------------
+    def new_graph(self) -> torch.cuda.CUDAGraph:
+        """An empty device graph to capture one step into."""
+        self._require_graphs()
+        return torch.cuda.CUDAGraph()
+
+    def graph_pool_handle(self) -> Any:
+        """A memory pool that several captured graphs can share."""
+        self._require_graphs()
+        return torch.cuda.graph_pool_handle()
+
+    @contextmanager
+    def capture_graph(self, graph: torch.cuda.CUDAGraph, pool: Any = None) -> Iterator[None]:
+        """Record the device work queued inside the block into ``graph``; replay with ``graph.replay()``."""
+        self._require_graphs()
+        with torch.cuda.graph(graph, pool=pool):
+            yield
+
+    def _require_graphs(self) -> None:
+        if not self.capabilities.graph_capture:
+            raise NotImplementedError(f"platform {self.name!r} cannot capture device graphs; run with --enforce-eager")
