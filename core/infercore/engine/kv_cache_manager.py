@@ -1,0 +1,132 @@
+"""KVCacheManager: which blocks each request holds, and prefix-cache lookups."""
+
+from __future__ import annotations
+
+from infercore.engine.block_hash import extend_block_hashes
+from infercore.engine.block_pool import BlockPool, KVBlock
+from infercore.engine.request import Request
+
+
+class KVCacheManager:
+    """Gives requests the blocks their tokens need and shares full blocks of equal prefixes.
+
+    A request's blocks go into the prefix cache as soon as they are allocated for tokens that the
+    coming step computes, so a request scheduled later in the same step can already share them.
+    This relies on the runner writing a layer's KV for every token of the step before that layer's
+    attention reads the cache. Blocks whose KV was never written (the request was preempted or
+    aborted before its step ran) leave the cache when the request frees them.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True) -> None:
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.pool = BlockPool(num_blocks)
+        self._req_blocks: dict[str, list[KVBlock]] = {}
+        self._num_cached_blocks: dict[str, int] = {}
+        #: Cumulative prefix-cache counters, in tokens.
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    @property
+    def num_usable_blocks(self) -> int:
+        return self.pool.num_usable_blocks
+
+    @property
+    def usage(self) -> float:
+        return self.pool.usage
+
+    def get_computed_blocks(self, request: Request) -> tuple[list[KVBlock], int]:
+        """The longest cached prefix of a request not yet holding blocks, and its length in tokens.
+
+        At least one token is always left to compute, so the step samples the next token. Requests
+        that want prompt logprobs skip the cache (every prompt position must be computed).
+        """
+        if not self.enable_caching or request.sampling_params.prompt_logprobs is not None:
+            return [], 0
+        bs = self.block_size
+        max_hit_blocks = (request.num_tokens - 1) // bs
+        hashes = request.block_hashes
+        extend_block_hashes(hashes, request.all_token_ids, max_hit_blocks, bs, request.cache_salt)
+        hit: list[KVBlock] = []
+        get = self.pool.get_cached_block
+        for i in range(max_hit_blocks):
+            block = get(hashes[i])
+            if block is None:
+                break
+            hit.append(block)
+        return hit, len(hit) * bs
+
+    def allocate_slots(
+        self, request: Request, num_new_tokens: int, new_computed_blocks: list[KVBlock] | None = None
+    ) -> list[int] | None:
+        """Make room for ``num_new_tokens`` more tokens after the computed ones.
+
+        ``new_computed_blocks`` (from :meth:`get_computed_blocks`, for a request being scheduled
+        from the waiting queue) are prefix-cache hits placed before the new tokens; passing a
+        list, even empty, counts a prefix-cache query. Returns the ids of the blocks appended to
+        the request's block table (hits first), or None, changing nothing, when too few blocks are free.
+        """
+        bs = self.block_size
+        rid = request.request_id
+        blocks = self._req_blocks.get(rid)
+        num_held = len(blocks) if blocks is not None else 0
+        hit = new_computed_blocks or []
+        num_tokens = request.num_computed_tokens + len(hit) * bs + num_new_tokens
+        num_needed = -(-num_tokens // bs) - num_held - len(hit)
+        new_ids: list[int] = []
+        if num_needed > 0 or hit:
+            pool = self.pool
+            num_hits_in_free_queue = sum(1 for b in hit if b.ref_cnt == 0)
+            if num_needed > pool.num_free_blocks - num_hits_in_free_queue:
+                return None
+            pool.touch(hit)
+            appended = hit + pool.allocate(num_needed) if num_needed > 0 else hit
+            if blocks is None:
+                blocks = self._req_blocks[rid] = []
+            blocks.extend(appended)
+            new_ids = [b.block_id for b in appended]
+        if new_computed_blocks is not None:
+            self.prefix_cache_queries += request.num_tokens
+            self.prefix_cache_hits += len(hit) * bs
+        if self.enable_caching and blocks is not None:
+            self._cache_full_blocks(request, blocks, min(num_tokens, request.num_tokens))
+        return new_ids
+
+    def _cache_full_blocks(self, request: Request, blocks: list[KVBlock], num_tokens: int) -> None:
+        num_full = num_tokens // self.block_size
+        rid = request.request_id
+        start = self._num_cached_blocks.get(rid, 0)
+        if num_full <= start:
+            return
+        hashes = request.block_hashes
+        extend_block_hashes(hashes, request.all_token_ids, num_full, self.block_size, request.cache_salt)
+        cache_block = self.pool.cache_block
+        for i in range(start, num_full):
+            cache_block(blocks[i], hashes[i])
+        self._num_cached_blocks[rid] = num_full
+
+    def free(self, request: Request) -> None:
+        """Give back a request's blocks. Call it before ``num_computed_tokens`` is reset: blocks past
+        the computed tokens are taken out of the prefix cache, as their KV was never written."""
+        blocks = self._req_blocks.pop(request.request_id, None)
+        self._num_cached_blocks.pop(request.request_id, None)
+        if blocks is None:
+            return
+        pool = self.pool
+        for block in blocks[request.num_computed_tokens // self.block_size:]:
+            if block.ref_cnt == 1:
+                pool.uncache_block(block)
+        pool.free(blocks)
+
+    def get_block_ids(self, request: Request) -> list[int]:
+        return [b.block_id for b in self._req_blocks.get(request.request_id, ())]
+
+    def get_blocks(self, request: Request) -> list[KVBlock]:
+        return self._req_blocks.get(request.request_id, [])
+
+    def reset_prefix_cache(self) -> None:
+        self.pool.reset_prefix_cache()

@@ -1,0 +1,315 @@
+"""Scheduler: spends each step's token budget on running and waiting requests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from infercore.config import CacheConfig, SchedulerConfig
+from infercore.engine.kv_cache_manager import KVCacheManager
+from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, Logprobs, SchedulerStats
+from infercore.engine.request import Request, RequestStatus
+from infercore.engine.request_queue import create_request_queue
+from infercore.engine.scheduler_output import (
+    CachedRequestData,
+    ModelRunnerOutput,
+    NewRequestData,
+    SchedulerOutput,
+)
+
+_DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+
+_RUNNING = RequestStatus.RUNNING
+_STOPPED = RequestStatus.FINISHED_STOPPED
+_LENGTH = RequestStatus.FINISHED_LENGTH
+
+
+class Scheduler:
+    """Continuous batching over a paged KV cache.
+
+    One rule drives every step: give each request tokens until its ``num_computed_tokens``
+    catches up with its ``num_tokens``, within one token budget (``max_num_batched_tokens``) and
+    ``max_num_seqs`` requests. Running requests are served first, then waiting ones in policy
+    order. A long prompt is split over steps (chunked prefill), a prefix-cache hit starts
+    ``num_computed_tokens`` at the hit length, and a step may compute several tokens of a request.
+    When the KV cache is full, the running request that the policy ranks last is preempted: its
+    blocks are freed and it waits to recompute its prompt and outputs.
+    """
+
+    def __init__(
+        self,
+        scheduler_config: SchedulerConfig,
+        cache_config: CacheConfig,
+        max_model_len: int,
+        num_blocks: int,
+        block_size: int,
+        max_num_batched_tokens: int | None = None,
+    ) -> None:
+        self.max_model_len = max_model_len
+        self.block_size = block_size
+        self.max_num_seqs = scheduler_config.max_num_seqs
+        self.max_num_batched_tokens = (max_num_batched_tokens or scheduler_config.max_num_batched_tokens
+                                       or _DEFAULT_MAX_NUM_BATCHED_TOKENS)
+        self.enable_chunked_prefill = scheduler_config.enable_chunked_prefill
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
+                f"({max_model_len}), so without chunked prefill a long prompt could never run; "
+                "enable chunked prefill or raise max_num_batched_tokens")
+        self.kv_cache_manager = KVCacheManager(num_blocks, block_size, cache_config.enable_prefix_caching)
+        blocks_per_seq = -(-max_model_len // block_size)
+        if blocks_per_seq > self.kv_cache_manager.num_usable_blocks:
+            raise ValueError(
+                f"one sequence of max_model_len={max_model_len} tokens needs {blocks_per_seq} KV cache blocks "
+                f"but the cache holds {self.kv_cache_manager.num_usable_blocks}; lower max_model_len or "
+                "give the KV cache more memory")
+
+        self.requests: dict[str, Request] = {}
+        self.waiting = create_request_queue(scheduler_config.scheduling_policy)
+        self.running: list[Request] = []
+        self._finished_req_ids: set[str] = set()
+        self.num_preemptions = 0
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.running) or len(self.waiting) > 0
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in use; give each request a unique id")
+        if request.num_prompt_tokens == 0:
+            raise ValueError("the prompt is empty; send at least one token")
+        if request.num_prompt_tokens > self.max_model_len:
+            raise ValueError(
+                f"prompt has {request.num_prompt_tokens} tokens but max_model_len is {self.max_model_len}; "
+                "shorten the prompt or raise --max-model-len")
+        self.requests[request.request_id] = request
+        self.waiting.add(request)
+
+    def abort_requests(self, request_ids: Iterable[str]) -> None:
+        """Finish requests in any state and free their blocks; unknown ids are ignored."""
+        aborted = [r for r in map(self.requests.get, request_ids) if r is not None]
+        if not aborted:
+            return
+        ids = {r.request_id for r in aborted}
+        if any(r.status == _RUNNING for r in aborted):
+            self.running = [r for r in self.running if r.request_id not in ids]
+        if any(r.status != _RUNNING for r in aborted):
+            self.waiting.remove(ids)
+        for request in aborted:
+            self._finish(request, RequestStatus.FINISHED_ABORTED)
+
+    def schedule(self) -> SchedulerOutput:
+        budget = self.max_num_batched_tokens
+        kv = self.kv_cache_manager
+        num_scheduled: dict[str, int] = {}
+        new_block_ids: dict[str, list[int]] = {}
+        running = self.running
+        preempted = False
+
+        idx = 0
+        while idx < len(running) and budget > 0:
+            request = running[idx]
+            num_new = request.num_tokens - request.num_computed_tokens
+            if num_new <= 0 or (num_new > budget and not self.enable_chunked_prefill):
+                idx += 1
+                continue
+            num_new = min(num_new, budget)
+            block_ids = kv.allocate_slots(request, num_new)
+            while block_ids is None:
+                victim = max(reversed(running), key=self.waiting.preemption_key)
+                victim_idx = running.index(victim)
+                del running[victim_idx]
+                if victim.request_id in num_scheduled:
+                    budget += num_scheduled.pop(victim.request_id)
+                    new_block_ids.pop(victim.request_id)
+                self._preempt(victim)
+                preempted = True
+                if victim is request:
+                    break
+                if victim_idx < idx:
+                    idx -= 1
+                block_ids = kv.allocate_slots(request, num_new)
+            if block_ids is None:
+                continue
+            num_scheduled[request.request_id] = num_new
+            new_block_ids[request.request_id] = block_ids
+            budget -= num_new
+            idx += 1
+
+        cached_reqs = [CachedRequestData(rid, ids, self.requests[rid].num_computed_tokens)
+                       for rid, ids in new_block_ids.items()]
+        new_reqs: list[NewRequestData] = []
+        if not preempted:
+            budget = self._schedule_waiting(budget, num_scheduled, new_reqs)
+
+        finished = self._finished_req_ids
+        self._finished_req_ids = set()
+        return SchedulerOutput(
+            scheduled_new_reqs=new_reqs,
+            scheduled_cached_reqs=cached_reqs,
+            num_scheduled_tokens=num_scheduled,
+            total_num_scheduled_tokens=self.max_num_batched_tokens - budget,
+            finished_req_ids=finished,
+        )
+
+    def _schedule_waiting(self, budget: int, num_scheduled: dict[str, int], new_reqs: list[NewRequestData]) -> int:
+        """Start waiting requests in policy order until the budget, the seats or the blocks run out."""
+        kv = self.kv_cache_manager
+        waiting = self.waiting
+        while len(waiting) > 0 and budget > 0 and len(self.running) < self.max_num_seqs:
+            request = waiting.peek()
+            hit_blocks, num_hit = kv.get_computed_blocks(request)
+            num_new = request.num_tokens - num_hit
+            if num_new > budget:
+                if not self.enable_chunked_prefill:
+                    break
+                num_new = budget
+            if kv.allocate_slots(request, num_new, hit_blocks) is None:
+                break
+            waiting.pop()
+            request.status = _RUNNING
+            request.num_computed_tokens = num_hit
+            if request.num_cached_tokens < 0:
+                request.num_cached_tokens = num_hit
+            self.running.append(request)
+            num_scheduled[request.request_id] = num_new
+            budget -= num_new
+            new_reqs.append(NewRequestData(
+                req_id=request.request_id,
+                prompt_token_ids=request.prompt_token_ids,
+                sampling_params=request.sampling_params,
+                block_ids=kv.get_block_ids(request),
+                num_computed_tokens=num_hit,
+                output_token_ids=list(request.output_token_ids),
+            ))
+        return budget
+
+    def _preempt(self, request: Request) -> None:
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        if not request.prompt_logprobs_sent:
+            request.prompt_logprobs_parts.clear()
+        self.num_preemptions += 1
+        self._finished_req_ids.add(request.request_id)
+        self.waiting.add_preempted(request)
+
+    def _finish(self, request: Request, status: RequestStatus) -> None:
+        request.status = status
+        self.kv_cache_manager.free(request)
+        del self.requests[request.request_id]
+        self._finished_req_ids.add(request.request_id)
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput
+    ) -> EngineCoreOutputs:
+        """Fold one step's results into request state; return outputs of requests with news."""
+        requests = self.requests
+        for rid, num in scheduler_output.num_scheduled_tokens.items():
+            request = requests.get(rid)
+            if request is not None and request.status == _RUNNING:
+                request.num_computed_tokens += num
+
+        if runner_output.prompt_logprobs:
+            for rid, lp in runner_output.prompt_logprobs.items():
+                request = requests.get(rid)
+                if request is not None and not request.prompt_logprobs_sent:
+                    request.prompt_logprobs_parts.append(lp)
+
+        logprobs = runner_output.logprobs
+        outputs: list[EngineCoreOutput] = []
+        any_finished = False
+        for rid, sampled in zip(runner_output.req_ids, runner_output.sampled_token_ids):
+            if not sampled:
+                continue
+            request = requests.get(rid)
+            if request is None or request.status != _RUNNING:
+                continue
+            new_tokens = self._append_tokens(request, sampled)
+            new_logprobs = logprobs.get(rid) if logprobs else None
+            if new_logprobs is not None and len(new_tokens) < len(sampled):
+                new_logprobs = _slice_logprobs(new_logprobs, len(new_tokens))
+            status = request.status
+            outputs.append(EngineCoreOutput(
+                request_id=rid,
+                new_token_ids=new_tokens,
+                new_logprobs=new_logprobs,
+                prompt_logprobs=None if request.prompt_logprobs_sent else self._take_prompt_logprobs(request),
+                finish_reason=RequestStatus.finish_reason(status) if status != _RUNNING else None,
+                stop_reason=request.stop_reason,
+                num_cached_tokens=request.num_cached_tokens,
+            ))
+            if status != _RUNNING:
+                any_finished = True
+                self._finish(request, status)
+        if any_finished:
+            self.running = [r for r in self.running if r.status == _RUNNING]
+        return EngineCoreOutputs(outputs=outputs, stats=self.get_stats(), timestamp=time.time())
+
+    def _append_tokens(self, request: Request, sampled: list[int]) -> list[int]:
+        """Append sampled tokens one by one, stopping at the first that ends the request."""
+        out = request.output_token_ids
+        all_ids = request.all_token_ids
+        for i, token in enumerate(sampled):
+            out.append(token)
+            all_ids.append(token)
+            status = self._check_stop(request, token)
+            if status is not None:
+                request.status = status
+                return sampled[:i + 1]
+        return sampled
+
+    def _check_stop(self, request: Request, token: int) -> RequestStatus | None:
+        num_output = len(request.output_token_ids)
+        # A stop token may end the request only after min_tokens other tokens.
+        if num_output > request.min_tokens:
+            if token == request.stop_eos_token_id:
+                return _STOPPED
+            if token in request.stop_token_ids:
+                request.stop_reason = token
+                return _STOPPED
+        if num_output >= request.max_tokens or len(request.all_token_ids) >= self.max_model_len:
+            return _LENGTH
+        return None
+
+    @staticmethod
+    def _take_prompt_logprobs(request: Request) -> Logprobs | None:
+        parts = request.prompt_logprobs_parts
+        request.prompt_logprobs_sent = True
+        if not parts:
+            return None
+        request.prompt_logprobs_parts = []
+        if len(parts) == 1:
+            return parts[0]
+        return Logprobs(
+            token_ids=[row for p in parts for row in p.token_ids],
+            logprobs=[row for p in parts for row in p.logprobs],
+            ranks=[r for p in parts for r in p.ranks],
+        )
+
+    def get_stats(self) -> SchedulerStats:
+        """Gauges now and counters since the scheduler started."""
+        kv = self.kv_cache_manager
+        return SchedulerStats(
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            kv_cache_usage=kv.usage,
+            prefix_cache_queries=kv.prefix_cache_queries,
+            prefix_cache_hits=kv.prefix_cache_hits,
+            num_free_blocks=kv.num_free_blocks,
+            num_total_blocks=kv.num_usable_blocks,
+            num_preemptions=self.num_preemptions,
+        )
+
+
+def _slice_logprobs(lp: Logprobs, n: int) -> Logprobs:
+    return Logprobs(token_ids=lp.token_ids[:n], logprobs=lp.logprobs[:n], ranks=lp.ranks[:n])

@@ -1,0 +1,111 @@
+"""A fake model runner that keeps a token-level copy of the paged KV cache, and request builders."""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+
+from infercore.config import CacheConfig, SchedulerConfig
+from infercore.engine.messages import EngineCoreOutputs
+from infercore.engine.request import Request
+from infercore.engine.scheduler import Scheduler
+from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from infercore.sampling_params import SamplingParams
+
+VOCAB = 1000
+EOS = 2
+
+
+def next_token(context: list[int]) -> int:
+    """Deterministic 'sampling': a token chosen by the hash of the whole context, never EOS."""
+    digest = hashlib.sha256(array("q", context).tobytes()).digest()
+    return 3 + int.from_bytes(digest[:4], "little") % (VOCAB - 3)
+
+
+def make_request(rid: str, prompt: list[int] | int, max_tokens: int | None = 8, **kwargs) -> Request:
+    if isinstance(prompt, int):
+        prompt = [(hash(rid) + i) % 500 + 3 for i in range(prompt)]
+    sp_fields = {k: kwargs.pop(k) for k in list(kwargs) if k in SamplingParams.__struct_fields__}
+    sp = SamplingParams(max_tokens=max_tokens, **sp_fields)
+    kwargs.setdefault("eos_token_id", EOS)
+    return Request(rid, list(prompt), sp, **kwargs)
+
+
+def make_scheduler(num_blocks: int = 64, block_size: int = 4, max_model_len: int = 64,
+                   budget: int = 32, max_num_seqs: int = 16, policy: str = "fcfs",
+                   chunked: bool = True, prefix_caching: bool = True) -> Scheduler:
+    return Scheduler(
+        SchedulerConfig(max_num_seqs=max_num_seqs, scheduling_policy=policy, enable_chunked_prefill=chunked),
+        CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching),
+        max_model_len=max_model_len, num_blocks=num_blocks, block_size=block_size,
+        max_num_batched_tokens=budget,
+    )
+
+
+class FakeRunner:
+    """Follows SchedulerOutputs the way a model runner does and checks the block tables.
+
+    Each computed position writes its token into the slot its block table names; before sampling,
+    every position of the request is read back from the cache and compared with its tokens, so a
+    wrong block table, a stale prefix-cache hit or a lost block fails the check.
+    """
+
+    def __init__(self, block_size: int, sampler=next_token, tokens_per_step: int = 1) -> None:
+        self.block_size = block_size
+        self.sampler = sampler
+        self.tokens_per_step = tokens_per_step
+        self.kv: dict[int, dict[int, int]] = {}
+        self.state: dict[str, tuple[list[int], list[int], int]] = {}  # tokens, block ids, num prompt
+
+    def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        for rid in out.finished_req_ids:
+            self.state.pop(rid, None)
+        computed: dict[str, int] = {}
+        for new in out.scheduled_new_reqs:
+            assert new.req_id not in self.state, f"{new.req_id} scheduled as new twice"
+            tokens = list(new.prompt_token_ids) + list(new.output_token_ids)
+            self.state[new.req_id] = (tokens, list(new.block_ids), len(new.prompt_token_ids))
+            computed[new.req_id] = new.num_computed_tokens
+        for cached in out.scheduled_cached_reqs:
+            self.state[cached.req_id][1].extend(cached.new_block_ids)
+            computed[cached.req_id] = cached.num_computed_tokens
+        assert set(computed) == set(out.num_scheduled_tokens)
+        assert sum(out.num_scheduled_tokens.values()) == out.total_num_scheduled_tokens
+        req_ids, sampled = [], []
+        for rid, num in out.num_scheduled_tokens.items():
+            tokens, blocks, _ = self.state[rid]
+            start = computed[rid]
+            assert num > 0 and start + num <= len(tokens)
+            assert len(blocks) * self.block_size >= start + num, "block table too short"
+            for pos in range(start, start + num):
+                self.kv.setdefault(blocks[pos // self.block_size], {})[pos % self.block_size] = tokens[pos]
+            new_tokens: list[int] = []
+            if start + num == len(tokens):
+                cached = [self.kv.get(blocks[p // self.block_size], {}).get(p % self.block_size)
+                          for p in range(len(tokens))]
+                assert cached == tokens, f"KV cache of {rid} does not hold its tokens"
+                context = list(tokens)
+                for _ in range(self.tokens_per_step):
+                    context.append(self.sampler(context))
+                new_tokens = context[len(tokens):]
+                tokens.extend(new_tokens)
+            req_ids.append(rid)
+            sampled.append(new_tokens)
+        return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, logprobs=None, prompt_logprobs=None)
+
+
+def run_to_completion(scheduler: Scheduler, runner: FakeRunner, max_steps: int = 10_000,
+                      on_step=None) -> dict[str, list[int]]:
+    """Step until no request is left; return each request's generated tokens."""
+    results: dict[str, list[int]] = {}
+    steps = 0
+    while scheduler.has_unfinished_requests():
+        steps += 1
+        assert steps <= max_steps, "scheduler made no progress"
+        out = scheduler.schedule()
+        outputs: EngineCoreOutputs = scheduler.update_from_output(out, runner.execute(out))
+        for o in outputs.outputs:
+            results.setdefault(o.request_id, []).extend(o.new_token_ids)
+        if on_step is not None:
+            on_step(out, outputs)
+    return results
