@@ -1,0 +1,1 @@
+"""Tool-call formats, one per module."""
