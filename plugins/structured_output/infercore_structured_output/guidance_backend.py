@@ -63,10 +63,10 @@ class GuidanceMatcher(GrammarMatcher):
             if self._terminated:
                 return n
             if token in self._eos:
-                # llguidance's validate_tokens does not count EOS; EOS is allowed where the grammar may end.
+                # EOS is kept out of llguidance (it neither validates nor rolls it back like other
+                # tokens): it is allowed where the grammar may end, and ends the match here.
                 if not self._matcher.is_accepting():
                     return n
-                self._matcher.consume_token(token)
                 self._terminated = True
             elif self._matcher.validate_tokens([token]) != 1 or not self._matcher.consume_token(token):
                 return n
@@ -77,11 +77,19 @@ class GuidanceMatcher(GrammarMatcher):
             self.rollback(num_tokens)
 
     def rollback(self, num_tokens: int) -> None:
-        self._matcher.rollback(num_tokens)
-        if num_tokens > 0:
+        if num_tokens > 0 and self._terminated:
             self._terminated = False
+            num_tokens -= 1
+        if num_tokens > 0:
+            self._matcher.rollback(num_tokens)
 
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        if self._terminated:
+            bitmask[row] = 0
+            for token in self._eos:
+                bit = 1 << (token % 32)
+                bitmask[row, token // 32] |= bit - (1 << 32 if bit >= 1 << 31 else 0)  # as int32
+            return
         llguidance.torch.fill_next_token_bitmask(self._matcher, bitmask, row)
 
     def is_terminated(self) -> bool:
