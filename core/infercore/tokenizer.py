@@ -241,7 +241,8 @@ def _render(template: Any, variables: dict[str, Any], limit: int) -> str:
         size += len(piece)
         if size > limit:
             raise ChatTemplateError(
-                f"the chat template rendered more than {limit} characters; shorten the messages or fix the template")
+                f"the chat template rendered more than the limit of {limit} characters; shorten the messages "
+                "or fix the template")
         _ENV.deadline.check()
         parts.append(piece)
     return "".join(parts)
