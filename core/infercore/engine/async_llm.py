@@ -1,0 +1,236 @@
+"""AsyncLLM: the asyncio front end of an EngineCore running in its own process.
+
+``generate`` tokenizes and validates a request, sends it to the engine and yields its outputs as
+they come; an output-handler task reads the engine socket and routes each batch through the
+OutputProcessor into per-request queues; a watcher task notices the engine process dying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from infercore.config import InfercoreConfig
+from infercore.engine.core_client import EngineCoreClient, EngineDeadError
+from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
+from infercore.engine.input_processor import InputProcessor
+from infercore.engine.messages import SchedulerStats
+from infercore.engine.model_info import ModelInfo
+from infercore.engine.output_processor import OutputProcessor, RequestOutputKind
+from infercore.outputs import RequestOutput
+from infercore.sampling_params import SamplingParams
+from infercore.tokenizer import get_tokenizer
+
+logger = logging.getLogger("infercore.engine")
+
+
+class QueueFullError(RuntimeError):
+    """More requests are waiting than ``--max-num-queued-requests`` allows; retry later."""
+
+
+class RequestAbortedError(RuntimeError):
+    """The request was aborted with :meth:`AsyncLLM.abort` before it finished."""
+
+
+class EngineShuttingDownError(RuntimeError):
+    """The server is shutting down and takes no new requests."""
+
+
+@dataclass
+class RequestTiming:
+    """When a request arrived, produced its first token and finished, and how many tokens it made."""
+
+    arrival: float
+    first_token: float | None = None
+    finished: float | None = None
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0
+    finish_reasons: list[str] = field(default_factory=list)
+
+
+class StatsListener:
+    """What AsyncLLM tells the metrics layer: engine stats per batch and each finished request."""
+
+    def on_engine_stats(self, stats: SchedulerStats) -> None:
+        """Called with the stats of every batch of engine outputs."""
+
+    def on_request_done(self, timing: RequestTiming) -> None:
+        """Called once per request, finished or aborted."""
+
+
+@dataclass
+class _Tracked:
+    queue: asyncio.Queue[Any]
+    engine_ids: list[str]
+
+
+class AsyncLLM:
+    """Serve requests through an EngineCore in a separate process; see the module docstring."""
+
+    def __init__(self, config: InfercoreConfig, client: EngineCoreClient, model_info: ModelInfo,
+                 tokenizer: Any, listener: StatsListener | None = None) -> None:
+        self.config = config
+        self.client = client
+        self.model_info = model_info
+        self.tokenizer = tokenizer
+        self.listener = listener or StatsListener()
+        self.input_processor = InputProcessor(tokenizer, model_info.max_model_len, model_info.vocab_size,
+                                              config.model.max_logprobs, model_info.eos_token_id,
+                                              model_info.generation_stop_ids)
+        self.output_processor = OutputProcessor(tokenizer)
+        self.stats = SchedulerStats(num_total_blocks=model_info.num_kv_blocks,
+                                    num_free_blocks=model_info.num_kv_blocks)
+        self.dead_reason: str | None = None
+        self.on_engine_dead: Callable[[str], None] | None = None
+        self._requests: dict[str, _Tracked] = {}
+        self._num_sequences = 0
+        self._accepting = True
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    async def start(cls, config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
+                    listener: StatsListener | None = None) -> AsyncLLM:
+        """Start the engine process and wait for it; raises EngineStartupError with the engine's reason."""
+        client = EngineCoreClient(config, engine_factory)
+        tokenizer_task = asyncio.get_running_loop().run_in_executor(None, get_tokenizer, config.model)
+        try:
+            model_info = await client.start()
+            tokenizer = await tokenizer_task
+        except BaseException:
+            client.close()
+            raise
+        llm = cls(config, client, model_info, tokenizer, listener)
+        llm._tasks = [asyncio.create_task(llm._output_loop()), asyncio.create_task(llm._watch_engine())]
+        return llm
+
+    @property
+    def is_healthy(self) -> bool:
+        return self.dead_reason is None
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._requests)
+
+    def stop_accepting(self) -> None:
+        """Refuse new requests from now on (draining before shutdown)."""
+        self._accepting = False
+
+    def check_capacity(self, num_sequences: int) -> None:
+        """Raise QueueFullError if ``num_sequences`` more would queue past ``--max-num-queued-requests``."""
+        limit = self.config.scheduler.max_num_queued_requests
+        if limit is None:
+            return
+        waiting = self._num_sequences + num_sequences - self.config.scheduler.max_num_seqs
+        if waiting > limit:
+            raise QueueFullError(
+                f"the server's queue is full ({limit} waiting requests, each of n counting once); retry later")
+
+    async def generate(self, prompt: str | list[int] | dict[str, Any], params: SamplingParams, request_id: str,
+                       *, priority: int = 0, cache_salt: str | None = None) -> AsyncIterator[RequestOutput]:
+        """Yield the request's outputs (deltas) until it finishes; abort it if the caller stops early."""
+        if self.dead_reason is not None:
+            raise EngineDeadError(self.dead_reason)
+        if not self._accepting:
+            raise EngineShuttingDownError("the server is shutting down and takes no new requests")
+        if request_id in self._requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        self.check_capacity(params.n)
+        timing = RequestTiming(arrival=time.monotonic())
+        processed = self.input_processor.process(request_id, prompt, params, priority=priority,
+                                                 cache_salt=cache_salt)
+        tracked = _Tracked(asyncio.Queue(), [r.request_id for r in processed.engine_requests])
+        self.output_processor.add_request(processed, RequestOutputKind.DELTA, queue=tracked.queue)
+        self._requests[request_id] = tracked
+        self._num_sequences += len(tracked.engine_ids)
+        finished = False
+        try:
+            for engine_request in processed.engine_requests:
+                await self.client.add_request(engine_request)
+            while not finished:
+                item = await tracked.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                self._record(timing, item)
+                finished = item.finished
+                yield item
+        finally:
+            self._requests.pop(request_id, None)
+            self._num_sequences -= len(tracked.engine_ids)
+            if not finished:
+                self._abort_now(request_id, tracked.engine_ids)
+            timing.finished = time.monotonic()
+            self.listener.on_request_done(timing)
+
+    @staticmethod
+    def _record(timing: RequestTiming, output: RequestOutput) -> None:
+        new_tokens = sum(len(o.token_ids) for o in output.outputs)
+        if new_tokens and timing.first_token is None:
+            timing.first_token = time.monotonic()
+        timing.num_prompt_tokens = len(output.prompt_token_ids)
+        timing.num_output_tokens += new_tokens
+        timing.finish_reasons.extend(o.finish_reason for o in output.outputs if o.finish_reason)
+
+    def _abort_now(self, request_id: str, engine_ids: list[str]) -> None:
+        ids = self.output_processor.abort_request(request_id) or engine_ids
+        if self.dead_reason is None:
+            task = asyncio.ensure_future(self.client.abort_requests(list(ids)))
+            task.add_done_callback(_log_failure)
+
+    async def abort(self, request_id: str) -> None:
+        """Stop a request: its generator raises RequestAbortedError and the engine frees its blocks."""
+        tracked = self._requests.get(request_id)
+        if tracked is not None:
+            tracked.queue.put_nowait(RequestAbortedError(f"request {request_id} was aborted"))
+
+    async def _output_loop(self) -> None:
+        try:
+            while True:
+                outputs = await self.client.get_outputs()
+                if outputs.stats is not None:
+                    self.stats = outputs.stats
+                    self.listener.on_engine_stats(outputs.stats)
+                if outputs.outputs:
+                    processed = self.output_processor.process_outputs(outputs.outputs)
+                    if processed.reqs_to_abort:
+                        await self.client.abort_requests(processed.reqs_to_abort)
+        except EngineDeadError as exc:
+            self._fail(f"the engine failed: {exc}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("output handler failed")
+            self._fail(f"the engine's output handler failed ({type(exc).__name__})")
+
+    async def _watch_engine(self) -> None:
+        code = await self.client.wait_dead()
+        self._fail(f"the engine process exited unexpectedly (exit code {code})")
+
+    def _fail(self, reason: str) -> None:
+        """The engine is gone: fail every in-flight request and tell the server."""
+        if self.dead_reason is not None:
+            return
+        self.dead_reason = reason
+        logger.error("%s; failing %d in-flight requests", reason, len(self._requests))
+        for tracked in self._requests.values():
+            tracked.queue.put_nowait(EngineDeadError(reason))
+        if self.on_engine_dead is not None:
+            self.on_engine_dead(reason)
+
+    async def shutdown(self) -> None:
+        """Stop the handler tasks and the engine process."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.client.close()
+
+
+def _log_failure(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("could not send an abort to the engine: %s", task.exception())

@@ -1,0 +1,129 @@
+"""The API process's side of the engine wire: start the EngineCore process and talk to it over ZMQ."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import shutil
+import tempfile
+
+import zmq
+import zmq.asyncio
+
+from infercore.config import InfercoreConfig
+from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY, run_engine_core
+from infercore.engine.messages import EngineCoreOutputs, EngineCoreRequest
+from infercore.engine.model_info import ModelInfo
+from infercore.engine.serial import AbortRequests, EngineFailure, MessageKind, WireCodec
+
+
+class EngineStartupError(RuntimeError):
+    """The engine process could not start; the message says why."""
+
+
+class EngineDeadError(RuntimeError):
+    """The engine process died while serving."""
+
+
+class EngineCoreClient:
+    """Starts the EngineCore process, sends it requests and aborts, and receives its outputs.
+
+    Both sockets are ``ipc://`` files in a private (0700) temporary folder, bound here; the engine
+    connects to them.
+    """
+
+    def __init__(self, config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY) -> None:
+        self.config = config
+        self.engine_factory = engine_factory
+        self.codec = WireCodec()
+        self._dir = tempfile.mkdtemp(prefix="infercore-")
+        os.chmod(self._dir, 0o700)
+        self.input_address = f"ipc://{self._dir}/input"
+        self.output_address = f"ipc://{self._dir}/output"
+        self.ctx = zmq.asyncio.Context()
+        self.input = self.ctx.socket(zmq.PUSH)
+        self.output = self.ctx.socket(zmq.PULL)
+        self.input.bind(self.input_address)
+        self.output.bind(self.output_address)
+        self.process: multiprocessing.process.BaseProcess | None = None
+        self.model_info: ModelInfo | None = None
+        self._closed = False
+
+    async def start(self, timeout: float | None = None) -> ModelInfo:
+        """Spawn the engine and wait for its ready message; raise EngineStartupError with its reason."""
+        ctx = multiprocessing.get_context("spawn")
+        self.process = ctx.Process(
+            target=run_engine_core, name="infercore-engine-core", daemon=True,
+            args=(self.config.model_dump_json(), self.input_address, self.output_address, os.getpid(),
+                  self.engine_factory),
+        )
+        self.process.start()
+        receive = asyncio.ensure_future(self.output.recv_multipart())
+        died = asyncio.ensure_future(self.wait_dead())
+        done, _ = await asyncio.wait({receive, died}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if receive not in done:
+            receive.cancel()
+            died.cancel()
+            code = self.process.exitcode
+            self.close()
+            if not done:
+                raise EngineStartupError(f"the engine did not start within {timeout} seconds")
+            raise EngineStartupError(f"the engine process exited during startup (exit code {code}); see its log above")
+        died.cancel()
+        kind, message = self.codec.decode(receive.result())
+        if kind is MessageKind.STARTUP_FAILED:
+            self.close()
+            raise EngineStartupError(message.message)
+        if kind is not MessageKind.READY:
+            self.close()
+            raise EngineStartupError(f"the engine sent {kind.name} before it was ready")
+        self.model_info = message.model_info
+        return message.model_info
+
+    async def wait_dead(self) -> int | None:
+        """Return (the exit code) once the engine process has ended."""
+        assert self.process is not None
+        loop = asyncio.get_running_loop()
+        dead = loop.create_future()
+        sentinel = self.process.sentinel
+        loop.add_reader(sentinel, lambda: dead.done() or dead.set_result(None))
+        try:
+            await dead
+        finally:
+            loop.remove_reader(sentinel)
+        self.process.join(timeout=1)
+        return self.process.exitcode
+
+    async def add_request(self, request: EngineCoreRequest) -> None:
+        await self.input.send_multipart(self.codec.encode(request))
+
+    async def abort_requests(self, request_ids: list[str]) -> None:
+        if request_ids:
+            await self.input.send_multipart(self.codec.encode(AbortRequests(list(request_ids))))
+
+    async def get_outputs(self) -> EngineCoreOutputs:
+        """The next batch of outputs; raises EngineDeadError if the engine reported a fatal error."""
+        kind, message = self.codec.decode(await self.output.recv_multipart())
+        if isinstance(message, EngineFailure):
+            raise EngineDeadError(message.message)
+        if kind is not MessageKind.OUTPUTS:
+            raise EngineDeadError(f"unexpected {kind.name} message from the engine")
+        return message
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the engine (SIGTERM, then SIGKILL after ``timeout``) and remove the sockets."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.process is not None and self.process.is_alive():
+            self.process.terminate()  # the engine exits cleanly on SIGTERM
+            self.process.join(timeout)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join()
+        self.input.close(linger=0)
+        self.output.close(linger=0)
+        self.ctx.term()
+        shutil.rmtree(self._dir, ignore_errors=True)
+

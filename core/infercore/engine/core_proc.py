@@ -1,0 +1,136 @@
+"""The EngineCore process: build the engine, then loop over requests in, steps, outputs out.
+
+It is started by :class:`infercore.engine.core_client.EngineCoreClient` with the multiprocessing
+spawn context, connects to the two sockets the API process bound, sends a ready message (or the
+startup error) and serves until told to stop, until its parent disappears or until a step fails.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import zmq
+
+from infercore.config import InfercoreConfig
+from infercore.engine.messages import EngineCoreOutputs
+from infercore.engine.serial import AbortRequests, EngineFailure, EngineReady, MessageKind, WireCodec
+
+logger = logging.getLogger("infercore.engine")
+
+DEFAULT_ENGINE_FACTORY = "infercore.engine.core:EngineCore"
+#: Longest the loop waits for input while idle; bounds how late a vanished parent is noticed.
+_IDLE_POLL_MS = 200
+
+
+def load_factory(spec: str) -> Any:
+    """Resolve a ``"module:attr"`` string to the callable it names."""
+    module_name, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def _user_message(exc: BaseException) -> str:
+    """One line for the user: the exception's own words, never a traceback."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:2000]
+
+
+class EngineLoop:
+    """Owns the engine and the two sockets; ``run`` returns the process exit code."""
+
+    def __init__(self, engine: Any, input_socket: zmq.Socket, output_socket: zmq.Socket, parent_pid: int) -> None:
+        self.engine = engine
+        self.input = input_socket
+        self.output = output_socket
+        self.parent_pid = parent_pid
+        self.codec = WireCodec()
+
+    def _parent_alive(self) -> bool:
+        return os.getppid() == self.parent_pid
+
+    def _handle(self, frames: list[bytes]) -> bool:
+        """Apply one message; returns True when it changed the set of requests."""
+        kind, message = self.codec.decode(frames)
+        if kind is MessageKind.ADD:
+            self.engine.add_request(message)
+            return True
+        if isinstance(message, AbortRequests):
+            self.engine.abort_requests(message.request_ids)
+            return True
+        return False
+
+    def _drain_input(self, timeout_ms: int) -> bool:
+        changed = False
+        if self.input.poll(timeout_ms):
+            while True:
+                try:
+                    frames = self.input.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                changed |= self._handle(frames)
+        return changed
+
+    def _send(self, outputs: EngineCoreOutputs) -> None:
+        if not outputs.timestamp:
+            outputs.timestamp = time.time()
+        self.output.send_multipart(self.codec.encode(outputs))
+
+    def run(self) -> int:
+        report_idle = False
+        while True:
+            if not self._parent_alive():
+                logger.warning("the API process is gone; the engine is exiting")
+                return 1
+            busy = self.engine.has_unfinished_requests()
+            report_idle |= self._drain_input(0 if busy else _IDLE_POLL_MS)
+            if self.engine.has_unfinished_requests():
+                self._send(self.engine.step())
+                report_idle = True
+            elif report_idle:
+                # One step with nothing scheduled reports the emptied queues and freed KV blocks.
+                self._send(self.engine.step())
+                report_idle = False
+
+
+def run_engine_core(config_json: str, input_address: str, output_address: str, parent_pid: int,
+                    engine_factory: str = DEFAULT_ENGINE_FACTORY) -> None:
+    """Process entry point (must be importable for the spawn context)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the API process, which stops us.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    ctx = zmq.Context()
+    input_socket = ctx.socket(zmq.PULL)
+    output_socket = ctx.socket(zmq.PUSH)
+    output_socket.setsockopt(zmq.LINGER, 1000)
+    input_socket.connect(input_address)
+    output_socket.connect(output_address)
+    codec = WireCodec()
+    engine = None
+    code = 1
+    try:
+        try:
+            config = InfercoreConfig.model_validate_json(config_json)
+            engine = load_factory(engine_factory)(config)
+            ready = EngineReady(model_info=engine.model_info, pid=os.getpid())
+        except Exception as exc:
+            logger.exception("engine startup failed")
+            output_socket.send_multipart(codec.encode(EngineFailure(_user_message(exc)), MessageKind.STARTUP_FAILED))
+            return
+        output_socket.send_multipart(codec.encode(ready))
+        try:
+            code = EngineLoop(engine, input_socket, output_socket, parent_pid).run()
+        except Exception as exc:
+            logger.exception("engine step failed")
+            output_socket.send_multipart(codec.encode(EngineFailure(_user_message(exc)), MessageKind.ENGINE_DEAD))
+    finally:
+        if engine is not None:
+            engine.shutdown()
+        input_socket.close(linger=0)
+        output_socket.close()
+        ctx.term()
+        sys.exit(code)

@@ -1,0 +1,113 @@
+"""Errors in OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``, bounded and scrubbed.
+
+Messages never carry tracebacks, memory addresses or server paths, and never echo more than a short
+prefix of what the client sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from http import HTTPStatus
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from infercore.entrypoints.openai.protocol import ErrorInfo, ErrorResponse
+
+logger = logging.getLogger("infercore.server")
+
+MAX_MESSAGE_CHARS = 1000
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+_PATH = re.compile(r"(?<![\w.])(?:/[\w.@+-]+){2,}/?")
+_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 405: "BadRequestError",
+          413: "BadRequestError", 429: "RateLimitError", 500: "InternalServerError", 503: "ServiceUnavailableError"}
+
+
+class APIError(Exception):
+    """An error to answer with ``status``; ``message`` is a sentence for the client."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.headers = headers
+
+
+def scrub(text: str) -> str:
+    """Bound ``text`` and remove memory addresses and file paths from it."""
+    text = _PATH.sub("<path>", _ADDRESS.sub("<address>", text))
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[:MAX_MESSAGE_CHARS] + "… (truncated)"
+    return text
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict[str, object]:
+    info = ErrorInfo(message=scrub(message), type=_TYPES.get(status) or _phrase(status), param=param, code=status)
+    return ErrorResponse(error=info).model_dump()
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase.replace(" ", "") + "Error"
+    except ValueError:
+        return "Error"
+
+
+def error_response(status: int, message: str, param: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, param), status_code=status, headers=headers)
+
+
+def _short(value: object, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    """A sentence naming the first invalid field (and how many more there are), and that field."""
+    errors = exc.errors()
+    if not errors:
+        return "the request body is invalid", None
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    field = ".".join(loc) or None
+    if first.get("type") == "json_invalid":
+        return "the request body is not valid JSON; send a JSON object", None
+    if not loc and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
+        return "the request body must be a JSON object", None
+    text = f"invalid value for {field or 'the body'}: {first.get('msg', 'invalid')}"
+    if "input" in first and first.get("type") != "missing":
+        text += f" (got {_short(first['input'])})"
+    if len(errors) > 1:
+        text += f"; and {len(errors) - 1} more problem(s)"
+    return text, field
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Turn validation errors into 400s, HTTP errors and APIError into OpenAI errors, anything else into 500."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, field = validation_message(exc)
+        return error_response(400, message, field)
+
+    @app.exception_handler(APIError)
+    async def _api(_: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc.status, exc.message, exc.param, exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+        if exc.status_code == 404:
+            message = "no such route; see /openapi.json for the routes this server has"
+        return error_response(exc.status_code, message, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error while serving a request")
+        return error_response(500, f"internal server error ({type(exc).__name__}); the server log has details")

@@ -1,0 +1,77 @@
+"""Prometheus metrics of the server: engine gauges, prefix-cache and token counters, latency histograms."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from infercore.engine.async_llm import RequestTiming, StatsListener
+from infercore.engine.messages import SchedulerStats
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0, 120.0)
+_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5)
+
+
+class ServerMetrics(StatsListener):
+    """Collects what AsyncLLM reports into a private Prometheus registry (labelled with the model name)."""
+
+    def __init__(self, model_name: str) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["model_name"]
+        r = self.registry
+        self.running = Gauge("infercore:num_requests_running", "Requests running in the engine", labels, registry=r)
+        self.waiting = Gauge("infercore:num_requests_waiting", "Requests waiting to run", labels, registry=r)
+        self.kv_usage = Gauge("infercore:kv_cache_usage_perc", "Fraction of KV cache blocks in use (0-1)",
+                              labels, registry=r)
+        self.free_blocks = Gauge("infercore:kv_cache_free_blocks", "Free KV cache blocks", labels, registry=r)
+        self.total_blocks = Gauge("infercore:kv_cache_total_blocks", "KV cache blocks in all", labels, registry=r)
+        self.prefix_queries = Counter("infercore:prefix_cache_queries", "Prompt tokens looked up in the prefix cache",
+                                      labels, registry=r)
+        self.prefix_hits = Counter("infercore:prefix_cache_hits", "Prompt tokens found in the prefix cache",
+                                   labels, registry=r)
+        self.preemptions = Counter("infercore:num_preemptions", "Requests preempted", labels, registry=r)
+        self.prompt_tokens = Counter("infercore:prompt_tokens", "Prompt tokens of finished requests", labels,
+                                     registry=r)
+        self.generation_tokens = Counter("infercore:generation_tokens", "Tokens generated", labels, registry=r)
+        self.requests = Counter("infercore:request_success", "Finished requests by finish reason",
+                                labels + ["finished_reason"], registry=r)
+        self.ttft = Histogram("infercore:time_to_first_token_seconds", "Time to first token", labels,
+                              buckets=_LATENCY_BUCKETS, registry=r)
+        self.tpot = Histogram("infercore:time_per_output_token_seconds", "Mean time per output token after the first",
+                              labels, buckets=_TOKEN_BUCKETS, registry=r)
+        self.e2e = Histogram("infercore:e2e_request_latency_seconds", "Arrival to finish", labels,
+                             buckets=_LATENCY_BUCKETS, registry=r)
+        self.model_name = model_name
+        self._last_totals: dict[int, int] = {}
+
+    def on_engine_stats(self, stats: SchedulerStats) -> None:
+        m = self.model_name
+        self.running.labels(m).set(stats.num_running)
+        self.waiting.labels(m).set(stats.num_waiting)
+        self.kv_usage.labels(m).set(stats.kv_cache_usage)
+        self.free_blocks.labels(m).set(stats.num_free_blocks)
+        self.total_blocks.labels(m).set(stats.num_total_blocks)
+        # The engine reports running totals; Prometheus counters take the increase since the last report.
+        for counter, total in ((self.prefix_queries, stats.prefix_cache_queries),
+                               (self.prefix_hits, stats.prefix_cache_hits),
+                               (self.preemptions, stats.num_preemptions)):
+            child = counter.labels(m)
+            increase = total - self._last_totals.get(id(counter), 0)
+            self._last_totals[id(counter)] = total
+            if increase > 0:
+                child.inc(increase)
+
+    def on_request_done(self, timing: RequestTiming) -> None:
+        m = self.model_name
+        self.prompt_tokens.labels(m).inc(timing.num_prompt_tokens)
+        self.generation_tokens.labels(m).inc(timing.num_output_tokens)
+        for reason in timing.finish_reasons or ["abort"]:
+            self.requests.labels(m, reason).inc()
+        end = timing.finished or timing.arrival
+        self.e2e.labels(m).observe(end - timing.arrival)
+        if timing.first_token is not None:
+            self.ttft.labels(m).observe(timing.first_token - timing.arrival)
+            if timing.num_output_tokens > 1:
+                self.tpot.labels(m).observe((end - timing.first_token) / (timing.num_output_tokens - 1))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

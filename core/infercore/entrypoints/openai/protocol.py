@@ -1,0 +1,370 @@
+"""Request and response bodies of the OpenAI-compatible API, as pydantic models (they are the OpenAPI schema).
+
+Bounds that protect the server (n, logprobs, logit_bias size, list lengths, integer widths) live here so
+a hostile body is refused before any work; finer range checks are SamplingParams' and give the same 400.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
+Count = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+StopList = Annotated[list[str], Field(max_length=64)]
+MAX_PROMPTS = 256
+MAX_N = 128
+
+
+def random_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+class _Request(BaseModel):
+    """Fields common to completions and chat (OpenAI's and vLLM's sampling extras); unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    frequency_penalty: float | None = 0.0
+    presence_penalty: float | None = 0.0
+    logit_bias: Annotated[dict[str, float], Field(max_length=4096)] | None = None
+    max_tokens: Count | None = None
+    n: Annotated[int, Field(ge=1, le=MAX_N)] | None = 1
+    seed: Int64 | None = None
+    stop: str | StopList | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    user: Annotated[str, Field(max_length=512)] | None = None
+    # vLLM's sampling extras
+    top_k: Count | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    ignore_eos: bool = False
+    min_tokens: Count = 0
+    stop_token_ids: Annotated[list[TokenId], Field(max_length=64)] | None = None
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    cache_salt: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    priority: Count = 0
+    # Constrained decoding (wired to a grammar backend plugin when one is installed)
+    response_format: ResponseFormat | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: Annotated[list[str], Field(max_length=1024)] | None = None
+    guided_grammar: str | None = None
+
+
+class StreamOptions(BaseModel):
+    """Streaming options: ``include_usage`` adds a last chunk with token counts."""
+
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False
+
+
+class JsonSchemaFormat(BaseModel):
+    """A named JSON schema for ``response_format``."""
+
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """``{"type": "text" | "json_object" | "json_schema", "json_schema": {...}}``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class CompletionRequest(_Request):
+    """POST /v1/completions. ``prompt`` is text, a list of texts, token ids, or a list of token-id lists."""
+
+    prompt: (str | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)]
+             | Annotated[list[TokenId], Field(min_length=1)]
+             | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)])
+    echo: bool | None = False
+    logprobs: Annotated[int, Field(ge=0, le=1024)] | None = None
+    prompt_logprobs: Annotated[int, Field(ge=0, le=1024)] | None = None
+    best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
+    suffix: str | None = None
+    max_tokens: Count | None = 16
+
+
+class ContentPart(BaseModel):
+    """One part of a message's content; only ``{"type": "text", "text": ...}`` is served."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+
+
+class FunctionCall(BaseModel):
+    """A function name and its JSON-encoded arguments."""
+
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    """A tool call an assistant made."""
+
+    id: str = Field(default_factory=lambda: random_id("call"))
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(BaseModel):
+    """One message of the conversation."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | Annotated[list[ContentPart], Field(max_length=1024)] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class FunctionDefinition(BaseModel):
+    """A function the model may call."""
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDefinition(BaseModel):
+    """A tool offered to the model."""
+
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedToolChoice(BaseModel):
+    """Force a call of one named function."""
+
+    type: Literal["function"] = "function"
+    function: dict[str, str]
+
+
+class ChatCompletionRequest(_Request):
+    """POST /v1/chat/completions."""
+
+    messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=4096)]
+    logprobs: bool | None = False
+    top_logprobs: Annotated[int, Field(ge=0, le=1024)] | None = None
+    max_completion_tokens: Count | None = None
+    tools: Annotated[list[ToolDefinition], Field(max_length=512)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = True
+    echo: bool = False
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class UsageInfo(BaseModel):
+    """Token counts of a request."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class CompletionLogprobs(BaseModel):
+    """Legacy completions logprobs: parallel lists per generated token."""
+
+    text_offset: list[int] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+
+
+class CompletionChoice(BaseModel):
+    """One generated text."""
+
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+class CompletionResponse(BaseModel):
+    """Response of a non-streaming completion (and, with ``object`` unchanged, each streamed chunk)."""
+
+    id: str
+    object: str = "text_completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[CompletionChoice]
+    usage: UsageInfo | None = None
+
+
+class TopLogprob(BaseModel):
+    """An alternative token and its logprob."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class TokenLogprob(TopLogprob):
+    """A chosen token, its logprob and the most likely alternatives."""
+
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChatLogprobs(BaseModel):
+    """Chat logprobs: one entry per generated token."""
+
+    content: list[TokenLogprob] | None = None
+
+
+class ResponseMessage(BaseModel):
+    """The assistant's reply."""
+
+    role: str = "assistant"
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+
+
+class ChatChoice(BaseModel):
+    """One generated reply."""
+
+    index: int
+    message: ResponseMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    """Response of a non-streaming chat completion."""
+
+    id: str
+    object: str = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChatChoice]
+    usage: UsageInfo
+
+
+class DeltaMessage(BaseModel):
+    """The new part of a streamed reply."""
+
+    role: str | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+
+
+class ChatChunkChoice(BaseModel):
+    """One choice of a streamed chat chunk."""
+
+    index: int
+    delta: DeltaMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One SSE chunk of a streamed chat completion."""
+
+    id: str
+    object: str = "chat.completion.chunk"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: UsageInfo | None = None
+
+
+class ModelCard(BaseModel):
+    """A served model."""
+
+    id: str
+    object: str = "model"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    owned_by: str = "infercore"
+    root: str | None = None
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    """GET /v1/models."""
+
+    object: str = "list"
+    data: list[ModelCard]
+
+
+class TokenizeRequest(BaseModel):
+    """POST /tokenize: a prompt (or chat messages) to token ids."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=4096)] | None = None
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class TokenizeResponse(BaseModel):
+    """Token ids of the prompt and the model's length limit."""
+
+    count: int
+    max_model_len: int
+    tokens: list[int]
+
+
+class DetokenizeRequest(BaseModel):
+    """POST /detokenize: token ids to text."""
+
+    model: str | None = None
+    tokens: Annotated[list[TokenId], Field(max_length=1_000_000)]
+
+
+class DetokenizeResponse(BaseModel):
+    """The text of the token ids."""
+
+    prompt: str
+
+
+class VersionResponse(BaseModel):
+    """GET /version."""
+
+    version: str
+
+
+class ErrorInfo(BaseModel):
+    """OpenAI's error object."""
+
+    message: str
+    type: str
+    param: str | None = None
+    code: int | str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """Body of every error response: ``{"error": {...}}``."""
+
+    error: ErrorInfo
+
+
+_Request.model_rebuild()
+CompletionRequest.model_rebuild()
+ChatCompletionRequest.model_rebuild()

@@ -1,0 +1,115 @@
+"""The HTTP routes of the OpenAI-compatible server."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from infercore.entrypoints.openai.errors import APIError, error_response
+from infercore.entrypoints.openai.protocol import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    TokenizeRequest,
+    TokenizeResponse,
+    VersionResponse,
+)
+from infercore.entrypoints.openai.serving_chat import message_dicts
+from infercore.entrypoints.openai.state import ServerState
+from infercore.version import __version__
+
+router = APIRouter()
+_ERRORS: dict[int | str, dict[str, object]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 503)}
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.server
+
+
+@router.get("/health", responses={503: {"model": ErrorResponse}})
+async def health(request: Request) -> Response:
+    """200 while the engine is alive; 503 once it has died or the server is draining."""
+    engine = _state(request).engine
+    if not engine.is_healthy:
+        return error_response(503, engine.dead_reason or "the engine is not running")
+    return Response(status_code=200)
+
+
+@router.get("/version", response_model=VersionResponse)
+async def version() -> VersionResponse:
+    return VersionResponse(version=__version__)
+
+
+@router.get("/v1/models", response_model=ModelList, responses=_ERRORS)
+async def list_models(request: Request) -> ModelList:
+    state = _state(request)
+    return ModelList(data=[ModelCard(id=state.model_name, root=state.config.model.model,
+                                     max_model_len=state.engine.model_info.max_model_len)])
+
+
+@router.post("/v1/completions", response_model=CompletionResponse, responses=_ERRORS)
+async def create_completion(body: CompletionRequest, request: Request) -> Response:
+    return await _state(request).completion.create(body, request)
+
+
+@router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=_ERRORS)
+async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
+    return await _state(request).chat.create(body, request)
+
+
+@router.post("/tokenize", response_model=TokenizeResponse, responses=_ERRORS)
+async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
+    state = _state(request)
+    state.chat.check_model(body.model)
+    tokenizer = state.engine.tokenizer
+    if tokenizer is None:
+        raise APIError(400, "the server runs without a tokenizer (--skip-tokenizer-init)")
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError(400, "send exactly one of prompt and messages", "prompt")
+    if body.messages is not None:
+        from infercore.tokenizer import apply_chat_template
+
+        try:
+            text = apply_chat_template(tokenizer, message_dicts(body.messages), chat_template=state.chat.chat_template,
+                                       add_generation_prompt=body.add_generation_prompt,
+                                       chat_template_kwargs=body.chat_template_kwargs)
+        except ValueError as exc:
+            raise APIError(400, str(exc), "messages") from None
+        ids = tokenizer.encode(text, add_special_tokens=False)
+    else:
+        ids = tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+    return TokenizeResponse(count=len(ids), max_model_len=state.engine.model_info.max_model_len, tokens=ids)
+
+
+@router.post("/detokenize", response_model=DetokenizeResponse, responses=_ERRORS)
+async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeResponse:
+    state = _state(request)
+    state.chat.check_model(body.model)
+    vocab = state.engine.model_info.vocab_size
+    bad = next((t for t in body.tokens if t >= vocab), None)
+    if bad is not None:
+        raise APIError(400, f"token id {bad} is outside the vocabulary of {vocab} tokens", "tokens")
+    if state.engine.tokenizer is None:
+        raise APIError(400, "the server runs without a tokenizer (--skip-tokenizer-init)")
+    return DetokenizeResponse(prompt=state.engine.tokenizer.decode(body.tokens))
+
+
+@router.get("/metrics", response_class=Response, responses=_ERRORS)
+async def metrics(request: Request) -> Response:
+    return Response(_state(request).metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@router.get("/debug/kv_cache", responses=_ERRORS)
+async def kv_cache(request: Request) -> JSONResponse:
+    """The engine's latest KV-cache and queue figures."""
+    stats = _state(request).engine.stats
+    return JSONResponse({"num_free_blocks": stats.num_free_blocks, "num_total_blocks": stats.num_total_blocks,
+                         "kv_cache_usage": stats.kv_cache_usage, "num_running": stats.num_running,
+                         "num_waiting": stats.num_waiting})

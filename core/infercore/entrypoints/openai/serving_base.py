@@ -1,0 +1,183 @@
+"""What completions and chat share: model check, request → SamplingParams, error mapping, disconnects, SSE."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+from starlette.requests import Request
+
+from infercore.config import InfercoreConfig
+from infercore.engine.async_llm import AsyncLLM, EngineShuttingDownError, QueueFullError
+from infercore.engine.core_client import EngineDeadError
+from infercore.entrypoints.openai.errors import APIError, error_body
+from infercore.entrypoints.openai.protocol import _Request
+from infercore.plugins import get_plugin_manager
+from infercore.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputsParams
+
+T = TypeVar("T")
+#: How often a non-streaming request checks whether its client is still connected.
+DISCONNECT_POLL_S = 0.25
+RETRY_AFTER_S = "1"
+
+
+def to_api_error(exc: BaseException) -> APIError:
+    """The HTTP error for an exception raised while accepting or running a request."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, QueueFullError):
+        return APIError(503, str(exc), headers={"Retry-After": RETRY_AFTER_S})
+    if isinstance(exc, EngineShuttingDownError):
+        return APIError(503, str(exc), headers={"Retry-After": RETRY_AFTER_S})
+    if isinstance(exc, EngineDeadError):
+        return APIError(503, f"{exc}; the server is stopping")
+    if isinstance(exc, ValueError):  # InputError, SamplingParamsError, ChatTemplateError
+        return APIError(400, str(exc), getattr(exc, "param", None))
+    raise exc
+
+
+class OpenAIServing:
+    """Base of the completion and chat handlers."""
+
+    def __init__(self, engine: AsyncLLM, config: InfercoreConfig, model_name: str) -> None:
+        self.engine = engine
+        self.config = config
+        self.model_name = model_name
+        self.tokenizer = engine.tokenizer
+
+    def check_model(self, model: str | None) -> None:
+        accepted = {self.model_name, self.config.model.model}
+        if model is not None and model not in accepted:
+            raise APIError(404, f"the model {model[:200]!r} does not exist; this server serves {self.model_name!r}",
+                           "model")
+
+    def sampling_params(self, req: _Request, max_tokens: int | None, logprobs: int | None,
+                        prompt_logprobs: int | None = None) -> SamplingParams:
+        """Build and validate SamplingParams; raises APIError(400) naming the bad field."""
+        try:
+            bias = {int(k): v for k, v in (req.logit_bias or {}).items()}
+        except ValueError:
+            raise APIError(400, "logit_bias keys must be token ids written as integers", "logit_bias") from None
+        fields: dict[str, Any] = dict(
+            n=req.n or 1, presence_penalty=req.presence_penalty or 0.0,
+            frequency_penalty=req.frequency_penalty or 0.0, logit_bias=bias or None, stop=req.stop,
+            stop_token_ids=req.stop_token_ids, ignore_eos=req.ignore_eos, max_tokens=max_tokens,
+            min_tokens=req.min_tokens, logprobs=logprobs, prompt_logprobs=prompt_logprobs, seed=req.seed,
+            skip_special_tokens=req.skip_special_tokens,
+            spaces_between_special_tokens=req.spaces_between_special_tokens,
+            include_stop_str_in_output=req.include_stop_str_in_output,
+            structured_outputs=self.structured_outputs(req))
+        optional = {"temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
+                    "repetition_penalty": req.repetition_penalty}
+        fields.update({k: v for k, v in optional.items() if v is not None})
+        try:
+            return SamplingParams(**fields)
+        except SamplingParamsError as exc:
+            raise APIError(400, str(exc), exc.param) from None
+
+    def structured_outputs(self, req: _Request) -> StructuredOutputsParams | None:
+        """The decoding constraint a request asks for, if any; 400 when no grammar backend is installed."""
+        spec: dict[str, Any] = {}
+        fmt = req.response_format
+        if fmt is not None and fmt.type == "json_object":
+            spec["json_object"] = True
+        elif fmt is not None and fmt.type == "json_schema":
+            if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+                raise APIError(400, "response_format json_schema needs a 'json_schema.schema' object", "response_format")
+            spec["json"] = fmt.json_schema.schema_
+        guided = {"json": req.guided_json, "regex": req.guided_regex, "choice": req.guided_choice,
+                  "grammar": req.guided_grammar}
+        spec.update({k: v for k, v in guided.items() if v is not None})
+        spec.update(req.structured_outputs or {})
+        if not spec:
+            return None
+        if not get_plugin_manager().registry("structured_output_backend").names():
+            raise APIError(400, "constrained decoding (response_format, structured_outputs, guided_*) needs a grammar "
+                           "backend; install infercore-structured-output", "response_format")
+        try:
+            return StructuredOutputsParams(**spec)
+        except SamplingParamsError as exc:
+            raise APIError(400, str(exc), exc.param) from None
+        except TypeError as exc:
+            raise APIError(400, f"structured_outputs: {exc}", "structured_outputs") from None
+
+    async def first_output(self, request: Request, stream: AsyncIterator[T]) -> T:
+        """The first item of ``stream`` (so request errors become HTTP errors before any SSE is sent)."""
+        try:
+            return await until_disconnected(request, anext(stream))
+        except Exception as exc:
+            raise to_api_error(exc) from None
+
+
+async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``; if the client goes away first, cancel it (which aborts its engine requests)."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise APIError(499, "the client closed the connection")
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+async def merge(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
+    """Interleave several async iterators, yielding ``(index of the stream, item)`` as items arrive."""
+    if len(streams) == 1:
+        async for item in streams[0]:
+            yield 0, item
+        return
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+    done = object()
+
+    async def pump(index: int, stream: AsyncIterator[T]) -> None:
+        try:
+            async for item in stream:
+                await queue.put((index, item))
+        except Exception as exc:
+            await queue.put((index, exc))
+        finally:
+            await queue.put((index, done))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    remaining = len(tasks)
+    try:
+        while remaining:
+            index, item = await queue.get()
+            if item is done:
+                remaining -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def sse(payload: Any) -> str:
+    """One server-sent event carrying ``payload`` (a pydantic model or a dict)."""
+    if hasattr(payload, "model_dump_json"):
+        return f"data: {payload.model_dump_json(exclude_unset=False)}\n\n"
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+SSE_DONE = "data: [DONE]\n\n"
+
+
+def sse_error(exc: BaseException) -> str:
+    """The SSE event for an error that happened after streaming began."""
+    try:
+        err = to_api_error(exc)
+    except BaseException:
+        err = APIError(500, f"internal server error ({type(exc).__name__}); the server log has details")
+    return sse(error_body(err.status, err.message, err.param))

@@ -1,0 +1,201 @@
+"""POST /v1/chat/completions: messages → chat template → engine → assistant message, streamed or not."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import Request
+
+from infercore.entrypoints.openai.errors import APIError
+from infercore.entrypoints.openai.protocol import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatLogprobs,
+    ChatMessage,
+    DeltaMessage,
+    ResponseMessage,
+    TokenLogprob,
+    TopLogprob,
+    UsageInfo,
+    random_id,
+)
+from infercore.entrypoints.openai.serving_base import (
+    SSE_DONE,
+    OpenAIServing,
+    sse,
+    sse_error,
+    to_api_error,
+    until_disconnected,
+)
+from infercore.outputs import CompletionOutput, RequestOutput
+from infercore.tokenizer import apply_chat_template
+
+
+def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as the chat template expects them, with text content parts joined; 400 on other parts."""
+    out = []
+    for i, message in enumerate(messages):
+        data = message.model_dump(exclude_none=True)
+        if isinstance(message.content, list):
+            texts = []
+            for part in message.content:
+                if part.type != "text" or part.text is None:
+                    raise APIError(400, f"messages[{i}] has a {part.type[:40]!r} content part; this server takes "
+                                   "text parts only", "messages")
+                texts.append(part.text)
+            data["content"] = "\n".join(texts)
+        out.append(data)
+    return out
+
+
+@dataclass
+class _Choice:
+    text: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    num_tokens: int = 0
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    started: bool = False
+
+
+class OpenAIServingChat(OpenAIServing):
+    """Runs chat requests through the chat template and the engine."""
+
+    def __init__(self, *args: Any, chat_template: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.chat_template = chat_template
+
+    def _check_features(self, req: ChatCompletionRequest) -> None:
+        """Refuse, with what to do, what this server can't serve (tool calls need a parser plugin)."""
+        if req.top_logprobs and not req.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs set to true", "top_logprobs")
+        choice = req.tool_choice
+        if not req.tools or choice == "none":
+            return
+        serve = self.config.serve
+        if choice in (None, "auto") and not (serve.enable_auto_tool_choice and serve.tool_call_parser):
+            raise APIError(400, '"auto" tool choice needs the server started with --enable-auto-tool-choice and '
+                           "--tool-call-parser NAME (parsers ship in infercore-tool-parsers)", "tool_choice")
+        if choice not in (None, "auto"):
+            raise APIError(400, "tool_choice 'required' or a named function needs constrained decoding of tool "
+                           "calls, which this server does not offer yet; use 'auto' or 'none'", "tool_choice")
+
+    def render_prompt(self, req: ChatCompletionRequest) -> str:
+        try:
+            return apply_chat_template(
+                self.tokenizer, message_dicts(req.messages), chat_template=req.chat_template or self.chat_template,
+                add_generation_prompt=req.add_generation_prompt,
+                tools=[t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None,
+                chat_template_kwargs=req.chat_template_kwargs, continue_final_message=req.continue_final_message)
+        except ValueError as exc:
+            raise APIError(400, str(exc), "messages") from None
+
+    async def create(self, req: ChatCompletionRequest, raw: Request) -> Response:
+        self.check_model(req.model)
+        self._check_features(req)
+        if self.tokenizer is None:
+            raise APIError(400, "chat needs a tokenizer; the server runs with --skip-tokenizer-init", "messages")
+        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        logprobs = (req.top_logprobs or 0) if req.logprobs else None
+        params = self.sampling_params(req, max_tokens, logprobs)
+        prompt = self.render_prompt(req)
+        request_id = random_id("chatcmpl")
+        stream = self.engine.generate({"prompt": prompt, "add_special_tokens": False}, params, request_id,
+                                      priority=req.priority, cache_salt=req.cache_salt)
+        first = await self.first_output(raw, stream)
+        echo = ""
+        if req.echo and req.messages[-1].role == "assistant" and isinstance(req.messages[-1].content, str):
+            echo = req.messages[-1].content
+        if req.stream:
+            return StreamingResponse(self._stream(req, request_id, first, stream, echo),
+                                     media_type="text/event-stream")
+        try:
+            body = await until_disconnected(raw, self._collect(request_id, first, stream, echo, req.top_logprobs or 0))
+        except APIError:
+            raise
+        except Exception as exc:
+            raise to_api_error(exc) from None
+        return JSONResponse(body.model_dump(exclude_none=True))
+
+    def _logprobs(self, out: CompletionOutput, k: int) -> list[TokenLogprob]:
+        """Chat logprobs of the new tokens: each chosen token and the ``k`` most likely ones (by rank)."""
+        entries = []
+        for token_id, position in zip(out.token_ids, out.logprobs or []):
+            chosen = position.get(token_id)
+            token = self._token_text(token_id, chosen.decoded_token if chosen else None)
+            tops = [TopLogprob(token=(t := self._token_text(tid, p.decoded_token)), logprob=p.logprob,
+                               bytes=list(t.encode()))
+                    for tid, p in sorted(position.items(), key=lambda kv: kv[1].rank or 0)
+                    if p.rank is not None and p.rank <= k]
+            entries.append(TokenLogprob(token=token, logprob=chosen.logprob if chosen else float("-inf"),
+                                        bytes=list(token.encode()), top_logprobs=tops))
+        return entries
+
+    def _token_text(self, token_id: int, decoded: str | None) -> str:
+        return decoded if decoded is not None else self.tokenizer.decode([token_id])
+
+    async def _collect(self, request_id: str, first: RequestOutput, rest: AsyncIterator[RequestOutput],
+                       echo: str, top_k: int) -> ChatCompletionResponse:
+        choices: dict[int, _Choice] = {}
+        out: RequestOutput | None = first
+        prompt_tokens = len(first.prompt_token_ids)
+        while out is not None:
+            for o in out.outputs:
+                choice = choices.setdefault(o.index, _Choice(text=[echo]))
+                choice.text.append(o.text)
+                choice.num_tokens += len(o.token_ids)
+                if o.logprobs is not None:
+                    choice.logprobs.extend(self._logprobs(o, top_k))
+                if o.finish_reason is not None:
+                    choice.finish_reason, choice.stop_reason = o.finish_reason, o.stop_reason
+            out = await anext(rest, None)
+        completion_tokens = sum(c.num_tokens for c in choices.values())
+        return ChatCompletionResponse(
+            id=request_id, model=self.model_name,
+            usage=UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                            total_tokens=prompt_tokens + completion_tokens),
+            choices=[ChatChoice(index=i, message=ResponseMessage(content="".join(c.text)),
+                                logprobs=ChatLogprobs(content=c.logprobs) if c.logprobs else None,
+                                finish_reason=c.finish_reason, stop_reason=c.stop_reason)
+                     for i, c in sorted(choices.items())])
+
+    def _chunk(self, request_id: str, index: int, delta: DeltaMessage, finish_reason: str | None = None,
+               logprobs: list[TokenLogprob] | None = None, stop_reason: int | str | None = None) -> str:
+        choice = ChatChunkChoice(index=index, delta=delta, finish_reason=finish_reason, stop_reason=stop_reason,
+                                 logprobs=ChatLogprobs(content=logprobs) if logprobs else None)
+        chunk = ChatCompletionChunk(id=request_id, model=self.model_name, choices=[choice])
+        return sse(chunk.model_dump(exclude={"usage"}, exclude_none=True))
+
+    async def _stream(self, req: ChatCompletionRequest, request_id: str, first: RequestOutput,
+                      rest: AsyncIterator[RequestOutput], echo: str) -> AsyncIterator[str]:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        choices: dict[int, _Choice] = {}
+        prompt_tokens = len(first.prompt_token_ids)
+        try:
+            out: RequestOutput | None = first
+            while out is not None:
+                for o in out.outputs:
+                    choice = choices.setdefault(o.index, _Choice())
+                    if not choice.started:
+                        choice.started = True
+                        yield self._chunk(request_id, o.index, DeltaMessage(role="assistant", content=echo))
+                    choice.num_tokens += len(o.token_ids)
+                    logprobs = self._logprobs(o, req.top_logprobs or 0) if o.logprobs is not None else None
+                    if o.text or logprobs or o.finish_reason is not None:
+                        yield self._chunk(request_id, o.index, DeltaMessage(content=o.text), o.finish_reason,
+                                          logprobs, o.stop_reason)
+                out = await anext(rest, None)
+            if include_usage:
+                completion_tokens = sum(c.num_tokens for c in choices.values())
+                usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                                  total_tokens=prompt_tokens + completion_tokens)
+                yield sse(ChatCompletionChunk(id=request_id, model=self.model_name, choices=[], usage=usage))
+        except Exception as exc:
+            yield sse_error(exc)
+        yield SSE_DONE

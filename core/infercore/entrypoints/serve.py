@@ -1,0 +1,177 @@
+"""`infercore serve [MODEL]`: start the EngineCore process and the OpenAI-compatible HTTP server.
+
+Every configuration field is a flag (``max_model_len`` → ``--max-model-len``), grouped by section,
+with the field's description as help. Flags not given fall back to ``INFERCORE_<FIELD>`` variables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import types
+import typing
+from typing import Any, Literal
+
+import uvicorn
+from pydantic.fields import FieldInfo
+
+from infercore.config import DEMO_MODEL, SECTIONS, ConfigError, InfercoreConfig, field_section
+from infercore.engine.async_llm import AsyncLLM
+from infercore.engine.core_client import EngineStartupError
+from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
+from infercore.engine.model_info import resolve_demo_model
+
+logger = logging.getLogger("infercore.server")
+
+_SECTION_TITLES = {"model": "model", "cache": "KV cache", "scheduler": "scheduler", "parallel": "parallelism",
+                   "load": "weight loading", "structured_outputs": "structured outputs", "serve": "server"}
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _flag_kwargs(field: FieldInfo) -> dict[str, Any]:
+    """argparse keyword arguments for one pydantic field; defaults stay with the config (SUPPRESS)."""
+    annotation = _unwrap_optional(field.annotation)
+    default = field.get_default(call_default_factory=True)
+    help_text = field.description or ""
+    if default not in (None, [], "") and "default" not in help_text:
+        help_text += f" (default: {default})"
+    kwargs: dict[str, Any] = {"default": argparse.SUPPRESS, "help": help_text}
+    if annotation is bool:
+        kwargs["action"] = argparse.BooleanOptionalAction
+    elif typing.get_origin(annotation) is Literal:
+        kwargs["choices"] = list(typing.get_args(annotation))
+    elif typing.get_origin(annotation) is list:
+        kwargs["nargs"] = "+"
+    elif annotation in (int, float):
+        kwargs["type"] = annotation
+        kwargs["metavar"] = annotation.__name__.upper()
+    return kwargs
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per configuration field, in one argument group per section."""
+    for section, cls in SECTIONS.items():
+        group = parser.add_argument_group(f"{_SECTION_TITLES.get(section, section)} options")
+        for name, field in cls.model_fields.items():
+            group.add_argument("--" + name.replace("_", "-"), dest=name, **_flag_kwargs(field))
+
+
+def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``serve`` subcommand."""
+    parser = subparsers.add_parser(
+        "serve", help="start the OpenAI-compatible server", usage="infercore serve [MODEL] [options]",
+        description="Serve MODEL (a Hugging Face repo id or local folder) over an OpenAI-compatible HTTP API. "
+                    f"Without MODEL it serves the built-in '{DEMO_MODEL}' (random weights: gibberish).")
+    parser.add_argument("model_tag", nargs="?", default=None, metavar="MODEL",
+                        help="model to serve (same as --model)")
+    add_config_flags(parser)
+    parser.set_defaults(func=run_serve)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> InfercoreConfig:
+    """The configuration the given flags describe (raises ConfigError)."""
+    fields = field_section()
+    kwargs = {k: v for k, v in vars(args).items() if k in fields}
+    if getattr(args, "model_tag", None):
+        if "model" in kwargs and kwargs["model"] != args.model_tag:
+            raise ConfigError("MODEL and --model disagree; give the model once")
+        kwargs["model"] = args.model_tag
+    return InfercoreConfig.from_kwargs(**kwargs)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn with a draining SIGTERM/SIGINT (503 for new requests, wait for in-flight ones) and an exit code."""
+
+    def __init__(self, config: uvicorn.Config, app_state: Any, engine: AsyncLLM, shutdown_timeout: float) -> None:
+        super().__init__(config)
+        self.app_state = app_state
+        self.engine = engine
+        self.shutdown_timeout = shutdown_timeout
+        self.exit_code = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: Any = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: types.FrameType | None) -> None:
+        drain = self.app_state.drain
+        if drain.draining or self._loop is None:
+            super().handle_exit(sig, frame)  # a second signal: stop now
+            return
+        logger.info("received %s: refusing new requests, finishing %d in flight (up to %.0f s)",
+                    signal.Signals(sig).name, drain.in_flight, self.shutdown_timeout)
+        drain.draining = True
+        self.engine.stop_accepting()
+        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain()))
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.shutdown_timeout
+        while self.app_state.drain.in_flight > 0 and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        if self.app_state.drain.in_flight:
+            logger.warning("%d requests still running after %.0f s; aborting them",
+                           self.app_state.drain.in_flight, self.shutdown_timeout)
+        self.should_exit = True
+
+    def engine_died(self, reason: str) -> None:
+        """Fail fast: let in-flight requests get their errors, then stop with a non-zero exit code."""
+        self.exit_code = 1
+        if self._loop is not None:
+            self._loop.call_later(1.0, lambda: setattr(self, "should_exit", True))
+
+
+async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY) -> int:
+    """Run the server until it is stopped; returns the process exit code."""
+    from infercore.demo import DEMO_NOTICE
+    from infercore.entrypoints.openai.app import build_app
+    from infercore.entrypoints.openai.metrics import ServerMetrics
+
+    if config.model.model == DEMO_MODEL:
+        logger.warning(DEMO_NOTICE)
+    resolve_demo_model(config)
+    model_name = config.model.served_model_name or config.model.model
+    metrics = ServerMetrics(model_name)
+    try:
+        engine = await AsyncLLM.start(config, engine_factory, listener=metrics)
+    except (EngineStartupError, ValueError) as exc:
+        logger.error("the engine failed to start: %s", exc)
+        return 1
+    try:
+        app = build_app(config, engine, metrics, model_name)
+        uv_config = uvicorn.Config(app, host=config.serve.host, port=config.serve.port,
+                                   log_level=config.serve.uvicorn_log_level, timeout_graceful_shutdown=2,
+                                   access_log=not config.serve.disable_log_requests, h11_max_incomplete_event_size=65536)
+        server = _Server(uv_config, app.state.server, engine, config.serve.shutdown_timeout)
+        engine.on_engine_dead = server.engine_died
+        logger.info("serving %s (max_model_len %d) on http://%s:%d", model_name, engine.model_info.max_model_len,
+                    config.serve.host, config.serve.port)
+        await server.serve()
+        if not server.started and server.exit_code == 0:
+            return 1
+        return server.exit_code
+    finally:
+        await engine.shutdown()
+
+
+def run_serve(args: argparse.Namespace, engine_factory: str = DEFAULT_ENGINE_FACTORY) -> int:
+    """Entry of ``infercore serve``."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"infercore serve: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(serve(config, engine_factory))
