@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from infercore.sample.bitmask import apply_grammar_bitmask
 from infercore.sample.gumbel import gumbel_noise
 from infercore.sample.logprobs import LogprobsTensors, gather_logprobs
 from infercore.sample.metadata import SamplingMetadata
 from infercore.sample.truncation import apply_min_p
+from infercore.structured_output import apply_token_bitmask
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Sampler(nn.Module):
         raw_logprobs = None
         if metadata.max_num_logprobs is not None:
             raw_logprobs = torch.log_softmax(logits, dim=-1)
-        logits = self._adjust(logits, metadata)
+        self._adjust(logits, metadata)
         sampled = self._sample(logits, metadata)
         logprobs = None
         if raw_logprobs is not None and metadata.max_num_logprobs is not None:
@@ -43,14 +43,13 @@ class Sampler(nn.Module):
         return SamplerOutput(sampled, logprobs)
 
     @staticmethod
-    def _adjust(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
+    def _adjust(logits: torch.Tensor, metadata: SamplingMetadata) -> None:
         if metadata.grammar_bitmask is not None:
-            logits = apply_grammar_bitmask(logits, metadata.grammar_bitmask)
+            apply_token_bitmask(logits, metadata.grammar_bitmask)
         if metadata.logit_bias is not None:
             metadata.logit_bias.apply(logits)
         if metadata.penalties is not None:
             metadata.penalties.apply(logits)
-        return logits
 
     @staticmethod
     def _sample(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:

@@ -1,0 +1,51 @@
+import torch
+from infercore.sampling_params import SamplingParams
+from sampler_helpers import build_metadata, sample
+
+VOCAB = 64
+
+
+def reference(logits: torch.Tensor, p: SamplingParams, prompt: list[int], output: list[int]) -> torch.Tensor:
+    """vLLM's penalties, one token at a time."""
+    out = logits.clone()
+    for token in set(prompt) | set(output):
+        value = out[token]
+        out[token] = value / p.repetition_penalty if value > 0 else value * p.repetition_penalty
+    for token in set(output):
+        out[token] -= p.frequency_penalty * output.count(token) + p.presence_penalty
+    return out
+
+
+def test_penalties_match_the_reference_row_by_row() -> None:
+    params = [
+        SamplingParams(presence_penalty=0.7),
+        SamplingParams(),
+        SamplingParams(frequency_penalty=0.3),
+        SamplingParams(repetition_penalty=1.4),
+        SamplingParams(repetition_penalty=0.8, presence_penalty=-0.5, frequency_penalty=1.1),
+        SamplingParams(temperature=0),
+    ]
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 7], [8, 9, 10, 11], [1, 12], [13]]
+    outputs = [[3, 3, 20], [4, 4], [7, 7, 7, 30], [9, 40, 40], [12, 12, 50, 1], []]
+    logits = torch.randn(len(params), VOCAB) * 3
+    metadata = build_metadata(params, VOCAB, prompts=prompts, outputs=outputs)
+    assert metadata.penalties is not None
+    penalised = logits.clone()
+    metadata.penalties.apply(penalised)
+    for i, p in enumerate(params):
+        expected = reference(logits[i], p, prompts[i], outputs[i])
+        assert torch.allclose(penalised[i], expected, atol=1e-6), f"row {i}"
+    assert not torch.equal(penalised[[0, 2, 3, 4]], logits[[0, 2, 3, 4]])
+
+
+def test_presence_penalty_applies_to_output_not_prompt() -> None:
+    logits = torch.zeros(1, VOCAB)
+    logits[0, 5] = 1.0
+    logits[0, 6] = 0.9
+    params = [SamplingParams(temperature=0, presence_penalty=2.0)]
+    assert sample(logits, params, prompts=[[5]], outputs=[[]]).item() == 5
+    assert sample(logits, params, prompts=[[]], outputs=[[5]]).item() == 6
+
+
+def test_no_penalty_builds_no_tables() -> None:
+    assert build_metadata([SamplingParams()] * 3, VOCAB, outputs=[[1], [2], [3]]).penalties is None
