@@ -5,8 +5,10 @@ A format says where a tool-call *region* may start (its start markers) and reads
 call's name is known. The engine does the rest, identically for every format:
 
 * text outside regions streams as content; text that could be the start of a marker is held back;
-* whitespace that touches a region (before or after it) is dropped, so ``"Sure.\\n<tool_call>..."``
-  gives the content ``"Sure."``;
+* whitespace between content and a region is dropped, so ``"Sure.\\n<tool_call>..."`` gives the
+  content ``"Sure."`` and whitespace between two regions or at the end after a region vanishes; only
+  whitespace between a region and content that follows it is kept, when content also came before
+  the region, so that ``"A. <call> B."`` gives ``"A. B."``;
 * on each new piece of text the open region is read again from its start, and what changed is sent
   as deltas: a call's header (index, id, type, name) once, then argument fragments, each the part of
   the rendered arguments not yet sent (see :mod:`infercore.parsers.partial_json`);
@@ -122,12 +124,14 @@ class ToolCallStream:
         at_start = not self.content_seen and not self.calls and not self.after_region
         start, safe_end = self._find_start(at_start, final)
         segment = self.text[self.pos:start if start is not None else safe_end]
+        trim_start = self.after_region and not self.content_seen
         if start is None and final:
-            self._send(step, segment.lstrip() if self.after_region else segment)
+            if segment.strip() or not self.after_region:
+                self._send(step, segment.lstrip() if trim_start else segment)
             self.pos = len(self.text)
             return False
         kept = segment.rstrip()
-        visible = kept.lstrip() if self.after_region else kept
+        visible = kept.lstrip() if trim_start else kept
         if visible:
             self._send(step, visible)
             self.after_region = False

@@ -44,8 +44,8 @@ class Scanner:
             self.pos += len(literal)
             return True
         rest = self.text[self.pos:]
-        if len(rest) < len(literal) and literal.startswith(rest):
-            raise self.need_more(repr(literal))
+        if not self.final and len(rest) < len(literal) and literal.startswith(rest):
+            raise NeedMore()
         return False
 
     def choice(self, *literals: str) -> str | None:
