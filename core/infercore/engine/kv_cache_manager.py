@@ -22,6 +22,7 @@ class KVCacheManager:
         self.enable_caching = enable_caching
         self.pool = BlockPool(num_blocks)
         self._req_blocks: dict[str, list[KVBlock]] = {}
+        #: Per request, how many of its leading blocks went through the prefix cache.
         self._num_cached_blocks: dict[str, int] = {}
         #: Cumulative prefix-cache counters, in tokens.
         self.prefix_cache_queries = 0
@@ -73,6 +74,13 @@ class KVCacheManager:
         bs = self.block_size
         rid = request.request_id
         blocks = self._req_blocks.get(rid)
+        if blocks is not None and new_computed_blocks is None:
+            # Decode fast path: the tokens fit the blocks held.
+            num_tokens = request.num_computed_tokens + num_new_tokens
+            if num_tokens <= len(blocks) * bs:
+                if self.enable_caching and num_tokens % bs < num_new_tokens:  # a block may have filled
+                    self._cache_full_blocks(request, blocks, min(num_tokens, request.num_tokens))
+                return []
         num_held = len(blocks) if blocks is not None else 0
         hit = new_computed_blocks or []
         num_tokens = request.num_computed_tokens + len(hit) * bs + num_new_tokens

@@ -110,18 +110,20 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         kv = self.kv_cache_manager
         num_scheduled: dict[str, int] = {}
-        new_block_ids: dict[str, list[int]] = {}
         running = self.running
+        chunked = self.enable_chunked_prefill
         preempted = False
 
+        cached_reqs: list[CachedRequestData] = []
         idx = 0
         while idx < len(running) and budget > 0:
             request = running[idx]
-            num_new = request.num_tokens - request.num_computed_tokens
-            if num_new <= 0 or (num_new > budget and not self.enable_chunked_prefill):
+            num_new = len(request.all_token_ids) - request.num_computed_tokens
+            if num_new <= 0 or (num_new > budget and not chunked):
                 idx += 1
                 continue
-            num_new = min(num_new, budget)
+            if num_new > budget:
+                num_new = budget
             block_ids = kv.allocate_slots(request, num_new)
             while block_ids is None:
                 victim = max(reversed(running), key=self.waiting.preemption_key)
@@ -129,7 +131,7 @@ class Scheduler:
                 del running[victim_idx]
                 if victim.request_id in num_scheduled:
                     budget += num_scheduled.pop(victim.request_id)
-                    new_block_ids.pop(victim.request_id)
+                    cached_reqs = [c for c in cached_reqs if c.req_id != victim.request_id]
                 self._preempt(victim)
                 preempted = True
                 if victim is request:
@@ -140,12 +142,10 @@ class Scheduler:
             if block_ids is None:
                 continue
             num_scheduled[request.request_id] = num_new
-            new_block_ids[request.request_id] = block_ids
+            cached_reqs.append(CachedRequestData(request.request_id, block_ids, request.num_computed_tokens))
             budget -= num_new
             idx += 1
 
-        cached_reqs = [CachedRequestData(rid, ids, self.requests[rid].num_computed_tokens)
-                       for rid, ids in new_block_ids.items()]
         new_reqs: list[NewRequestData] = []
         if not preempted:
             budget = self._schedule_waiting(budget, num_scheduled, new_reqs)
@@ -212,13 +212,13 @@ class Scheduler:
     def update_from_output(
         self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput
     ) -> EngineCoreOutputs:
-        """Fold one step's results into request state; return outputs of requests with news."""
-        requests = self.requests
-        for rid, num in scheduler_output.num_scheduled_tokens.items():
-            request = requests.get(rid)
-            if request is not None and request.status == _RUNNING:
-                request.num_computed_tokens += num
+        """Fold one step's results into request state; return outputs of requests with news.
 
+        ``runner_output.req_ids`` lists every scheduled request (with ``[]`` sampled for a prefill
+        chunk that did not reach the end): that is how a request's computed tokens advance.
+        """
+        requests = self.requests
+        num_scheduled = scheduler_output.num_scheduled_tokens
         if runner_output.prompt_logprobs:
             for rid, lp in runner_output.prompt_logprobs.items():
                 request = requests.get(rid)
@@ -229,26 +229,28 @@ class Scheduler:
         outputs: list[EngineCoreOutput] = []
         any_finished = False
         for rid, sampled in zip(runner_output.req_ids, runner_output.sampled_token_ids):
-            if not sampled:
-                continue
             request = requests.get(rid)
             if request is None or request.status != _RUNNING:
+                continue
+            request.num_computed_tokens += num_scheduled[rid]
+            if not sampled:
                 continue
             new_tokens = self._append_tokens(request, sampled)
             new_logprobs = logprobs.get(rid) if logprobs else None
             if new_logprobs is not None and len(new_tokens) < len(sampled):
                 new_logprobs = _slice_logprobs(new_logprobs, len(new_tokens))
             status = request.status
+            finished = status != _RUNNING
             outputs.append(EngineCoreOutput(
-                request_id=rid,
-                new_token_ids=new_tokens,
-                new_logprobs=new_logprobs,
-                prompt_logprobs=None if request.prompt_logprobs_sent else self._take_prompt_logprobs(request),
-                finish_reason=RequestStatus.finish_reason(status) if status != _RUNNING else None,
-                stop_reason=request.stop_reason,
-                num_cached_tokens=request.num_cached_tokens,
+                rid,
+                new_tokens,
+                new_logprobs,
+                None if request.prompt_logprobs_sent else self._take_prompt_logprobs(request),
+                RequestStatus.finish_reason(status) if finished else None,
+                request.stop_reason,
+                request.num_cached_tokens,
             ))
-            if status != _RUNNING:
+            if finished:
                 any_finished = True
                 self._finish(request, status)
         if any_finished:
@@ -262,24 +264,20 @@ class Scheduler:
         for i, token in enumerate(sampled):
             out.append(token)
             all_ids.append(token)
-            status = self._check_stop(request, token)
-            if status is not None:
-                request.status = status
+            num_output = len(out)
+            # A stop token may end the request only after min_tokens other tokens.
+            if num_output > request.min_tokens:
+                if token == request.stop_eos_token_id:
+                    request.status = _STOPPED
+                    return sampled[:i + 1]
+                if token in request.stop_token_ids:
+                    request.status = _STOPPED
+                    request.stop_reason = token
+                    return sampled[:i + 1]
+            if num_output >= request.max_tokens or len(all_ids) >= self.max_model_len:
+                request.status = _LENGTH
                 return sampled[:i + 1]
         return sampled
-
-    def _check_stop(self, request: Request, token: int) -> RequestStatus | None:
-        num_output = len(request.output_token_ids)
-        # A stop token may end the request only after min_tokens other tokens.
-        if num_output > request.min_tokens:
-            if token == request.stop_eos_token_id:
-                return _STOPPED
-            if token in request.stop_token_ids:
-                request.stop_reason = token
-                return _STOPPED
-        if num_output >= request.max_tokens or len(request.all_token_ids) >= self.max_model_len:
-            return _LENGTH
-        return None
 
     @staticmethod
     def _take_prompt_logprobs(request: Request) -> Logprobs | None:
