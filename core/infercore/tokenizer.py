@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -32,6 +33,8 @@ TEMPLATE_TIMEOUT_S = 5.0
 MAX_TEMPLATE_RANGE = 100_000
 _RANGE_CHECK_EVERY = 1024
 _TEMPLATE_CACHE_SIZE = 64
+#: A number of seven or more digits in a format string: a field width that would build a huge string.
+_LONG_NUMBER = re.compile(r"\d{7,}")
 
 
 def get_tokenizer(model_config: Any) -> PreTrainedTokenizerBase:
@@ -113,7 +116,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     """Immutable sandbox whose renders are limited in time and in the size of what they build."""
 
     code_generator_class = _BoundedCodeGenerator
-    intercepted_binops = frozenset({"*", "**", "+"})
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
 
     def __init__(self) -> None:
         super().__init__(trim_blocks=True, lstrip_blocks=True,
@@ -121,6 +124,8 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         self._render_state = threading.local()
         self.filters = {name: self._bounded(fn) for name, fn in self.filters.items()}
         self.filters["tojson"] = self._bounded(_tojson)
+        self.filters["replace"] = self._bounded(self._replace)
+        self.filters["format"] = self._bounded(self._format)
         self.globals["raise_exception"] = _raise_exception
         self.globals["strftime_now"] = _strftime_now
         self.globals["range"] = self._range
@@ -141,17 +146,39 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__} is not allowed")
 
+    def _check_args(self, args: tuple[Any, ...]) -> None:
+        self.deadline.check()
+        for arg in args:
+            if isinstance(arg, int) and not isinstance(arg, bool) and abs(arg) > self.limit:
+                raise ChatTemplateError(f"the chat template passed the number {arg}, over the limit of {self.limit}")
+            _check_size(arg, self.limit)
+
     def _bounded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            self.deadline.check()
-            for arg in (*args, *kwargs.values()):
-                if isinstance(arg, int) and not isinstance(arg, bool) and abs(arg) > self.limit:
-                    raise ChatTemplateError(
-                        f"the chat template passed {arg} to a filter, over the limit of {self.limit}")
+            self._check_args((*args, *kwargs.values()))
             return _check_size(fn(*args, **kwargs), self.limit)
 
         return wrapper
+
+    def _replace(self, text: Any, old: str, new: str, count: int | None = None) -> str:
+        text = str(text)
+        self._check_replace(text, old, new)
+        return text.replace(old, new, -1 if count is None else count)
+
+    def _format(self, template: Any, *args: Any, **kwargs: Any) -> str:
+        template = str(template)
+        self._check_format(template)
+        return template % (kwargs or args)
+
+    def _check_replace(self, text: str, old: str, new: str) -> None:
+        if len(new) > len(old) and len(text) + text.count(old) * (len(new) - len(old)) > self.limit:
+            raise ChatTemplateError(f"the chat template's replace() would build more than the limit of "
+                                    f"{self.limit} characters; simplify the template")
+
+    def _check_format(self, template: str) -> None:
+        if _LONG_NUMBER.search(template):
+            raise ChatTemplateError("the chat template formats with a width over the limit; simplify the template")
 
     def _range(self, *args: int) -> Iterator[int]:
         values = range(*args)
@@ -174,6 +201,8 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         self.deadline.check()
         if operator == "**" and isinstance(right, int) and abs(right) > 64:
             raise ChatTemplateError(f"the chat template raised a number to the power {right}; the limit is 64")
+        if operator == "%" and isinstance(left, str):
+            self._check_format(left)
         if operator == "*":
             for seq, count in ((left, right), (right, left)):
                 if hasattr(seq, "__len__") and isinstance(count, int) and len(seq) * count > self.limit:
@@ -182,10 +211,17 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         return self.checked_value(super().call_binop(context, operator, left, right))
 
     def call(self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        self.deadline.check()
-        for arg in (*args, *kwargs.values()):
-            _check_size(arg, self.limit)
+        self._check_args((*args, *kwargs.values()))
+        owner = getattr(__obj, "__self__", None)
+        if isinstance(owner, str) and getattr(__obj, "__name__", "") == "replace" and len(args) >= 2:
+            self._check_replace(owner, str(args[0]), str(args[1]))
         return super().call(__context, __obj, *args, **kwargs)
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is not None:
+            self._check_format(value.__self__)
+        return wrapped
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         self.deadline.check()

@@ -68,12 +68,23 @@ def test_sandbox_escapes_fail_clearly(tokenizer, template):
     "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
     "{% set ns = namespace(s=['a']) %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
     "{% macro f(s, n) %}{% if n %}{{ f(s ~ s, n - 1) }}{% endif %}{% endmacro %}{{ f('x', 40) }}",
+    "{{ '%999999999d' % 1 }}",
+    "{{ '{:>999999999}'.format(1) }}",
+    "{{ '%(x)999999999s' | format(x=1) }}",
+    "{{ 'a'.center(10**9) }}",
+    "{{ ('x' * 100000).replace('x', 'x' * 1000) }}",
+    "{{ ('x' * 100000) | replace('x', 'x' * 1000) }}",
 ])
 def test_output_bombs_fail_fast(tokenizer, template):
     start = time.monotonic()
     with pytest.raises(ChatTemplateError, match="limit"):
         apply_chat_template(tokenizer, MESSAGES, chat_template=template)
     assert time.monotonic() - start < 2.0
+
+
+def test_string_helpers_still_work(tokenizer):
+    template = "{{ 'ab' | replace('a', 'c') }} {{ 'a%sb' % 'Z' }} {{ '{}-{}'.format(1, 2) }} {{ '%s' | format(3) }}"
+    assert apply_chat_template(tokenizer, MESSAGES, chat_template=template) == "cb aZb 1-2 3"
 
 
 def test_slow_templates_hit_the_deadline(tokenizer):
