@@ -57,5 +57,5 @@ class RegionToolParser(ToolParser):
             return None
         return self._stream.finish()
 
-    def _unsent_text(self) -> str:
-        return self._stream.unsent_text() if self._stream is not None else ""
+    def _unsent_text(self) -> str | None:
+        return self._stream.unsent_text() if self._stream is not None else None

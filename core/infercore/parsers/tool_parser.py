@@ -59,9 +59,10 @@ class ToolParser(ABC):
         logger.exception("%s failed while streaming; sending the rest as content", type(self).__name__)
         self._failed = True
         try:
-            text = self._unsent_text()
+            unsent = self._unsent_text()
         except Exception:
-            text = delta_text
+            unsent = None
+        text = delta_text if unsent is None else unsent
         return DeltaMessage(content=text) if text else None
 
     @abstractmethod
@@ -74,7 +75,7 @@ class ToolParser(ABC):
     @abstractmethod
     def _flush(self, request: ToolRequest) -> DeltaMessage | None: ...
 
-    def _unsent_text(self) -> str:
-        """Text received (including the current delta) that was neither sent nor consumed; sent as
-        content when the parser fails mid-stream."""
-        return ""
+    def _unsent_text(self) -> str | None:
+        """Text received (including the current delta) that was neither sent nor consumed, sent as
+        content when the parser fails mid-stream; None when unknown (the delta is sent instead)."""
+        return None
