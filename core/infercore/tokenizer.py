@@ -29,9 +29,12 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 MAX_TEMPLATE_OUTPUT = 1_000_000
 #: Seconds a template may take to render.
 TEMPLATE_TIMEOUT_S = 5.0
+#: Longest chat template source accepted, in characters.
+MAX_TEMPLATE_SOURCE = 256_000
 #: Most items one ``range()`` in a template may yield.
 MAX_TEMPLATE_RANGE = 100_000
 _RANGE_CHECK_EVERY = 1024
+_MAX_INT_BITS = 4096
 _TEMPLATE_CACHE_SIZE = 64
 #: A number of seven or more digits in a format string: a field width that would build a huge string.
 _LONG_NUMBER = re.compile(r"\d{7,}")
@@ -199,8 +202,10 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         self.deadline.check()
-        if operator == "**" and isinstance(right, int) and abs(right) > 64:
-            raise ChatTemplateError(f"the chat template raised a number to the power {right}; the limit is 64")
+        if isinstance(left, int) and isinstance(right, int) and operator in ("*", "**"):
+            bits = left.bit_length() * abs(right) if operator == "**" else left.bit_length() + right.bit_length()
+            if bits > _MAX_INT_BITS:
+                raise ChatTemplateError("the chat template computed a number too large to handle; simplify the template")
         if operator == "%" and isinstance(left, str):
             self._check_format(left)
         if operator == "*":
@@ -258,6 +263,10 @@ def _pick_template(tokenizer: PreTrainedTokenizerBase | None, chat_template: str
     if isinstance(template, Mapping):
         key = "tool_use" if tools and "tool_use" in template else "default"
         template = template.get(key)
+    if isinstance(template, str) and len(template) > MAX_TEMPLATE_SOURCE:
+        raise ChatTemplateError(
+            f"the chat template has {len(template)} characters, over the limit of {MAX_TEMPLATE_SOURCE}; "
+            "use a shorter template")
     if not template:
         raise ChatTemplateError(
             "the tokenizer has no chat template; pass --chat-template (a file or a template string), "
