@@ -1,3 +1,4 @@
+import pytest
 import torch
 from infercore.sampling_params import SamplingParams
 from sampler_helpers import build_metadata, sample
@@ -16,15 +17,19 @@ def reference(logits: torch.Tensor, p: SamplingParams, prompt: list[int], output
     return out
 
 
-def test_penalties_match_the_reference_row_by_row() -> None:
-    params = [
-        SamplingParams(presence_penalty=0.7),
-        SamplingParams(),
-        SamplingParams(frequency_penalty=0.3),
-        SamplingParams(repetition_penalty=1.4),
-        SamplingParams(repetition_penalty=0.8, presence_penalty=-0.5, frequency_penalty=1.1),
-        SamplingParams(temperature=0),
-    ]
+MIXED = [
+    SamplingParams(presence_penalty=0.7),
+    SamplingParams(),
+    SamplingParams(frequency_penalty=0.3),
+    SamplingParams(repetition_penalty=1.4),
+    SamplingParams(repetition_penalty=0.8, presence_penalty=-0.5, frequency_penalty=1.1),
+    SamplingParams(temperature=0),
+]
+REPETITION_ONLY = [SamplingParams(repetition_penalty=1.0 + i / 10) for i in range(6)]
+
+
+@pytest.mark.parametrize("params", [MIXED, REPETITION_ONLY])
+def test_penalties_match_the_reference_row_by_row(params: list[SamplingParams]) -> None:
     prompts = [[1, 2, 3], [4, 5], [6, 7, 7], [8, 9, 10, 11], [1, 12], [13]]
     outputs = [[3, 3, 20], [4, 4], [7, 7, 7, 30], [9, 40, 40], [12, 12, 50, 1], []]
     logits = torch.randn(len(params), VOCAB) * 3
@@ -35,7 +40,9 @@ def test_penalties_match_the_reference_row_by_row() -> None:
     for i, p in enumerate(params):
         expected = reference(logits[i], p, prompts[i], outputs[i])
         assert torch.allclose(penalised[i], expected, atol=1e-6), f"row {i}"
-    assert not torch.equal(penalised[[0, 2, 3, 4]], logits[[0, 2, 3, 4]])
+    changed = [i for i, p in enumerate(params) if p.presence_penalty or p.frequency_penalty
+               or p.repetition_penalty != 1]
+    assert all(not torch.equal(penalised[i], logits[i]) for i in changed)
 
 
 def test_presence_penalty_applies_to_output_not_prompt() -> None:

@@ -2,7 +2,8 @@
 
 Repetition divides positive logits (multiplies negative ones) of every token seen in the prompt or
 the output; presence subtracts a constant from tokens seen in the output; frequency subtracts a
-constant per occurrence in the output.
+constant per occurrence in the output. Only seen tokens change, so the penalties are applied to the
+(row, token) pairs of the prompts and outputs rather than to whole [B, V] rows.
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ from infercore.sampling_params import SamplingParams
 
 @dataclass
 class PenaltyTensors:
-    """Penalty inputs for the rows that have a penalty; the other rows are left alone."""
+    """One entry per (row, token) occurrence in a penalised request's prompt or output.
+
+    A token that occurs several times has several identical entries; writing them back is idempotent.
+    """
 
     rows: torch.Tensor
-    presence: torch.Tensor
-    frequency: torch.Tensor
+    token_ids: torch.Tensor
     repetition: torch.Tensor
-    #: [R, V] how often each token occurs in the output; None when no row has presence/frequency.
-    output_counts: torch.Tensor | None
-    #: [R, V] whether each token occurs in the prompt or output; None when no row has repetition.
-    seen: torch.Tensor | None
+    #: presence (if the token is in the output) + frequency * its count in the output.
+    subtract: torch.Tensor
 
     @classmethod
     def build(
@@ -37,44 +38,40 @@ class PenaltyTensors:
         vocab_size: int,
         device: torch.device,
     ) -> PenaltyTensors | None:
-        """Gather the penalised rows, or None when no request has a penalty."""
+        """Gather the penalised rows' seen tokens, or None when no request has a penalty."""
         rows = [i for i, p in enumerate(params) if _has_penalty(p)]
         if not rows:
             return None
         chosen = [params[i] for i in rows]
         outputs = _padded([output_token_ids[i] for i in rows], vocab_size, device)
-        counts = seen = None
+        seen = torch.cat([_padded([prompt_token_ids[i] for i in rows], vocab_size, device), outputs], dim=1)
+        valid = seen < vocab_size
+
+        def column(values: list[float]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.float32, device=device).unsqueeze(1).expand_as(seen)
+
+        subtract = torch.zeros(seen.shape, device=device)
         if any(p.presence_penalty != 0 or p.frequency_penalty != 0 for p in chosen):
             counts = torch.zeros(len(rows), vocab_size + 1, device=device)
             counts.scatter_add_(1, outputs, torch.ones_like(outputs, dtype=counts.dtype))
-            counts = counts[:, :vocab_size]
-        if any(p.repetition_penalty != 1 for p in chosen):
-            prompts = _padded([prompt_token_ids[i] for i in rows], vocab_size, device)
-            seen = torch.zeros(len(rows), vocab_size + 1, dtype=torch.bool, device=device)
-            seen.scatter_(1, prompts, True).scatter_(1, outputs, True)
-            seen = seen[:, :vocab_size]
-
-        def column(values: list[float]) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.float32, device=device).unsqueeze(1)
-
+            seen_counts = counts.gather(1, seen)
+            presence = column([p.presence_penalty for p in chosen])
+            frequency = column([p.frequency_penalty for p in chosen])
+            subtract = frequency * seen_counts + presence * (seen_counts > 0)
+        batch_rows = torch.tensor(rows, dtype=torch.int64, device=device).unsqueeze(1).expand_as(seen)
         return cls(
-            rows=torch.tensor(rows, dtype=torch.int64, device=device),
-            presence=column([p.presence_penalty for p in chosen]),
-            frequency=column([p.frequency_penalty for p in chosen]),
-            repetition=column([p.repetition_penalty for p in chosen]),
-            output_counts=counts,
-            seen=seen,
+            rows=batch_rows[valid],
+            token_ids=seen[valid],
+            repetition=column([p.repetition_penalty for p in chosen])[valid],
+            subtract=subtract[valid],
         )
 
     def apply(self, logits: torch.Tensor) -> None:
         """Penalise ``logits`` [B, V] in place."""
-        sub = logits[self.rows]
-        if self.seen is not None:
-            penalised = torch.where(sub > 0, sub / self.repetition, sub * self.repetition)
-            sub = torch.where(self.seen, penalised, sub)
-        if self.output_counts is not None:
-            sub -= self.frequency * self.output_counts + self.presence * (self.output_counts > 0)
-        logits[self.rows] = sub
+        index = (self.rows, self.token_ids)
+        values = logits[index]
+        values = torch.where(values > 0, values / self.repetition, values * self.repetition) - self.subtract
+        logits.index_put_(index, values)
 
 
 def _has_penalty(p: SamplingParams) -> bool:
@@ -82,6 +79,6 @@ def _has_penalty(p: SamplingParams) -> bool:
 
 
 def _padded(token_ids: list[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
-    """[R, L] token ids padded with ``pad_id`` (an extra, discarded column of the [R, V + 1] tables)."""
+    """[R, L] token ids padded with ``pad_id`` (the extra, discarded column of the [R, V + 1] counts)."""
     tensors = [torch.tensor(ids, dtype=torch.int64) for ids in token_ids]
     return pad_sequence(tensors, batch_first=True, padding_value=pad_id).to(device)
