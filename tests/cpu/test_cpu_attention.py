@@ -31,7 +31,7 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: i
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
 
 
-def make_step(requests: list[tuple[int, int]], num_blocks: int = 64, seed: int = 0):
+def make_step(requests: list[tuple[int, int]], num_blocks: int = 256, seed: int = 0):
     """Random contexts for (seq_len, query_len) requests; the cached part already in the cache.
 
     Returns q, k, v of this step, the cache, the metadata, and each request's full context K/V.
@@ -77,6 +77,9 @@ STEPS = {
     "prefills after cached prefixes": [(20, 4), (40, 24), (16, 15), (33, 2)],
     "pure decode": [(1, 1), (16, 1), (17, 1), (70, 1), (33, 1)],
     "mixed, decodes not first": [(30, 30), (17, 1), (40, 8), (5, 1), (64, 1)],
+    # Enough decodes to be split into several length groups.
+    "many decodes and a prefill": [(1 + (i * 37) % 90, 1) for i in range(20)] + [(45, 12)]
+    + [(1 + (i * 53) % 70, 1) for i in range(13)],
 }
 
 

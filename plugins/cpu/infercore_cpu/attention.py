@@ -1,7 +1,8 @@
 """Paged attention on the CPU with torch ops.
 
-Decode requests (one query token each) are served together: their context K/V is gathered through
-the block table into one padded batch and attended with a single SDPA call under a length mask.
+Decode requests (one query token each) are served in a few groups of similar context length: each
+group's K/V is gathered through the block table into a persistent scratch buffer (fresh large
+allocations cost page faults on every layer) and attended with one SDPA call under a length mask.
 Prefill requests run one SDPA each; a request with nothing cached uses its fresh K/V directly.
 """
 
@@ -21,15 +22,21 @@ from infercore.attention import (
 )
 from infercore.attention.reference import attend, causal_mask, gather_context, write_kv
 
+#: Decode requests are sorted by context length and split into at most this many groups (of at
+#: least ``MIN_GROUP_SIZE`` each), so short contexts are not padded to the longest one.
+MAX_DECODE_GROUPS = 8
+MIN_GROUP_SIZE = 8
+
 
 @dataclass
-class DecodeBatch:
-    """The step's requests with one query token, padded to the longest context among them."""
+class DecodeGroup:
+    """Decode requests padded to the longest context among them."""
 
-    rows: slice | torch.Tensor  # their query rows in the flattened batch
-    block_table: torch.Tensor  # int64 [n, blocks covering the longest context]
+    rows: torch.Tensor  # int64 [n]: their query rows in the flattened batch
+    blocks: torch.Tensor  # int64 [n * num_blocks]: their block-table rows, flattened
+    num_blocks: int
     seq_lens: torch.Tensor  # int64 [n]
-    valid: torch.Tensor  # bool [n, 1, 1, padded_len]: context position < seq_len
+    valid: torch.Tensor  # bool [n, 1, 1, num_blocks * block_size]: context position < seq_len
 
 
 @dataclass
@@ -49,66 +56,87 @@ class TorchPagedMetadata:
     num_actual_tokens: int
     slot_mapping: torch.Tensor
     block_table: torch.Tensor
-    decode: DecodeBatch | None
+    decode_groups: list[DecodeGroup]
     prefills: list[PrefillRequest]
+    #: Flat K and V scratch buffers (kv-cache dtype) that decode groups gather into.
+    scratch: tuple[torch.Tensor, torch.Tensor]
 
 
 class TorchPagedMetadataBuilder(AttentionMetadataBuilder):
-    """Splits the step's requests into one decode batch and a list of prefills."""
+    """Splits the step's requests into decode groups and a list of prefills; owns the scratch."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._scratch = (torch.empty(0, dtype=self.spec.dtype), torch.empty(0, dtype=self.spec.dtype))
 
     def build(self, common: CommonAttentionMetadata) -> TorchPagedMetadata:
         starts = common.query_start_loc_cpu[: common.num_reqs + 1].tolist()
         seq_lens = common.seq_lens_cpu[: common.num_reqs].tolist()
-        decode_idx, prefills = [], []
+        decodes, prefills = [], []
         for i, seq_len in enumerate(seq_lens):
             if starts[i + 1] - starts[i] == 1:
-                decode_idx.append(i)
+                decodes.append(i)
             elif starts[i + 1] > starts[i]:
                 prefills.append(PrefillRequest(i, starts[i], starts[i + 1], seq_len))
-        decode = self._decode_batch(common, decode_idx, starts, seq_lens) if decode_idx else None
+        groups = self._decode_groups(common.block_table, decodes, starts, seq_lens) if decodes else []
         return TorchPagedMetadata(common.num_actual_tokens, common.slot_mapping[: common.num_actual_tokens],
-                                  common.block_table, decode, prefills)
+                                  common.block_table, groups, prefills, self._scratch_for(groups))
 
-    def _decode_batch(self, common: CommonAttentionMetadata, idx: list[int], starts: list[int],
-                      seq_lens: list[int]) -> DecodeBatch:
-        n = len(idx)
-        lens = torch.tensor([seq_lens[i] for i in idx], dtype=torch.int64)
-        num_blocks = -(-int(lens.max()) // self.spec.block_size)
-        if idx == list(range(n)) and starts[n] == n:
-            rows: slice | torch.Tensor = slice(0, n)
-            table = common.block_table[:n, :num_blocks]
-        else:
-            rows = torch.tensor([starts[i] for i in idx], dtype=torch.int64)
-            table = common.block_table[idx, :num_blocks]
-        positions = torch.arange(num_blocks * self.spec.block_size)
-        valid = (positions.unsqueeze(0) < lens.unsqueeze(1)).view(n, 1, 1, -1)
-        return DecodeBatch(rows, table.to(torch.int64), lens, valid)
+    def _decode_groups(self, block_table: torch.Tensor, decodes: list[int], starts: list[int],
+                       seq_lens: list[int]) -> list[DecodeGroup]:
+        decodes.sort(key=lambda i: seq_lens[i])
+        num_groups = max(1, min(MAX_DECODE_GROUPS, len(decodes) // MIN_GROUP_SIZE))
+        groups = []
+        for part in torch.tensor(decodes).chunk(num_groups):
+            lens = torch.tensor([seq_lens[i] for i in part.tolist()], dtype=torch.int64)
+            num_blocks = -(-int(lens.max()) // self.spec.block_size)
+            positions = torch.arange(num_blocks * self.spec.block_size)
+            valid = (positions.unsqueeze(0) < lens.unsqueeze(1)).view(len(part), 1, 1, -1)
+            rows = torch.tensor([starts[i] for i in part.tolist()], dtype=torch.int64)
+            blocks = block_table[part, :num_blocks].reshape(-1).to(torch.int64)
+            groups.append(DecodeGroup(rows, blocks, num_blocks, lens, valid))
+        return groups
+
+    def _scratch_for(self, groups: list[DecodeGroup]) -> tuple[torch.Tensor, torch.Tensor]:
+        per_block = self.spec.block_size * self.spec.num_kv_heads * self.spec.head_size
+        needed = max((g.blocks.numel() * per_block for g in groups), default=0)
+        if needed > self._scratch[0].numel():
+            size = needed + needed // 4
+            self._scratch = (torch.empty(size, dtype=self.spec.dtype, device=self.device),
+                             torch.empty(size, dtype=self.spec.dtype, device=self.device))
+        return self._scratch
 
 
 class TorchPagedAttentionImpl(AttentionImpl):
-    """Writes K/V into the paged cache, then attends (batched decode, per-request prefill)."""
+    """Writes K/V into the paged cache, then attends (grouped batched decode, per-request prefill)."""
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                 metadata: Any, out: torch.Tensor) -> torch.Tensor:
         meta: TorchPagedMetadata = metadata
         n = meta.num_actual_tokens
         write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping)
-        if meta.decode is not None:
-            out[meta.decode.rows] = self._decode(q[meta.decode.rows], kv_cache, meta.decode)
+        for group in meta.decode_groups:
+            out[group.rows] = self._decode(q[group.rows], kv_cache, group, meta.scratch)
         for req in meta.prefills:
             out[req.start:req.end] = self._prefill(q, k, v, kv_cache, meta.block_table, req)
         return out
 
-    def _decode(self, q: torch.Tensor, kv_cache: torch.Tensor, batch: DecodeBatch) -> torch.Tensor:
-        n = q.shape[0]
-        keys = kv_cache[0][batch.block_table].view(n, -1, self.num_kv_heads, self.head_size).transpose(1, 2)
-        values = kv_cache[1][batch.block_table].view(n, -1, self.num_kv_heads, self.head_size).transpose(1, 2)
-        mask = batch.valid
+    def _gather(self, cache: torch.Tensor, group: DecodeGroup, scratch: torch.Tensor) -> torch.Tensor:
+        """[n, kv_heads, padded_len, head_size] view of the group's context, copied into ``scratch``."""
+        buf = scratch[: group.blocks.numel() * cache[0].numel()].view(-1, *cache.shape[1:])
+        torch.index_select(cache, 0, group.blocks, out=buf)
+        return buf.view(group.rows.numel(), -1, self.num_kv_heads, self.head_size).transpose(1, 2)
+
+    def _decode(self, q: torch.Tensor, kv_cache: torch.Tensor, group: DecodeGroup,
+                scratch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        keys = self._gather(kv_cache[0], group, scratch[0]).to(q.dtype)
+        values = self._gather(kv_cache[1], group, scratch[1]).to(q.dtype)
+        mask = group.valid
         if self.sliding_window is not None:
             positions = torch.arange(keys.shape[2]).view(1, 1, 1, -1)
-            mask = mask & (positions > (batch.seq_lens - 1 - self.sliding_window).view(-1, 1, 1, 1))
-        out = F.scaled_dot_product_attention(q.unsqueeze(2), keys.to(q.dtype), values.to(q.dtype), attn_mask=mask,
-                                             scale=self.scale, enable_gqa=self.num_heads != self.num_kv_heads)
+            mask = mask & (positions > (group.seq_lens - 1 - self.sliding_window).view(-1, 1, 1, 1))
+        out = F.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=mask, scale=self.scale,
+                                             enable_gqa=self.num_heads != self.num_kv_heads)
         return out.squeeze(2)
 
     def _prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
