@@ -6,11 +6,11 @@ import random
 
 import pytest
 import torch
-from infercore_cpu.attention import TorchPagedAttentionBackend
 
 from infercore.attention import CommonAttentionMetadata
 from infercore.attention.reference import paged_attention, write_kv
 from infercore.kv_cache.spec import KVCacheSpec
+from infercore_cpu.attention import TorchPagedAttentionBackend
 
 BLOCK, HEADS, KV_HEADS, HEAD = 16, 4, 2, 8
 SCALE = HEAD**-0.5

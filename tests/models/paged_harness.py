@@ -5,13 +5,13 @@ from __future__ import annotations
 import random
 
 import torch
-from infercore_cpu.attention import TorchPagedAttentionBackend
 from torch import nn
 
 from infercore.attention import CommonAttentionMetadata
 from infercore.attention.binding import bind_attention
 from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.kv_cache.spec import KVCacheSpec
+from infercore_cpu.attention import TorchPagedAttentionBackend
 
 
 class PagedHarness:

@@ -10,9 +10,9 @@ import torch
 
 from infercore.layers import get_rope
 from infercore.ops import get_op, reference
+from infercore.platforms import current_platform
 from infercore.plugins import hookimpl, reset_plugin_manager
 from infercore.plugins.manager import PluginManager
-from infercore.platforms import current_platform
 
 
 def test_rms_norm() -> None:
