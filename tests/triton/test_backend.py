@@ -1,0 +1,56 @@
+"""The "triton" backend end to end: builder metadata, KV write and attention in one forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from infercore.attention import AttentionRequest, CommonAttentionMetadata
+from infercore.kv_cache.spec import KVCacheSpec
+from infercore.plugins import get_plugin_manager
+from infercore_triton.backend import MAX_SPLITS, TritonAttentionBackend, choose_num_splits
+from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
+
+
+def _common(case, num_tokens: int) -> CommonAttentionMetadata:  # noqa: ANN001
+    return CommonAttentionMetadata(
+        num_reqs=case.seq_lens.shape[0], num_actual_tokens=num_tokens, max_query_len=case.max_query_len,
+        max_seq_len=int(case.seq_lens.max()), query_start_loc=case.query_start_loc, seq_lens=case.seq_lens,
+        block_table=case.block_table, slot_mapping=case.slot_mapping,
+        query_start_loc_cpu=case.query_start_loc.cpu(), seq_lens_cpu=case.seq_lens.cpu())
+
+
+@pytest.mark.parametrize(("seq_lens", "query_lens"), [([30, 64, 5], [30, 10, 1]), ([33, 100, 1], [1, 1, 1])])
+def test_forward_writes_cache_and_attends(seq_lens: list[int], query_lens: list[int]) -> None:
+    case = make_case(seq_lens, query_lens, 8, 2, 64, 16, torch.bfloat16, seed=len(seq_lens))
+    spec = KVCacheSpec(16, 2, 64, torch.bfloat16)
+    builder = TritonAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), 8, 256)
+    meta = builder.build(_common(case, case.q.shape[0]))
+    impl = TritonAttentionBackend.get_impl_cls()(8, 64, 0.125, 2)
+    out = torch.full_like(case.q, float("nan"))
+    ref = reference_attention(case, 0.125)
+    impl.forward(case.q, case.k, case.v, case.kv_cache, meta, out)
+    assert rel_err(out, ref) < TOLERANCE[torch.bfloat16]
+
+
+def test_num_splits_fill_the_device_and_stay_bounded() -> None:
+    assert choose_num_splits(256, 8, 4096, 132) == 1
+    assert choose_num_splits(1, 8, 8192, 132) == MAX_SPLITS
+    assert choose_num_splits(1, 8, 300, 132) == 2
+    assert choose_num_splits(16, 8, 4096, 132) == 3
+
+
+def test_validate_names_what_it_cannot_serve() -> None:
+    ok = AttentionRequest(16, 8, 128, torch.bfloat16, torch.bfloat16, 16, "cuda")
+    assert TritonAttentionBackend.validate(ok) == []
+    bad = AttentionRequest(12, 8, 512, torch.bfloat16, torch.int8, 16, "cuda")
+    assert len(TritonAttentionBackend.validate(bad)) == 3
+
+
+def test_registered_for_every_triton_platform() -> None:
+    manager = get_plugin_manager()
+    assert manager.registry("attention_backend").load("triton") is TritonAttentionBackend
+    ops = manager.registry("custom_op")
+    for platform in ("cuda", "rocm", "xpu"):
+        for name in ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul"):
+            assert ops.get(name, platform).target.startswith("infercore_triton."), (name, platform)
+    assert ops.get("rms_norm", "cpu").target == "infercore.ops.reference:rms_norm"
