@@ -153,3 +153,15 @@ def test_a_call_that_breaks_after_it_streamed_keeps_what_was_sent() -> None:
     streamed.add(parser.flush(REQUEST))
     assert streamed.named_calls() == [("get_time", '{"zone": "UTC"}')]
     assert streamed.content == text
+
+
+def test_arguments_stream_while_they_are_written() -> None:
+    text = '<tool_call>{"name": "echo", "arguments": {"q": "a long value written over many tokens"}}</tool_call>'
+    parser = get_tool_parser("hermes")
+    fragments = []
+    for start in range(0, len(text), 3):
+        message = parser.extract_tool_calls_streaming(text[start:start + 3], [], REQUEST)
+        fragments += [d.function.arguments for d in message.tool_calls] if message else []
+    assert parser.flush(REQUEST) is None
+    assert len(fragments) > 10
+    assert "".join(fragments) == '{"q": "a long value written over many tokens"}'
