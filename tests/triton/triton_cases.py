@@ -59,13 +59,18 @@ def make_case(seq_lens: list[int], query_lens: list[int], num_heads: int, num_kv
     )
 
 
-def reference_attention(case: PagedCase, scale: float, sliding_window: int | None = None) -> torch.Tensor:
-    """Core's reference in float64 on the CPU, after writing the step's K/V into a copy of the cache."""
-    cache = case.kv_cache.double().cpu().clone()
-    write_kv(case.k.double().cpu(), case.v.double().cpu(), cache, case.slot_mapping.cpu())
-    out = torch.zeros(case.q.shape, dtype=torch.float64)
-    return paged_attention(case.q.double().cpu(), cache, case.query_start_loc.cpu(), case.seq_lens.cpu(),
-                           case.block_table.cpu(), scale, out, sliding_window)
+def reference_attention(case: PagedCase, scale: float, sliding_window: int | None = None,
+                        dtype: torch.dtype = torch.float64, device: str = "cpu") -> torch.Tensor:
+    """Core's reference in ``dtype`` on ``device``, after writing the step's K/V into a copy of the cache."""
+
+    def up(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device=device, dtype=dtype)
+
+    cache = up(case.kv_cache).clone()
+    write_kv(up(case.k), up(case.v), cache, case.slot_mapping.to(device))
+    out = torch.zeros(case.q.shape, dtype=dtype, device=device)
+    return paged_attention(up(case.q), cache, case.query_start_loc.to(device), case.seq_lens.to(device),
+                           case.block_table.to(device), scale, out, sliding_window)
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -1,0 +1,102 @@
+"""Decode attention over the paged KV cache: Triton kernel against torch SDPA, as bytes of KV per second.
+
+Prints one JSON line (and, with ``--sweep``, a table of launch configurations first). Workload:
+batch 256 x context 1024, 16 query / 8 KV heads of 128, bf16, blocks of 16 tokens in shuffled order.
+The ceiling is the 4.3 TB/s device-to-device copy bandwidth measured on an H200 (BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import platform
+import sys
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.testing
+from infercore_triton.backend import choose_num_splits
+from infercore_triton.decode_attention import DecodeConfig, decode_attention
+
+CEILING_BYTES_PER_S = 4.3e12
+
+
+def _median_us(fn) -> float:  # noqa: ANN001
+    return triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median") * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--kv-heads", type=int, default=8)
+    parser.add_argument("--head-size", type=int, default=128)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--sweep", action="store_true", help="time several launch configurations first")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("this benchmark needs a GPU that torch can see")
+
+    torch.manual_seed(0)
+    dtype, dev = torch.bfloat16, "cuda"
+    b, ctx, h, kvh, d, bs = args.batch, args.context, args.heads, args.kv_heads, args.head_size, args.block_size
+    blocks_per_seq = triton.cdiv(ctx, bs)
+    num_blocks = b * blocks_per_seq
+    kv_cache = torch.randn((2, num_blocks, bs, kvh, d), dtype=dtype, device=dev)
+    block_table = torch.randperm(num_blocks, device=dev).view(b, blocks_per_seq).to(torch.int32)
+    seq_lens = torch.full((b,), ctx, dtype=torch.int32, device=dev)
+    q = torch.randn((b, h, d), dtype=dtype, device=dev)
+    out = torch.empty_like(q)
+    scale = d**-0.5
+    kv_bytes = 2 * b * ctx * kvh * d * kv_cache.element_size()
+    splits = choose_num_splits(b, kvh, blocks_per_seq * bs, torch.cuda.get_device_properties(0).multi_processor_count)
+
+    def run(config: DecodeConfig, num_splits: int = splits) -> float:
+        return _median_us(lambda: decode_attention(q, kv_cache, seq_lens, block_table, scale, out,
+                                                   num_splits=num_splits, config=config))
+
+    best = DecodeConfig()
+    if args.sweep:
+        results = []
+        for block_n, warps, stages in itertools.product((16, 32, 64, 128), (2, 4, 8), (1, 2, 3, 4)):
+            config = DecodeConfig(block_n, warps, stages)
+            results.append((run(config), config))
+            print(f"block_n={block_n:4d} warps={warps} stages={stages}: {results[-1][0]:8.1f} us "
+                  f"{kv_bytes / results[-1][0] / 1e6:6.2f} TB/s", flush=True)
+        best = min(results, key=lambda r: r[0])[1]
+        for extra in (2, 4):
+            print(f"best config with {extra} splits: {run(best, extra):8.1f} us", flush=True)
+    triton_us = run(best)
+
+    # Reference: one SDPA over the same K/V made contiguous (the gather is timed apart).
+    idx = block_table.long()
+    k_dense = kv_cache[0][idx].view(b, ctx, kvh, d).transpose(1, 2).contiguous()
+    v_dense = kv_cache[1][idx].view(b, ctx, kvh, d).transpose(1, 2).contiguous()
+    qs = q.unsqueeze(2)
+    sdpa_us = _median_us(lambda: F.scaled_dot_product_attention(qs, k_dense, v_dense, scale=scale, enable_gqa=True))
+    gather_us = _median_us(lambda: (kv_cache[0][idx], kv_cache[1][idx]))
+    ref = F.scaled_dot_product_attention(qs.float(), k_dense.float(), v_dense.float(), scale=scale,
+                                         enable_gqa=True).squeeze(2)
+    decode_attention(q, kv_cache, seq_lens, block_table, scale, out, num_splits=splits, config=best)
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+
+    print(json.dumps({
+        "benchmark": "decode_attention", "batch": b, "context": ctx, "heads": h, "kv_heads": kvh, "head_size": d,
+        "block_size": bs, "dtype": "bfloat16", "kv_bytes": kv_bytes, "num_splits": splits,
+        "config": {"block_n": best.block_n, "num_warps": best.num_warps, "num_stages": best.num_stages},
+        "triton_us": round(triton_us, 1), "triton_TBps": round(kv_bytes / triton_us / 1e6, 3),
+        "triton_fraction_of_4.3TBps": round(kv_bytes / triton_us / 1e6 / (CEILING_BYTES_PER_S / 1e12), 3),
+        "sdpa_dense_us": round(sdpa_us, 1), "sdpa_TBps": round(kv_bytes / sdpa_us / 1e6, 3),
+        "sdpa_plus_gather_us": round(sdpa_us + gather_us, 1),
+        "speedup_vs_sdpa_dense": round(sdpa_us / triton_us, 2),
+        "speedup_vs_sdpa_plus_gather": round((sdpa_us + gather_us) / triton_us, 2),
+        "rel_err_vs_fp32_sdpa": err, "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+        "triton": triton.__version__, "python": platform.python_version(),
+    }))
+
+
+if __name__ == "__main__":
+    main()
