@@ -6,6 +6,7 @@ import logging
 import time
 
 from infercore.config import InfercoreConfig
+from infercore.engine.grammar_gate import GrammarGate
 from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason
 from infercore.engine.model_info import ModelInfo, resolve_demo_model, resolve_model_info
 from infercore.engine.request import Request
@@ -57,26 +58,36 @@ class EngineCore:
                     time.perf_counter() - started, num_blocks)
         self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, num_blocks,
                                    config.cache.block_size, self.max_num_batched_tokens)
+        self.grammars = GrammarGate(config, self.model_info.vocab_size, self.model_info.generation_stop_ids)
 
     def add_request(self, request: EngineCoreRequest) -> None:
-        self.scheduler.add_request(Request.from_engine_core_request(request))
+        req = Request.from_engine_core_request(request)
+        if request.sampling_params.structured_outputs is not None:
+            self.grammars.submit(req)
+        else:
+            self.scheduler.add_request(req)
 
     def abort_requests(self, request_ids: list[str]) -> None:
+        self.grammars.abort(request_ids)
         self.scheduler.abort_requests(request_ids)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests()
+        return bool(self.grammars.pending) or self.scheduler.has_unfinished_requests()
 
     def step(self) -> EngineCoreOutputs:
         """One engine iteration; outputs only for requests with something new."""
+        failed = self.grammars.admit_ready(self.scheduler) if self.grammars.pending else []
         if not self.scheduler.has_unfinished_requests():
-            return EngineCoreOutputs(stats=self.scheduler.get_stats(), timestamp=time.time())
+            return EngineCoreOutputs(outputs=failed, stats=self.scheduler.get_stats(), timestamp=time.time())
         scheduler_output = self.scheduler.schedule()
         try:
-            runner_output = self.executor.execute_model(scheduler_output)
+            bitmask = self.grammars.bitmask(self.scheduler, scheduler_output)
+            runner_output = self.executor.execute_model(scheduler_output, bitmask)
         except Exception as exc:
             return self._fail_step(scheduler_output.num_scheduled_tokens, exc)
         outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
+        self.grammars.after_step(outputs)
+        outputs.outputs.extend(failed)
         outputs.stats = self.scheduler.get_stats()
         outputs.timestamp = time.time()
         return outputs
@@ -91,4 +102,5 @@ class EngineCore:
         return EngineCoreOutputs(outputs=outs, stats=self.scheduler.get_stats(), timestamp=time.time())
 
     def shutdown(self) -> None:
+        self.grammars.shutdown()
         self.executor.shutdown()

@@ -18,7 +18,7 @@ from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore.platforms.interface import Platform
 from infercore.plugins.manager import get_plugin_manager
-from infercore.sample.sampler import Sampler, SamplingMetadata, compute_prompt_logprobs, make_generator
+from infercore.sample import Sampler, SamplingMetadata, compute_prompt_logprobs, make_generator
 from infercore.worker.batch_layout import BatchLayout, make_layout
 from infercore.worker.request_state import RequestState
 
@@ -35,7 +35,8 @@ class ModelRunner:
 
     def __init__(self, config: InfercoreConfig, platform: Platform, device: torch.device,
                  max_model_len: int, max_num_batched_tokens: int, eos_token_id: int | None) -> None:
-        from infercore.models.loader import get_hf_config, load_model, resolve_dtype
+        from infercore.models.dtype import resolve_dtype
+        from infercore.models.loader import get_hf_config, load_model
 
         self.config = config
         self.platform = platform

@@ -1,0 +1,99 @@
+"""Holds constrained requests until their grammar compiles, and feeds grammars the engine's tokens."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from infercore.config import InfercoreConfig
+from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, FinishReason
+from infercore.engine.request import Request
+from infercore.engine.scheduler import Scheduler
+from infercore.engine.scheduler_output import SchedulerOutput
+
+logger = logging.getLogger(__name__)
+
+
+class GrammarGate:
+    """EngineCore's link to the structured-output manager (created on the first constrained request).
+
+    A constrained request waits here while its grammar compiles off the step loop; a failed
+    compile fails that request alone.
+    """
+
+    def __init__(self, config: InfercoreConfig, vocab_size: int, stop_ids: list[int]) -> None:
+        self.config = config
+        self.vocab_size = vocab_size
+        self.stop_ids = stop_ids
+        self.manager: Any = None
+        self.pending: dict[str, Request] = {}
+
+    def _ensure_manager(self) -> Any:
+        if self.manager is None:
+            from infercore.structured_output import StructuredOutputManager
+            from infercore.tokenizer import get_tokenizer
+
+            tokenizer = get_tokenizer(self.config.model)
+            self.manager = StructuredOutputManager(self.config.structured_outputs, tokenizer, self.vocab_size,
+                                                   eos_token_ids=self.stop_ids)
+        return self.manager
+
+    def submit(self, request: Request) -> None:
+        params = request.sampling_params.structured_outputs
+        assert params is not None
+        self._ensure_manager().submit(request.request_id, params)
+        self.pending[request.request_id] = request
+
+    def admit_ready(self, scheduler: Scheduler) -> list[EngineCoreOutput]:
+        """Move compiled requests into the scheduler; error outputs for failed compiles."""
+        failed: list[EngineCoreOutput] = []
+        for req_id in list(self.pending):
+            status = self.manager.status(req_id)
+            if status.state == "pending":
+                continue
+            request = self.pending.pop(req_id)
+            if status.state == "ready":
+                scheduler.add_request(request)
+            else:
+                self.manager.remove(req_id)
+                failed.append(EngineCoreOutput(req_id, [], finish_reason=FinishReason.ERROR,
+                                               error=status.error or "the constraint could not be compiled"))
+        return failed
+
+    def abort(self, request_ids: list[str]) -> None:
+        if self.manager is None:
+            return
+        for req_id in request_ids:
+            self.pending.pop(req_id, None)
+            self.manager.remove(req_id)
+
+    def bitmask(self, scheduler: Scheduler, so: SchedulerOutput) -> torch.Tensor | None:
+        """One row per request that samples this step, in batch order (None if none is constrained)."""
+        if self.manager is None:
+            return None
+        sampled = []
+        constrained = False
+        for req_id, n in so.num_scheduled_tokens.items():
+            req = scheduler.requests[req_id]
+            if req.num_computed_tokens + n >= req.num_tokens:
+                sampled.append(req_id)
+                constrained = constrained or self.manager.has_grammar(req_id)
+        return self.manager.grammar_bitmask(sampled) if constrained else None
+
+    def after_step(self, outputs: EngineCoreOutputs) -> None:
+        """Advance each constrained request's matcher; forget finished ones."""
+        if self.manager is None:
+            return
+        for out in outputs.outputs:
+            if not self.manager.has_grammar(out.request_id):
+                continue
+            if out.new_token_ids and not self.manager.accept_tokens(out.request_id, out.new_token_ids):
+                logger.warning("request %s produced a token its grammar rejects", out.request_id)
+            if out.finished:
+                self.manager.remove(out.request_id)
+
+    def shutdown(self) -> None:
+        if self.manager is not None:
+            self.manager.shutdown()
