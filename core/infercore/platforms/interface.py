@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -98,3 +99,16 @@ class Platform(ABC):
         from it.
         """
         raise NotImplementedError(f"platform {self.name!r} cannot profile memory; set --kv-cache-memory-bytes")
+
+    # -- device graphs: implemented by platforms with ``capabilities.graph_capture`` -------------
+    def new_graph(self) -> Any:
+        """An empty device graph to capture one step into (``graph.replay()`` runs it)."""
+        raise NotImplementedError(f"platform {self.name!r} cannot capture device graphs")
+
+    def graph_pool_handle(self) -> Any:
+        """A memory pool that several captured graphs share."""
+        raise NotImplementedError(f"platform {self.name!r} cannot capture device graphs")
+
+    def capture_graph(self, graph: Any, pool: Any = None) -> AbstractContextManager[None]:
+        """A context manager that records the device work queued inside it into ``graph``."""
+        raise NotImplementedError(f"platform {self.name!r} cannot capture device graphs")

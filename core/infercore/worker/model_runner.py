@@ -20,7 +20,9 @@ from infercore.platforms.interface import Platform
 from infercore.plugins.manager import get_plugin_manager
 from infercore.sample import Sampler, SamplingMetadata, compute_prompt_logprobs, make_generator
 from infercore.worker.batch_layout import BatchLayout, make_layout
+from infercore.worker.decode_graphs import DecodeGraphs, capture_sizes
 from infercore.worker.request_state import RequestState
+from infercore.worker.step_buffers import StepBuffers
 
 logger = logging.getLogger(__name__)
 
@@ -90,14 +92,9 @@ class ModelRunner:
         self.block_table = np.zeros((self.max_num_reqs, self.max_blocks_per_req), dtype=np.int32)
         self.num_computed = np.zeros(self.max_num_reqs, dtype=np.int64)
         self.num_tokens = np.zeros(self.max_num_reqs, dtype=np.int64)
-        dev, n, r = self.device, self.max_num_tokens, self.max_num_reqs
-        # Persistent device buffers: attention metadata are views of these, filled in place.
-        self.input_ids_buf = torch.zeros(n, dtype=torch.long, device=dev)
-        self.positions_buf = torch.zeros(n, dtype=torch.long, device=dev)
-        self.slot_mapping_buf = torch.zeros(n, dtype=torch.long, device=dev)
-        self.query_start_loc_buf = torch.zeros(r + 1, dtype=torch.int32, device=dev)
-        self.seq_lens_buf = torch.zeros(r, dtype=torch.int32, device=dev)
-        self.block_table_buf = torch.zeros((r, self.max_blocks_per_req), dtype=torch.int32, device=dev)
+        self.buffers = StepBuffers(max(self.max_num_tokens, self.max_num_reqs), self.max_num_reqs,
+                                   self.max_blocks_per_req, self.device, self.platform.capabilities.pin_memory)
+        self.graphs: DecodeGraphs | None = None
 
     def page_size_bytes(self) -> int:
         """Bytes one block takes across all layers."""
@@ -138,13 +135,12 @@ class ModelRunner:
         builder = self.backend.get_builder_cls()(self.kv_spec, self.device, self.max_num_reqs, self.max_num_tokens)
         seq = min(num_tokens, self.max_model_len)
         n_req = math.ceil(num_tokens / seq)
-        layout = make_layout(np.arange(n_req), np.full(n_req, seq)[:n_req], np.zeros(n_req, dtype=np.int64))
-        positions = layout.positions
-        slots = np.arange(len(positions)) % ((blocks - 1) * self.block_size) + self.block_size
+        layout = make_layout(np.arange(n_req), np.full(n_req, seq), np.zeros(n_req, dtype=np.int64))
+        slots = np.arange(layout.num_tokens) % ((blocks - 1) * self.block_size) + self.block_size
         table = np.tile(np.arange(1, blocks, dtype=np.int32), (n_req, 1))
-        meta = self._common_metadata(layout, positions, slots, table)
-        with torch.inference_mode(), set_forward_context(ForwardContext(builder.build(meta), len(positions))):
-            hidden = self.model(self.input_ids_buf[: len(positions)], self.positions_buf[: len(positions)])
+        meta = self._fill(layout, np.zeros(layout.num_tokens, dtype=np.int64), slots, table)
+        with set_forward_context(ForwardContext(builder.build(meta), layout.num_tokens)):
+            hidden = self.model(self.buffers.input_ids[: layout.num_tokens], self.buffers.positions[: layout.num_tokens])
             self.model.compute_logits(hidden[-self.max_num_reqs:])
         del caches
 
@@ -160,6 +156,22 @@ class ModelRunner:
                                                       self.max_num_tokens)
         logger.info("KV cache: %d blocks of %d tokens (%.1f MiB)", num_blocks, self.block_size,
                     num_blocks * self.page_size_bytes() / 2**20)
+        if self.platform.capabilities.graph_capture and not self.config.model.enforce_eager:
+            self._capture_decode_graphs()
+
+    @torch.inference_mode()
+    def _capture_decode_graphs(self) -> None:
+        self.graphs = DecodeGraphs(self.platform, capture_sizes(self.max_num_reqs))
+        buf = self.buffers
+
+        def context(size: int) -> ForwardContext:
+            buf.pad(0, 0, size)
+            buf.np_seq_lens[:size] = 1
+            buf.upload(size, size, self.max_blocks_per_req)
+            common = self._metadata(size, size, 1, 1, self.max_blocks_per_req)
+            return ForwardContext(self.builder.build(common), size)
+
+        self.graphs.capture(lambda size: self.model(buf.input_ids[:size], buf.positions[:size]), context)
 
     # -- per-step state ------------------------------------------------------------------------
     def _update_states(self, so: SchedulerOutput) -> None:
@@ -186,37 +198,60 @@ class ModelRunner:
                 state.num_blocks += n
             self.num_computed[state.row] = cached.num_computed_tokens
 
-    def _common_metadata(self, layout: BatchLayout, input_positions: np.ndarray, slots: np.ndarray,
-                         table: np.ndarray) -> CommonAttentionMetadata:
-        t, b = len(input_positions), len(layout.rows)
-        self.positions_buf[:t].copy_(torch.from_numpy(input_positions), non_blocking=True)
-        self.slot_mapping_buf[:t].copy_(torch.from_numpy(slots.astype(np.int64)), non_blocking=True)
-        qsl = torch.from_numpy(layout.query_start_loc)
-        seq_lens = torch.from_numpy(layout.seq_lens.astype(np.int32))
-        self.query_start_loc_buf[: b + 1].copy_(qsl, non_blocking=True)
-        self.seq_lens_buf[:b].copy_(seq_lens, non_blocking=True)
-        width = table.shape[1]
-        self.block_table_buf[:b, :width].copy_(torch.from_numpy(table), non_blocking=True)
+    def _metadata(self, num_reqs: int, num_tokens: int, max_query_len: int, max_seq_len: int,
+                  width: int) -> CommonAttentionMetadata:
+        buf = self.buffers
         return CommonAttentionMetadata(
-            num_reqs=b, num_actual_tokens=t, max_query_len=int(layout.num_scheduled.max()),
-            max_seq_len=int(layout.seq_lens.max()), query_start_loc=self.query_start_loc_buf[: b + 1],
-            seq_lens=self.seq_lens_buf[:b], block_table=self.block_table_buf[:b, :width],
-            slot_mapping=self.slot_mapping_buf[:t], query_start_loc_cpu=qsl, seq_lens_cpu=seq_lens,
+            num_reqs=num_reqs, num_actual_tokens=num_tokens, max_query_len=max_query_len, max_seq_len=max_seq_len,
+            query_start_loc=buf.query_start_loc[: num_reqs + 1], seq_lens=buf.seq_lens[:num_reqs],
+            block_table=buf.block_table[:num_reqs, :width], slot_mapping=buf.slot_mapping[:num_tokens],
+            query_start_loc_cpu=buf.query_start_loc_host[: num_reqs + 1], seq_lens_cpu=buf.seq_lens_host[:num_reqs],
         )
 
-    def _prepare(self, so: SchedulerOutput, req_ids: list[str]) -> tuple[BatchLayout, CommonAttentionMetadata]:
+    def _fill(self, layout: BatchLayout, input_ids: np.ndarray, slots: np.ndarray, table: np.ndarray,
+              pad_to: int | None = None) -> CommonAttentionMetadata:
+        """Write one step into the staging arrays, upload it, and describe it for attention."""
+        buf = self.buffers
+        t, b = layout.num_tokens, len(layout.rows)
+        buf.np_input_ids[:t] = input_ids
+        buf.np_positions[:t] = layout.positions
+        buf.np_slot_mapping[:t] = slots
+        buf.np_query_start_loc[: b + 1] = layout.query_start_loc
+        buf.np_seq_lens[:b] = layout.seq_lens
+        width = table.shape[1]
+        buf.np_block_table[:b, :width] = table
+        n_reqs, n_tokens = b, t
+        if pad_to is not None:
+            buf.pad(t, b, pad_to)
+            n_reqs = n_tokens = pad_to
+        buf.upload(n_tokens, n_reqs, width)
+        return self._metadata(n_reqs, n_tokens, int(layout.num_scheduled.max()), int(layout.seq_lens.max()), width)
+
+    def _prepare(self, so: SchedulerOutput,
+                 req_ids: list[str]) -> tuple[BatchLayout, int | None, CommonAttentionMetadata]:
+        """Fill the step buffers; returns the layout, the graph size to replay (None: run eagerly)
+        and the step's attention metadata."""
         rows = np.fromiter((self.requests[r].row for r in req_ids), dtype=np.int64, count=len(req_ids))
         num_sched = np.fromiter((so.num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=len(req_ids))
         layout = make_layout(rows, num_sched, self.num_computed[rows])
         positions = layout.positions
-        t = len(positions)
-        self.input_ids_buf[:t].copy_(torch.from_numpy(self.token_ids[layout.token_rows, positions]),
-                                     non_blocking=True)
+        graph_size = None
+        if self.graphs is not None and layout.num_tokens == len(rows):
+            graph_size = self.graphs.padded_size(len(rows))
         block_idx = self.block_table[layout.token_rows, positions // self.block_size]
         slots = block_idx.astype(np.int64) * self.block_size + positions % self.block_size
-        width = int(math.ceil(int(layout.seq_lens.max()) / self.block_size))
-        meta = self._common_metadata(layout, positions, slots, self.block_table[rows, :width])
-        return layout, meta
+        width = self.max_blocks_per_req if graph_size else math.ceil(int(layout.seq_lens.max()) / self.block_size)
+        meta = self._fill(layout, self.token_ids[layout.token_rows, positions], slots,
+                          self.block_table[rows, :width], pad_to=graph_size)
+        return layout, graph_size, meta
+
+    def _forward(self, layout: BatchLayout, graph_size: int | None, meta: CommonAttentionMetadata) -> torch.Tensor:
+        t = layout.num_tokens
+        if graph_size is not None:
+            assert self.graphs is not None
+            return self.graphs.replay(graph_size)[:t]
+        with set_forward_context(ForwardContext(self.builder.build(meta), t)):
+            return self.model(self.buffers.input_ids[:t], self.buffers.positions[:t])
 
     # -- the step ------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -226,9 +261,8 @@ class ModelRunner:
         req_ids = list(so.num_scheduled_tokens)
         if not req_ids:
             return ModelRunnerOutput(req_ids=[], sampled_token_ids=[], logprobs=None, prompt_logprobs=None)
-        layout, meta = self._prepare(so, req_ids)
-        with set_forward_context(ForwardContext(self.builder.build(meta), layout.num_tokens)):
-            hidden = self.model(self.input_ids_buf[: layout.num_tokens], self.positions_buf[: layout.num_tokens])
+        layout, graph_size, meta = self._prepare(so, req_ids)
+        hidden = self._forward(layout, graph_size, meta)
         prompt_logprobs = self._prompt_logprobs(req_ids, layout, hidden)
         seq_lens = layout.seq_lens
         sample_mask = seq_lens >= self.num_tokens[layout.rows]

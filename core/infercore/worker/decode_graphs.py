@@ -1,0 +1,64 @@
+"""Captured device graphs of the model's forward pass for pure-decode batches."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from infercore.forward_context import ForwardContext, set_forward_context
+
+logger = logging.getLogger(__name__)
+
+
+def capture_sizes(max_num_seqs: int) -> list[int]:
+    """Batch sizes to capture: 1, 2, 4, 8, then every 16 up to ``max_num_seqs``."""
+    sizes = [s for s in (1, 2, 4, 8) if s <= max_num_seqs]
+    sizes += list(range(16, max_num_seqs + 1, 16))
+    if sizes[-1] != max_num_seqs:
+        sizes.append(max_num_seqs)
+    return sizes
+
+
+class DecodeGraphs:
+    """One captured forward pass per batch size; a decode batch replays the smallest that fits.
+
+    Capturing reads the step buffers and the attention metadata through their persistent device
+    tensors, so a replay after the runner refills them computes the new step.
+    """
+
+    def __init__(self, platform: Any, sizes: list[int]) -> None:
+        self.platform = platform
+        self.sizes = sorted(sizes)
+        self.graphs: dict[int, tuple[Any, torch.Tensor]] = {}
+
+    def capture(self, run: Callable[[int], torch.Tensor], context: Callable[[int], ForwardContext]) -> None:
+        """Capture ``run(size)`` for every size, largest first so smaller ones reuse its memory pool."""
+        started = time.perf_counter()
+        pool = self.platform.graph_pool_handle()
+        for size in reversed(self.sizes):
+            ctx = context(size)
+            with set_forward_context(ctx):
+                run(size)  # warm-up outside the graph: lazy kernel compilation, workspace allocation
+                graph = self.platform.new_graph()
+                with self.platform.capture_graph(graph, pool):
+                    out = run(size)
+            self.graphs[size] = (graph, out)
+        self.platform.synchronize()
+        logger.info("captured %d decode graphs (batch sizes %d..%d) in %.1f s", len(self.graphs),
+                    self.sizes[0], self.sizes[-1], time.perf_counter() - started)
+
+    def padded_size(self, num_reqs: int) -> int | None:
+        """The captured size a batch of ``num_reqs`` decodes pads to, or None if none fits."""
+        for size in self.sizes:
+            if size >= num_reqs:
+                return size if size in self.graphs else None
+        return None
+
+    def replay(self, size: int) -> torch.Tensor:
+        graph, out = self.graphs[size]
+        graph.replay()
+        return out
