@@ -23,14 +23,14 @@ def make_generator(seed: int | None, device: torch.device | str) -> torch.Genera
     return generator
 
 
-def gumbel_noise(
+def log_exponential(
     shape: tuple[int, int],
     generators: dict[int, torch.Generator],
     vocab_size: int,
     device: torch.device,
     candidate_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``-log(q)`` with ``q ~ Exp(1)``: noise to add to logits before an argmax.
+    """``log(q)`` with ``q ~ Exp(1)``: sampling takes ``argmax(logits - log(q))``.
 
     Rows without a generator share one batched draw from the global RNG. Rows in ``generators`` draw
     ``vocab_size`` numbers from their own generator, indexed by token id; when the logits are a
@@ -44,5 +44,5 @@ def gumbel_noise(
         else:
             full = torch.empty(vocab_size, dtype=torch.float32, device=device).exponential_(generator=generator)
             q[row] = full[candidate_ids[row]]
-    return q.clamp_(min=_TINY).log_().neg_()
+    return q.clamp_(min=_TINY).log_()
 

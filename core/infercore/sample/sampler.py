@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from infercore.sample.gumbel import gumbel_noise
+from infercore.sample.gumbel import log_exponential
 from infercore.sample.logprobs import LogprobsTensors, gather_logprobs
 from infercore.sample.metadata import SamplingMetadata
 from infercore.sample.truncation import apply_min_p
@@ -62,12 +62,12 @@ class Sampler(nn.Module):
             apply_min_p(logits, metadata.min_p)
         candidates = None if metadata.top_k_top_p is None else metadata.top_k_top_p.apply(logits)
         if candidates is None:
-            noise = gumbel_noise(logits.shape, metadata.generators, metadata.vocab_size, logits.device)
-            sampled = noise.add_(logits).argmax(dim=-1)
+            log_q = log_exponential(logits.shape, metadata.generators, metadata.vocab_size, logits.device)
+            sampled = logits.sub_(log_q).argmax(dim=-1)
         else:
-            noise = gumbel_noise(candidates.logits.shape, metadata.generators, metadata.vocab_size,
-                                 logits.device, candidates.token_ids)
-            best = noise.add_(candidates.logits).argmax(dim=-1, keepdim=True)
+            log_q = log_exponential(candidates.logits.shape, metadata.generators, metadata.vocab_size,
+                                    logits.device, candidates.token_ids)
+            best = candidates.logits.sub_(log_q).argmax(dim=-1, keepdim=True)
             sampled = candidates.token_ids.gather(1, best).squeeze(1)
         if metadata.greedy is not None and greedy_tokens is not None:
             sampled = torch.where(metadata.greedy, greedy_tokens, sampled)
