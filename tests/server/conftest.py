@@ -17,7 +17,7 @@ import pytest
 STARTUP_TIMEOUT_S = 90
 #: Small, fast server settings shared by every test server.
 BASE_FLAGS = ["--max-model-len", "256", "--num-gpu-blocks-override", "128", "--max-num-seqs", "16",
-              "--shutdown-timeout", "10"]
+              "--shutdown-timeout", "10", "--served-model-name", "tiny"]
 
 
 def free_port() -> int:
@@ -103,4 +103,4 @@ def start_server(model_dir: Path) -> Iterator:
 @pytest.fixture(scope="session")
 def server(start_server) -> ServerProcess:
     """The default server every API test shares."""
-    return start_server("--max-request-body-bytes", "65536", "--served-model-name", "tiny")
+    return start_server("--max-request-body-bytes", "65536")

@@ -83,8 +83,8 @@ class AsyncLLM:
                                               config.model.max_logprobs, model_info.eos_token_id,
                                               model_info.generation_stop_ids)
         self.output_processor = OutputProcessor(tokenizer)
-        self.stats = SchedulerStats(num_total_blocks=model_info.num_kv_blocks,
-                                    num_free_blocks=model_info.num_kv_blocks)
+        self.stats = client.initial_stats or SchedulerStats(num_total_blocks=model_info.num_kv_blocks,
+                                                            num_free_blocks=model_info.num_kv_blocks)
         self.dead_reason: str | None = None
         self.on_engine_dead: Callable[[str], None] | None = None
         self._requests: dict[str, _Tracked] = {}
@@ -105,6 +105,7 @@ class AsyncLLM:
             client.close()
             raise
         llm = cls(config, client, model_info, tokenizer, listener)
+        llm.listener.on_engine_stats(llm.stats)
         llm._tasks = [asyncio.create_task(llm._output_loop()), asyncio.create_task(llm._watch_engine())]
         return llm
 
@@ -186,6 +187,11 @@ class AsyncLLM:
         tracked = self._requests.get(request_id)
         if tracked is not None:
             tracked.queue.put_nowait(RequestAbortedError(f"request {request_id} was aborted"))
+
+    def abort_all(self, reason: str) -> None:
+        """End every in-flight request with EngineShuttingDownError(``reason``); the engine frees them."""
+        for tracked in self._requests.values():
+            tracked.queue.put_nowait(EngineShuttingDownError(reason))
 
     async def _output_loop(self) -> None:
         try:

@@ -13,7 +13,7 @@ import zmq.asyncio
 
 from infercore.config import InfercoreConfig
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY, run_engine_core
-from infercore.engine.messages import EngineCoreOutputs, EngineCoreRequest
+from infercore.engine.messages import EngineCoreOutputs, EngineCoreRequest, SchedulerStats
 from infercore.engine.model_info import ModelInfo
 from infercore.engine.serial import AbortRequests, EngineFailure, MessageKind, WireCodec
 
@@ -48,6 +48,7 @@ class EngineCoreClient:
         self.output.bind(self.output_address)
         self.process: multiprocessing.process.BaseProcess | None = None
         self.model_info: ModelInfo | None = None
+        self.initial_stats: SchedulerStats | None = None
         self._closed = False
 
     async def start(self, timeout: float | None = None) -> ModelInfo:
@@ -79,6 +80,7 @@ class EngineCoreClient:
             self.close()
             raise EngineStartupError(f"the engine sent {kind.name} before it was ready")
         self.model_info = message.model_info
+        self.initial_stats = message.stats
         return message.model_info
 
     async def wait_dead(self) -> int | None:

@@ -116,7 +116,8 @@ def run_engine_core(config_json: str, input_address: str, output_address: str, p
         try:
             config = InfercoreConfig.model_validate_json(config_json)
             engine = load_factory(engine_factory)(config)
-            ready = EngineReady(model_info=engine.model_info, pid=os.getpid())
+            # A step with nothing to do reports the engine's starting figures (free KV blocks and so on).
+            ready = EngineReady(model_info=engine.model_info, pid=os.getpid(), stats=engine.step().stats)
         except Exception as exc:
             logger.exception("engine startup failed")
             output_socket.send_multipart(codec.encode(EngineFailure(_user_message(exc)), MessageKind.STARTUP_FAILED))

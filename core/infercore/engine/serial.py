@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from infercore.engine.messages import EngineCoreOutputs, EngineCoreRequest
+from infercore.engine.messages import EngineCoreOutputs, EngineCoreRequest, SchedulerStats
 from infercore.engine.model_info import ModelInfo
 
 
@@ -37,6 +37,7 @@ class EngineReady(msgspec.Struct, array_like=True):
 
     model_info: ModelInfo
     pid: int
+    stats: SchedulerStats | None = None
 
 
 class EngineFailure(msgspec.Struct, array_like=True):

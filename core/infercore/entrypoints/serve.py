@@ -124,6 +124,10 @@ class _Server(uvicorn.Server):
         if self.app_state.drain.in_flight:
             logger.warning("%d requests still running after %.0f s; aborting them",
                            self.app_state.drain.in_flight, self.shutdown_timeout)
+            self.engine.abort_all("the server shut down before the request finished")
+            deadline = loop.time() + 2.0
+            while self.app_state.drain.in_flight > 0 and loop.time() < deadline:
+                await asyncio.sleep(0.05)
         self.should_exit = True
 
     def engine_died(self, reason: str) -> None:
