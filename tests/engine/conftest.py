@@ -1,0 +1,36 @@
+"""Fixtures for the end-to-end engine tests: tiny model folders and small engines over them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from infercore import LLM
+
+#: Small engine settings: every test engine fits a few hundred tokens per request.
+ENGINE_DEFAULTS: dict[str, Any] = {
+    "dtype": "float32",
+    "max_model_len": 256,
+    "num_gpu_blocks_override": 160,
+    "max_num_seqs": 32,
+}
+
+MakeLLM = Callable[..., LLM]
+
+
+@pytest.fixture(scope="session")
+def qwen3_model(tiny_model_factory) -> Path:
+    return tiny_model_factory("Qwen3ForCausalLM")
+
+
+@pytest.fixture
+def make_llm(qwen3_model: Path) -> MakeLLM:
+    """``make_llm(**engine_args)`` → an ``LLM`` over the tiny Qwen3 folder (or ``model=``), small defaults."""
+
+    def make(**engine_args: Any) -> LLM:
+        args = {**ENGINE_DEFAULTS, "model": str(qwen3_model), **engine_args}
+        return LLM(**args)
+
+    return make

@@ -1,0 +1,49 @@
+"""Prompts and small helpers shared by the engine tests."""
+
+from __future__ import annotations
+
+from infercore import LLM, SamplingParams
+from infercore.engine.llm_engine import LLMEngine
+from infercore.engine.output_processor import RequestOutputKind
+from infercore.outputs import RequestOutput
+
+#: Prompts of 1 to ~80 tokens: ASCII, code, CJK, emoji and accented text.
+PROMPTS = [
+    "hello",
+    "The engine cache block request server stream json tool call weather city paris london",
+    "你好，世界！这是一个测试。",
+    "emoji: 😀 🚀 ✨ 👍🏽 🇫🇷",
+    "def add(a, b):\n    return a + b",
+    "a",
+    "naïve café résumé façade 日本語のテキストです。한국어 텍스트.",
+    " ".join(["the model of the token"] * 12),
+    "Tokyo temperature in celsius? search the query and call the function with arguments",
+]
+
+GREEDY_32 = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+
+
+def token_ids(outputs: list[RequestOutput]) -> list[list[int]]:
+    """The first completion's tokens of every output, in order."""
+    return [out.outputs[0].token_ids for out in outputs]
+
+
+def generate_tokens(llm: LLM, prompts: list[str], params: SamplingParams = GREEDY_32) -> list[list[int]]:
+    return token_ids(llm.generate(prompts, params, use_tqdm=False))
+
+
+def run_to_completion(engine: LLMEngine, max_steps: int = 10_000) -> dict[str, list[RequestOutput]]:
+    """Step until nothing is left; every output of every request, in arrival order."""
+    seen: dict[str, list[RequestOutput]] = {}
+    for _ in range(max_steps):
+        if not engine.has_unfinished_requests():
+            return seen
+        for out in engine.step():
+            seen.setdefault(out.request_id, []).append(out)
+    raise AssertionError(f"the engine did not finish within {max_steps} steps")
+
+
+def stream_deltas(engine: LLMEngine, request_id: str, prompt: str, params: SamplingParams) -> list[RequestOutput]:
+    """Add one request with DELTA outputs and step it to the end."""
+    engine.add_request(request_id, prompt, params, output_kind=RequestOutputKind.DELTA)
+    return run_to_completion(engine)[request_id]
