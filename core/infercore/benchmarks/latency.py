@@ -1,0 +1,53 @@
+"""`infercore bench latency`: single-stream decode time per token on a workload's model shape."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from infercore.benchmarks.workloads import WORKLOADS
+
+
+def _timed_generate(llm: Any, prompt: list[int], max_tokens: int, repeats: int) -> float:
+    from infercore import SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, detokenize=False)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("latency", help="batch-1 decode time per output token")
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default="w-cpu", help="model shape to use")
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--output-len", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--enforce-eager", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from infercore import LLM
+
+    workload = WORKLOADS[args.workload]
+    with tempfile.TemporaryDirectory(prefix="infercore-latency-") as tmp:
+        folder = workload.write_model_folder(Path(tmp) / workload.name)
+        llm = LLM(model=str(folder), load_format="dummy", dtype=workload.dtype, max_model_len=workload.max_model_len,
+                  skip_tokenizer_init=True, enforce_eager=args.enforce_eager, max_num_seqs=8)
+        prompt = list(range(1, args.input_len + 1))
+        _timed_generate(llm, prompt, 8, 1)  # warm-up
+        first = _timed_generate(llm, prompt, 1, args.repeats)
+        full = _timed_generate(llm, prompt, args.output_len, args.repeats)
+    per_token_ms = (full - first) / (args.output_len - 1) * 1000
+    print(json.dumps({"benchmark": "latency", "workload": workload.name, "input_len": args.input_len,
+                      "output_len": args.output_len, "enforce_eager": args.enforce_eager,
+                      "ttft_ms": round(first * 1000, 2), "decode_ms_per_token": round(per_token_ms, 3)}))
+    return 0
