@@ -274,7 +274,7 @@ class ModelRunner:
             logits = self.model.compute_logits(hidden[last])
             states = [self.requests[req_ids[i]] for i in sampled_idx]
             metadata = SamplingMetadata.build(
-                [s.sampling_params for s in states], [s.generator for s in states],
+                [s.sampling_params for s in states], [s.step_generator() for s in states],
                 [s.prompt_token_ids for s in states], [s.output_token_ids for s in states],
                 self.vocab_size, self.device, grammar_bitmask=grammar_bitmask,
                 eos_token_ids=[self.eos_token_id] * len(states))
