@@ -29,12 +29,13 @@ def free_port() -> int:
 class ServerProcess:
     """A running `infercore serve` subprocess and how to reach it."""
 
-    def __init__(self, model: Path, extra: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, model: Path | None, log_dir: Path, extra: list[str], env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = model.parent / f"server-{self.port}.log"
+        self.log_path = log_dir / f"server-{self.port}.log"
         self.log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
-        cmd = [sys.executable, "-m", "infercore.entrypoints.cli", "serve", str(model), "--port", str(self.port),
+        model_arg = [str(model)] if model is not None else []
+        cmd = [sys.executable, "-m", "infercore.entrypoints.cli", "serve", *model_arg, "--port", str(self.port),
                *BASE_FLAGS, *extra]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})
@@ -88,8 +89,9 @@ def start_server(model_dir: Path) -> Iterator:
     """Start servers with extra flags; all are stopped at the end of the session."""
     started: list[ServerProcess] = []
 
-    def start(*extra: str, env: dict[str, str] | None = None, wait: bool = True) -> ServerProcess:
-        server = ServerProcess(model_dir, list(extra), env)
+    def start(*extra: str, env: dict[str, str] | None = None, wait: bool = True, model: Path | None = model_dir
+              ) -> ServerProcess:
+        server = ServerProcess(model, model_dir.parent, list(extra), env)
         started.append(server)
         if wait:
             server.wait_ready()

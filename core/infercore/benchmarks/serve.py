@@ -19,8 +19,7 @@ from typing import Any
 
 import httpx
 
-_WORDS = ("the model engine token cache block request server stream batch prompt output latency "
-          "kernel device memory schedule decode prefill sample").split()
+_WORDS = ["the", "model", "engine", "token", "cache", "block", "request", "server", "stream", "batch", "prompt", "output", "latency", "kernel", "device", "memory", "schedule", "decode", "prefill", "sample"]
 
 
 @dataclass
@@ -148,7 +147,8 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         duration = time.perf_counter() - start
         progress.close()
     summary = summarize(list(results), duration)
-    summary.update(base_url=base_url, model=model, num_prompts=args.num_prompts, request_rate=args.request_rate,
+    rate = args.request_rate if args.request_rate != float("inf") else "inf"  # JSON has no Infinity
+    summary.update(base_url=base_url, model=model, num_prompts=args.num_prompts, request_rate=rate,
                    max_concurrency=args.max_concurrency, input_len=args.input_len, output_len=args.output_len,
                    prompt_type=args.prompt_type)
     return summary
