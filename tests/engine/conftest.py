@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from infercore import LLM
 
 #: Small engine settings: every test engine fits a few hundred tokens per request.

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from engine_cases import PROMPTS
+from transformers import AutoModelForCausalLM
+
 from infercore import SamplingParams
 from infercore.outputs import Logprob
-from transformers import AutoModelForCausalLM
 
 MAX_NEW_TOKENS = 32
 NUM_LOGPROBS = 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import ENGINE_DEFAULTS
 from engine_cases import PROMPTS, generate_tokens
+
 from infercore import LLM
 
 #: Prompts that share a 40-token prefix, so prefix caching has whole blocks to share within a batch.

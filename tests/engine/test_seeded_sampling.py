@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from engine_cases import PROMPTS, generate_tokens, run_to_completion
+
 from infercore import SamplingParams
 
 SEEDED = SamplingParams(temperature=0.9, top_p=0.95, top_k=50, seed=1234, max_tokens=24, ignore_eos=True)
