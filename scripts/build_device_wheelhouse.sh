@@ -3,8 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl
+# importlib-metadata 10 needs lazy-importer, which the image lacks; 9.x needs only zipp, which it has.
+rm -f .whl/importlib_metadata-1[0-9].*.whl
 for p in pydantic pydantic-core pydantic-settings python-dotenv annotated-types typing-inspection \
-         typing-extensions msgspec pyzmq fastapi starlette uvicorn opentelemetry-api importlib-metadata zipp psutil \
+         typing-extensions msgspec pyzmq fastapi starlette uvicorn opentelemetry-api 'importlib-metadata<10' zipp psutil \
          anyio h11 click sniffio idna; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from gpu_marks import requires_gpu
+from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
+
 from infercore.attention import CommonAttentionMetadata
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore_cuda.platform import CudaPlatform
@@ -12,7 +14,6 @@ from infercore_triton.backend import TritonAttentionBackend, choose_num_splits
 from infercore_triton.decode_attention import decode_attention
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
-from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
 
 pytestmark = requires_gpu
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 from gpu_marks import requires_gpu
+from triton_cases import rel_err
+
 from infercore.ops import reference
 from infercore_triton.activation import silu_and_mul
 from infercore_triton.rms_norm import fused_add_rms_norm, rms_norm
 from infercore_triton.rotary import rotary_embedding
-from triton_cases import rel_err
 
 pytestmark = requires_gpu
 DTYPES = [torch.float32, torch.bfloat16]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
+
 from infercore.attention.reference import write_kv as reference_write_kv
 from infercore_triton.decode_attention import decode_attention
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
-from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
 
 DTYPES = [torch.float32, torch.bfloat16]
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
+
 from infercore.attention import AttentionRequest, CommonAttentionMetadata
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore.plugins import get_plugin_manager
 from infercore_triton.backend import MAX_SPLITS, TritonAttentionBackend, choose_num_splits
-from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
 
 
 def _common(case, num_tokens: int) -> CommonAttentionMetadata:  # noqa: ANN001

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from triton_cases import rel_err
+
 from infercore.ops import reference
 from infercore_triton.activation import silu_and_mul
 from infercore_triton.rms_norm import fused_add_rms_norm, rms_norm
 from infercore_triton.rotary import rotary_embedding
-from triton_cases import rel_err
 
 DTYPES = [torch.float32, torch.bfloat16]
 BOUND = {torch.float32: 1e-6, torch.bfloat16: 1e-2}

@@ -7,6 +7,7 @@ import types
 
 import pytest
 import torch
+
 from infercore.ops import get_op
 from infercore.platforms import set_current_platform
 from infercore_cuda.platform import CudaPlatform

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from infercore.attention.reference import paged_attention, write_kv
 
 

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import torch
+
 from infercore.platforms import PlatformCapabilities, ProbeResult
 from infercore_triton.gpu_platform import TritonGpuPlatform
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 import triton
+
 from infercore.attention import (
     AttentionBackend,
     AttentionImpl,
@@ -15,7 +16,6 @@ from infercore.attention import (
     CommonAttentionMetadata,
 )
 from infercore.kv_cache.spec import KVCacheSpec
-
 from infercore_triton.decode_attention import decode_attention
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
+
 from infercore.platforms import Platform
 
 if TYPE_CHECKING:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+
 from infercore.platforms import PlatformCapabilities, ProbeResult
 from infercore_triton.gpu_platform import TritonGpuPlatform
 
