@@ -32,6 +32,11 @@ class DecodeConfig:
     num_stages: int = 3
 
 
+def dot_precision(dtype: torch.dtype) -> str:
+    """fp32 inputs get full-precision dots (tf32 would change greedy tokens); others their native one."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
 @triton.jit
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr,
@@ -44,7 +49,7 @@ def _decode_split_kernel(
     stride_pt, stride_ph, stride_ps,
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -79,13 +84,13 @@ def _decode_split_kernel(
         kv_mask = valid[:, None] & d_mask[None, :]
         k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k.to(q.dtype))) * qk_scale
+        s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(s - m_new[:, None])
         denom = denom * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
         m = m_new
 
     empty = denom == 0.0
@@ -158,7 +163,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         part_out.stride(0), part_out.stride(1), part_out.stride(2),
         part_lse.stride(0), part_lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
-        PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits,
+        PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits, DOT_PRECISION=dot_precision(q.dtype),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from infercore_triton.decode_attention import NO_WINDOW
+from infercore_triton.decode_attention import NO_WINDOW, dot_precision
 
 
 @triton.jit
@@ -24,7 +24,7 @@ def _prefill_kernel(
     stride_bt,
     stride_ot, stride_oh,
     GROUP: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -62,7 +62,7 @@ def _prefill_kernel(
         kv_mask = valid[:, None] & d_mask[None, :]
         k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k.to(q.dtype))) * qk_scale
+        s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
         allowed = (valid[None, :] & (n[None, :] <= q_pos[:, None])
                    & (n[None, :] > q_pos[:, None] - sliding_window))
         s = tl.where(allowed, s, float("-inf"))
@@ -72,7 +72,7 @@ def _prefill_kernel(
         alpha = tl.exp2(m - shift)
         p = tl.exp2(s - shift[:, None])
         denom = denom * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
         m = m_new
 
     result = acc / tl.where(denom == 0.0, 1.0, denom)[:, None]
@@ -108,6 +108,6 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
         block_table.stride(0),
         out.stride(0), out.stride(1),
         GROUP=num_heads // kv_heads, HEAD=head_size, HEAD_PAD=head_pad, PAGE=page,
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4, num_stages=2,
+        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=dot_precision(q.dtype), num_warps=4, num_stages=2,
     )
     return out
