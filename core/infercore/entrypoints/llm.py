@@ -52,11 +52,16 @@ class LLM:
                                  "pass one, or one per prompt")
         if priority is not None and len(priority) != len(prompt_list):
             raise ValueError(f"got {len(priority)} priorities for {len(prompt_list)} prompts")
-        ids = []
-        for i, (prompt, params) in enumerate(zip(prompt_list, params_list, strict=True)):
-            request_id = str(next(self._counter))
-            self.llm_engine.add_request(request_id, prompt, params, priority=priority[i] if priority else 0)
-            ids.append(request_id)
+        ids: list[str] = []
+        try:
+            for i, (prompt, params) in enumerate(zip(prompt_list, params_list, strict=True)):
+                request_id = str(next(self._counter))
+                self.llm_engine.add_request(request_id, prompt, params, priority=priority[i] if priority else 0)
+                ids.append(request_id)
+        except Exception:
+            # The call fails as a whole: the prompts added before the bad one must not stay in the engine.
+            self.llm_engine.abort_request(ids)
+            raise
         return self._run(ids, use_tqdm)
 
     def chat(self, messages: list[dict[str, Any]] | list[list[dict[str, Any]]],
