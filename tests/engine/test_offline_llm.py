@@ -1,0 +1,26 @@
+"""The offline LLM API around the engine: failed batches leave nothing behind."""
+
+from __future__ import annotations
+
+import pytest
+from engine_cases import GREEDY_32, PROMPTS, generate_tokens
+
+from infercore import SamplingParams
+from infercore.engine.input_processor import InputError
+
+
+def test_rejected_prompt_leaves_no_requests_behind(make_llm) -> None:
+    llm = make_llm(max_model_len=64)
+    engine = llm.llm_engine
+    kv = engine.engine_core.scheduler.kv_cache_manager
+    expected = generate_tokens(llm, PROMPTS[:2])
+    free_at_start = kv.num_free_blocks
+    # The third prompt plus max_tokens does not fit max_model_len: the whole call fails.
+    with pytest.raises(InputError, match="max_model_len"):
+        llm.generate([PROMPTS[0], PROMPTS[1], PROMPTS[7]], GREEDY_32, use_tqdm=False)
+    assert not engine.has_unfinished_requests()
+    assert kv.num_free_blocks == free_at_start
+    assert generate_tokens(llm, PROMPTS[:2]) == expected
+    with pytest.raises(InputError, match="vocabulary"):
+        llm.generate(["hello", [0, 10**6]], SamplingParams(max_tokens=4), use_tqdm=False)
+    assert not engine.has_unfinished_requests()
