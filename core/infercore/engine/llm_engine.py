@@ -7,6 +7,7 @@ from typing import Any
 from infercore.config import InfercoreConfig
 from infercore.engine.core import EngineCore
 from infercore.engine.input_processor import InputProcessor, ProcessedRequest
+from infercore.engine.messages import SchedulerStats
 from infercore.engine.model_info import resolve_demo_model
 from infercore.engine.output_processor import OutputProcessor, RequestOutputKind
 from infercore.outputs import RequestOutput
@@ -28,6 +29,8 @@ class LLMEngine:
                                               config.model.max_logprobs, info.eos_token_id,
                                               info.generation_stop_ids)
         self.output_processor = OutputProcessor(self.tokenizer)
+        #: The scheduler's stats after the latest step (before any step: the idle engine's).
+        self.last_stats: SchedulerStats = self.engine_core.scheduler.get_stats()
 
     def add_request(self, request_id: str, prompt: Any, params: SamplingParams, priority: int = 0,
                     cache_salt: str | None = None,
@@ -51,7 +54,8 @@ class LLMEngine:
         processed = self.output_processor.process_outputs(outputs.outputs)
         if processed.reqs_to_abort:
             self.engine_core.abort_requests(processed.reqs_to_abort)
-        self.last_stats = outputs.stats
+        if outputs.stats is not None:
+            self.last_stats = outputs.stats
         return processed.request_outputs
 
     def has_unfinished_requests(self) -> bool:
