@@ -24,3 +24,13 @@ def test_rejected_prompt_leaves_no_requests_behind(make_llm) -> None:
     with pytest.raises(InputError, match="vocabulary"):
         llm.generate(["hello", [0, 10**6]], SamplingParams(max_tokens=4), use_tqdm=False)
     assert not engine.has_unfinished_requests()
+
+
+def test_stats_before_and_after_steps(make_llm) -> None:
+    llm = make_llm(num_gpu_blocks_override=50)
+    stats = llm.llm_engine.last_stats
+    assert stats.num_total_blocks == 49 and stats.num_free_blocks == 49 and stats.num_running == 0
+    llm.llm_engine.add_request("s", PROMPTS[7], GREEDY_32)
+    llm.llm_engine.step()
+    stats = llm.llm_engine.last_stats
+    assert stats.num_running == 1 and stats.num_free_blocks < 49 and stats.prefix_cache_queries > 0

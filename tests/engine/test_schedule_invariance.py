@@ -6,7 +6,7 @@ import pytest
 from conftest import ENGINE_DEFAULTS
 from engine_cases import PROMPTS, generate_tokens
 
-from infercore import LLM
+from infercore import LLM, SamplingParams
 
 #: Prompts that share a 40-token prefix, so prefix caching has whole blocks to share within a batch.
 SHARED = " ".join(["the engine cache block request"] * 8)
@@ -51,3 +51,27 @@ def test_preemption_keeps_tokens(make_llm, reference) -> None:
     scheduler = llm.llm_engine.engine_core.scheduler
     assert scheduler.num_preemptions > 0
     assert scheduler.kv_cache_manager.num_free_blocks == scheduler.kv_cache_manager.num_usable_blocks
+
+
+def assert_logprobs_equal(ours, ref, where: str) -> None:
+    assert (ours is None) == (ref is None), where
+    for pos, (a, b) in enumerate(zip(ours or [], ref or [], strict=True)):
+        if b is None:
+            assert a is None, where
+            continue
+        assert a.keys() == b.keys(), f"{where} position {pos}"
+        for token_id, lp in a.items():
+            assert abs(lp.logprob - b[token_id].logprob) < 1e-4 and lp.rank == b[token_id].rank, f"{where} {pos}"
+
+
+def test_chunking_and_preemption_keep_logprobs(make_llm) -> None:
+    """Prompt logprobs arrive one chunk at a time and are recomputed after a preemption."""
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=3, prompt_logprobs=3)
+    ref = make_llm().generate(PROMPTS, params, use_tqdm=False)
+    llm = make_llm(num_gpu_blocks_override=11, max_model_len=128, max_num_batched_tokens=8)
+    got = llm.generate(PROMPTS, params, use_tqdm=False)
+    assert llm.llm_engine.engine_core.scheduler.num_preemptions > 0
+    for ours, theirs in zip(got, ref, strict=True):
+        assert ours.outputs[0].token_ids == theirs.outputs[0].token_ids
+        assert_logprobs_equal(ours.outputs[0].logprobs, theirs.outputs[0].logprobs, f"{ours.prompt!r} outputs")
+        assert_logprobs_equal(ours.prompt_logprobs, theirs.prompt_logprobs, f"{ours.prompt!r} prompt")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
-from engine_cases import GREEDY_32, PROMPTS, generate_tokens
+from engine_cases import GREEDY_32, PROMPTS, generate_tokens, run_to_completion
 
 from infercore import SamplingParams
 from infercore.sampling_params import StructuredOutputsParams
@@ -55,3 +55,16 @@ def test_invalid_schema_fails_only_its_request(make_llm) -> None:
     jsonschema.validate(json.loads(outputs[2].outputs[0].text), SCHEMA)
     assert kv.num_free_blocks == free_at_start
     assert not llm.llm_engine.has_unfinished_requests()
+
+
+def test_abort_while_grammar_compiles(make_llm) -> None:
+    llm = make_llm()
+    engine = llm.llm_engine
+    engine.add_request("constrained", PROMPTS[0], json_params(SCHEMA))
+    engine.add_request("free", PROMPTS[1], GREEDY_32)
+    engine.abort_request(["constrained"])
+    outputs = run_to_completion(engine)
+    assert "constrained" not in outputs
+    assert outputs["free"][-1].outputs[0].token_ids == generate_tokens(llm, [PROMPTS[1]])[0]
+    assert not engine.engine_core.grammars.pending
+    assert not engine.engine_core.grammars.manager.has_grammar("constrained")
