@@ -129,15 +129,18 @@ class ModelRunner:
 
     def _dummy_forward(self, num_tokens: int) -> None:
         """A forward pass of ``num_tokens`` prompt tokens into a scratch cache (for memory profiling)."""
-        blocks = math.ceil(num_tokens / self.block_size) + 1
-        caches = self._allocate_caches(blocks)
+        seq = min(num_tokens, self.max_model_len)
+        n_req = min(math.ceil(num_tokens / seq), self.max_num_reqs)
+        lengths = np.full(n_req, seq)
+        lengths[-1] = num_tokens - seq * (n_req - 1)
+        per_req = math.ceil(seq / self.block_size)
+        caches = self._allocate_caches(n_req * per_req + 1)
         bind_attention(self.model, self.backend, caches)
         builder = self.backend.get_builder_cls()(self.kv_spec, self.device, self.max_num_reqs, self.max_num_tokens)
-        seq = min(num_tokens, self.max_model_len)
-        n_req = math.ceil(num_tokens / seq)
-        layout = make_layout(np.arange(n_req), np.full(n_req, seq), np.zeros(n_req, dtype=np.int64))
-        slots = np.arange(layout.num_tokens) % ((blocks - 1) * self.block_size) + self.block_size
-        table = np.tile(np.arange(1, blocks, dtype=np.int32), (n_req, 1))
+        layout = make_layout(np.arange(n_req), lengths, np.zeros(n_req, dtype=np.int64))
+        table = 1 + np.arange(n_req * per_req, dtype=np.int32).reshape(n_req, per_req)
+        blocks = table[layout.token_rows, layout.positions // self.block_size].astype(np.int64)
+        slots = blocks * self.block_size + layout.positions % self.block_size
         meta = self._fill(layout, np.zeros(layout.num_tokens, dtype=np.int64), slots, table)
         with set_forward_context(ForwardContext(builder.build(meta), layout.num_tokens)):
             hidden = self.model(self.buffers.input_ids[: layout.num_tokens], self.buffers.positions[: layout.num_tokens])

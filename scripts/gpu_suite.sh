@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# On the GPU machine (after scripts/device_run.sh has installed everything): the GPU tests and
+# benchmarks in one go. JSON lines go to $OUT/results.jsonl, logs beside it.
+set -uo pipefail
+OUT=${OUT:-/tmp/infercore-gpu}
+mkdir -p "$OUT"
+RES="$OUT/results.jsonl"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+step() { local limit=$1; shift; echo "== $*"; timeout "$limit" "$@"; echo "== exit $?"; }
+step 240 infercore bench throughput --workload w-gpu --no-progress 2>"$OUT/throughput.err" | tee -a "$RES"
+step 120 infercore bench latency --workload w-gpu 2>"$OUT/latency.err" | tee -a "$RES"
+step 60 python3 benchmarks/decode_attention.py 2>"$OUT/decode.err" | tee -a "$RES"
+step 200 python3 -m pytest -q -s -x tests/gpu 2>&1 | tee "$OUT/gpu_tests.log" | grep -E '^\{|passed|failed|error' | tee -a "$RES"
