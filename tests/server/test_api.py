@@ -73,12 +73,13 @@ def test_chat_matches_offline_chat(client, model_dir) -> None:
 
 def test_n_logprobs_echo_and_token_ids(server, client) -> None:
     result = client.completions.create(model="tiny", prompt=[5, 6, 7, 8], max_tokens=4, n=3, temperature=1.0,
-                                       seed=3, logprobs=2, echo=True)
+                                       seed=3, logprobs=2, echo=True, extra_body={"ignore_eos": True})
     assert [c.index for c in result.choices] == [0, 1, 2]
     prompt_text = httpx.post(server.url + "/detokenize", json={"tokens": [5, 6, 7, 8]}).json()["prompt"]
     for choice in result.choices:
         assert choice.text.startswith(prompt_text)
         assert len(choice.logprobs.tokens) == 4
+        assert choice.logprobs.text_offset[0] == len(prompt_text)
         # Keys are token texts, so tokens that decode alike (partial UTF-8) share one entry.
         assert all(top for top in choice.logprobs.top_logprobs)
         assert all(lp <= 0 for lp in choice.logprobs.token_logprobs)

@@ -47,7 +47,7 @@ def test_disconnects_free_kv_blocks(server) -> None:
     for _ in range(20):
         _stream_some(server, LONG)
     with pytest.raises(httpx.TimeoutException):  # a non-streaming client that gives up
-        httpx.post(server.url + "/v1/completions", json={**LONG, "n": 16, "max_tokens": 250}, timeout=0.3)
+        httpx.post(server.url + "/v1/completions", json={**LONG, "n": 16, "max_tokens": 250}, timeout=0.2)
     assert _wait_until(lambda: _idle(server)), _kv(server)
     assert _kv(server)["num_free_blocks"] == total
     metrics = httpx.get(server.url + "/metrics").text

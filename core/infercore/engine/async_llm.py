@@ -51,6 +51,7 @@ class RequestTiming:
     num_prompt_tokens: int = 0
     num_output_tokens: int = 0
     finish_reasons: list[str] = field(default_factory=list)
+    aborted: bool = False
 
 
 class StatsListener:
@@ -164,6 +165,7 @@ class AsyncLLM:
             self._num_sequences -= len(tracked.engine_ids)
             if not finished:
                 self._abort_now(request_id, tracked.engine_ids)
+            timing.aborted = not finished
             timing.finished = time.monotonic()
             self.listener.on_request_done(timing)
 

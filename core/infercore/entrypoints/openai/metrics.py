@@ -64,7 +64,7 @@ class ServerMetrics(StatsListener):
         m = self.model_name
         self.prompt_tokens.labels(m).inc(timing.num_prompt_tokens)
         self.generation_tokens.labels(m).inc(timing.num_output_tokens)
-        for reason in timing.finish_reasons or ["abort"]:
+        for reason in ["abort"] if timing.aborted else timing.finish_reasons:
             self.requests.labels(m, reason).inc()
         end = timing.finished or timing.arrival
         self.e2e.labels(m).observe(end - timing.arrival)

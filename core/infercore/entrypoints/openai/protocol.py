@@ -24,7 +24,7 @@ def random_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-class _Request(BaseModel):
+class GenerateRequest(BaseModel):
     """Fields common to completions and chat (OpenAI's and vLLM's sampling extras); unknown fields are ignored."""
 
     model_config = ConfigDict(extra="ignore")
@@ -86,7 +86,7 @@ class ResponseFormat(BaseModel):
     json_schema: JsonSchemaFormat | None = None
 
 
-class CompletionRequest(_Request):
+class CompletionRequest(GenerateRequest):
     """POST /v1/completions. ``prompt`` is text, a list of texts, token ids, or a list of token-id lists."""
 
     prompt: (str | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)]
@@ -160,7 +160,7 @@ class NamedToolChoice(BaseModel):
     function: dict[str, str]
 
 
-class ChatCompletionRequest(_Request):
+class ChatCompletionRequest(GenerateRequest):
     """POST /v1/chat/completions."""
 
     messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=4096)]
@@ -365,6 +365,6 @@ class ErrorResponse(BaseModel):
     error: ErrorInfo
 
 
-_Request.model_rebuild()
+GenerateRequest.model_rebuild()
 CompletionRequest.model_rebuild()
 ChatCompletionRequest.model_rebuild()

@@ -14,7 +14,7 @@ from infercore.config import InfercoreConfig
 from infercore.engine.async_llm import AsyncLLM, EngineShuttingDownError, QueueFullError
 from infercore.engine.core_client import EngineDeadError
 from infercore.entrypoints.openai.errors import APIError, error_body
-from infercore.entrypoints.openai.protocol import _Request
+from infercore.entrypoints.openai.protocol import GenerateRequest
 from infercore.plugins import get_plugin_manager
 from infercore.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputsParams
 
@@ -54,7 +54,7 @@ class OpenAIServing:
             raise APIError(404, f"the model {model[:200]!r} does not exist; this server serves {self.model_name!r}",
                            "model")
 
-    def sampling_params(self, req: _Request, max_tokens: int | None, logprobs: int | None,
+    def sampling_params(self, req: GenerateRequest, max_tokens: int | None, logprobs: int | None,
                         prompt_logprobs: int | None = None) -> SamplingParams:
         """Build and validate SamplingParams; raises APIError(400) naming the bad field."""
         try:
@@ -78,7 +78,7 @@ class OpenAIServing:
         except SamplingParamsError as exc:
             raise APIError(400, str(exc), exc.param) from None
 
-    def structured_outputs(self, req: _Request) -> StructuredOutputsParams | None:
+    def structured_outputs(self, req: GenerateRequest) -> StructuredOutputsParams | None:
         """The decoding constraint a request asks for, if any; 400 when no grammar backend is installed."""
         spec: dict[str, Any] = {}
         fmt = req.response_format

@@ -115,7 +115,8 @@ class OpenAIServingCompletion(OpenAIServing):
             for o in out.outputs:
                 index = prompt_index * n + o.index
                 if index not in choices:
-                    choices[index] = _Choice(text=[self._prompt_text(out)] if req.echo else [])
+                    echo = self._prompt_text(out) if req.echo else ""
+                    choices[index] = _Choice(text=[echo], offset=len(echo))
                 choice = choices[index]
                 choice.text.append(o.text)
                 choice.num_tokens += len(o.token_ids)
