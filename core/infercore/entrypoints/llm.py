@@ -10,6 +10,7 @@ from tqdm.auto import tqdm
 
 from infercore.config import InfercoreConfig
 from infercore.engine.llm_engine import LLMEngine
+from infercore.engine.output_processor import RequestOutputKind
 from infercore.outputs import RequestOutput
 from infercore.sampling_params import SamplingParams
 from infercore.tokenizer import apply_chat_template
@@ -56,7 +57,9 @@ class LLM:
         try:
             for i, (prompt, params) in enumerate(zip(prompt_list, params_list, strict=True)):
                 request_id = str(next(self._counter))
-                self.llm_engine.add_request(request_id, prompt, params, priority=priority[i] if priority else 0)
+                # Offline callers want finished outputs only: no per-step RequestOutput building.
+                self.llm_engine.add_request(request_id, prompt, params, priority=priority[i] if priority else 0,
+                                            output_kind=RequestOutputKind.FINAL_ONLY)
                 ids.append(request_id)
         except Exception:
             # The call fails as a whole: the prompts added before the bad one must not stay in the engine.
