@@ -141,3 +141,19 @@ def test_streamed_multibyte_text_has_no_replacement_chars(server, model_dir) -> 
             checked += 1
             assert all("\ufffd" not in c for c in chunks), chunks
     assert checked, "no seed produced the two tokens in order"
+
+
+def test_constrained_decoding_through_the_api(server, client) -> None:
+    choice = client.completions.create(model="tiny", prompt="pick", max_tokens=10,
+                                       extra_body={"structured_outputs": {"choice": ["paris", "london"]}})
+    assert choice.choices[0].text in ("paris", "london")
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    chat = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=40,
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}})
+    if chat.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(chat.choices[0].message.content)["a"], int)
+    bad = httpx.post(server.url + "/v1/completions",
+                     json={"prompt": "x", "max_tokens": 4, "guided_json": {"type": "nonsense"}})
+    assert bad.status_code == 400 and "schema" in bad.json()["error"]["message"]
+    assert httpx.get(server.url + "/health").status_code == 200

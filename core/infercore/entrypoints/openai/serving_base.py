@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 from starlette.requests import Request
@@ -104,12 +104,23 @@ class OpenAIServing:
         except TypeError as exc:
             raise APIError(400, f"structured_outputs: {exc}", "structured_outputs") from None
 
-    async def first_output(self, request: Request, stream: AsyncIterator[T]) -> T:
-        """The first item of ``stream`` (so request errors become HTTP errors before any SSE is sent)."""
+    async def first_output(self, request: Request, stream: AsyncGenerator[T, None], constrained: bool) -> T:
+        """The first item of ``stream`` (so request errors become HTTP errors before any SSE is sent).
+
+        A request that fails before its first token is answered with an error status: 400 when it is
+        constrained (its grammar could not be built), 500 otherwise.
+        """
         try:
-            return await until_disconnected(request, anext(stream))
+            first = await until_disconnected(request, anext(stream))
         except Exception as exc:
             raise to_api_error(exc) from None
+        output = first[1] if isinstance(first, tuple) else first
+        failed = [o for o in output.outputs if o.finish_reason == "error" and not o.token_ids]
+        if failed:
+            await stream.aclose()
+            raise APIError(400 if constrained else 500, str(failed[0].stop_reason or "the request failed"),
+                           "structured_outputs" if constrained else None)
+        return first
 
 
 async def until_disconnected(request: Request, work: Awaitable[T]) -> T:

@@ -108,7 +108,7 @@ class OpenAIServingChat(OpenAIServing):
         request_id = random_id("chatcmpl")
         stream = self.engine.generate({"prompt": prompt, "add_special_tokens": False}, params, request_id,
                                       priority=req.priority, cache_salt=req.cache_salt)
-        first = await self.first_output(raw, stream)
+        first = await self.first_output(raw, stream, params.structured_outputs is not None)
         echo = ""
         if req.echo and req.messages[-1].role == "assistant" and isinstance(req.messages[-1].content, str):
             echo = req.messages[-1].content

@@ -68,7 +68,7 @@ class OpenAIServingCompletion(OpenAIServing):
         streams = [self.engine.generate(p, params, f"{request_id}-{i}", priority=req.priority,
                                         cache_salt=req.cache_salt) for i, p in enumerate(prompts)]
         merged = merge(streams)
-        first = await self.first_output(raw, merged)
+        first = await self.first_output(raw, merged, params.structured_outputs is not None)
         if req.stream:
             return StreamingResponse(self._stream(req, request_id, params.n, first, merged),
                                      media_type="text/event-stream")
