@@ -39,6 +39,21 @@ def test_stop_string_across_tokens(make_llm) -> None:
     assert kept.text == first.text[:at + len(stop)]
 
 
+def test_streamed_stop_string_is_never_partly_sent(make_llm) -> None:
+    llm = make_llm()
+    tokenizer = llm.get_tokenizer()
+    first = llm.generate([PROMPTS[8]], GREEDY_32, use_tqdm=False)[0].outputs[0]
+    stop, at, _ = boundary_stop(tokenizer, first.token_ids, first.text)
+    deltas = stream_deltas(llm.llm_engine, "streamed-stop", PROMPTS[8], GREEDY_32.clone(stop=[stop]))
+    texts = [d.outputs[0].text for d in deltas]
+    assert "".join(texts) == first.text[:at]
+    sent = ""
+    for text in texts:
+        sent += text
+        assert not sent.endswith(stop[:1]) or sent == first.text[:at], "a stop string's start was streamed"
+    assert deltas[-1].outputs[0].finish_reason == "stop" and deltas[-1].outputs[0].stop_reason == stop
+
+
 def test_streamed_cjk_and_emoji_never_show_replacement_chars(make_llm) -> None:
     """A grammar makes the random model spell multi-byte text over byte-sized tokens."""
     llm = make_llm()
