@@ -60,7 +60,8 @@ class SchedulerConfig(BaseSettings):
     enable_chunked_prefill: bool = Field(True, description="split long prompts across steps")
     scheduling_policy: Literal["fcfs", "priority"] = Field("fcfs", description="order of waiting requests")
     max_num_queued_requests: int | None = Field(None, ge=1, description="reject new requests past this many waiting")
-    async_scheduling: bool = Field(False, description="prepare step N+1 while step N runs on the device")
+    async_scheduling: bool | None = Field(
+        None, description="prepare step N+1 while step N runs on the device (default: on where graphs are captured)")
 
 
 class ParallelConfig(BaseSettings):

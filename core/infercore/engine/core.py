@@ -11,6 +11,7 @@ from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, Engin
 from infercore.engine.model_info import ModelInfo, resolve_demo_model, resolve_model_info
 from infercore.engine.request import Request
 from infercore.engine.scheduler import Scheduler
+from infercore.engine.scheduler_output import SchedulerOutput
 from infercore.executor.base import Executor
 from infercore.platforms.selection import current_platform
 from infercore.plugins.manager import get_plugin_manager
@@ -56,8 +57,13 @@ class EngineCore:
         self.model_info.num_kv_blocks = num_blocks
         logger.info("engine ready on %s in %.1f s (%d KV blocks)", self.platform.name,
                     time.perf_counter() - started, num_blocks)
+        #: Async scheduling overlaps the host work of step N+1 with step N on the device.
+        self.async_mode = config.scheduler.async_scheduling
+        if self.async_mode is None:
+            self.async_mode = self.platform.capabilities.graph_capture and not config.model.enforce_eager
         self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, num_blocks,
-                                   config.cache.block_size, self.max_num_batched_tokens)
+                                   config.cache.block_size, self.max_num_batched_tokens, async_mode=self.async_mode)
+        self._inflight: SchedulerOutput | None = None
         self.grammars = GrammarGate(config, self.model_info.vocab_size, self.model_info.generation_stop_ids)
 
     def add_request(self, request: EngineCoreRequest) -> None:
@@ -72,30 +78,67 @@ class EngineCore:
         self.scheduler.abort_requests(request_ids)
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.grammars.pending) or self.scheduler.has_unfinished_requests()
+        return (bool(self.grammars.pending) or self.scheduler.has_unfinished_requests()
+                or self._inflight is not None)
 
     def step(self) -> EngineCoreOutputs:
         """One engine iteration; outputs only for requests with something new."""
         failed = self.grammars.admit_ready(self.scheduler) if self.grammars.pending else []
-        if not self.scheduler.has_unfinished_requests():
-            return EngineCoreOutputs(outputs=failed, stats=self.scheduler.get_stats(), timestamp=time.time())
-        scheduler_output = self.scheduler.schedule()
-        try:
-            bitmask = self.grammars.bitmask(self.scheduler, scheduler_output)
-            runner_output = self.executor.execute_model(scheduler_output, bitmask)
-        except Exception as exc:
-            return self._fail_step(scheduler_output.num_scheduled_tokens, exc)
-        outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
-        self.grammars.after_step(outputs)
+        if self.async_mode and not self.grammars.has_requests():
+            outputs = self._step_overlapped()
+        else:
+            outputs = self._step_synchronous()
         outputs.outputs.extend(failed)
         outputs.stats = self.scheduler.get_stats()
         outputs.timestamp = time.time()
         return outputs
 
-    def _fail_step(self, req_ids: dict[str, int], exc: Exception) -> EngineCoreOutputs:
+    def _step_synchronous(self) -> EngineCoreOutputs:
+        """Schedule, run and fold in one step (after finishing any step still in flight)."""
+        if self._inflight is not None:
+            return self._finish_inflight()
+        if not self.scheduler.has_unfinished_requests():
+            return EngineCoreOutputs()
+        scheduler_output = self.scheduler.schedule()
+        try:
+            bitmask = self.grammars.bitmask(self.scheduler, scheduler_output)
+            runner_output = self.executor.execute_model(scheduler_output, bitmask)
+        except Exception as exc:
+            return self._fail_step(list(scheduler_output.num_scheduled_tokens), exc)
+        outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
+        self.grammars.after_step(outputs)
+        return outputs
+
+    def _step_overlapped(self) -> EngineCoreOutputs:
+        """Launch step N, then fold in step N-1, whose tokens arrive while step N runs."""
+        if not self.scheduler.has_unfinished_requests():
+            return self._finish_inflight() if self._inflight is not None else EngineCoreOutputs()
+        scheduler_output = self.scheduler.schedule()
+        previous, self._inflight = self._inflight, scheduler_output
+        try:
+            runner_output = self.executor.execute_model_async(scheduler_output)
+        except Exception as exc:
+            self._inflight = None
+            ids = list(scheduler_output.num_scheduled_tokens) + list(previous.num_scheduled_tokens if previous else [])
+            return self._fail_step(ids, exc)
+        if previous is None or runner_output is None:
+            return EngineCoreOutputs()
+        return self.scheduler.update_from_output(previous, runner_output)
+
+    def _finish_inflight(self) -> EngineCoreOutputs:
+        previous, self._inflight = self._inflight, None
+        assert previous is not None
+        try:
+            runner_output = self.executor.finish_pending()
+        except Exception as exc:
+            return self._fail_step(list(previous.num_scheduled_tokens), exc)
+        if runner_output is None:
+            return EngineCoreOutputs()
+        return self.scheduler.update_from_output(previous, runner_output)
+
+    def _fail_step(self, ids: list[str], exc: Exception) -> EngineCoreOutputs:
         """A step that raised fails the requests in it, not the engine."""
-        logger.exception("model step failed; failing the %d requests in it", len(req_ids))
-        ids = list(req_ids)
+        logger.exception("model step failed; failing the %d requests in it", len(ids))
         self.scheduler.abort_requests(ids)
         message = f"internal error while running the model: {type(exc).__name__}"
         outs = [EngineCoreOutput(r, [], finish_reason=FinishReason.ERROR, error=message) for r in ids]

@@ -46,6 +46,10 @@ class GrammarGate:
         self._ensure_manager().submit(request.request_id, params)
         self.pending[request.request_id] = request
 
+    def has_requests(self) -> bool:
+        """Whether any constrained request is waiting or running (they need synchronous steps)."""
+        return bool(self.pending) or (self.manager is not None and self.manager.num_requests > 0)
+
     def admit_ready(self, scheduler: Scheduler) -> list[EngineCoreOutput]:
         """Move compiled requests into the scheduler; error outputs for failed compiles."""
         failed: list[EngineCoreOutput] = []
@@ -77,7 +81,10 @@ class GrammarGate:
         constrained = False
         for req_id, n in so.num_scheduled_tokens.items():
             req = scheduler.requests[req_id]
-            if req.num_computed_tokens + n >= req.num_tokens:
+            # Async bookkeeping counts the scheduled tokens (and a placeholder sample) at schedule time.
+            samples = (req.num_output_placeholders > 0 if scheduler.async_mode
+                       else req.num_computed_tokens + n >= req.num_tokens)
+            if samples:
                 sampled.append(req_id)
                 constrained = constrained or self.manager.has_grammar(req_id)
         return self.manager.grammar_bitmask(sampled) if constrained else None

@@ -44,6 +44,7 @@ class Scheduler:
         num_blocks: int,
         block_size: int,
         max_num_batched_tokens: int | None = None,
+        async_mode: bool = False,
     ) -> None:
         self.max_model_len = max_model_len
         self.block_size = block_size
@@ -51,6 +52,9 @@ class Scheduler:
         self.max_num_batched_tokens = (max_num_batched_tokens or scheduler_config.max_num_batched_tokens
                                        or _DEFAULT_MAX_NUM_BATCHED_TOKENS)
         self.enable_chunked_prefill = scheduler_config.enable_chunked_prefill
+        #: Async scheduling: step N+1 is scheduled before step N's tokens are known. Computed
+        #: tokens advance at schedule time and each in-flight sample is a placeholder token.
+        self.async_mode = async_mode
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
@@ -118,8 +122,8 @@ class Scheduler:
         idx = 0
         while idx < len(running) and budget > 0:
             request = running[idx]
-            num_new = len(request.all_token_ids) - request.num_computed_tokens
-            if num_new <= 0 or (num_new > budget and not chunked):
+            num_new = len(request.all_token_ids) + request.num_output_placeholders - request.num_computed_tokens
+            if num_new <= 0 or (num_new > budget and not chunked) or self._will_finish(request):
                 idx += 1
                 continue
             if num_new > budget:
@@ -131,6 +135,7 @@ class Scheduler:
                 del running[victim_idx]
                 if victim.request_id in num_scheduled:
                     budget += num_scheduled.pop(victim.request_id)
+                    victim.num_computed_tokens = 0  # async mode advanced it already
                     cached_reqs = [c for c in cached_reqs if c.req_id != victim.request_id]
                 self._preempt(victim)
                 preempted = True
@@ -143,6 +148,7 @@ class Scheduler:
                 continue
             num_scheduled[request.request_id] = num_new
             cached_reqs.append(CachedRequestData(request.request_id, block_ids, request.num_computed_tokens))
+            self._advance(request, num_new)
             budget -= num_new
             idx += 1
 
@@ -190,12 +196,29 @@ class Scheduler:
                 num_computed_tokens=num_hit,
                 output_token_ids=list(request.output_token_ids),
             ))
+            self._advance(request, num_new)
         return budget
+
+    def _advance(self, request: Request, num_new: int) -> None:
+        """Async mode: count the scheduled tokens as computed now, and a sample as a placeholder."""
+        if not self.async_mode:
+            return
+        request.num_computed_tokens += num_new
+        if request.num_computed_tokens >= len(request.all_token_ids) + request.num_output_placeholders:
+            request.num_output_placeholders += 1
+
+    def _will_finish(self, request: Request) -> bool:
+        """Async mode: in-flight samples already take the request to its length limit."""
+        if not request.num_output_placeholders:
+            return False
+        return (request.num_output_tokens + request.num_output_placeholders >= request.max_tokens
+                or len(request.all_token_ids) + request.num_output_placeholders >= self.max_model_len)
 
     def _preempt(self, request: Request) -> None:
         self.kv_cache_manager.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
+        request.num_output_placeholders = 0
         request.num_preemptions += 1
         if not request.prompt_logprobs_sent:
             request.prompt_logprobs_parts.clear()
@@ -232,7 +255,11 @@ class Scheduler:
             request = requests.get(rid)
             if request is None or request.status != _RUNNING:
                 continue
-            request.num_computed_tokens += num_scheduled[rid]
+            if self.async_mode:
+                if sampled:
+                    request.num_output_placeholders -= 1
+            else:
+                request.num_computed_tokens += num_scheduled[rid]
             if not sampled:
                 continue
             new_tokens = self._append_tokens(request, sampled)

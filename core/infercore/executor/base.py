@@ -25,5 +25,13 @@ class Executor(ABC):
                       grammar_bitmask: torch.Tensor | None = None) -> ModelRunnerOutput:
         """Run one step on every worker; the driver's output is returned."""
 
+    @abstractmethod
+    def execute_model_async(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
+        """Launch a step; return the output of the step launched before it (None if none)."""
+
+    @abstractmethod
+    def finish_pending(self) -> ModelRunnerOutput | None:
+        """Wait for the step launched last by ``execute_model_async``; return its output."""
+
     def shutdown(self) -> None:  # noqa: B027 - optional hook
         """Release workers. Default: nothing."""

@@ -30,3 +30,9 @@ class UniProcExecutor(Executor):
     def execute_model(self, scheduler_output: SchedulerOutput,
                       grammar_bitmask: torch.Tensor | None = None) -> ModelRunnerOutput:
         return self.runner.execute_model(scheduler_output, grammar_bitmask)
+
+    def execute_model_async(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
+        return self.runner.execute_model_async(scheduler_output)
+
+    def finish_pending(self) -> ModelRunnerOutput | None:
+        return self.runner.finish_pending()

@@ -109,6 +109,11 @@ class StructuredOutputManager:
             return GrammarStatus("failed", entry.error)
         return GrammarStatus("ready" if entry.matcher is not None else "pending")
 
+    @property
+    def num_requests(self) -> int:
+        """Requests that hold a grammar (compiling or in use)."""
+        return len(self._requests)
+
     def has_grammar(self, request_id: str) -> bool:
         """True when ``request_id`` was submitted and not removed."""
         return request_id in self._requests

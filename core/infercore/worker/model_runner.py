@@ -21,6 +21,7 @@ from infercore.plugins.manager import get_plugin_manager
 from infercore.sample import Sampler, SamplingMetadata, compute_prompt_logprobs, make_generator
 from infercore.worker.batch_layout import BatchLayout, make_layout
 from infercore.worker.decode_graphs import DecodeGraphs, capture_sizes
+from infercore.worker.pending_sample import PendingSample
 from infercore.worker.request_state import RequestState
 from infercore.worker.step_buffers import StepBuffers
 
@@ -95,6 +96,9 @@ class ModelRunner:
         self.buffers = StepBuffers(max(self.max_num_tokens, self.max_num_reqs), self.max_num_reqs,
                                    self.max_blocks_per_req, self.device, self.platform.capabilities.pin_memory)
         self.graphs: DecodeGraphs | None = None
+        self._pending: PendingSample | None = None
+        self._sampled_host = torch.zeros(self.max_num_reqs, dtype=torch.long,
+                                         pin_memory=self.platform.capabilities.pin_memory and not self.buffers.same)
 
     def page_size_bytes(self) -> int:
         """Bytes one block takes across all layers."""
@@ -259,46 +263,115 @@ class ModelRunner:
     # -- the step ------------------------------------------------------------------------------
     @torch.inference_mode()
     def execute_model(self, so: SchedulerOutput, grammar_bitmask: torch.Tensor | None = None) -> ModelRunnerOutput:
-        """Run one step. ``grammar_bitmask`` has one row per *sampled* request, in batch order."""
+        """Run one step and wait for its tokens. ``grammar_bitmask`` has one row per *sampled*
+        request, in batch order."""
+        hidden, layout, req_ids = self._launch_forward(so)
+        if hidden is None:
+            return ModelRunnerOutput(req_ids=[], sampled_token_ids=[], logprobs=None, prompt_logprobs=None)
+        return self._collect(self._sample(req_ids, layout, hidden, grammar_bitmask))
+
+    @torch.inference_mode()
+    def execute_model_async(self, so: SchedulerOutput) -> ModelRunnerOutput | None:
+        """Launch this step and return the *previous* step's output (None if there was none).
+
+        The previous step's tokens are read while this step's forward pass runs on the device;
+        this step's input ids that are still in flight come straight from the previous sample
+        on the device.
+        """
+        hidden, layout, req_ids = self._launch_forward(so)
+        previous = self.finish_pending()
+        if hidden is not None:
+            self._pending = self._sample(req_ids, layout, hidden, None)
+        return previous
+
+    def finish_pending(self) -> ModelRunnerOutput | None:
+        """Wait for the step launched last by ``execute_model_async`` and return its output."""
+        pending, self._pending = self._pending, None
+        return None if pending is None else self._collect(pending)
+
+    def _launch_forward(self, so: SchedulerOutput) -> tuple[torch.Tensor | None, BatchLayout | None, list[str]]:
         self._update_states(so)
         req_ids = list(so.num_scheduled_tokens)
         if not req_ids:
-            return ModelRunnerOutput(req_ids=[], sampled_token_ids=[], logprobs=None, prompt_logprobs=None)
+            return None, None, req_ids
+        self.buffers.swap()
         layout, graph_size, meta = self._prepare(so, req_ids)
-        hidden = self._forward(layout, graph_size, meta)
+        if self._pending is not None:
+            self._patch_inflight_tokens(layout)
+        return self._forward(layout, graph_size, meta), layout, req_ids
+
+    def _patch_inflight_tokens(self, layout: BatchLayout) -> None:
+        """Copy tokens the previous (unresolved) step sampled into this step's input ids, on the device."""
+        pending = self._pending
+        assert pending is not None
+        source = np.full(self.max_num_reqs, -1, dtype=np.int64)
+        for j, state in enumerate(pending.states):
+            if self.requests.get(state.req_id) is state:
+                source[state.row] = j
+        src = source[layout.rows]
+        known = self.num_tokens[layout.rows]
+        mask = (src >= 0) & (known >= layout.num_computed) & (known < layout.seq_lens)
+        if not mask.any():
+            return
+        count = int(mask.sum())
+        buf = self.buffers
+        buf.np_patch_dst[:count] = layout.query_start_loc[:-1][mask] + (known - layout.num_computed)[mask]
+        buf.np_patch_src[:count] = src[mask]
+        dst_dev, src_dev = buf.to_device("patch_dst", count), buf.to_device("patch_src", count)
+        buf.input_ids.index_copy_(0, dst_dev, pending.tokens.index_select(0, src_dev))
+
+    def _sample(self, req_ids: list[str], layout: BatchLayout, hidden: torch.Tensor,
+                grammar_bitmask: torch.Tensor | None) -> PendingSample:
+        """Sample every request whose scheduled tokens reach the end of its known tokens."""
         prompt_logprobs = self._prompt_logprobs(req_ids, layout, hidden)
-        seq_lens = layout.seq_lens
-        sample_mask = seq_lens >= self.num_tokens[layout.rows]
-        sampled_idx = np.nonzero(sample_mask)[0]
-        sampled: list[list[int]] = [[] for _ in req_ids]
+        sampled_idx = np.nonzero(layout.seq_lens >= self.num_tokens[layout.rows])[0]
+        states = [self.requests[req_ids[i]] for i in sampled_idx]
+        pending = PendingSample(req_ids, sampled_idx, states, prompt_logprobs)
+        if not states:
+            return pending
+        n = len(states)
+        self.buffers.np_sample_index[:n] = layout.query_start_loc[1:][sampled_idx] - 1
+        logits = self.model.compute_logits(hidden[self.buffers.to_device("sample_index", n)])
+        metadata = SamplingMetadata.build(
+            [s.sampling_params for s in states], [s.step_generator() for s in states],
+            [s.prompt_token_ids for s in states], [s.output_token_ids for s in states],
+            self.vocab_size, self.device, grammar_bitmask=grammar_bitmask,
+            eos_token_ids=[self.eos_token_id] * n)
+        out = self.sampler(logits, metadata)
+        pending.tokens = out.sampled_token_ids
+        pending.logprobs = out.logprobs
+        if not self.buffers.same:
+            pending.tokens_host = self._sampled_host[:n]
+            pending.tokens_host.copy_(pending.tokens, non_blocking=True)
+            pending.event = torch.Event(device=self.device.type)
+            pending.event.record()
+        return pending
+
+    def _collect(self, pending: PendingSample) -> ModelRunnerOutput:
+        """Wait for a sample, fold its tokens into the request state and describe it for the scheduler."""
+        sampled: list[list[int]] = [[] for _ in pending.req_ids]
         logprobs: dict[str, Logprobs] | None = None
-        if len(sampled_idx):
-            last = torch.from_numpy(layout.query_start_loc[1:][sampled_idx] - 1).to(self.device, non_blocking=True)
-            logits = self.model.compute_logits(hidden[last])
-            states = [self.requests[req_ids[i]] for i in sampled_idx]
-            metadata = SamplingMetadata.build(
-                [s.sampling_params for s in states], [s.step_generator() for s in states],
-                [s.prompt_token_ids for s in states], [s.output_token_ids for s in states],
-                self.vocab_size, self.device, grammar_bitmask=grammar_bitmask,
-                eos_token_ids=[self.eos_token_id] * len(states))
-            out = self.sampler(logits, metadata)
-            tokens = out.sampled_token_ids.tolist()
-            for j, (i, state) in enumerate(zip(sampled_idx, states, strict=True)):
-                tok = int(tokens[j])
+        if pending.states:
+            if pending.event is not None:
+                pending.event.synchronize()
+                tokens = pending.tokens_host.tolist()
+            else:
+                tokens = pending.tokens.tolist()
+            for i, state, tok in zip(pending.sampled_idx, pending.states, tokens, strict=True):
                 sampled[i] = [tok]
+                if self.requests.get(state.req_id) is not state:
+                    continue  # finished or preempted while in flight; its row may be reused
                 state.output_token_ids.append(tok)
                 row = state.row
                 if self.num_tokens[row] < self.max_model_len:
                     self.token_ids[row, self.num_tokens[row]] = tok
                 self.num_tokens[row] += 1
-            if out.logprobs is not None:
-                logprobs = {}
-                for j, state in enumerate(states):
-                    k = state.sampling_params.logprobs
-                    if k is not None:
-                        logprobs[state.req_id] = out.logprobs.to_logprobs(j, k)
-        return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, logprobs=logprobs,
-                                 prompt_logprobs=prompt_logprobs)
+            if pending.logprobs is not None:
+                cpu = pending.logprobs.cpu()
+                logprobs = {s.req_id: cpu.to_logprobs(j, s.sampling_params.logprobs)
+                            for j, s in enumerate(pending.states) if s.sampling_params.logprobs is not None}
+        return ModelRunnerOutput(req_ids=pending.req_ids, sampled_token_ids=sampled, logprobs=logprobs,
+                                 prompt_logprobs=pending.prompt_logprobs)
 
     def _prompt_logprobs(self, req_ids: list[str], layout: BatchLayout,
                          hidden: torch.Tensor) -> dict[str, Logprobs] | None:

@@ -1,0 +1,26 @@
+"""A sampled step whose tokens may still be on their way from the device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from infercore.engine.messages import Logprobs
+from infercore.worker.request_state import RequestState
+
+
+@dataclass
+class PendingSample:
+    """What the runner needs to finish a step once its sampled tokens reach the host."""
+
+    req_ids: list[str]
+    sampled_idx: np.ndarray  # batch indices of the sampled requests
+    states: list[RequestState]  # their states, in the same order
+    prompt_logprobs: dict[str, Logprobs] | None
+    tokens: torch.Tensor | None = None  # sampled ids on the device
+    tokens_host: torch.Tensor | None = None  # pinned host copy, filled asynchronously
+    event: Any = None  # recorded after the host copy was queued
+    logprobs: Any = None  # LogprobsTensors of the sample, if any request asked
