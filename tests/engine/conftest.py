@@ -23,17 +23,12 @@ ENGINE_DEFAULTS: dict[str, Any] = {
 MakeLLM = Callable[..., LLM]
 
 
-@pytest.fixture(scope="session")
-def qwen3_model(tiny_model_factory) -> Path:
-    return tiny_model_factory("Qwen3ForCausalLM")
-
-
 @pytest.fixture
-def make_llm(qwen3_model: Path) -> MakeLLM:
+def make_llm(qwen3_folder: Path) -> MakeLLM:
     """``make_llm(**engine_args)`` → an ``LLM`` over the tiny Qwen3 folder (or ``model=``), small defaults."""
 
     def make(**engine_args: Any) -> LLM:
-        args = {**ENGINE_DEFAULTS, "model": str(qwen3_model), **engine_args}
+        args = {**ENGINE_DEFAULTS, "model": str(qwen3_folder), **engine_args}
         return LLM(**args)
 
     return make

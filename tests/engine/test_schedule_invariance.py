@@ -14,9 +14,9 @@ CACHE_PROMPTS = PROMPTS + [SHARED + " paris", SHARED + " tokyo weather"]
 
 
 @pytest.fixture(scope="module")
-def reference(qwen3_model) -> list[list[int]]:
+def reference(qwen3_folder) -> list[list[int]]:
     """Tokens of every prompt run alone, with prefix caching off."""
-    llm = LLM(**{**ENGINE_DEFAULTS, "model": str(qwen3_model), "enable_prefix_caching": False})
+    llm = LLM(**{**ENGINE_DEFAULTS, "model": str(qwen3_folder), "enable_prefix_caching": False})
     return [generate_tokens(llm, [p])[0] for p in CACHE_PROMPTS]
 
 
