@@ -7,7 +7,9 @@ mkdir -p "$OUT"
 RES="$OUT/results.jsonl"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 step() { local limit=$1; shift; echo "== $*"; timeout "$limit" "$@"; echo "== exit $?"; }
-step 240 infercore bench throughput --workload w-gpu --no-progress 2>"$OUT/throughput.err" | tee -a "$RES"
-step 120 infercore bench latency --workload w-gpu 2>"$OUT/latency.err" | tee -a "$RES"
-step 60 python3 benchmarks/decode_attention.py 2>"$OUT/decode.err" | tee -a "$RES"
-step 200 python3 -m pytest -q -s -x tests/gpu 2>&1 | tee "$OUT/gpu_tests.log" | grep -E '^\{|passed|failed|error' | tee -a "$RES"
+step 270 infercore bench throughput --workload w-gpu --compare-hf --hf-num-requests 64 --no-progress \
+    2>"$OUT/throughput.err" | tee -a "$RES"
+step 80 infercore bench throughput --workload w-gpu --sync-scheduling --no-progress 2>"$OUT/sync.err" | tee -a "$RES"
+step 60 infercore bench latency --workload w-gpu 2>"$OUT/latency.err" | tee -a "$RES"
+step 150 python3 -m pytest -q -s -x tests/gpu/test_engine_oracle_gpu.py 2>&1 | tee "$OUT/gpu_oracle.log" \
+    | grep -E '^\{|passed|failed|error' | tee -a "$RES"

@@ -46,6 +46,8 @@ def run_infercore(workload: Workload, folder: Path, args: argparse.Namespace) ->
     kwargs: dict[str, Any] = dict(model=str(folder), load_format="dummy", dtype=workload.dtype,
                                   max_model_len=workload.max_model_len, skip_tokenizer_init=True,
                                   enforce_eager=args.enforce_eager, **workload.engine_kwargs)
+    if args.sync_scheduling:
+        kwargs["async_scheduling"] = False
     if args.max_num_seqs:
         kwargs["max_num_seqs"] = args.max_num_seqs
     if args.max_num_batched_tokens:
@@ -58,7 +60,8 @@ def run_infercore(workload: Workload, folder: Path, args: argparse.Namespace) ->
     outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=not args.no_progress)
     elapsed = time.perf_counter() - start
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-    return {"engine": "infercore", "version": __version__, "requests": len(prompts), "output_tokens": tokens,
+    return {"engine": "infercore", "version": __version__, "async_scheduling": llm.llm_engine.engine_core.async_mode,
+            "requests": len(prompts), "output_tokens": tokens,
             "wall_s": round(elapsed, 3), "output_tok_s": round(tokens / elapsed, 1)}
 
 
@@ -121,6 +124,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--sync-scheduling", action="store_true", help="turn async scheduling off")
     p.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")

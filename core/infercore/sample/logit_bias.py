@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from infercore.sample.transfer import to_device
 from infercore.sampling_params import SamplingParams
 
 
@@ -42,9 +43,9 @@ class SparseLogitBias:
         if not rows:
             return None
         return cls(
-            rows=torch.tensor(rows, dtype=torch.int64, device=device),
-            token_ids=torch.tensor(token_ids, dtype=torch.int64, device=device),
-            values=torch.tensor(values, dtype=torch.float32, device=device),
+            rows=to_device(rows, torch.int64, device),
+            token_ids=to_device(token_ids, torch.int64, device),
+            values=to_device(values, torch.float32, device),
         )
 
     def apply(self, logits: torch.Tensor) -> None:

@@ -8,6 +8,7 @@ import torch
 
 from infercore.sample.logit_bias import SparseLogitBias
 from infercore.sample.penalties import PenaltyTensors
+from infercore.sample.transfer import to_device
 from infercore.sample.truncation import TopKTopP
 from infercore.sampling_params import SamplingParams
 
@@ -68,7 +69,7 @@ class SamplingMetadata:
             vocab_size=vocab_size,
             all_greedy=not sampled,
             all_random=len(sampled) == len(params),
-            greedy=torch.tensor(greedy, device=device) if 0 < len(sampled) < len(params) else None,
+            greedy=to_device(greedy, torch.bool, device) if 0 < len(sampled) < len(params) else None,
             temperature=temperature,
             min_p=min_p,
             top_k_top_p=TopKTopP.build(params, greedy, vocab_size, device) if sampled else None,
@@ -83,4 +84,4 @@ class SamplingMetadata:
 
 
 def _column(values: list[float], device: torch.device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float32, device=device).unsqueeze(1)
+    return to_device(values, torch.float32, device).unsqueeze(1)

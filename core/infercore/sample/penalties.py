@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from infercore.sample.transfer import to_device
 from infercore.sampling_params import SamplingParams
 
 
@@ -48,7 +49,7 @@ class PenaltyTensors:
         valid = seen < vocab_size
 
         def column(values: list[float]) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.float32, device=device).unsqueeze(1).expand_as(seen)
+            return to_device(values, torch.float32, device).unsqueeze(1).expand_as(seen)
 
         subtract = torch.zeros(seen.shape, device=device)
         if any(p.presence_penalty != 0 or p.frequency_penalty != 0 for p in chosen):
@@ -58,7 +59,7 @@ class PenaltyTensors:
             presence = column([p.presence_penalty for p in chosen])
             frequency = column([p.frequency_penalty for p in chosen])
             subtract = frequency * seen_counts + presence * (seen_counts > 0)
-        batch_rows = torch.tensor(rows, dtype=torch.int64, device=device).unsqueeze(1).expand_as(seen)
+        batch_rows = to_device(rows, torch.int64, device).unsqueeze(1).expand_as(seen)
         return cls(
             rows=batch_rows[valid],
             token_ids=seen[valid],
@@ -81,4 +82,4 @@ def _has_penalty(p: SamplingParams) -> bool:
 def _padded(token_ids: list[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
     """[R, L] token ids padded with ``pad_id`` (the extra, discarded column of the [R, V + 1] counts)."""
     tensors = [torch.tensor(ids, dtype=torch.int64) for ids in token_ids]
-    return pad_sequence(tensors, batch_first=True, padding_value=pad_id).to(device)
+    return pad_sequence(tensors, batch_first=True, padding_value=pad_id).to(device, non_blocking=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from infercore.sample.transfer import to_device
 from infercore.sampling_params import SamplingParams
 
 _TOP_P_CANDIDATES = 1024
@@ -51,8 +52,8 @@ class TopKTopP:
         if not any_top_p and not any(k > 0 and not g for k, g in zip(top_k, greedy)):
             return None
         return cls(
-            top_k=torch.tensor(top_k, dtype=torch.int64, device=device),
-            top_p=torch.tensor(top_p, dtype=torch.float32, device=device),
+            top_k=to_device(top_k, torch.int64, device),
+            top_p=to_device(top_p, torch.float32, device),
             max_top_k=max(top_k),
             any_top_p=any_top_p,
         )
