@@ -7,18 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_cases import ENGINE_DEFAULTS
 
 from infercore import LLM
-
-#: Small engine settings: every test engine fits a few hundred tokens per request. One torch thread: the
-#: models are tiny, and on a busy two-core machine more threads only wait on each other.
-ENGINE_DEFAULTS: dict[str, Any] = {
-    "dtype": "float32",
-    "max_model_len": 256,
-    "num_gpu_blocks_override": 160,
-    "max_num_seqs": 32,
-    "cpu_threads": 1,
-}
 
 MakeLLM = Callable[..., LLM]
 

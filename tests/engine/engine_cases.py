@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from infercore import LLM, SamplingParams
 from infercore.engine.llm_engine import LLMEngine
 from infercore.engine.output_processor import RequestOutputKind
 from infercore.outputs import RequestOutput
+
+#: Small engine settings: every test engine fits a few hundred tokens per request. One torch thread: the
+#: models are tiny, and on a busy two-core machine more threads only wait on each other.
+ENGINE_DEFAULTS: dict[str, Any] = {
+    "dtype": "float32",
+    "max_model_len": 256,
+    "num_gpu_blocks_override": 160,
+    "max_num_seqs": 32,
+    "cpu_threads": 1,
+}
 
 #: Prompts of 1 to ~80 tokens: ASCII, code, CJK, emoji and accented text.
 PROMPTS = [

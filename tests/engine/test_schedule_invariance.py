@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import ENGINE_DEFAULTS
-from engine_cases import PROMPTS, generate_tokens
+from engine_cases import ENGINE_DEFAULTS, PROMPTS, generate_tokens
 
 from infercore import LLM, SamplingParams
 
