@@ -185,6 +185,11 @@ def run_bench_serve(args: argparse.Namespace) -> int:
     if args.request_rate <= 0:
         print("infercore bench serve: --request-rate must be positive (or inf)", file=sys.stderr)
         return 2
-    summary = asyncio.run(run_benchmark(args))
+    try:
+        summary = asyncio.run(run_benchmark(args))
+    except httpx.HTTPError as exc:
+        print(f"infercore bench serve: could not reach {args.base_url} ({exc}); start a server with "
+              "`infercore serve` or point --base-url at one", file=sys.stderr)
+        return 1
     print(json.dumps(summary))
     return 0 if summary["completed"] else 1
