@@ -8,6 +8,18 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _no_gpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+# Without a GPU, Triton kernels run in its interpreter; the switch must precede any import of
+# triton, which any test module may trigger through the plugins.
+if _no_gpu():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("INFERCORE_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".test-cache"))
 
 ARCHITECTURES = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
