@@ -10,3 +10,5 @@ PY=${PYTHON:-python3}
     -e plugins/xpu -e plugins/tool_parsers -e plugins/structured_output
 # A third-party plugin the tests use, installed the way a user installs any plugin.
 "$PY" -m pip install -q -e tests/plugin_pkgs/testplugin
+# A test-only model that writes a scripted reply, for the server's tool-call and reasoning tests.
+"$PY" -m pip install -q -e tests/plugin_pkgs/scriptedmodel

@@ -173,9 +173,12 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
 def run_serve(args: argparse.Namespace, engine_factory: str = DEFAULT_ENGINE_FACTORY) -> int:
     """Entry of ``infercore serve``."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from infercore.entrypoints.openai.chat_parsing import check_parser_flags
+
     try:
         config = config_from_args(args)
-    except ConfigError as exc:
+        check_parser_flags(config.serve)
+    except ValueError as exc:  # ConfigError, or a parser name no plugin registers
         print(f"infercore serve: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(serve(config, engine_factory))

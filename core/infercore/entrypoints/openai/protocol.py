@@ -153,11 +153,17 @@ class ToolDefinition(BaseModel):
     function: FunctionDefinition
 
 
+class NamedFunction(BaseModel):
+    """The function a named tool choice forces."""
+
+    name: str
+
+
 class NamedToolChoice(BaseModel):
     """Force a call of one named function."""
 
     type: Literal["function"] = "function"
-    function: dict[str, str]
+    function: NamedFunction
 
 
 class ChatCompletionRequest(GenerateRequest):
@@ -170,6 +176,7 @@ class ChatCompletionRequest(GenerateRequest):
     tools: Annotated[list[ToolDefinition], Field(max_length=512)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = True
+    include_reasoning: bool = True
     echo: bool = False
     add_generation_prompt: bool = True
     continue_final_message: bool = False
@@ -240,6 +247,8 @@ class ResponseMessage(BaseModel):
 
     role: str = "assistant"
     content: str | None = None
+    reasoning: str | None = None
+    #: The same text as ``reasoning``, under the name DeepSeek's API uses.
     reasoning_content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
 
@@ -265,12 +274,31 @@ class ChatCompletionResponse(BaseModel):
     usage: UsageInfo
 
 
+class DeltaFunctionCall(BaseModel):
+    """A fragment of a streamed function call: the whole name once, then argument fragments."""
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(BaseModel):
+    """A fragment of one streamed tool call; the first of a call carries ``id``, ``type`` and the name."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall | None = None
+
+
 class DeltaMessage(BaseModel):
     """The new part of a streamed reply."""
 
     role: str | None = None
     content: str | None = None
+    reasoning: str | None = None
+    #: The same text as ``reasoning``, under the name DeepSeek's API uses.
     reasoning_content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatChunkChoice(BaseModel):

@@ -6,9 +6,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import Request
 
+from infercore.entrypoints.openai.chat_parsing import ChatParsers, ChoiceParser, tool_choice_constraint
 from infercore.entrypoints.openai.errors import APIError
 from infercore.entrypoints.openai.protocol import (
     ChatChoice,
@@ -19,6 +21,7 @@ from infercore.entrypoints.openai.protocol import (
     ChatLogprobs,
     ChatMessage,
     DeltaMessage,
+    GenerateRequest,
     ResponseMessage,
     TokenLogprob,
     TopLogprob,
@@ -34,6 +37,7 @@ from infercore.entrypoints.openai.serving_base import (
     until_disconnected,
 )
 from infercore.outputs import CompletionOutput, RequestOutput
+from infercore.sampling_params import StructuredOutputsParams
 from infercore.tokenizer import apply_chat_template
 
 
@@ -62,29 +66,39 @@ class _Choice:
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     started: bool = False
+    parser: ChoiceParser | None = None
 
 
 class OpenAIServingChat(OpenAIServing):
-    """Runs chat requests through the chat template and the engine."""
+    """Runs chat requests through the chat template and the engine, and splits replies into reasoning,
+    content and tool calls with the server's parsers."""
 
     def __init__(self, *args: Any, chat_template: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.chat_template = chat_template
+        self.parsers = ChatParsers(self.config.serve, self.tokenizer)
 
     def _check_features(self, req: ChatCompletionRequest) -> None:
-        """Refuse, with what to do, what this server can't serve (tool calls need a parser plugin)."""
+        """Refuse, with what to do, what this server can't serve (automatic tool calls need a parser)."""
         if req.top_logprobs and not req.logprobs:
             raise APIError(400, "top_logprobs needs logprobs set to true", "top_logprobs")
-        choice = req.tool_choice
-        if not req.tools or choice == "none":
-            return
         serve = self.config.serve
-        if choice in (None, "auto") and not (serve.enable_auto_tool_choice and serve.tool_call_parser):
+        if (req.tools and req.tool_choice in (None, "auto")
+                and not (serve.enable_auto_tool_choice and serve.tool_call_parser)):
             raise APIError(400, '"auto" tool choice needs the server started with --enable-auto-tool-choice and '
                            "--tool-call-parser NAME (parsers ship in infercore-tool-parsers)", "tool_choice")
-        if choice not in (None, "auto"):
-            raise APIError(400, "tool_choice 'required' or a named function needs constrained decoding of tool "
-                           "calls, which this server does not offer yet; use 'auto' or 'none'", "tool_choice")
+
+    def structured_outputs(self, req: GenerateRequest) -> StructuredOutputsParams | None:
+        """The request's own constraint, or the one its ``tool_choice`` implies (not both)."""
+        own = super().structured_outputs(req)
+        implied = tool_choice_constraint(req) if isinstance(req, ChatCompletionRequest) else None
+        if own is not None and implied is not None:
+            raise APIError(400, "tool_choice 'required' or a named function constrains the reply already; drop "
+                           "response_format, structured_outputs and guided_* from the request", "tool_choice")
+        return implied or own
+
+    def _choice_parser(self, req: ChatCompletionRequest) -> ChoiceParser:
+        return self.parsers.for_request(req)
 
     def render_prompt(self, req: ChatCompletionRequest) -> str:
         try:
@@ -104,6 +118,9 @@ class OpenAIServingChat(OpenAIServing):
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
         params = self.sampling_params(req, max_tokens, logprobs)
+        if self.parsers.parses(req):
+            # Parsers look for markers that many vocabularies hold as special tokens.
+            params = msgspec.structs.replace(params, skip_special_tokens=False)
         prompt = self.render_prompt(req)
         request_id = random_id("chatcmpl")
         stream = self.engine.generate({"prompt": prompt, "add_special_tokens": False}, params, request_id,
@@ -116,7 +133,7 @@ class OpenAIServingChat(OpenAIServing):
             return StreamingResponse(self._stream(req, request_id, first, stream, echo),
                                      media_type="text/event-stream")
         try:
-            body = await until_disconnected(raw, self._collect(request_id, first, stream, echo, req.top_logprobs or 0))
+            body = await until_disconnected(raw, self._collect(req, request_id, first, stream, echo))
         except APIError:
             raise
         except Exception as exc:
@@ -140,14 +157,15 @@ class OpenAIServingChat(OpenAIServing):
     def _token_text(self, token_id: int, decoded: str | None) -> str:
         return decoded if decoded is not None else self.tokenizer.decode([token_id])
 
-    async def _collect(self, request_id: str, first: RequestOutput, rest: AsyncIterator[RequestOutput],
-                       echo: str, top_k: int) -> ChatCompletionResponse:
+    async def _collect(self, req: ChatCompletionRequest, request_id: str, first: RequestOutput,
+                       rest: AsyncIterator[RequestOutput], echo: str) -> ChatCompletionResponse:
         choices: dict[int, _Choice] = {}
         out: RequestOutput | None = first
         prompt_tokens = len(first.prompt_token_ids)
+        top_k = req.top_logprobs or 0
         while out is not None:
             for o in out.outputs:
-                choice = choices.setdefault(o.index, _Choice(text=[echo]))
+                choice = choices.setdefault(o.index, _Choice())
                 choice.text.append(o.text)
                 choice.num_tokens += len(o.token_ids)
                 if o.logprobs is not None:
@@ -160,10 +178,18 @@ class OpenAIServingChat(OpenAIServing):
             id=request_id, model=self.model_name,
             usage=UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                             total_tokens=prompt_tokens + completion_tokens),
-            choices=[ChatChoice(index=i, message=ResponseMessage(content="".join(c.text)),
-                                logprobs=ChatLogprobs(content=c.logprobs) if c.logprobs else None,
-                                finish_reason=c.finish_reason, stop_reason=c.stop_reason)
-                     for i, c in sorted(choices.items())])
+            choices=[self._choice(req, i, c, echo) for i, c in sorted(choices.items())])
+
+    def _choice(self, req: ChatCompletionRequest, index: int, choice: _Choice, echo: str) -> ChatChoice:
+        """One finished choice, its text split by the request's parsers."""
+        parser = self._choice_parser(req)
+        parsed = parser.parse("".join(choice.text))
+        content = echo + (parsed.content or "")
+        message = ResponseMessage(content=content or None, reasoning=parsed.reasoning,
+                                  reasoning_content=parsed.reasoning, tool_calls=parsed.tool_calls)
+        return ChatChoice(index=index, message=message,
+                          logprobs=ChatLogprobs(content=choice.logprobs) if choice.logprobs else None,
+                          finish_reason=parser.finish_reason(choice.finish_reason), stop_reason=choice.stop_reason)
 
     def _chunk(self, request_id: str, index: int, delta: DeltaMessage, finish_reason: str | None = None,
                logprobs: list[TokenLogprob] | None = None, stop_reason: int | str | None = None) -> str:
@@ -181,15 +207,13 @@ class OpenAIServingChat(OpenAIServing):
             out: RequestOutput | None = first
             while out is not None:
                 for o in out.outputs:
-                    choice = choices.setdefault(o.index, _Choice())
+                    choice = choices.setdefault(o.index, _Choice(parser=self._choice_parser(req)))
                     if not choice.started:
                         choice.started = True
                         yield self._chunk(request_id, o.index, DeltaMessage(role="assistant", content=echo))
                     choice.num_tokens += len(o.token_ids)
-                    logprobs = self._logprobs(o, req.top_logprobs or 0) if o.logprobs is not None else None
-                    if o.text or logprobs or o.finish_reason is not None:
-                        yield self._chunk(request_id, o.index, DeltaMessage(content=o.text), o.finish_reason,
-                                          logprobs, o.stop_reason)
+                    for chunk in self._step_chunks(req, request_id, choice, o):
+                        yield chunk
                 out = await anext(rest, None)
             if include_usage:
                 completion_tokens = sum(c.num_tokens for c in choices.values())
@@ -199,3 +223,20 @@ class OpenAIServingChat(OpenAIServing):
         except Exception as exc:
             yield sse_error(exc)
         yield SSE_DONE
+
+    def _step_chunks(self, req: ChatCompletionRequest, request_id: str, choice: _Choice,
+                     o: CompletionOutput) -> list[str]:
+        """The chunks one engine step of a choice streams: its parsed delta, and at the end what the
+        parsers held back with the finish reason."""
+        parser = choice.parser
+        assert parser is not None
+        logprobs = self._logprobs(o, req.top_logprobs or 0) if o.logprobs is not None else None
+        delta = parser.feed(o.text, list(o.token_ids))
+        if o.finish_reason is None:
+            return [self._chunk(request_id, o.index, delta, logprobs=logprobs)] if delta or logprobs else []
+        tail = parser.finish()
+        finish = parser.finish_reason(o.finish_reason)
+        if tail is None:
+            return [self._chunk(request_id, o.index, delta or DeltaMessage(), finish, logprobs, o.stop_reason)]
+        chunks = [self._chunk(request_id, o.index, delta, logprobs=logprobs)] if delta or logprobs else []
+        return [*chunks, self._chunk(request_id, o.index, tail, finish, None, o.stop_reason)]
