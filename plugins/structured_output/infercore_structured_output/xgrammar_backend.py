@@ -27,8 +27,12 @@ UNENFORCED_KEYWORDS = frozenset({
 })
 
 
-#: A string character without escapes or control characters, as a JSON-schema pattern.
-_PLAIN_CHAR = '[^"\\\\\\u0000-\\u001f]'
+#: A string character without escapes or control characters, as a JSON-schema pattern. Each range
+#: covers code points whose UTF-8 encodings share one shape of lead and second byte: xgrammar's
+#: pattern rule turns a wider range (or a negated class) into byte ranges that also accept overlong
+#: encodings and surrogates, which are not UTF-8.
+_PLAIN_CHAR = ("(?:[ !#-\\[\\]-\\x7f]|[\\u0080-\\u07ff]|[\\u0800-\\u0fff]|[\\u1000-\\ucfff]|[\\ud000-\\ud7ff]"
+               "|[\\ue000-\\uffff]|[\\u{10000}-\\u{3ffff}]|[\\u{40000}-\\u{fffff}]|[\\u{100000}-\\u{10ffff}])")
 
 
 def _length_as_pattern(schema: dict[str, Any]) -> dict[str, Any]:
