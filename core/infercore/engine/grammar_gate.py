@@ -12,6 +12,7 @@ from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, Finis
 from infercore.engine.request import Request
 from infercore.engine.scheduler import Scheduler
 from infercore.engine.scheduler_output import SchedulerOutput
+from infercore.parsers import ReasoningParser, get_reasoning_parser
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +21,8 @@ class GrammarGate:
     """EngineCore's link to the structured-output manager (created on the first constrained request).
 
     A constrained request waits here while its grammar compiles off the step loop; a failed
-    compile fails that request alone.
+    compile fails that request alone. With a reasoning parser configured, a request whose prompt
+    leaves reasoning open is constrained only from the token after its reasoning ends.
     """
 
     def __init__(self, config: InfercoreConfig, vocab_size: int, stop_ids: list[int]) -> None:
@@ -28,22 +30,32 @@ class GrammarGate:
         self.vocab_size = vocab_size
         self.stop_ids = stop_ids
         self.manager: Any = None
+        self.tokenizer: Any = None
         self.pending: dict[str, Request] = {}
+        #: Requests still reasoning: their parser, and the request whose tokens it reads.
+        self.reasoning: dict[str, tuple[ReasoningParser, Request]] = {}
 
     def _ensure_manager(self) -> Any:
         if self.manager is None:
             from infercore.structured_output import StructuredOutputManager
             from infercore.tokenizer import get_tokenizer
 
-            tokenizer = get_tokenizer(self.config.model)
-            self.manager = StructuredOutputManager(self.config.structured_outputs, tokenizer, self.vocab_size,
+            self.tokenizer = get_tokenizer(self.config.model)
+            self.manager = StructuredOutputManager(self.config.structured_outputs, self.tokenizer, self.vocab_size,
                                                    eos_token_ids=self.stop_ids)
         return self.manager
 
     def submit(self, request: Request) -> None:
         params = request.sampling_params.structured_outputs
         assert params is not None
-        self._ensure_manager().submit(request.request_id, params)
+        manager = self._ensure_manager()
+        parser_name = self.config.serve.reasoning_parser
+        parser = get_reasoning_parser(parser_name, self.tokenizer) if parser_name else None
+        deferred = parser is not None and not parser.is_reasoning_end(request.all_token_ids)
+        manager.submit(request.request_id, params, deferred=deferred)
+        if deferred:
+            assert parser is not None
+            self.reasoning[request.request_id] = (parser, request)
         self.pending[request.request_id] = request
 
     def has_requests(self) -> bool:
@@ -61,6 +73,7 @@ class GrammarGate:
             if status.state == "ready":
                 scheduler.add_request(request)
             else:
+                self.reasoning.pop(req_id, None)
                 self.manager.remove(req_id)
                 failed.append(EngineCoreOutput(req_id, [], finish_reason=FinishReason.ERROR,
                                                error=status.error or "the constraint could not be compiled"))
@@ -71,6 +84,7 @@ class GrammarGate:
             return
         for req_id in request_ids:
             self.pending.pop(req_id, None)
+            self.reasoning.pop(req_id, None)
             self.manager.remove(req_id)
 
     def bitmask(self, scheduler: Scheduler, so: SchedulerOutput) -> torch.Tensor | None:
@@ -90,7 +104,8 @@ class GrammarGate:
         return self.manager.grammar_bitmask(sampled) if constrained else None
 
     def after_step(self, outputs: EngineCoreOutputs) -> None:
-        """Advance each constrained request's matcher; forget finished ones."""
+        """Advance each constrained request's matcher; start the constraint of requests whose
+        reasoning just ended; forget finished ones."""
         if self.manager is None:
             return
         for out in outputs.outputs:
@@ -99,7 +114,13 @@ class GrammarGate:
             if out.new_token_ids and not self.manager.accept_tokens(out.request_id, out.new_token_ids):
                 logger.warning("request %s produced a token its grammar rejects", out.request_id)
             if out.finished:
+                self.reasoning.pop(out.request_id, None)
                 self.manager.remove(out.request_id)
+            elif out.new_token_ids and out.request_id in self.reasoning:
+                parser, request = self.reasoning[out.request_id]
+                if parser.is_reasoning_end(request.all_token_ids):
+                    del self.reasoning[out.request_id]
+                    self.manager.activate(out.request_id)
 
     def shutdown(self) -> None:
         if self.manager is not None:

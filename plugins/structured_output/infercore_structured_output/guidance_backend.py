@@ -8,7 +8,6 @@ from typing import Any
 
 import llguidance
 import llguidance.hf
-import llguidance.torch
 import torch
 from infercore.sampling_params import StructuredOutputsParams
 from infercore.structured_output import (
@@ -90,7 +89,12 @@ class GuidanceMatcher(GrammarMatcher):
                 bit = 1 << (token % 32)
                 bitmask[row, token // 32] |= bit - (1 << 32 if bit >= 1 << 31 else 0)  # as int32
             return
-        llguidance.torch.fill_next_token_bitmask(self._matcher, bitmask, row)
+        # Straight to the matcher: llguidance.torch would import torch's compiler (a second, on the
+        # first constrained request) for a helper that only checks the row and passes its pointer.
+        target = bitmask[row]
+        if bitmask.dtype != torch.int32 or not target.is_cpu or not target.is_contiguous():
+            raise ValueError("the grammar bitmask must be a contiguous int32 CPU tensor")
+        self._matcher.unsafe_compute_mask_ptr(target.data_ptr(), target.numel() * target.element_size())
 
     def is_terminated(self) -> bool:
         return self._terminated
