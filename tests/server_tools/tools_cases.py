@@ -34,7 +34,9 @@ def streamed(stream: openai.Stream) -> dict[int, dict]:
         for choice in chunk.choices:
             acc = choices.setdefault(choice.index, {"reasoning": "", "content": "", "calls": {}, "finish": None})
             delta = choice.delta
-            acc["reasoning"] += (delta.model_extra or {}).get("reasoning_content") or ""
+            extra = delta.model_extra or {}
+            assert extra.get("reasoning") == extra.get("reasoning_content")  # two names, one text
+            acc["reasoning"] += extra.get("reasoning_content") or ""
             acc["content"] += delta.content or ""
             for call in delta.tool_calls or []:
                 acc["calls"].setdefault(call.index, []).append(call)

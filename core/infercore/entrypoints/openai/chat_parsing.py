@@ -3,8 +3,9 @@ becomes reasoning, content and tool calls, whole or streamed.
 
 The reasoning parser (``--reasoning-parser``) reads the text first; the content it leaves goes to the
 tool parser, which is the server's ``--tool-call-parser`` for ``tool_choice`` ``auto``, or a parser
-of the constrained JSON for ``required`` and a named function. Parsers never fail a request: one
-that breaks hands its text back as content.
+of the constrained JSON for ``required`` and a named function (the engine starts that constraint
+once reasoning has ended). Parsers never fail a request: one that breaks hands its text back as
+content.
 """
 
 from __future__ import annotations
@@ -166,21 +167,17 @@ class ChatParsers:
 
     def parses(self, req: ChatCompletionRequest) -> bool:
         """Whether any parser reads the replies to ``req``."""
-        return self._splits_reasoning(req) or self._tool_parser(req) is not None
+        return bool(self.reasoning_parser) or self._tool_parser(req) is not None
 
     def for_request(self, req: ChatCompletionRequest) -> ChoiceParser:
         """A new parser for one choice of ``req``."""
         tools = self._tool_parser(req)
         reasoning = None
-        if self._splits_reasoning(req):
+        if self.reasoning_parser:
             reasoning = get_reasoning_parser(self.reasoning_parser, self.tokenizer, **(req.chat_template_kwargs or {}))
         request = ToolRequest(tools=[t.model_dump(exclude_none=True) for t in req.tools or []],
                               tool_choice=_dumped(req.tool_choice))
         return ChoiceParser(reasoning, tools, request, req.include_reasoning, req.parallel_tool_calls is not False)
-
-    def _splits_reasoning(self, req: ChatCompletionRequest) -> bool:
-        # A tool-choice grammar binds from the first token, so such a reply holds no reasoning to split off.
-        return bool(self.reasoning_parser) and not is_constrained(req)
 
     def _tool_parser(self, req: ChatCompletionRequest) -> ToolParser | None:
         if not req.tools or req.tool_choice == "none":

@@ -14,8 +14,9 @@ caching (serve it with ``--no-enable-prefix-caching``), one request (any ``n``) 
 from __future__ import annotations
 
 import torch
-from infercore.models.qwen3 import Qwen3ForCausalLM
 from transformers import PretrainedConfig
+
+from infercore.models.qwen3 import Qwen3ForCausalLM
 
 #: Anchors kept: enough for the requests of one test module.
 _MAX_ANCHORS = 64
