@@ -23,10 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
         serve.add_serve_parser(sub)
     bench = sub.add_parser("bench", help="benchmarks: throughput (offline) and serve (online)")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK")
-    from infercore.benchmarks import latency, throughput
+    from infercore.benchmarks import latency, structured, throughput
 
     throughput.add_parser(bench_sub)
     latency.add_parser(bench_sub)
+    structured.add_parser(bench_sub)
     try:
         from infercore.benchmarks import serve as bench_serve
     except ImportError:

@@ -59,6 +59,13 @@ class GrammarMatcher(ABC):
         """Write the allowed next tokens into ``bitmask[row]`` (CPU int32, bit ``t % 32`` of word
         ``t // 32`` set when token ``t`` is allowed)."""
 
+    @classmethod
+    def fill_bitmasks(cls, matchers: Sequence[GrammarMatcher], bitmask: torch.Tensor, rows: Sequence[int]) -> None:
+        """Fill ``bitmask[rows[i]]`` for ``matchers[i]``, all of them of this class. Backends whose
+        engine fills many rows in one call (in parallel) override this; the default goes row by row."""
+        for matcher, row in zip(matchers, rows):
+            matcher.fill_bitmask(bitmask, row)
+
     @abstractmethod
     def is_terminated(self) -> bool:
         """True once the grammar is complete and an end-of-sequence token was accepted."""

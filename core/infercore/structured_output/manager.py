@@ -137,8 +137,14 @@ class StructuredOutputManager:
         if not rows:
             return None
         bitmask = allocate_bitmask(len(request_ids), self.vocab_size)
+        by_class: dict[type[GrammarMatcher], tuple[list[GrammarMatcher], list[int]]] = {}
         for i, rid in rows:
-            self._matcher(rid).fill_bitmask(bitmask, i)
+            matcher = self._matcher(rid)
+            matchers, indices = by_class.setdefault(type(matcher), ([], []))
+            matchers.append(matcher)
+            indices.append(i)
+        for matcher_cls, (matchers, indices) in by_class.items():
+            matcher_cls.fill_bitmasks(matchers, bitmask, indices)
         return bitmask
 
     def accept_tokens(self, request_id: str, token_ids: Sequence[int]) -> bool:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import xgrammar as xgr
@@ -57,6 +58,12 @@ def _choice_ebnf(choices: Sequence[str]) -> str:
     return "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
 
 
+@functools.cache
+def _batch_matcher() -> xgr.BatchGrammarMatcher:
+    """xgrammar's parallel filler of many matchers' rows, shared by every engine of the process."""
+    return xgr.BatchGrammarMatcher()
+
+
 class XGrammarMatcher(GrammarMatcher):
     """One request's state in an xgrammar grammar."""
 
@@ -86,6 +93,14 @@ class XGrammarMatcher(GrammarMatcher):
 
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
         self._matcher.fill_next_token_bitmask(bitmask, row)
+
+    @classmethod
+    def fill_bitmasks(cls, matchers: Sequence[GrammarMatcher], bitmask: torch.Tensor, rows: Sequence[int]) -> None:
+        if len(matchers) == 1:
+            matchers[0].fill_bitmask(bitmask, rows[0])
+            return
+        inner = [cast(XGrammarMatcher, m)._matcher for m in matchers]
+        _batch_matcher().batch_fill_next_token_bitmask(inner, bitmask, list(rows))
 
     def is_terminated(self) -> bool:
         return self._matcher.is_terminated()
