@@ -74,3 +74,13 @@ def test_a_call_history_renders_and_answers(client) -> None:
                {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
     result = client.chat.completions.create(model="tiny", messages=history, tools=TOOLS)
     assert result.choices[0].message.tool_calls[0].function.name == "get_weather"
+
+
+def test_logprobs_stream_while_the_parser_holds_text_back(client) -> None:
+    chunks = list(client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, stream=True,
+                                                 logprobs=True, top_logprobs=1,
+                                                 stream_options={"include_usage": True}))
+    entries = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert len(entries) == chunks[-1].usage.completion_tokens
+    calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
+    assert calls[0].function.name == "get_weather"

@@ -97,9 +97,6 @@ class OpenAIServingChat(OpenAIServing):
                            "response_format, structured_outputs and guided_* from the request", "tool_choice")
         return implied or own
 
-    def _choice_parser(self, req: ChatCompletionRequest) -> ChoiceParser:
-        return self.parsers.for_request(req)
-
     def render_prompt(self, req: ChatCompletionRequest) -> str:
         try:
             return apply_chat_template(
@@ -182,7 +179,7 @@ class OpenAIServingChat(OpenAIServing):
 
     def _choice(self, req: ChatCompletionRequest, index: int, choice: _Choice, echo: str) -> ChatChoice:
         """One finished choice, its text split by the request's parsers."""
-        parser = self._choice_parser(req)
+        parser = self.parsers.for_request(req)
         parsed = parser.parse("".join(choice.text))
         content = echo + (parsed.content or "")
         message = ResponseMessage(content=content or None, reasoning=parsed.reasoning,
@@ -207,7 +204,7 @@ class OpenAIServingChat(OpenAIServing):
             out: RequestOutput | None = first
             while out is not None:
                 for o in out.outputs:
-                    choice = choices.setdefault(o.index, _Choice(parser=self._choice_parser(req)))
+                    choice = choices.setdefault(o.index, _Choice(parser=self.parsers.for_request(req)))
                     if not choice.started:
                         choice.started = True
                         yield self._chunk(request_id, o.index, DeltaMessage(role="assistant", content=echo))
@@ -232,11 +229,11 @@ class OpenAIServingChat(OpenAIServing):
         assert parser is not None
         logprobs = self._logprobs(o, req.top_logprobs or 0) if o.logprobs is not None else None
         delta = parser.feed(o.text, list(o.token_ids))
+        step = [self._chunk(request_id, o.index, delta or DeltaMessage(), logprobs=logprobs)] if delta or logprobs else []
         if o.finish_reason is None:
-            return [self._chunk(request_id, o.index, delta, logprobs=logprobs)] if delta or logprobs else []
+            return step
         tail = parser.finish()
         finish = parser.finish_reason(o.finish_reason)
         if tail is None:
             return [self._chunk(request_id, o.index, delta or DeltaMessage(), finish, logprobs, o.stop_reason)]
-        chunks = [self._chunk(request_id, o.index, delta, logprobs=logprobs)] if delta or logprobs else []
-        return [*chunks, self._chunk(request_id, o.index, tail, finish, None, o.stop_reason)]
+        return [*step, self._chunk(request_id, o.index, tail, finish, None, o.stop_reason)]
