@@ -32,6 +32,7 @@ class MarkerReasoningParser(ReasoningParser):
         self._pos = 0
         self._mode = "start" if self.thinking else "content"
         self._strip_ws = False
+        self._marker_id_cache: dict[tuple[str, ...], set[int]] = {}
 
     def is_reasoning_end(self, token_ids: list[int]) -> bool:
         if not self.thinking:
@@ -48,11 +49,16 @@ class MarkerReasoningParser(ReasoningParser):
         return last_end >= 0 and last_end > max(text.rfind(m) for m in self.start_markers)
 
     def _marker_ids(self, markers: tuple[str, ...]) -> set[int]:
-        """Ids of markers that are single tokens of the tokenizer."""
+        """Ids of markers that are single tokens of the tokenizer (looked up once per parser:
+        the engine asks every step, and building a large vocabulary's dict is slow)."""
         if self.tokenizer is None:
             return set()
-        vocab = self.tokenizer.get_vocab()
-        return {vocab[m] for m in markers if m in vocab}
+        cached = self._marker_id_cache.get(markers)
+        if cached is None:
+            ids = (self.tokenizer.convert_tokens_to_ids(m) for m in markers)
+            unk = getattr(self.tokenizer, "unk_token_id", None)
+            cached = self._marker_id_cache[markers] = {i for i in ids if i is not None and i != unk}
+        return cached
 
     def _extract_reasoning(self, text: str, request: object | None) -> tuple[str | None, str | None]:
         reasoning, content = self._advance(text, final=True)
