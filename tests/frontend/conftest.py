@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from infercore.tiny_models import build_tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from infercore.tiny_models import build_tokenizer
 
 
 @pytest.fixture(scope="session")

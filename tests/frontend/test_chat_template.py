@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from infercore.config import ModelConfig
 from infercore.tokenizer import ChatTemplateError, TokenizerInfo, apply_chat_template, get_tokenizer
 

@@ -6,6 +6,7 @@ import time
 
 import pytest
 from frontend_fakes import processor_for, token_by_token
+
 from infercore.engine.detokenizer import StreamDetokenizer, WindowDetokenizer, make_detokenizer
 from infercore.engine.messages import FinishReason
 from infercore.engine.output_processor import OutputProcessor, RequestOutputKind

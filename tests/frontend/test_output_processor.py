@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from frontend_fakes import processor_for, token_by_token
+
 from infercore.engine import output_processor as op_module
 from infercore.engine.messages import EngineCoreOutput, FinishReason, Logprobs
 from infercore.engine.output_processor import OutputProcessor, RequestOutputKind

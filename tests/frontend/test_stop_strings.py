@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from frontend_fakes import processor_for, token_by_token
+
 from infercore.engine.messages import EngineCoreOutput
 from infercore.engine.output_processor import OutputProcessor, RequestOutputKind
 from infercore.engine.stop_checker import StopChecker

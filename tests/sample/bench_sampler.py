@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 import torch
+
 from infercore.sample import Sampler, SamplingMetadata, make_generator
 from infercore.sampling_params import SamplingParams
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
 from infercore.sample import Sampler, SamplingMetadata, make_generator
 from infercore.sampling_params import SamplingParams
 

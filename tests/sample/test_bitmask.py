@@ -1,6 +1,7 @@
 import torch
-from infercore.sampling_params import SamplingParams
 from sampler_helpers import sample
+
+from infercore.sampling_params import SamplingParams
 
 VOCAB = 100  # not a multiple of 32
 

@@ -1,6 +1,7 @@
 import torch
-from infercore.sampling_params import SamplingParams
 from sampler_helpers import build_metadata, sample
+
+from infercore.sampling_params import SamplingParams
 
 
 def test_greedy_is_argmax() -> None:

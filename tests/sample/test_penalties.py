@@ -1,7 +1,8 @@
 import pytest
 import torch
-from infercore.sampling_params import SamplingParams
 from sampler_helpers import build_metadata, sample
+
+from infercore.sampling_params import SamplingParams
 
 VOCAB = 64
 

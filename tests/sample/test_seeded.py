@@ -1,8 +1,9 @@
 import pytest
 import torch
+from sampler_helpers import CPU, build_metadata
+
 from infercore.sample import Sampler, make_generator
 from infercore.sampling_params import SamplingParams
-from sampler_helpers import CPU, build_metadata
 
 VOCAB = 2000
 STEPS = 8

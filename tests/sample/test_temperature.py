@@ -1,6 +1,7 @@
 import torch
-from infercore.sampling_params import SamplingParams
 from sampler_helpers import sample
+
+from infercore.sampling_params import SamplingParams
 
 ROWS = 20000
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0])

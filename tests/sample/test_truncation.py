@@ -1,7 +1,8 @@
 import pytest
 import torch
-from infercore.sampling_params import SamplingParams
 from sampler_helpers import sample
+
+from infercore.sampling_params import SamplingParams
 
 ROWS = 4000
 

@@ -3,6 +3,7 @@
 import hashlib
 
 import pytest
+
 from infercore.engine.block_hash import extend_block_hashes, hash_block, root_hash
 from infercore.engine.block_pool import NULL_BLOCK_ID, BlockPool
 

@@ -1,7 +1,8 @@
 """KVCacheManager: allocation, prefix hits, sharing, salts, freeing."""
 
-from infercore.engine.kv_cache_manager import KVCacheManager
 from sched_fakes import make_request
+
+from infercore.engine.kv_cache_manager import KVCacheManager
 
 
 def _schedule(kv: KVCacheManager, request, num_new=None):

@@ -3,10 +3,11 @@
 import random
 
 import pytest
+from sched_fakes import FakeRunner, make_request, make_scheduler, run_to_completion
+
 from infercore.engine.messages import Logprobs
 from infercore.engine.request import RequestStatus
 from infercore.engine.scheduler_output import ModelRunnerOutput
-from sched_fakes import FakeRunner, make_request, make_scheduler, run_to_completion
 
 
 def _step(sched, runner):

@@ -1,8 +1,9 @@
 """Stop conditions checked in update_from_output."""
 
+from sched_fakes import EOS, FakeRunner, make_request, make_scheduler
+
 from infercore.engine.messages import FinishReason
 from infercore.engine.scheduler_output import ModelRunnerOutput
-from sched_fakes import EOS, FakeRunner, make_request, make_scheduler
 
 
 def _generate(script, max_model_len=64, tokens_per_step=1, **kwargs):

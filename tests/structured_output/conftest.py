@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoTokenizer
+
 from infercore.structured_output import GrammarMatcher, TokenizerInfo, allocate_bitmask, apply_token_bitmask
 from infercore.tiny_models import build_tokenizer
-from transformers import AutoTokenizer
 
 #: Model vocabulary padded past the tokenizer's length, as real checkpoints often are.
 PADDING = 21

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import xgrammar
+
 from infercore.structured_output import allocate_bitmask, apply_token_bitmask, apply_token_bitmask_torch
 
 

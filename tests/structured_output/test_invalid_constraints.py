@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from infercore.sampling_params import StructuredOutputsParams
 
 BOUND_S = 2.0

@@ -6,8 +6,9 @@ import json
 
 import jsonschema
 import pytest
-from infercore.sampling_params import StructuredOutputsParams
 from structured_schemas import bounded_schemas
+
+from infercore.sampling_params import StructuredOutputsParams
 
 SCHEMAS = bounded_schemas(50)
 

@@ -6,6 +6,7 @@ import time
 
 import pytest
 import torch
+
 from infercore.config import StructuredOutputsConfig
 from infercore.sampling_params import StructuredOutputsParams
 from infercore.structured_output import StructuredOutputManager, apply_token_bitmask

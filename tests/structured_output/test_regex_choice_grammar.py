@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from infercore.sampling_params import StructuredOutputsParams
 
 REGEXES = [r"[a-z]{1,6}@[a-z]{2,5}\.(com|org)", r"-?(0|[1-9][0-9]{0,3})(\.[0-9]{1,2})?",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from infercore.sampling_params import StructuredOutputsParams
 from infercore.structured_output.request import structured_outputs_from_request, tool_choice_params
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from infercore.tiny_models import DEFAULT_ADDED_TOKENS, build_tokenizer
 
 MARKERS = [

@@ -7,6 +7,7 @@ import random
 from typing import Any
 
 import pytest
+
 from infercore.parsers import Malformed, parse_partial, render
 
 WORDS = ["", "a", 'quo"te', "back\\slash", "new\nline", "é", "世界", "😀", "\u2028", "tab\t"]

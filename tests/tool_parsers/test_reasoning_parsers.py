@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from infercore.parsers import get_reasoning_parser
 
+from infercore.parsers import get_reasoning_parser
 from tool_parsers.streaming import Detokenized, Piece, Streamed
 
 GRANITE_THINK, GRANITE_ANSWER = "Here is my thought process:", "Here is my response:"

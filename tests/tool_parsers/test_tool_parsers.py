@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from infercore.parsers import ExtractedToolCalls, ToolRequest, get_tool_parser
 
+from infercore.parsers import ExtractedToolCalls, ToolRequest, get_tool_parser
 from tool_parsers.formats import FORMATS, Call, Format
 from tool_parsers.streaming import Detokenized, Piece, Streamed
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from infercore.sampling_params import StructuredOutputsParams
 from infercore.structured_output import CompiledGrammar, StructuredOutputBackend, TokenizerInfo
-
 from infercore_structured_output.guidance_backend import GuidanceBackend
 from infercore_structured_output.xgrammar_backend import XGrammarBackend
 

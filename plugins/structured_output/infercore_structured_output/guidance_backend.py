@@ -9,6 +9,7 @@ from typing import Any
 import llguidance
 import llguidance.hf
 import torch
+
 from infercore.sampling_params import StructuredOutputsParams
 from infercore.structured_output import (
     CompiledGrammar,
@@ -16,7 +17,6 @@ from infercore.structured_output import (
     StructuredOutputBackend,
     TokenizerInfo,
 )
-
 from infercore_structured_output.schema import ANY_OBJECT_SCHEMA, load_schema, map_subschemas
 
 #: Compact JSON, the same shape the xgrammar backend emits.

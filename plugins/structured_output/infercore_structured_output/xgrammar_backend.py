@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import torch
 import xgrammar as xgr
+
 from infercore.sampling_params import StructuredOutputsParams
 from infercore.structured_output import (
     CompiledGrammar,
@@ -16,7 +17,6 @@ from infercore.structured_output import (
     StructuredOutputBackend,
     TokenizerInfo,
 )
-
 from infercore_structured_output.schema import ANY_OBJECT_SCHEMA, load_schema, map_subschemas, schema_keywords
 
 #: JSON-schema keywords xgrammar accepts but does not enforce; schemas using them are refused so

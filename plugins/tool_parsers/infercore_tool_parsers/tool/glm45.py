@@ -7,7 +7,6 @@ import re
 
 from infercore.parsers import Malformed, NeedMore, PartialCall, RegionToolParser, Scanner, ToolRequest
 from infercore.parsers.partial_json import Obj, Str
-
 from infercore_tool_parsers.tool.typed_values import typed_value
 
 _NAME = re.compile(r"[A-Za-z_][\w.\-]*")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from infercore.parsers import PartialCall, Scanner, ToolRequest
-
 from infercore_tool_parsers.tool.pythonic import PythonicToolParser
 
 

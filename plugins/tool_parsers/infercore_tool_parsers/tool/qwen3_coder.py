@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from infercore.parsers import NeedMore, PartialCall, RegionToolParser, Scanner, ToolRequest
 from infercore.parsers.partial_json import Obj, Str
-
 from infercore_tool_parsers.tool.typed_values import typed_value
 
 
