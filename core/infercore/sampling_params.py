@@ -7,6 +7,8 @@ from typing import Any
 
 import msgspec
 
+from infercore.regex_safety import nested_unbounded_repeat
+
 _MAX_N = 128
 _MAX_LOGIT_BIAS = 4096
 _MAX_STOP = 64
@@ -39,6 +41,10 @@ class StructuredOutputsParams(msgspec.Struct, omit_defaults=True, kw_only=True):
                 f"(got {', '.join(given) or 'none'})", "structured_outputs")
         if self.choice is not None and not self.choice:
             raise SamplingParamsError("structured_outputs.choice must list at least one string", "structured_outputs")
+        if self.regex is not None and nested_unbounded_repeat(self.regex):
+            raise SamplingParamsError(
+                "the regex repeats an unbounded repetition (like (a+)+), which can take exponential time to "
+                "match; write it without the nesting (for example a+ instead of (a+)+)", "structured_outputs")
 
     @property
     def kind(self) -> str:

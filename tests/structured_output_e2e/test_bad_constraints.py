@@ -3,7 +3,6 @@ distinct schemas keeps the compiled-grammar cache within its bound."""
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -57,17 +56,12 @@ def test_engine_serves_after_bad_constraints(server: Any) -> None:
 
 
 @pytest.mark.parametrize("route", ["completions", "chat"])
-def test_catastrophic_backtracking_regex_is_quick(server: Any, route: str) -> None:
-    # Grammar engines build an automaton, so nested quantifiers cost nothing; either answer is fine
-    # as long as it is quick and a success follows the pattern.
-    pattern = "(a+)+b"
-    response, elapsed = post(server, route, {"guided_regex": pattern, "max_tokens": 64})
-    assert elapsed < FAST_S + 3, f"took {elapsed:.2f} s"
-    assert response.status_code in (200, 400), response.text
-    if response.status_code == 200:
-        choice = response.json()["choices"][0]
-        text = choice["text"] if route == "completions" else choice["message"]["content"]
-        assert choice["finish_reason"] == "length" or re.fullmatch(pattern, text), text
+def test_catastrophic_backtracking_regex_is_refused_fast(server: Any, route: str) -> None:
+    response, elapsed = post(server, route, {"guided_regex": "(a+)+b", "max_tokens": 64})
+    assert elapsed < FAST_S, f"took {elapsed:.2f} s"
+    assert response.status_code == 400, response.text
+    assert "exponential time" in response.json()["error"]["message"]
+    assert httpx.get(server.url + "/health").status_code == 200
 
 
 def test_thousand_schemas_keep_the_cache_bounded(model_dir: Any) -> None:
