@@ -56,9 +56,20 @@ def run_infercore(workload: Workload, folder: Path, args: argparse.Namespace) ->
     params = [SamplingParams(temperature=workload.temperature, max_tokens=m, ignore_eos=True, detokenize=False)
               for m in max_tokens]
     llm.generate([{"prompt_token_ids": p} for p in prompts[:4]], params[:4], use_tqdm=False)  # warm-up
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     start = time.perf_counter()
     outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=not args.no_progress)
     elapsed = time.perf_counter() - start
+    if profiler is not None:
+        import pstats
+
+        profiler.disable()
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(30)
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     return {"engine": "infercore", "version": __version__, "async_scheduling": llm.llm_engine.engine_core.async_mode,
             "requests": len(prompts), "output_tokens": tokens,
@@ -125,6 +136,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--sync-scheduling", action="store_true", help="turn async scheduling off")
+    p.add_argument("--profile", action="store_true", help="print where the host time goes (cProfile) to stderr")
     p.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
