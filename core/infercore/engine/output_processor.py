@@ -80,6 +80,12 @@ class _Sequence:
     def update(self, out: EngineCoreOutput) -> bool:
         """Take one step's tokens; True if a stop string finished the sequence."""
         new_ids = out.new_token_ids
+        if self.detokenizer is None and self.logprobs is None:
+            # Token ids only (detokenize=False or no tokenizer): nothing to decode or check.
+            self.token_ids.extend(new_ids)
+            if out.finish_reason is not None:
+                self.finish(str(out.finish_reason), out.stop_reason)
+            return False
         # An EOS or stop-token finish: its token is kept in token_ids but its text is not shown.
         hide_last = (out.finish_reason == FinishReason.STOP and not isinstance(out.stop_reason, str)
                      and not self.params.include_stop_str_in_output)
@@ -147,7 +153,10 @@ class _Request:
 
     @property
     def finished(self) -> bool:
-        return all(seq.finished for seq in self.sequences)
+        sequences = self.sequences
+        if len(sequences) == 1:
+            return sequences[0].finish_reason is not None
+        return all(seq.finished for seq in sequences)
 
     def add_prompt_logprobs(self, positions: list[dict[int, Logprob]]) -> None:
         # The first prompt token has no logprob: nothing precedes it.
@@ -226,6 +235,8 @@ class OutputProcessor:
             request, seq = entry
             if self._apply(request, seq, out):
                 result.reqs_to_abort.append(seq.engine_id)
+            if request.kind is RequestOutputKind.FINAL_ONLY and seq.finish_reason is None:
+                continue  # nothing to publish until every sequence of the request has finished
             changed.setdefault(request.request_id, (request, []))[1].append(seq)
         for request, seqs in changed.values():
             self._publish(request, seqs, result)

@@ -116,14 +116,16 @@ class Scheduler:
         num_scheduled: dict[str, int] = {}
         running = self.running
         chunked = self.enable_chunked_prefill
+        async_mode = self.async_mode
         preempted = False
 
         cached_reqs: list[CachedRequestData] = []
         idx = 0
         while idx < len(running) and budget > 0:
             request = running[idx]
-            num_new = len(request.all_token_ids) + request.num_output_placeholders - request.num_computed_tokens
-            if num_new <= 0 or (num_new > budget and not chunked) or self._will_finish(request):
+            placeholders = request.num_output_placeholders
+            num_new = len(request.all_token_ids) + placeholders - request.num_computed_tokens
+            if num_new <= 0 or (num_new > budget and not chunked) or (placeholders and self._will_finish(request)):
                 idx += 1
                 continue
             if num_new > budget:
@@ -148,7 +150,8 @@ class Scheduler:
                 continue
             num_scheduled[request.request_id] = num_new
             cached_reqs.append(CachedRequestData(request.request_id, block_ids, request.num_computed_tokens))
-            self._advance(request, num_new)
+            if async_mode:
+                self._advance(request, num_new)
             budget -= num_new
             idx += 1
 
@@ -209,8 +212,6 @@ class Scheduler:
 
     def _will_finish(self, request: Request) -> bool:
         """Async mode: in-flight samples already take the request to its length limit."""
-        if not request.num_output_placeholders:
-            return False
         return (request.num_output_tokens + request.num_output_placeholders >= request.max_tokens
                 or len(request.all_token_ids) + request.num_output_placeholders >= self.max_model_len)
 
@@ -251,11 +252,12 @@ class Scheduler:
         logprobs = runner_output.logprobs
         outputs: list[EngineCoreOutput] = []
         any_finished = False
+        async_mode = self.async_mode
         for rid, sampled in zip(runner_output.req_ids, runner_output.sampled_token_ids):
             request = requests.get(rid)
             if request is None or request.status != _RUNNING:
                 continue
-            if self.async_mode:
+            if async_mode:
                 if sampled:
                     request.num_output_placeholders -= 1
             else:

@@ -357,21 +357,29 @@ class ModelRunner:
                 tokens = pending.tokens_host.tolist()
             else:
                 tokens = pending.tokens.tolist()
-            for i, state, tok in zip(pending.sampled_idx, pending.states, tokens, strict=True):
+            live_rows, live_tokens = [], []
+            requests = self.requests
+            for i, state, tok in zip(pending.sampled_idx.tolist(), pending.states, tokens, strict=True):
                 sampled[i] = [tok]
-                if self.requests.get(state.req_id) is not state:
+                if requests.get(state.req_id) is not state:
                     continue  # finished or preempted while in flight; its row may be reused
                 state.output_token_ids.append(tok)
-                row = state.row
-                if self.num_tokens[row] < self.max_model_len:
-                    self.token_ids[row, self.num_tokens[row]] = tok
-                self.num_tokens[row] += 1
+                live_rows.append(state.row)
+                live_tokens.append(tok)
+            self._append_token_ids(np.array(live_rows, dtype=np.int64), np.array(live_tokens, dtype=np.int64))
             if pending.logprobs is not None:
                 cpu = pending.logprobs.cpu()
                 logprobs = {s.req_id: cpu.to_logprobs(j, s.sampling_params.logprobs)
                             for j, s in enumerate(pending.states) if s.sampling_params.logprobs is not None}
         return ModelRunnerOutput(req_ids=pending.req_ids, sampled_token_ids=sampled, logprobs=logprobs,
                                  prompt_logprobs=pending.prompt_logprobs)
+
+    def _append_token_ids(self, rows: np.ndarray, tokens: np.ndarray) -> None:
+        """Append one token to each of ``rows`` (distinct) in the persistent token array."""
+        positions = self.num_tokens[rows]
+        fits = positions < self.max_model_len
+        self.token_ids[rows[fits], positions[fits]] = tokens[fits]
+        self.num_tokens[rows] += 1
 
     def _prompt_logprobs(self, req_ids: list[str], layout: BatchLayout,
                          hidden: torch.Tensor) -> dict[str, Logprobs] | None:
