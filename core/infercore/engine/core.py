@@ -29,7 +29,7 @@ def resolve_token_budget(config: InfercoreConfig, max_model_len: int, profile_me
                 f"max_num_batched_tokens={budget} is smaller than max_model_len={max_model_len} with chunked "
                 "prefill disabled, so long prompts could never run; raise it or enable chunked prefill")
         return budget
-    default = 8192 if profile_memory else 2048
+    default = 16384 if profile_memory else 2048
     if not sched.enable_chunked_prefill:
         default = max(default, max_model_len)
     return max(default, sched.max_num_seqs)
