@@ -149,7 +149,8 @@ def test_api_process_killed_engine_exits(start_server) -> None:
 
 def test_sigterm_drains_then_exits_zero(start_server) -> None:
     server = start_server(*SLOW)
-    stream = HeldStream(server, {**VERY_LONG, "max_tokens": 300})
+    # Long enough to still be running when the next request arrives, short of the 10 s drain limit.
+    stream = HeldStream(server, {**VERY_LONG, "max_tokens": 1500})
     stream.read_all = True
     stream.start()
     assert stream.first_chunk.wait(20)
