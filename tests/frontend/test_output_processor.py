@@ -164,3 +164,11 @@ def test_duplicate_request_id_is_refused(tokenizer):
     proc.add_request(processed)
     with pytest.raises(ValueError, match="already in use"):
         proc.add_request(processed)
+
+
+def test_one_token_prompt_has_prompt_logprobs_of_none(tokenizer):
+    token = tokenizer.encode("a")[0]
+    proc = OutputProcessor(tokenizer)
+    proc.add_request(processor_for(tokenizer).process("r", [token], SamplingParams(prompt_logprobs=1, max_tokens=1)))
+    out = proc.process_outputs([EngineCoreOutput("r", [token], finish_reason=FinishReason.LENGTH)])
+    assert out.request_outputs[0].prompt_logprobs == [None]

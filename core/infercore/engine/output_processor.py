@@ -145,7 +145,10 @@ class _Request:
             _Sequence(i, req.request_id, req.sampling_params, processed.prompt_token_ids, tokenizer, converter)
             for i, req in enumerate(processed.engine_requests)
         ]
-        self.prompt_logprobs: PromptLogprobs | None = None
+        # The first prompt token has no logprob (nothing precedes it): a request that asked for
+        # prompt logprobs starts with [None], even if its prompt is that one token.
+        wants = processed.params.prompt_logprobs is not None
+        self.prompt_logprobs: PromptLogprobs | None = [None] if wants else None
         self._sent_prompt_logprobs = 0
         self.num_cached_tokens = 0
         arrival = processed.engine_requests[0].arrival_time if processed.engine_requests else time.time()
@@ -159,7 +162,6 @@ class _Request:
         return all(seq.finished for seq in sequences)
 
     def add_prompt_logprobs(self, positions: list[dict[int, Logprob]]) -> None:
-        # The first prompt token has no logprob: nothing precedes it.
         if self.prompt_logprobs is None:
             self.prompt_logprobs = [None]
         self.prompt_logprobs.extend(positions)
