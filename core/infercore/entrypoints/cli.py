@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         serve = None  # type: ignore[assignment]
     if serve is not None:
         serve.add_serve_parser(sub)
-    bench = sub.add_parser("bench", help="benchmarks: throughput (offline) and serve (online)")
+    bench = sub.add_parser("bench", help="benchmarks: throughput, latency, structured (offline) and serve (online)")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK")
     from infercore.benchmarks import latency, structured, throughput
 
