@@ -142,7 +142,7 @@ class EngineCore:
         self.scheduler.abort_requests(ids)
         message = f"internal error while running the model: {type(exc).__name__}"
         outs = [EngineCoreOutput(r, [], finish_reason=FinishReason.ERROR, error=message) for r in ids]
-        return EngineCoreOutputs(outputs=outs, stats=self.scheduler.get_stats(), timestamp=time.time())
+        return EngineCoreOutputs(outputs=outs)
 
     def shutdown(self) -> None:
         self.grammars.shutdown()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 from infercore.config import CacheConfig, SchedulerConfig
@@ -284,7 +283,7 @@ class Scheduler:
                 self._finish(request, status)
         if any_finished:
             self.running = [r for r in self.running if r.status == _RUNNING]
-        return EngineCoreOutputs(outputs=outputs, stats=self.get_stats(), timestamp=time.time())
+        return EngineCoreOutputs(outputs=outputs)
 
     def _append_tokens(self, request: Request, sampled: list[int]) -> list[int]:
         """Append sampled tokens one by one, stopping at the first that ends the request."""
