@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from infercore.platforms import PlatformCapabilities, ProbeResult
-from infercore_triton.gpu_platform import TritonGpuPlatform
+from infercore.platforms import ProbeResult
+from infercore_triton.gpu_platform import GPU_CAPABILITIES, TritonGpuPlatform
 
 PRIORITY = 100
 _KFD = Path("/dev/kfd")
@@ -20,13 +20,7 @@ class RocmPlatform(TritonGpuPlatform):
     name = "rocm"
     device_type = "cuda"
     dist_backend = "nccl"
-    capabilities = PlatformCapabilities(
-        graph_capture=True,
-        pin_memory=True,
-        supported_dtypes=(torch.bfloat16, torch.float16, torch.float32),
-        default_dtype=torch.bfloat16,
-        profile_memory=True,
-    )
+    capabilities = GPU_CAPABILITIES
 
     @classmethod
     def probe(cls) -> ProbeResult:

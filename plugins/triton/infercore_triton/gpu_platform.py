@@ -8,11 +8,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from infercore.platforms import Platform
+from infercore.platforms import Platform, PlatformCapabilities
 
 if TYPE_CHECKING:
     from infercore.attention import AttentionRequest
     from infercore.config import InfercoreConfig
+
+
+#: What the GPU platforms that run these kernels offer; a platform without graphs replaces that field.
+GPU_CAPABILITIES = PlatformCapabilities(
+    graph_capture=True,
+    pin_memory=True,
+    supported_dtypes=(torch.bfloat16, torch.float16, torch.float32),
+    default_dtype=torch.bfloat16,
+    profile_memory=True,
+)
 
 
 class TritonGpuPlatform(Platform):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
 
-from infercore.platforms import PlatformCapabilities, ProbeResult
-from infercore_triton.gpu_platform import TritonGpuPlatform
+from infercore.platforms import ProbeResult
+from infercore_triton.gpu_platform import GPU_CAPABILITIES, TritonGpuPlatform
 
 PRIORITY = 90
 _DRI = Path("/dev/dri")
@@ -25,13 +26,7 @@ class XpuPlatform(TritonGpuPlatform):
     name = "xpu"
     device_type = "xpu"
     dist_backend = "xccl"
-    capabilities = PlatformCapabilities(
-        graph_capture=False,
-        pin_memory=True,
-        supported_dtypes=(torch.bfloat16, torch.float16, torch.float32),
-        default_dtype=torch.bfloat16,
-        profile_memory=True,
-    )
+    capabilities = dataclasses.replace(GPU_CAPABILITIES, graph_capture=False)
 
     @classmethod
     def probe(cls) -> ProbeResult:
