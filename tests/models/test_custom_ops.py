@@ -8,7 +8,7 @@ import types
 import pytest
 import torch
 
-from infercore.layers import get_rope
+from infercore.layers import RMSNorm, get_rope
 from infercore.ops import get_op, reference
 from infercore.platforms import current_platform
 from infercore.plugins import hookimpl, reset_plugin_manager
@@ -66,6 +66,39 @@ def test_partial_rotary_leaves_the_tail() -> None:
     q_out, _ = reference.rotary_embedding(torch.tensor([3, 7]), q, k, rope.cos_sin_cache, 8)
     torch.testing.assert_close(q_out.view(2, 2, 8)[..., 4:], q.view(2, 2, 8)[..., 4:])
     torch.testing.assert_close(q_out.view(2, 2, 8)[0, 0, :4], rotate_by_hand(q[0, :4], 3, 100.0, True))
+
+
+@pytest.mark.parametrize("neox", [True, False])
+def test_qk_norm_rotary_norms_each_head_then_rotates_in_place(neox: bool) -> None:
+    head, heads, kv_heads = 8, 3, 1
+    rope = get_rope(head, head, 64, 100.0, None, torch.float32, is_neox=neox)
+    positions = torch.tensor([0, 5, 63])
+    qkv = torch.randn(3, (heads + 2 * kv_heads) * head)
+    q, k, v = qkv.split([heads * head, kv_heads * head, kv_heads * head], dim=-1)
+    q_in, k_in, v_in = q.clone(), k.clone(), v.clone()
+    q_w, k_w = torch.randn(head), torch.randn(head)
+    q_out, k_out = reference.qk_norm_rotary(positions, q, k, q_w, k_w, 1e-6, rope.cos_sin_cache, head, neox)
+    assert q_out.data_ptr() == q.data_ptr() and k_out.data_ptr() == k.data_ptr()
+    torch.testing.assert_close(v, v_in)
+
+    def by_hand(vec: torch.Tensor, weight: torch.Tensor, pos: int) -> torch.Tensor:
+        normed = weight * vec / math.sqrt(float((vec**2).mean()) + 1e-6)
+        return rotate_by_hand(normed, pos, 100.0, neox)
+
+    for t, pos in enumerate(positions.tolist()):
+        for h in range(heads):
+            torch.testing.assert_close(q[t, h * head:(h + 1) * head],
+                                       by_hand(q_in[t, h * head:(h + 1) * head], q_w, pos))
+        torch.testing.assert_close(k[t], by_hand(k_in[t], k_w, pos))
+
+
+def test_qk_norm_rotary_needs_full_rotary() -> None:
+    rope = get_rope(8, 4, 16, 100.0, None, torch.float32)
+    q, k, w = torch.randn(2, 16), torch.randn(2, 8), torch.ones(8)
+    with pytest.raises(ValueError, match="full rotary"):
+        reference.qk_norm_rotary(torch.tensor([0, 1]), q, k, w, w, 1e-6, rope.cos_sin_cache, 8)
+    with pytest.raises(ValueError, match="full rotary"):
+        rope.forward_with_qk_norm(torch.tensor([0, 1]), q, k, RMSNorm(8), RMSNorm(8))
 
 
 def test_unknown_rope_type_is_an_error() -> None:

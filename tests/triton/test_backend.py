@@ -52,6 +52,6 @@ def test_registered_for_every_triton_platform() -> None:
     assert manager.registry("attention_backend").load("triton") is TritonAttentionBackend
     ops = manager.registry("custom_op")
     for platform in ("cuda", "rocm", "xpu"):
-        for name in ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul"):
+        for name in ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "qk_norm_rotary", "silu_and_mul"):
             assert ops.get(name, platform).target.startswith("infercore_triton."), (name, platform)
     assert ops.get("rms_norm", "cpu").target == "infercore.ops.reference:rms_norm"

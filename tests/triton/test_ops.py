@@ -8,6 +8,7 @@ from triton_cases import rel_err
 
 from infercore.ops import reference
 from infercore_triton.activation import silu_and_mul
+from infercore_triton.qk_norm_rotary import qk_norm_rotary
 from infercore_triton.rms_norm import fused_add_rms_norm, rms_norm
 from infercore_triton.rotary import rotary_embedding
 
@@ -53,6 +54,50 @@ def test_rotary_embedding_in_place(dtype: torch.dtype, is_neox: bool, head_size:
     assert out_q.data_ptr() == q.data_ptr()
     assert rel_err(q, ref_q) < BOUND[dtype]
     assert rel_err(k, ref_k) < BOUND[dtype]
+
+
+def rope_cache(rot_dim: int, max_position: int, dtype: torch.dtype) -> torch.Tensor:
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, rot_dim, 2).float() / rot_dim))
+    angles = torch.arange(max_position).float()[:, None] * inv_freq[None, :]
+    return torch.cat((angles.cos(), angles.sin()), dim=-1).to(dtype)
+
+
+#: The interpreter rounds float32 to bfloat16 by truncation; the fused op rounds three times (norm,
+#: weight, rotation) as the unfused ops do, so its bfloat16 error against torch's reference adds up.
+QK_NORM_BOUND = {torch.float32: 1e-6, torch.bfloat16: 3e-2}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize(("head_size", "heads", "kv_heads"), [(64, 4, 2), (128, 4, 2), (128, 20, 4)])
+def test_qk_norm_rotary_in_place(dtype: torch.dtype, is_neox: bool, head_size: int, heads: int,
+                                 kv_heads: int) -> None:
+    positions = torch.tensor([0, 5, 17, 3, 99])
+    cache = rope_cache(head_size, 128, dtype)
+    # q and k are column slices of a fused qkv projection (row stride > row length), as models produce them.
+    q_size, kv_size = heads * head_size, kv_heads * head_size
+    qkv = (3 * torch.randn(positions.numel(), q_size + 2 * kv_size)).to(dtype)
+    q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+    q_weight, k_weight = torch.randn(head_size).to(dtype), torch.randn(head_size).to(dtype)
+    v_before = v.clone()
+    ref_q, ref_k = reference.qk_norm_rotary(positions, q.clone(), k.clone(), q_weight, k_weight, 1e-6, cache,
+                                            head_size, is_neox)
+    # The unfused Triton path the model took before: copy + rms_norm per head, then rotary.
+    unfused_q = rms_norm(q.reshape(-1, head_size), q_weight, 1e-6).view(q.shape)
+    unfused_k = rms_norm(k.reshape(-1, head_size), k_weight, 1e-6).view(k.shape)
+    rotary_embedding(positions, unfused_q, unfused_k, cache, head_size, is_neox)
+    out_q, out_k = qk_norm_rotary(positions, q, k, q_weight, k_weight, 1e-6, cache, head_size, is_neox)
+    assert out_q.data_ptr() == q.data_ptr() and out_k.data_ptr() == k.data_ptr()
+    assert rel_err(q, ref_q) < QK_NORM_BOUND[dtype]
+    assert rel_err(k, ref_k) < QK_NORM_BOUND[dtype]
+    assert rel_err(q, unfused_q) < 1e-6 and rel_err(k, unfused_k) < 1e-6
+    assert torch.equal(v, v_before)
+
+
+def test_qk_norm_rotary_needs_full_rotary() -> None:
+    q, k, weight = torch.randn(2, 128), torch.randn(2, 64), torch.ones(64)
+    with pytest.raises(ValueError, match="full rotary"):
+        qk_norm_rotary(torch.tensor([0, 1]), q, k, weight, weight, 1e-6, rope_cache(32, 8, torch.float32), 64)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

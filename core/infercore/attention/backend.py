@@ -89,7 +89,9 @@ class AttentionImpl(ABC):
         """Write this step's ``k``/``v`` into ``kv_cache`` at the slot mapping, then attend.
 
         Shapes: ``q`` and ``out`` are [num_tokens, num_heads, head_size]; ``k`` and ``v`` are
-        [num_tokens, num_kv_heads, head_size]. Fills ``out`` and returns it.
+        [num_tokens, num_kv_heads, head_size]. Fills ``out`` and returns it. ``q``, ``k`` and ``v``
+        may be token-strided views (column slices of the fused QKV output): only the head and
+        feature dimensions are dense; a backend that needs contiguous input copies it itself.
         """
 
 

@@ -29,7 +29,11 @@ class Attention(nn.Module):
         self.kv_cache: torch.Tensor = torch.empty(0)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """q: [T, num_heads * head_size]; k, v: [T, num_kv_heads * head_size] → [T, num_heads * head_size]."""
+        """q: [T, num_heads * head_size]; k, v: [T, num_kv_heads * head_size] → [T, num_heads * head_size].
+
+        Inputs may be row-strided (column slices of the fused QKV output) with a contiguous last
+        dimension; the backend receives them as such views.
+        """
         if self.impl is None:
             raise RuntimeError("Attention layer has no backend bound; build the model through the model runner")
         ctx = get_forward_context()

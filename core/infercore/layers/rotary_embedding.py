@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from infercore.layers.layernorm import RMSNorm
 from infercore.layers.rope_frequencies import FREQUENCY_FUNCTIONS
 from infercore.ops import get_op
 
@@ -24,10 +25,35 @@ class RotaryEmbedding(nn.Module):
         cache = torch.cat((angles.cos(), angles.sin()), dim=-1) * attention_factor
         self.register_buffer("cos_sin_cache", cache.to(dtype), persistent=False)
         self._op = get_op("rotary_embedding")
+        self._qk_norm_op = get_op("qk_norm_rotary")
+
+    @property
+    def is_full(self) -> bool:
+        """Whether every feature of a head rotates (``rotary_dim == head_size``)."""
+        return self.rotary_dim == self.head_size
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor,
                 k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate ``q`` [T, heads*head_size] and ``k`` [T, kv_heads*head_size] by ``positions`` [T].
+
+        Returns the rotated pair; a platform kernel may rotate in place and return its inputs.
+        """
         return self._op(positions, q, k, self.cos_sin_cache, self.head_size, self.is_neox)
+
+    def forward_with_qk_norm(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                             q_norm: RMSNorm, k_norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """RMSNorm each head of ``q`` and ``k`` (Qwen3's q/k norm), then rotate them, in one op.
+
+        ``q`` and ``k`` may be row-strided column slices of the fused QKV projection; they are
+        updated in place and returned. Needs full rotary (:attr:`is_full`) and one ``eps`` for both norms.
+        """
+        if not self.is_full:
+            raise ValueError(f"forward_with_qk_norm needs full rotary; rotary_dim is {self.rotary_dim} "
+                             f"for head size {self.head_size}")
+        if q_norm.eps != k_norm.eps:
+            raise ValueError(f"q and k norms must share eps to be fused; got {q_norm.eps} and {k_norm.eps}")
+        return self._qk_norm_op(positions, q, k, q_norm.weight, k_norm.weight, q_norm.eps,
+                                self.cos_sin_cache, self.head_size, self.is_neox)
 
 
 def get_rope(head_size: int, rotary_dim: int, max_position: int, base: float,

@@ -81,17 +81,23 @@ class LlamaAttention(nn.Module):
         rope = rope_settings(config)
         self.rotary_emb = get_rope(head_dim, int(head_dim * rope.partial_rotary_factor),
                                    config.max_position_embeddings, rope.base, rope.scaling, dtype)
+        #: Norm and rotate q/k in one op, in place on the QKV output (needs full rotary).
+        self.fused_qk_norm_rotary = options.qk_norm and self.rotary_emb.is_full
         window = options.sliding_windows[layer_index] if options.sliding_windows else None
         self.attn = Attention(self.num_heads, head_dim, head_dim**-0.5, self.num_kv_heads, layer_index,
                               sliding_window=window)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        # q, k, v are row-strided column slices of the QKV output; the attention backends take them so.
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        if self.qk_norm:
-            q = self.q_norm(q.reshape(-1, self.head_dim)).view(q.shape)
-            k = self.k_norm(k.reshape(-1, self.head_dim)).view(k.shape)
-        q, k = self.rotary_emb(positions, q, k)
-        return self.o_proj(self.attn(q, k, v.contiguous()))
+        if self.fused_qk_norm_rotary:
+            q, k = self.rotary_emb.forward_with_qk_norm(positions, q, k, self.q_norm, self.k_norm)
+        else:
+            if self.qk_norm:
+                q = self.q_norm(q.reshape(-1, self.head_dim)).view(q.shape)
+                k = self.k_norm(k.reshape(-1, self.head_dim)).view(k.shape)
+            q, k = self.rotary_emb(positions, q, k)
+        return self.o_proj(self.attn(q, k, v))
 
 
 class LlamaMLP(nn.Module):

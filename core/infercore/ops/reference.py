@@ -60,6 +60,35 @@ def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     return (_apply_rotary(q, cos, sin, head_size, is_neox), _apply_rotary(k, cos, sin, head_size, is_neox))
 
 
+def qk_norm_rotary(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
+                   k_weight: torch.Tensor, eps: float, cos_sin_cache: torch.Tensor, head_size: int,
+                   is_neox: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """RMSNorm every head of ``q`` and ``k``, then apply rotary embedding; in place, and returns ``(q, k)``.
+
+    ``q`` is [T, heads*head_size] and ``k`` [T, kv_heads*head_size]; either may be a row-strided view
+    (a column slice of the fused QKV projection) as long as its last dimension is contiguous. Each
+    head is normed as :func:`rms_norm` does with ``q_weight`` / ``k_weight`` [head_size] and rounded to
+    the activation dtype, then rotated as :func:`rotary_embedding` does. Only full rotary is
+    supported: ``cos_sin_cache`` must be [max_position, head_size].
+    """
+    check_full_rotary(cos_sin_cache, head_size)
+    num_tokens = q.shape[0]
+    q_normed = rms_norm(q.view(num_tokens, -1, head_size), q_weight, eps).to(q.dtype).view(num_tokens, -1)
+    k_normed = rms_norm(k.view(num_tokens, -1, head_size), k_weight, eps).to(k.dtype).view(num_tokens, -1)
+    q_rot, k_rot = rotary_embedding(positions, q_normed, k_normed, cos_sin_cache, head_size, is_neox)
+    q.copy_(q_rot.view(q.shape))
+    k.copy_(k_rot.view(k.shape))
+    return q, k
+
+
+def check_full_rotary(cos_sin_cache: torch.Tensor, head_size: int) -> None:
+    """Raise ``ValueError`` unless ``cos_sin_cache`` rotates whole heads (rot_dim == head_size)."""
+    rot_dim = cos_sin_cache.shape[-1]
+    if rot_dim != head_size:
+        raise ValueError(f"qk_norm_rotary needs full rotary (rot_dim == head_size); got rot_dim {rot_dim} "
+                         f"for head size {head_size}; norm the heads and call rotary_embedding instead")
+
+
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """``silu(x[..., :I]) * x[..., I:]`` for ``x`` of last dimension ``2*I``."""
     gate, up = x.chunk(2, dim=-1)

@@ -21,6 +21,7 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("rms_norm", "infercore.ops.reference:rms_norm")
     register("fused_add_rms_norm", "infercore.ops.reference:fused_add_rms_norm")
     register("rotary_embedding", "infercore.ops.reference:rotary_embedding")
+    register("qk_norm_rotary", "infercore.ops.reference:qk_norm_rotary")
     register("silu_and_mul", "infercore.ops.reference:silu_and_mul")
 
 

@@ -17,6 +17,7 @@ CUSTOM_OPS = {
     "rms_norm": "infercore_triton.rms_norm:rms_norm",
     "fused_add_rms_norm": "infercore_triton.rms_norm:fused_add_rms_norm",
     "rotary_embedding": "infercore_triton.rotary:rotary_embedding",
+    "qk_norm_rotary": "infercore_triton.qk_norm_rotary:qk_norm_rotary",
     "silu_and_mul": "infercore_triton.activation:silu_and_mul",
 }
 
