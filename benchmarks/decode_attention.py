@@ -8,6 +8,7 @@ The ceiling is the 4.3 TB/s device-to-device copy bandwidth measured on an H200 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import platform
@@ -37,10 +38,16 @@ def main() -> None:
     parser.add_argument("--head-size", type=int, default=128)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--sweep", action="store_true", help="time several launch configurations first")
+    parser.add_argument("--ragged", default=None, metavar="LOW:HIGH:WIDTH",
+                        help="instead: uniform random lengths in [LOW, HIGH] with a block table WIDTH tokens "
+                             "wide (as in a captured graph); times split strategies, one JSON line each")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("this benchmark needs a GPU that torch can see")
 
+    if args.ragged:
+        ragged(args)
+        return
     torch.manual_seed(0)
     dtype, dev = torch.bfloat16, "cuda"
     b, ctx, h, kvh, d, bs = args.batch, args.context, args.heads, args.kv_heads, args.head_size, args.block_size
@@ -98,6 +105,46 @@ def main() -> None:
         "rel_err_vs_fp32_sdpa": err, "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
         "triton": triton.__version__, "python": platform.python_version(),
     }))
+
+
+def ragged(args: argparse.Namespace) -> None:
+    """A ragged batch: split strategies, launch configurations and batch order, one JSON line each."""
+    low, high, width = (int(x) for x in args.ragged.split(":"))
+    torch.manual_seed(0)
+    dtype, dev = torch.bfloat16, "cuda"
+    b, h, kvh, d, bs = args.batch, args.heads, args.kv_heads, args.head_size, args.block_size
+    blocks_per_seq = triton.cdiv(width, bs)
+    num_blocks = b * blocks_per_seq + 1
+    kv_cache = torch.randn((2, num_blocks, bs, kvh, d), dtype=dtype, device=dev)
+    # Blocks of one sequence mostly consecutive, as the engine's free queue hands them out.
+    block_table = (1 + torch.arange(num_blocks - 1, device=dev)).view(b, blocks_per_seq).to(torch.int32)
+    seq_lens = torch.randint(low, high + 1, (b,), dtype=torch.int32, device=dev)
+    q = torch.randn((b, h, d), dtype=dtype, device=dev)
+    out = torch.empty_like(q)
+    ref = torch.empty_like(q)
+    kv_bytes = 2 * int(seq_lens.sum()) * kvh * d * kv_cache.element_size()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    decode_attention(q, kv_cache, seq_lens, block_table, d**-0.5, ref, num_splits=1)
+    chosen = choose_num_splits(b, kvh, width, sms)
+    orders = {"random": torch.arange(b, device=dev),
+              "longest_first": torch.argsort(seq_lens, descending=True)}
+    cases = [("equal", s, 0, DecodeConfig()) for s in (1, 2, 4)]
+    cases += [("fixed", triton.cdiv(width, size), size, DecodeConfig()) for size in (256, 512, 1024) if size < width]
+    cases += [("equal", 1, 0, DecodeConfig(bn, w, st))
+              for bn, w, st in itertools.product((32, 64, 128), (4, 8), (2, 3, 4)) if (bn, w, st) != (64, 4, 3)]
+    for order_name, order in orders.items():
+        qo, lo_, to = q[order].contiguous(), seq_lens[order].contiguous(), block_table[order].contiguous()
+        for kind, splits, size, config in cases:
+            if order_name != "random" and splits != 1:
+                continue
+            us = _median_us(functools.partial(decode_attention, qo, kv_cache, lo_, to, d**-0.5, out,
+                                              num_splits=splits, split_size=size, config=config))
+            err = ((out.float() - ref[order].float()).norm() / ref.float().norm()).item()
+            print(json.dumps({"benchmark": "decode_attention_ragged", "batch": b, "lengths": [low, high],
+                              "table_width": width, "order": order_name, "kind": kind, "num_splits": splits,
+                              "split_size": size, "config": [config.block_n, config.num_warps, config.num_stages],
+                              "chosen_today": splits == chosen and kind == "equal", "us": round(us, 1),
+                              "TBps": round(kv_bytes / us / 1e6, 3), "rel_err_vs_one_split": err}), flush=True)
 
 
 if __name__ == "__main__":

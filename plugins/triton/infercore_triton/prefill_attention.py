@@ -83,7 +83,8 @@ def _prefill_kernel(
 def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: torch.Tensor,
                       seq_lens: torch.Tensor, block_table: torch.Tensor, scale: float, out: torch.Tensor,
                       max_query_len: int, sliding_window: int | None = None,
-                      block_m: int | None = None, block_n: int | None = None) -> torch.Tensor:
+                      block_m: int | None = None, block_n: int | None = None, num_warps: int = 4,
+                      num_stages: int = 2) -> torch.Tensor:
     """Causal attention of every request's query run over its paged context.
 
     ``q``/``out`` are [num_tokens, heads, head_size]; ``query_start_loc`` has ``num_reqs + 1`` entries;
@@ -108,6 +109,7 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
         block_table.stride(0),
         out.stride(0), out.stride(1),
         GROUP=num_heads // kv_heads, HEAD=head_size, HEAD_PAD=head_pad, PAGE=page,
-        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=dot_precision(q.dtype), num_warps=4, num_stages=2,
+        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=dot_precision(q.dtype), num_warps=num_warps,
+        num_stages=num_stages,
     )
     return out

@@ -1,0 +1,249 @@
+"""Where one engine step's time goes: host phases per step, and device busy time in sampled windows.
+
+Runs a named workload (default W-GPU) through ``LLM.generate`` with the engine's host phases
+wrapped in timers, and prints JSON lines: one per batch-size bucket (mean milliseconds per step of
+each phase), one summary, and, on a GPU, one per profiled window (kernel time, device busy
+fraction, the kernels that take longest). ``--tiny`` swaps in a very small model of the same
+request set so the host cost can be studied on a CPU.
+
+    python benchmarks/step_timeline.py --workload w-gpu --windows 300,800
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from infercore import LLM, SamplingParams
+from infercore.benchmarks.workloads import WORKLOADS
+from infercore.engine.core import EngineCore
+from infercore.engine.llm_engine import LLMEngine
+from infercore.engine.output_processor import OutputProcessor
+from infercore.engine.scheduler import Scheduler
+from infercore.sample.metadata import SamplingMetadata
+from infercore.worker.model_runner import ModelRunner
+
+PHASES = (
+    ("LLMEngine.step", LLMEngine, "step"),
+    ("EngineCore.step", EngineCore, "step"),
+    ("schedule", Scheduler, "schedule"),
+    ("update_from_output", Scheduler, "update_from_output"),
+    ("runner.update_states", ModelRunner, "_update_states"),
+    ("runner.prepare", ModelRunner, "_prepare"),
+    ("runner.patch_inflight", ModelRunner, "_patch_inflight_tokens"),
+    ("runner.forward_launch", ModelRunner, "_forward"),
+    ("runner.sample_launch", ModelRunner, "_sample"),
+    ("runner.collect", ModelRunner, "_collect"),
+    ("output_processor", OutputProcessor, "process_outputs"),
+)
+
+
+class Timeline:
+    """Per-step timers and the profiler windows."""
+
+    def __init__(self, windows: list[int], window_len: int) -> None:
+        self.steps: list[dict[str, float]] = []
+        self.current: dict[str, float] = defaultdict(float)
+        self.windows = windows
+        self.window_len = window_len
+        self.profiler: Any = None
+        self.window_results: list[dict[str, Any]] = []
+
+    def wrap(self, key: str, cls: type, name: str) -> None:
+        original = getattr(cls, name)
+        timeline = self
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                timeline.current[key] += (time.perf_counter() - started) * 1e3
+
+        setattr(cls, name, timed)
+
+    def wrap_schedule(self) -> None:
+        original = Scheduler.schedule
+        timeline = self
+
+        def schedule(sched: Scheduler) -> Any:
+            out = original(sched)
+            timeline.current["num_reqs"] = len(out.num_scheduled_tokens)
+            timeline.current["num_tokens"] = out.total_num_scheduled_tokens
+            return out
+
+        Scheduler.schedule = schedule  # type: ignore[method-assign]
+
+    def wrap_wait(self) -> None:
+        original = ModelRunner._collect
+        timeline = self
+
+        def collect(runner: ModelRunner, pending: Any) -> Any:
+            if pending.event is not None:
+                started = time.perf_counter()
+                pending.event.synchronize()
+                timeline.current["wait_for_device"] += (time.perf_counter() - started) * 1e3
+            return original(runner, pending)
+
+        ModelRunner._collect = collect  # type: ignore[method-assign]
+
+    def wrap_step_boundary(self) -> None:
+        original = LLMEngine.step
+        timeline = self
+
+        def step(engine: LLMEngine) -> Any:
+            index = len(timeline.steps)
+            if torch.cuda.is_available():
+                if index in timeline.windows:
+                    timeline.start_window(index)
+                elif timeline.profiler is not None and index == timeline.profiler_start + timeline.window_len:
+                    timeline.stop_window()
+            out = original(engine)
+            timeline.steps.append(dict(timeline.current))
+            timeline.current = defaultdict(float)
+            return out
+
+        LLMEngine.step = step  # type: ignore[method-assign]
+
+    def start_window(self, index: int) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self.profiler = profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU])
+        self.profiler.__enter__()
+        self.profiler_start = index
+        self.window_started = time.perf_counter()
+
+    def stop_window(self) -> None:
+        torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - self.window_started) * 1e3
+        prof, self.profiler = self.profiler, None
+        prof.__exit__(None, None, None)
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        spans = sorted((e.time_range.start, e.time_range.end) for e in kernels)
+        busy, cur_s, cur_e = 0.0, None, None
+        for s, e in spans:
+            if cur_e is None or s > cur_e:
+                if cur_e is not None:
+                    busy += cur_e - cur_s
+                cur_s, cur_e = s, e
+            else:
+                cur_e = max(cur_e, e)
+        if cur_e is not None:
+            busy += cur_e - cur_s
+        span = (spans[-1][1] - spans[0][0]) if spans else 0.0
+        by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+        for e in kernels:
+            entry = by_name[e.name[:80]]
+            entry[0] += e.time_range.end - e.time_range.start
+            entry[1] += 1
+        runtime: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("cuda"):
+                entry = runtime[e.name]
+                entry[0] += e.time_range.end - e.time_range.start
+                entry[1] += 1
+        steps = self.steps[self.profiler_start:]
+        top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:20]
+        self.window_results.append({
+            "window_first_step": self.profiler_start, "steps": self.window_len,
+            "mean_num_reqs": round(sum(s.get("num_reqs", 0) for s in steps) / max(len(steps), 1), 1),
+            "wall_ms_per_step": round(wall_ms / self.window_len, 3),
+            "device_busy_ms_per_step": round(busy / 1e3 / self.window_len, 3),
+            "device_span_ms_per_step": round(span / 1e3 / self.window_len, 3),
+            "kernels_per_step": round(len(kernels) / self.window_len, 1),
+            "top_kernels_us_per_step": {name: [round(t / self.window_len, 1), round(n / self.window_len, 1)]
+                                        for name, (t, n) in top},
+            "runtime_calls_us_per_step": {name: [round(t / self.window_len, 1), round(n / self.window_len, 1)]
+                                          for name, (t, n) in sorted(runtime.items(), key=lambda kv: -kv[1][0])[:8]},
+        })
+
+
+def bucket(num_reqs: int, num_tokens: int) -> str:
+    if num_tokens > num_reqs:
+        return "prefill/mixed"
+    for low in (224, 160, 96, 32, 8, 1):
+        if num_reqs >= low:
+            return f"decode>={low}"
+    return "empty"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", default="w-gpu", choices=sorted(WORKLOADS))
+    parser.add_argument("--tiny", action="store_true", help="a 2-layer, 64-wide model of the same request set")
+    parser.add_argument("--num-requests", type=int, default=None)
+    parser.add_argument("--async-scheduling", choices=["auto", "on", "off"], default="auto")
+    parser.add_argument("--windows", default="", help="comma-separated first steps of profiled windows (GPU)")
+    parser.add_argument("--window-len", type=int, default=10)
+    args = parser.parse_args()
+
+    workload = WORKLOADS[args.workload]
+    if args.num_requests:
+        workload = dataclasses.replace(workload, num_requests=args.num_requests)
+    if args.tiny:
+        config = dict(workload.model_config, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=10240)
+        workload = dataclasses.replace(workload, model_config=config, dtype="float32")
+    timeline = Timeline([int(w) for w in args.windows.split(",") if w], args.window_len)
+    kwargs: dict[str, Any] = {}
+    if args.async_scheduling != "auto":
+        kwargs["async_scheduling"] = args.async_scheduling == "on"
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = workload.write_model_folder(Path(tmp) / workload.name)
+        llm = LLM(model=str(folder), load_format="dummy", dtype=workload.dtype, max_model_len=workload.max_model_len,
+                  skip_tokenizer_init=True, **kwargs)
+        prompts, max_tokens = workload.requests(0)
+        params = [SamplingParams(temperature=workload.temperature, max_tokens=m, ignore_eos=True, detokenize=False)
+                  for m in max_tokens]
+        llm.generate([{"prompt_token_ids": p} for p in prompts[:4]], params[:4], use_tqdm=False)
+        for key, cls, name in PHASES:
+            timeline.wrap(key, cls, name)
+        timeline.wrap_schedule()
+        timeline.wrap_wait()
+        timeline.wrap_step_boundary()
+        SamplingMetadata.build = _timed_classmethod(SamplingMetadata, "build", timeline)  # type: ignore[method-assign]
+        started = time.perf_counter()
+        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        elapsed = time.perf_counter() - started
+    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    buckets: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for step in timeline.steps:
+        buckets[bucket(int(step.get("num_reqs", 0)), int(step.get("num_tokens", 0)))].append(step)
+    keys = [k for k, _, _ in PHASES] + ["sampling_metadata", "wait_for_device"]
+    for name, steps in sorted(buckets.items()):
+        row = {"bucket": name, "steps": len(steps),
+               "mean_reqs": round(sum(s.get("num_reqs", 0) for s in steps) / len(steps), 1)}
+        row.update({k: round(sum(s.get(k, 0.0) for s in steps) / len(steps), 3) for k in keys})
+        print(json.dumps(row))
+    totals = {k: round(sum(s.get(k, 0.0) for s in timeline.steps) / 1e3, 3) for k in keys}
+    print(json.dumps({"summary": True, "workload": workload.name, "tiny": args.tiny, "steps": len(timeline.steps),
+                      "wall_s": round(elapsed, 3), "output_tokens": tokens,
+                      "output_tok_s": round(tokens / elapsed, 1), "phase_totals_s": totals}))
+    for window in timeline.window_results:
+        print(json.dumps(window))
+
+
+def _timed_classmethod(cls: type, name: str, timeline: Timeline) -> Callable[..., Any]:
+    original = getattr(cls, name)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            timeline.current["sampling_metadata"] += (time.perf_counter() - started) * 1e3
+
+    return staticmethod(timed)  # type: ignore[return-value]
+
+
+if __name__ == "__main__":
+    main()
