@@ -96,7 +96,7 @@ def test_bfloat16_load(tiny_folder) -> None:
     model = load(folder, torch.bfloat16)
     assert all(p.dtype == torch.bfloat16 for p in model.parameters())
     logits = prefill_logits(model)
-    assert logits.dtype == torch.float32
+    assert logits.dtype == torch.bfloat16  # the sampler converts where it needs float32
     assert relative_error(logits, hf_logits(folder)) < 5e-2
 
 

@@ -22,7 +22,8 @@ def test_all_greedy_batch_builds_nothing_extra() -> None:
     params = [SamplingParams(temperature=0, top_k=5, top_p=0.5, min_p=0.1, seed=1)] * 4
     metadata = build_metadata(params, 100)
     assert metadata.all_greedy
-    assert metadata.temperature is None and metadata.top_k_top_p is None and metadata.min_p is None
+    assert metadata.temperature is None and metadata.top_k_top_p is None and metadata.min_p_margin is None
+    assert metadata.seeds is None
     assert metadata.penalties is None and metadata.logit_bias is None and not metadata.generators
 
 

@@ -48,13 +48,18 @@ class ParallelLMHead(VocabParallelEmbedding):
     """The output projection to vocabulary logits, sharded like the embedding it may be tied to."""
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[N, hidden] → [N, vocab] float32 logits, gathered over the group."""
+        """[N, hidden] → [N, vocab] logits in the weights' dtype, gathered over the group.
+
+        No float32 copy: the sampler converts where it needs float32 (logprobs, penalties, biases,
+        masks, truncation) and otherwise samples straight from these. Rows are contiguous; with
+        tensor parallelism the result may be a column slice (row stride above ``vocab``).
+        """
         logits = F.linear(hidden, self.weight)
         if self.tp_size > 1:
             parts = [torch.empty_like(logits) for _ in range(self.tp_size)]
             torch.distributed.all_gather(parts, logits)
             logits = torch.cat(parts, dim=-1)
-        return logits[:, :self.num_embeddings].float()
+        return logits[:, :self.num_embeddings]
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         raise RuntimeError("ParallelLMHead projects hidden states to logits; call compute_logits")

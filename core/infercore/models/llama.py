@@ -180,7 +180,7 @@ class LlamaForCausalLM(nn.Module):
         return self.model(input_ids, positions)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Hidden states [N, hidden] → float32 logits [N, vocab]."""
+        """Hidden states [N, hidden] → logits [N, vocab] in the model's dtype."""
         return self.lm_head.compute_logits(hidden)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:

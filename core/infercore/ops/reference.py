@@ -93,3 +93,36 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """``silu(x[..., :I]) * x[..., I:]`` for ``x`` of last dimension ``2*I``."""
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+#: Exponential draws can be exactly 0 (or overflow) in float32; clamping keeps ``log(q)`` finite, so a
+#: -inf logit stays -inf and no score is NaN.
+_TINY = torch.finfo(torch.float32).tiny
+_HUGE = torch.finfo(torch.float32).max
+
+
+def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+    """One token per row of ``logits`` [B, V] (any float dtype): a draw from ``softmax(logits / T)``.
+
+    ``temperature`` [B] float32: rows with 0 take ``torch.argmax`` of their logits (greedy, ties to
+    the smallest index); other rows take ``argmax_v(logits[b, v] / T[b] - log q[b, v])`` with
+    ``q ~ Exp(1)`` (the Gumbel-max trick), computed in float32. ``seeds`` [B] int64 (non-negative)
+    key each row's draws, so a row's token depends only on its own logits, temperature and seed.
+    Returns int64 tokens [B]; a -inf logit is chosen only when its whole row is -inf.
+
+    This reference draws ``q`` from a ``torch.Generator`` seeded with ``seeds[b]``; platform kernels
+    (Triton's uses Philox keyed by the seed and the token id) are exact samplers of the same
+    distribution from other random streams, so the same seed gives different tokens across them.
+    """
+    tokens = logits.argmax(dim=-1)
+    rows = (temperature > 0).nonzero().squeeze(1)
+    if rows.numel() == 0:
+        return tokens
+    generator = torch.Generator(device=logits.device)
+    q = torch.empty((rows.numel(), logits.shape[1]), dtype=torch.float32, device=logits.device)
+    for i, seed in enumerate(seeds[rows].tolist()):
+        generator.manual_seed(seed)
+        q[i].exponential_(generator=generator)
+    scores = logits[rows].float() / temperature[rows].float().unsqueeze(1) - q.clamp_(_TINY, _HUGE).log_()
+    tokens[rows] = scores.argmax(dim=-1)
+    return tokens

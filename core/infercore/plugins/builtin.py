@@ -23,6 +23,7 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("rotary_embedding", "infercore.ops.reference:rotary_embedding")
     register("qk_norm_rotary", "infercore.ops.reference:qk_norm_rotary")
     register("silu_and_mul", "infercore.ops.reference:silu_and_mul")
+    register("gumbel_argmax", "infercore.ops.reference:gumbel_argmax")
 
 
 @hookimpl

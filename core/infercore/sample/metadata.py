@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from infercore.sample.gumbel import fresh_seeds, step_seed
 from infercore.sample.logit_bias import SparseLogitBias
 from infercore.sample.penalties import PenaltyTensors
 from infercore.sample.transfer import to_device
@@ -18,20 +22,22 @@ class SamplingMetadata:
     """What the sampler needs for one step, with tensors on the logits' device.
 
     Parts that no request uses are None, so an all-greedy batch without penalties or biases costs
-    one argmax.
+    one argmax, and a batch without top-k/top-p one ``gumbel_argmax``.
     """
 
     vocab_size: int
     all_greedy: bool
     all_random: bool
-    #: [B] True where the request is greedy; None unless the batch mixes greedy and sampled rows.
-    greedy: torch.Tensor | None
-    #: [B, 1] temperatures (1 on greedy rows); None when no sampled row changes the temperature.
+    #: [B] float32 temperatures, 0 on greedy rows (``gumbel_argmax``'s greedy mark); None when all greedy.
     temperature: torch.Tensor | None
-    #: [B, 1] min-p (0 on greedy rows); None when no sampled row uses it.
-    min_p: torch.Tensor | None
+    #: [B] int64 row seeds of this step's random draw (see ``infercore.sample.gumbel``); None when all greedy.
+    seeds: torch.Tensor | None
+    #: [B, 1] min-p as a margin below the row's largest logit, before the temperature:
+    #: ``temperature * log(min_p)`` (-inf on greedy rows and rows without min-p); None when unused.
+    min_p_margin: torch.Tensor | None
     top_k_top_p: TopKTopP | None
-    #: Batch row -> that request's own generator (sampled rows with a seed only).
+    #: Batch row -> its request's generator, seeded with the row seed (seeded sampled rows, and only
+    #: when ``top_k_top_p`` is set: the common path draws from ``seeds`` alone).
     generators: dict[int, torch.Generator]
     penalties: PenaltyTensors | None
     logit_bias: SparseLogitBias | None
@@ -40,40 +46,63 @@ class SamplingMetadata:
     #: Top logprobs to return per row (the largest any request asked for), or None for no logprobs.
     max_num_logprobs: int | None
 
+    @property
+    def needs_float32(self) -> bool:
+        """Whether the sampler must work on float32 logits (anything but temperature and the draw)."""
+        return (self.max_num_logprobs is not None or self.grammar_bitmask is not None
+                or self.logit_bias is not None or self.penalties is not None
+                or self.min_p_margin is not None or self.top_k_top_p is not None)
+
     @classmethod
     def build(
         cls,
         params: list[SamplingParams],
-        generators: list[torch.Generator | None],
+        generators: Sequence[torch.Generator | None],
         prompt_token_ids: list[list[int]],
         output_token_ids: list[list[int]],
         vocab_size: int,
         device: torch.device,
         grammar_bitmask: torch.Tensor | None = None,
         eos_token_ids: list[int | None] | None = None,
+        seed_source: np.random.Generator | None = None,
     ) -> SamplingMetadata:
         """Batch the parameters of the requests in row order.
 
-        ``output_token_ids[i]`` are the tokens request ``i`` has produced so far (for penalties and
-        ``min_tokens``); ``eos_token_ids[i]`` is its EOS token, masked until ``min_tokens`` outputs.
+        ``output_token_ids[i]`` are the tokens request ``i`` has produced so far (for penalties,
+        ``min_tokens`` and its row seed); ``eos_token_ids[i]`` is its EOS token, masked until
+        ``min_tokens`` outputs. ``generators[i]`` is request ``i``'s own generator, or None; it is
+        only seeded (or made, where missing) when the batch needs top-k/top-p. Rows without a seed
+        get fresh seeds from ``seed_source`` (torch's default generator when None).
         """
         greedy = [p.greedy for p in params]
         sampled = [p for p, g in zip(params, greedy) if not g]
-        temperature = min_p = None
-        if any(p.temperature != 1 for p in sampled):
-            temperature = _column([1.0 if g else p.temperature for p, g in zip(params, greedy)], device)
-        if any(p.min_p > 0 for p in sampled):
-            min_p = _column([0.0 if g else p.min_p for p, g in zip(params, greedy)], device)
+        temperature = seeds = min_p_margin = top_k_top_p = None
+        seeded_generators: dict[int, torch.Generator] = {}
+        if sampled:
+            temperature = to_device([0.0 if g else p.temperature for p, g in zip(params, greedy)],
+                                    torch.float32, device)
+            row_seeds = fresh_seeds(len(params), seed_source)
+            seeded = [i for i, (p, g) in enumerate(zip(params, greedy)) if p.seed is not None and not g]
+            for i in seeded:
+                row_seeds[i] = step_seed(params[i].seed or 0, len(output_token_ids[i]))
+            seeds = torch.from_numpy(row_seeds).to(device, non_blocking=True)
+            if any(p.min_p > 0 for p in sampled):
+                min_p_margin = to_device(
+                    [p.temperature * math.log(p.min_p) if p.min_p > 0 and not g else -math.inf
+                     for p, g in zip(params, greedy)], torch.float32, device).unsqueeze(1)
+            top_k_top_p = TopKTopP.build(params, greedy, vocab_size, device)
+            if top_k_top_p is not None:
+                seeded_generators = _seed_generators(seeded, generators, row_seeds, device)
         requested = [p.logprobs for p in params if p.logprobs is not None]
         return cls(
             vocab_size=vocab_size,
             all_greedy=not sampled,
             all_random=len(sampled) == len(params),
-            greedy=to_device(greedy, torch.bool, device) if 0 < len(sampled) < len(params) else None,
             temperature=temperature,
-            min_p=min_p,
-            top_k_top_p=TopKTopP.build(params, greedy, vocab_size, device) if sampled else None,
-            generators={i: g for i, g in enumerate(generators) if g is not None and not greedy[i]},
+            seeds=seeds,
+            min_p_margin=min_p_margin,
+            top_k_top_p=top_k_top_p,
+            generators=seeded_generators,
             penalties=PenaltyTensors.build(params, prompt_token_ids, output_token_ids, vocab_size, device),
             logit_bias=SparseLogitBias.build(
                 params, output_token_ids, eos_token_ids or [None] * len(params), device),
@@ -83,5 +112,12 @@ class SamplingMetadata:
         )
 
 
-def _column(values: list[float], device: torch.device) -> torch.Tensor:
-    return to_device(values, torch.float32, device).unsqueeze(1)
+def _seed_generators(rows: list[int], generators: Sequence[torch.Generator | None], row_seeds: np.ndarray,
+                     device: torch.device) -> dict[int, torch.Generator]:
+    """Each seeded row's generator (made where the caller has none), seeded with its row seed."""
+    seeded = {}
+    for i in rows:
+        generator = generators[i] or torch.Generator(device=device)
+        generator.manual_seed(int(row_seeds[i]))
+        seeded[i] = generator
+    return seeded

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
+from infercore.ops import get_op, reference
+from infercore.platforms import current_platform
 from infercore.sample.gumbel import log_exponential
 from infercore.sample.logprobs import LogprobsTensors, gather_logprobs
 from infercore.sample.metadata import SamplingMetadata
 from infercore.sample.truncation import apply_min_p
 from infercore.structured_output import apply_token_bitmask
+
+GumbelArgmax = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -25,13 +31,32 @@ class SamplerOutput:
 class Sampler(nn.Module):
     """Turns [B, V] logits into tokens.
 
-    Order (as in vLLM): grammar bitmask, logit bias and min_tokens, penalties; greedy rows take the
-    argmax here; then temperature, min-p, top-k/top-p, and a Gumbel-max draw. Logprobs describe the
-    model's raw distribution, before any of these. ``logits`` may be changed in place.
+    Order (as in vLLM): grammar bitmask, logit bias and min_tokens, penalties, min-p; greedy rows
+    take the argmax of the result; sampled rows divide by their temperature and take a Gumbel-max
+    draw. Without top-k/top-p in the batch, temperature, draw and argmax (greedy rows included) are
+    one ``gumbel_argmax`` custom op that reads the logits once, in the model's dtype when nothing
+    else needs float32; with top-k/top-p, the truncation runs in torch on float32 candidates.
+    Logprobs describe the model's raw distribution, before any of these, in float32. ``logits``
+    may be changed in place.
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._seed_source: np.random.Generator | None = None
+        self._gumbel_argmax: dict[str, GumbelArgmax] = {}
+
+    def seed_source(self, seed: int | None) -> np.random.Generator:
+        """The generator of fresh seeds for rows whose request has none (pass it to
+        ``SamplingMetadata.build``). It is made from ``seed`` (the engine's ``seed`` config) on the
+        first call and kept after, so an engine's unseeded draws repeat from run to run."""
+        if self._seed_source is None:
+            self._seed_source = np.random.default_rng(seed)
+        return self._seed_source
+
     def forward(self, logits: torch.Tensor, metadata: SamplingMetadata) -> SamplerOutput:
-        logits = logits.float()
+        """Sample one token per row of ``logits`` [B, V] (any float dtype, rows contiguous)."""
+        if metadata.needs_float32:
+            logits = logits.float()
         raw_logprobs = None
         if metadata.max_num_logprobs is not None:
             raw_logprobs = torch.log_softmax(logits, dim=-1)
@@ -50,17 +75,26 @@ class Sampler(nn.Module):
             metadata.logit_bias.apply(logits)
         if metadata.penalties is not None:
             metadata.penalties.apply(logits)
+        if metadata.min_p_margin is not None:
+            apply_min_p(logits, metadata.min_p_margin)
 
-    @staticmethod
-    def _sample(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
+    def _sample(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
         if metadata.all_greedy:
             return logits.argmax(dim=-1)
-        greedy_tokens = None if metadata.all_random else logits.argmax(dim=-1)
-        if metadata.temperature is not None:
-            logits.div_(metadata.temperature)
-        if metadata.min_p is not None:
-            apply_min_p(logits, metadata.min_p)
-        candidates = None if metadata.top_k_top_p is None else metadata.top_k_top_p.apply(logits)
+        assert metadata.temperature is not None and metadata.seeds is not None
+        if metadata.top_k_top_p is None:
+            return self._gumbel_op(logits.device)(logits, metadata.temperature, metadata.seeds)
+        return self._sample_top_k_top_p(logits, metadata)
+
+    @staticmethod
+    def _sample_top_k_top_p(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
+        """Temperature, truncation and a Gumbel-max draw in torch, on float32 logits."""
+        assert metadata.temperature is not None and metadata.top_k_top_p is not None
+        temperature = metadata.temperature
+        greedy = None if metadata.all_random else temperature == 0
+        greedy_tokens = None if greedy is None else logits.argmax(dim=-1)
+        logits.div_(temperature.masked_fill(temperature == 0, 1.0).unsqueeze(1))
+        candidates = metadata.top_k_top_p.apply(logits)
         if candidates is None:
             log_q = log_exponential(logits.shape, metadata.generators, metadata.vocab_size, logits.device)
             sampled = logits.sub_(log_q).argmax(dim=-1)
@@ -69,6 +103,16 @@ class Sampler(nn.Module):
                                     logits.device, candidates.token_ids)
             best = candidates.logits.sub_(log_q).argmax(dim=-1, keepdim=True)
             sampled = candidates.token_ids.gather(1, best).squeeze(1)
-        if metadata.greedy is not None and greedy_tokens is not None:
-            sampled = torch.where(metadata.greedy, greedy_tokens, sampled)
+        if greedy is not None and greedy_tokens is not None:
+            sampled = torch.where(greedy, greedy_tokens, sampled)
         return sampled
+
+    def _gumbel_op(self, device: torch.device) -> GumbelArgmax:
+        """The platform's ``gumbel_argmax`` for tensors on the platform's device; the torch reference
+        for tensors elsewhere (CPU tensors on a GPU machine, as in tests)."""
+        op = self._gumbel_argmax.get(device.type)
+        if op is None:
+            on_platform = device.type == current_platform().device_type
+            op = get_op("gumbel_argmax") if on_platform else reference.gumbel_argmax
+            self._gumbel_argmax[device.type] = op
+        return op

@@ -18,9 +18,14 @@ from infercore.sampling_params import SamplingParams
 _TOP_P_CANDIDATES = 1024
 
 
-def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> None:
-    """Forbid, in place, tokens less likely than ``min_p`` [B, 1] times the row's most likely token."""
-    threshold = logits.amax(dim=-1, keepdim=True) + min_p.log()
+def apply_min_p(logits: torch.Tensor, margin: torch.Tensor) -> None:
+    """Forbid, in place, tokens whose logit is more than ``-margin`` [B, 1] below the row's largest.
+
+    With ``margin = temperature * log(min_p)`` this is min-p on the tempered distribution (tokens
+    less likely than ``min_p`` times the most likely one), applied before the temperature: the
+    common path divides by the temperature inside ``gumbel_argmax``.
+    """
+    threshold = logits.amax(dim=-1, keepdim=True) + margin
     logits.masked_fill_(logits < threshold, float("-inf"))
 
 

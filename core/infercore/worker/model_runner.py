@@ -333,10 +333,10 @@ class ModelRunner:
         self.buffers.np_sample_index[:n] = layout.query_start_loc[1:][sampled_idx] - 1
         logits = self.model.compute_logits(hidden[self.buffers.to_device("sample_index", n)])
         metadata = SamplingMetadata.build(
-            [s.sampling_params for s in states], [s.step_generator() for s in states],
+            [s.sampling_params for s in states], [s.generator for s in states],
             [s.prompt_token_ids for s in states], [s.output_token_ids for s in states],
             self.vocab_size, self.device, grammar_bitmask=grammar_bitmask,
-            eos_token_ids=[self.eos_token_id] * n)
+            eos_token_ids=[self.eos_token_id] * n, seed_source=self.sampler.seed_source(self.config.model.seed))
         out = self.sampler(logits, metadata)
         pending.tokens = out.sampled_token_ids
         pending.logprobs = out.logprobs

@@ -1,0 +1,54 @@
+"""The Triton ``gumbel_argmax`` on the GPU at the serving shape (256 rows of a 151936-token vocabulary)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gpu_marks import requires_gpu
+from gumbel_cases import (
+    check_follows_softmax,
+    check_greedy_is_argmax,
+    check_only_finite_tokens,
+    check_same_seed_same_token,
+)
+
+from infercore_triton.sampling import gumbel_argmax
+
+pytestmark = requires_gpu
+BATCH, VOCAB = 256, 151936
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_greedy_rows_are_torch_argmax(dtype: torch.dtype) -> None:
+    check_greedy_is_argmax(gumbel_argmax, BATCH, VOCAB, dtype, "cuda")
+
+
+def test_same_seed_same_token_in_any_batch() -> None:
+    check_same_seed_same_token(gumbel_argmax, BATCH, VOCAB, torch.bfloat16, "cuda")
+
+
+def test_only_finite_logits_are_drawn() -> None:
+    check_only_finite_tokens(gumbel_argmax, BATCH, VOCAB, torch.bfloat16, "cuda")
+
+
+def test_small_vocabulary_follows_the_tempered_softmax() -> None:
+    check_follows_softmax(gumbel_argmax, 200_000, "cuda")
+
+
+def test_full_vocabulary_follows_the_tempered_softmax() -> None:
+    """Eight live tokens spread over the vocabulary's blocks (first, last, block edges), bf16 rows."""
+    support = [0, 2047, 2048, 40_000, 75_001, 100_000, 149_503, VOCAB - 1]
+    check_follows_softmax(gumbel_argmax, 8192, "cuda", torch.bfloat16, VOCAB, support)
+
+
+def test_mixed_batch_of_serving_shape() -> None:
+    """Half greedy, half at temperature 0.6: greedy rows are argmax, sampled rows stay near the top."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    logits = (torch.randn(BATCH, VOCAB, device="cuda", generator=g) * 3).bfloat16()
+    temperature = torch.tensor([0.0, 0.6] * (BATCH // 2), device="cuda")
+    seeds = torch.randint(0, 2**63 - 1, (BATCH,), device="cuda", generator=g)
+    tokens = gumbel_argmax(logits, temperature, seeds)
+    assert tokens.dtype == torch.int64 and tokens.shape == (BATCH,)
+    assert torch.equal(tokens[::2], logits[::2].argmax(dim=-1))
+    assert ((tokens >= 0) & (tokens < VOCAB)).all()
+    assert not torch.equal(tokens[1::2], logits[1::2].argmax(dim=-1))

@@ -1,0 +1,118 @@
+"""The common path: without top-k/top-p, one ``gumbel_argmax`` call on the logits as they come."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sampler_helpers import CPU, build_metadata
+
+from infercore.ops import reference
+from infercore.sample import Sampler, SamplingMetadata
+from infercore.sample.gumbel import SEED_MASK, step_seed
+from infercore.sampling_params import SamplingParams
+
+VOCAB = 300
+
+
+class Spy:
+    """Records the arguments of each ``gumbel_argmax`` call and runs the reference."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def __call__(self, logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+        self.calls.append((logits.clone(), temperature.clone(), seeds.clone()))
+        return reference.gumbel_argmax(logits, temperature, seeds)
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch) -> Spy:
+    recorder = Spy()
+    monkeypatch.setattr(Sampler, "_gumbel_op", lambda self, device: recorder)
+    return recorder
+
+
+def test_bf16_logits_go_to_the_op_unconverted(spy: Spy) -> None:
+    params = [SamplingParams(temperature=0.6), SamplingParams(temperature=0), SamplingParams(seed=3)]
+    logits = torch.randn(3, VOCAB).bfloat16()
+    tokens = Sampler()(logits, build_metadata(params, VOCAB, outputs=[[], [], [1, 2]])).sampled_token_ids
+    (passed, temperature, seeds), = spy.calls
+    assert passed.dtype == torch.bfloat16 and torch.equal(passed, logits)
+    assert temperature.tolist() == pytest.approx([0.6, 0.0, 1.0])
+    assert seeds.dtype == torch.int64 and seeds[2] == step_seed(3, 2)
+    assert tokens[1] == logits[1].argmax()
+
+
+def test_anything_but_temperature_works_on_float32(spy: Spy) -> None:
+    params = [SamplingParams(temperature=0.6, min_p=0.2), SamplingParams(presence_penalty=1.0)]
+    logits = torch.randn(2, VOCAB).bfloat16()
+    Sampler()(logits, build_metadata(params, VOCAB, outputs=[[5], [5]]))
+    (passed, _, _), = spy.calls
+    assert passed.dtype == torch.float32
+    assert passed[1, 5] < logits[1, 5].float()  # the penalty was applied before the draw
+    assert passed[0].isinf().any() and not passed[1].isinf().any()  # and min-p on its row only
+
+
+def test_top_k_top_p_batches_keep_the_torch_path(spy: Spy) -> None:
+    params = [SamplingParams(top_p=0.9, seed=1), SamplingParams(temperature=0)]
+    logits = torch.randn(2, VOCAB).bfloat16()
+    tokens = Sampler()(logits, build_metadata(params, VOCAB)).sampled_token_ids
+    assert not spy.calls and tokens[1] == logits[1].argmax()
+
+
+def test_all_greedy_bf16_is_argmax_without_the_op(spy: Spy) -> None:
+    logits = torch.randn(4, VOCAB).bfloat16()
+    tokens = Sampler()(logits, build_metadata([SamplingParams(temperature=0)] * 4, VOCAB)).sampled_token_ids
+    assert not spy.calls and torch.equal(tokens, logits.argmax(dim=-1))
+
+
+def test_logprobs_of_bf16_logits_are_float32_of_the_raw_logits() -> None:
+    logits = torch.randn(2, VOCAB).bfloat16()
+    out = Sampler()(logits, build_metadata([SamplingParams(logprobs=2, temperature=0.7)] * 2, VOCAB))
+    assert out.logprobs is not None and out.logprobs.logprobs.dtype == torch.float32
+    expected = torch.log_softmax(logits.float(), dim=-1)
+    chosen = out.sampled_token_ids
+    assert torch.equal(out.logprobs.logprobs[:, 0], expected.gather(1, chosen[:, None]).squeeze(1))
+
+
+def test_row_seeds_follow_the_request_seed_and_output_index() -> None:
+    params = [SamplingParams(seed=42), SamplingParams(seed=-7), SamplingParams(), SamplingParams(temperature=0)]
+    metadata = build_metadata(params, VOCAB, outputs=[[1] * 5, [], [], []])
+    assert metadata.seeds is not None
+    seeds = metadata.seeds.tolist()
+    assert seeds[:2] == [step_seed(42, 5), step_seed(-7, 0)]
+    assert all(0 <= s <= SEED_MASK for s in seeds)
+    assert step_seed(42, 5) != step_seed(42, 6) != step_seed(43, 6)
+
+
+def test_unseeded_rows_draw_fresh_seeds_from_the_seed_source() -> None:
+    params = [SamplingParams()] * 4
+
+    def seeds(source: np.random.Generator) -> list[int]:
+        meta = SamplingMetadata.build(params, [None] * 4, [[]] * 4, [[]] * 4, VOCAB, CPU, seed_source=source)
+        assert meta.seeds is not None
+        return meta.seeds.tolist()
+
+    first = seeds(np.random.default_rng(5))
+    assert first == seeds(np.random.default_rng(5))
+    assert len(set(first)) == 4
+    source = np.random.default_rng(5)
+    assert seeds(source) != seeds(source)
+
+
+def test_the_seed_source_is_made_once_from_the_engine_seed() -> None:
+    sampler = Sampler()
+    source = sampler.seed_source(11)
+    assert sampler.seed_source(99) is source
+    assert source.integers(1 << 62) == np.random.default_rng(11).integers(1 << 62)
+
+
+def test_generators_are_only_seeded_for_top_k_top_p() -> None:
+    generator = torch.Generator()
+    state = generator.get_state()
+    build_metadata([SamplingParams(seed=1)], VOCAB, generators=[generator])
+    assert torch.equal(generator.get_state(), state)
+    metadata = build_metadata([SamplingParams(seed=1, top_k=5)], VOCAB, outputs=[[1, 2, 3]], generators=[generator])
+    assert metadata.generators == {0: generator}
+    assert generator.initial_seed() == step_seed(1, 3)
