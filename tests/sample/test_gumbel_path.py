@@ -101,11 +101,8 @@ def test_unseeded_rows_draw_fresh_seeds_from_the_seed_source() -> None:
     assert seeds(source) != seeds(source)
 
 
-def test_the_seed_source_is_made_once_from_the_engine_seed() -> None:
-    sampler = Sampler()
-    source = sampler.seed_source(11)
-    assert sampler.seed_source(99) is source
-    assert source.integers(1 << 62) == np.random.default_rng(11).integers(1 << 62)
+def test_the_seed_source_comes_from_the_engine_seed() -> None:
+    assert Sampler(11).seed_source.integers(1 << 62) == np.random.default_rng(11).integers(1 << 62)
 
 
 def test_generators_are_only_seeded_for_top_k_top_p() -> None:

@@ -40,18 +40,12 @@ class Sampler(nn.Module):
     may be changed in place.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int | None = None) -> None:
         super().__init__()
-        self._seed_source: np.random.Generator | None = None
+        #: Fresh seeds for rows whose request has none (passed to ``SamplingMetadata.build``). Made
+        #: from the engine's ``seed`` config, so an engine's unseeded draws repeat from run to run.
+        self.seed_source: np.random.Generator = np.random.default_rng(seed)
         self._gumbel_argmax: dict[str, GumbelArgmax] = {}
-
-    def seed_source(self, seed: int | None) -> np.random.Generator:
-        """The generator of fresh seeds for rows whose request has none (pass it to
-        ``SamplingMetadata.build``). It is made from ``seed`` (the engine's ``seed`` config) on the
-        first call and kept after, so an engine's unseeded draws repeat from run to run."""
-        if self._seed_source is None:
-            self._seed_source = np.random.default_rng(seed)
-        return self._seed_source
 
     def forward(self, logits: torch.Tensor, metadata: SamplingMetadata) -> SamplerOutput:
         """Sample one token per row of ``logits`` [B, V] (any float dtype, rows contiguous)."""

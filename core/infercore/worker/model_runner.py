@@ -55,7 +55,7 @@ class ModelRunner:
         self.block_size = config.cache.block_size
         self.kv_spec, self.num_layers = self._kv_cache_spec()
         self.backend = self._select_backend()
-        self.sampler = Sampler()
+        self.sampler = Sampler(config.model.seed)
         self.requests: dict[str, RequestState] = {}
         self._free_rows = list(range(self.max_num_reqs - 1, -1, -1))
         self.max_blocks_per_req = math.ceil(max_model_len / self.block_size)
@@ -234,12 +234,22 @@ class ModelRunner:
         buf.upload(n_tokens, n_reqs, width)
         return self._metadata(n_reqs, n_tokens, int(layout.num_scheduled.max()), int(layout.seq_lens.max()), width)
 
-    def _prepare(self, so: SchedulerOutput,
-                 req_ids: list[str]) -> tuple[BatchLayout, int | None, CommonAttentionMetadata]:
-        """Fill the step buffers; returns the layout, the graph size to replay (None: run eagerly)
-        and the step's attention metadata."""
+    def _prepare(self, so: SchedulerOutput, req_ids: list[str],
+                 reorder: bool) -> tuple[BatchLayout, int | None, CommonAttentionMetadata, list[str]]:
+        """Fill the step buffers; returns the layout, the graph size to replay (None: run eagerly),
+        the step's attention metadata and the request ids in batch order.
+
+        A pure-decode batch is ordered longest context first: attention kernels start their
+        programs in batch order, so the long sequences start early and the short ones fill the
+        tail of the launch instead of leaving the device waiting on a few long ones at the end.
+        ``reorder=False`` keeps the scheduler's order (a grammar bitmask's rows follow it).
+        """
         rows = np.fromiter((self.requests[r].row for r in req_ids), dtype=np.int64, count=len(req_ids))
         num_sched = np.fromiter((so.num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=len(req_ids))
+        if reorder and len(rows) == so.total_num_scheduled_tokens and len(rows) > 1:
+            order = np.argsort(-self.num_computed[rows], kind="stable")
+            rows, num_sched = rows[order], num_sched[order]
+            req_ids = [req_ids[i] for i in order.tolist()]
         layout = make_layout(rows, num_sched, self.num_computed[rows])
         positions = layout.positions
         graph_size = None
@@ -250,7 +260,7 @@ class ModelRunner:
         width = self.max_blocks_per_req if graph_size else math.ceil(int(layout.seq_lens.max()) / self.block_size)
         meta = self._fill(layout, self.token_ids[layout.token_rows, positions], slots,
                           self.block_table[rows, :width], pad_to=graph_size)
-        return layout, graph_size, meta
+        return layout, graph_size, meta, req_ids
 
     def _forward(self, layout: BatchLayout, graph_size: int | None, meta: CommonAttentionMetadata) -> torch.Tensor:
         t = layout.num_tokens
@@ -265,7 +275,7 @@ class ModelRunner:
     def execute_model(self, so: SchedulerOutput, grammar_bitmask: torch.Tensor | None = None) -> ModelRunnerOutput:
         """Run one step and wait for its tokens. ``grammar_bitmask`` has one row per *sampled*
         request, in batch order."""
-        hidden, layout, req_ids = self._launch_forward(so)
+        hidden, layout, req_ids = self._launch_forward(so, reorder=grammar_bitmask is None)
         if hidden is None:
             return ModelRunnerOutput(req_ids=[], sampled_token_ids=[], logprobs=None, prompt_logprobs=None)
         return self._collect(self._sample(req_ids, layout, hidden, grammar_bitmask))
@@ -289,13 +299,14 @@ class ModelRunner:
         pending, self._pending = self._pending, None
         return None if pending is None else self._collect(pending)
 
-    def _launch_forward(self, so: SchedulerOutput) -> tuple[torch.Tensor | None, BatchLayout | None, list[str]]:
+    def _launch_forward(self, so: SchedulerOutput,
+                        reorder: bool = True) -> tuple[torch.Tensor | None, BatchLayout | None, list[str]]:
         self._update_states(so)
         req_ids = list(so.num_scheduled_tokens)
         if not req_ids:
             return None, None, req_ids
         self.buffers.swap()
-        layout, graph_size, meta = self._prepare(so, req_ids)
+        layout, graph_size, meta, req_ids = self._prepare(so, req_ids, reorder)
         if self._pending is not None:
             self._patch_inflight_tokens(layout)
         return self._forward(layout, graph_size, meta), layout, req_ids
@@ -336,7 +347,7 @@ class ModelRunner:
             [s.sampling_params for s in states], [s.generator for s in states],
             [s.prompt_token_ids for s in states], [s.output_token_ids for s in states],
             self.vocab_size, self.device, grammar_bitmask=grammar_bitmask,
-            eos_token_ids=[self.eos_token_id] * n, seed_source=self.sampler.seed_source(self.config.model.seed))
+            eos_token_ids=[self.eos_token_id] * n, seed_source=self.sampler.seed_source)
         out = self.sampler(logits, metadata)
         pending.tokens = out.sampled_token_ids
         pending.logprobs = out.logprobs
