@@ -16,6 +16,33 @@ from infercore_triton.decode_attention import NO_WINDOW, dot_precision
 
 
 @triton.jit
+def _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, acc, qk_scale, sliding_window,
+                 kv_head, d, d_mask, stride_cb, stride_cs, stride_ch,
+                 PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, MASKED: tl.constexpr):
+    """One online-softmax step over key tile ``n0 .. n0 + BLOCK_N``; returns the new (m, denom, acc)."""
+    n = n0 + tl.arange(0, BLOCK_N)
+    valid = n < hi
+    page = tl.load(table + n // PAGE, mask=valid, other=0).to(tl.int64)
+    offs = page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
+    kv_mask = valid[:, None] & d_mask[None, :]
+    k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
+    s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
+    if MASKED:
+        allowed = (valid[None, :] & (n[None, :] <= q_pos[:, None])
+                   & (n[None, :] > q_pos[:, None] - sliding_window))
+        s = tl.where(allowed, s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, axis=1))
+    # Rows with nothing allowed yet keep m = -inf; shift by 0 there so no NaN appears.
+    shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m - shift)
+    p = tl.exp2(s - shift[:, None])
+    denom = denom * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
+    return m_new, denom, acc
+
+
+@triton.jit
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
     scale, sliding_window,
@@ -24,7 +51,7 @@ def _prefill_kernel(
     stride_bt,
     stride_ot, stride_oh,
     GROUP: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, NO_WINDOW_VALUE: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -54,26 +81,19 @@ def _prefill_kernel(
     first_pos = context + m_block * BLOCK_M
     lo = tl.maximum(first_pos - sliding_window + 1, 0)
     hi = tl.minimum(first_pos + BLOCK_M, seq_len)
-    for n0 in range(lo, hi, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        valid = n < hi
-        page = tl.load(table + n // PAGE, mask=valid, other=0).to(tl.int64)
-        offs = page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
-        kv_mask = valid[:, None] & d_mask[None, :]
-        k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
-        allowed = (valid[None, :] & (n[None, :] <= q_pos[:, None])
-                   & (n[None, :] > q_pos[:, None] - sliding_window))
-        s = tl.where(allowed, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))
-        # Rows with nothing allowed yet keep m = -inf; shift by 0 there so no NaN appears.
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m - shift)
-        p = tl.exp2(s - shift[:, None])
-        denom = denom * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
-        m = m_new
+    # Key tiles that every row of the block may see (no window, wholly at or before the block's
+    # first position) skip the causal mask; the tiles after them, up to the diagonal, apply it.
+    mid = lo
+    if sliding_window == NO_WINDOW_VALUE:
+        mid = (first_pos + 1) // BLOCK_N * BLOCK_N
+    for n0 in range(lo, mid, BLOCK_N):
+        m, denom, acc = _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, acc,
+                                     qk_scale, sliding_window, kv_head, d, d_mask,
+                                     stride_cb, stride_cs, stride_ch, PAGE, BLOCK_N, DOT_PRECISION, False)
+    for n0 in range(mid, hi, BLOCK_N):
+        m, denom, acc = _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, acc,
+                                     qk_scale, sliding_window, kv_head, d, d_mask,
+                                     stride_cb, stride_cs, stride_ch, PAGE, BLOCK_N, DOT_PRECISION, True)
 
     result = acc / tl.where(denom == 0.0, 1.0, denom)[:, None]
     tl.store(out_ptr + tokens[:, None] * stride_ot + head * stride_oh + d[None, :],
@@ -109,7 +129,8 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
         block_table.stride(0),
         out.stride(0), out.stride(1),
         GROUP=num_heads // kv_heads, HEAD=head_size, HEAD_PAD=head_pad, PAGE=page,
-        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=dot_precision(q.dtype), num_warps=num_warps,
+        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=dot_precision(q.dtype), NO_WINDOW_VALUE=NO_WINDOW,
+        num_warps=num_warps,
         num_stages=num_stages,
     )
     return out
