@@ -108,7 +108,7 @@ def main() -> None:
 
 
 def ragged(args: argparse.Namespace) -> None:
-    """A ragged batch: split strategies, launch configurations and batch order, one JSON line each."""
+    """A ragged batch: split counts, launch configurations and batch order, one JSON line each."""
     low, high, width = (int(x) for x in args.ragged.split(":"))
     torch.manual_seed(0)
     dtype, dev = torch.bfloat16, "cuda"
@@ -128,22 +128,21 @@ def ragged(args: argparse.Namespace) -> None:
     chosen = choose_num_splits(b, kvh, width, sms)
     orders = {"random": torch.arange(b, device=dev),
               "longest_first": torch.argsort(seq_lens, descending=True)}
-    cases = [("equal", s, 0, DecodeConfig()) for s in (1, 2, 4)]
-    cases += [("fixed", triton.cdiv(width, size), size, DecodeConfig()) for size in (256, 512, 1024) if size < width]
-    cases += [("equal", 1, 0, DecodeConfig(bn, w, st))
+    cases = [(s, DecodeConfig()) for s in (1, 2, 4)]
+    cases += [(1, DecodeConfig(bn, w, st))
               for bn, w, st in itertools.product((32, 64, 128), (4, 8), (2, 3, 4)) if (bn, w, st) != (64, 4, 3)]
     for order_name, order in orders.items():
         qo, lo_, to = q[order].contiguous(), seq_lens[order].contiguous(), block_table[order].contiguous()
-        for kind, splits, size, config in cases:
+        for splits, config in cases:
             if order_name != "random" and splits != 1:
                 continue
             us = _median_us(functools.partial(decode_attention, qo, kv_cache, lo_, to, d**-0.5, out,
-                                              num_splits=splits, split_size=size, config=config))
+                                              num_splits=splits, config=config))
             err = ((out.float() - ref[order].float()).norm() / ref.float().norm()).item()
             print(json.dumps({"benchmark": "decode_attention_ragged", "batch": b, "lengths": [low, high],
-                              "table_width": width, "order": order_name, "kind": kind, "num_splits": splits,
-                              "split_size": size, "config": [config.block_n, config.num_warps, config.num_stages],
-                              "chosen_today": splits == chosen and kind == "equal", "us": round(us, 1),
+                              "table_width": width, "order": order_name, "num_splits": splits,
+                              "config": [config.block_n, config.num_warps, config.num_stages],
+                              "chosen_today": splits == chosen, "us": round(us, 1),
                               "TBps": round(kv_bytes / us / 1e6, 3), "rel_err_vs_one_split": err}), flush=True)
 
 

@@ -10,7 +10,7 @@ from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
 from infercore.attention import CommonAttentionMetadata
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore_cuda.platform import CudaPlatform
-from infercore_triton.backend import TritonAttentionBackend, choose_num_splits
+from infercore_triton.backend import TritonAttentionBackend, choose_decode_config, choose_num_splits
 from infercore_triton.decode_attention import decode_attention
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
@@ -36,10 +36,11 @@ def test_decode_long_contexts(dtype: torch.dtype, head_size: int, group: int, bl
     write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
     ref = _reference(case, head_size**-0.5)
     for splits in (1, choose_num_splits(len(seq_lens), 4, 8192, 132)):
-        out = torch.full_like(case.q, float("nan"))
-        decode_attention(case.q, case.kv_cache, case.seq_lens, case.block_table, head_size**-0.5, out,
-                         num_splits=splits)
-        assert rel_err(out, ref) < GPU_TOLERANCE[dtype], splits
+        for config in (choose_decode_config(1), choose_decode_config(256)):  # both tile widths
+            out = torch.full_like(case.q, float("nan"))
+            decode_attention(case.q, case.kv_cache, case.seq_lens, case.block_table, head_size**-0.5, out,
+                             num_splits=splits, config=config)
+            assert rel_err(out, ref) < GPU_TOLERANCE[dtype], (splits, config)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

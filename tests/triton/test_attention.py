@@ -48,38 +48,18 @@ def test_decode_matches_reference(dtype: torch.dtype, head_size: int, group: int
     assert rel_err(out, reference_attention(case, head_size**-0.5)) < TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("split_size", [64, 128])
-def test_decode_fixed_size_splits(dtype: torch.dtype, split_size: int) -> None:
-    # Splits past a sequence's end (most of them for the short rows) must leave the result alone.
-    seq_lens = [1, 17, 130, 300]
-    case = make_case(seq_lens, [1] * 4, 4, 2, 64, 16, dtype, seed=split_size)
-    write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
-    out = torch.full_like(case.q, float("nan"))
-    decode_attention(case.q, case.kv_cache, case.seq_lens, case.block_table, 0.125, out,
-                     num_splits=-(-300 // split_size), split_size=split_size)
-    assert rel_err(out, reference_attention(case, 0.125)) < TOLERANCE[dtype]
-
-
-def test_decode_split_size_must_be_a_multiple_of_the_tile() -> None:
-    case = make_case([20], [1], 2, 1, 64, 16, torch.float32, seed=0)
-    with pytest.raises(ValueError, match="multiple of block_n"):
-        decode_attention(case.q, case.kv_cache, case.seq_lens, case.block_table, 0.125, torch.empty_like(case.q),
-                         num_splits=2, split_size=100)
-
-
-@pytest.mark.parametrize(("splits", "split_size"), [(1, 0), (4, 0), (4, 64)])
-def test_decode_sliding_window_and_empty_rows(splits: int, split_size: int) -> None:
+@pytest.mark.parametrize("splits", [1, 4])
+def test_decode_sliding_window_and_empty_rows(splits: int) -> None:
     case = make_case([40, 200, 1], [1, 1, 1], 8, 2, 64, 16, torch.float32, seed=splits)
     write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
     out = torch.full_like(case.q, float("nan"))
     decode_attention(case.q, case.kv_cache, case.seq_lens, case.block_table, 0.125, out,
-                     num_splits=splits, sliding_window=50, split_size=split_size)
+                     num_splits=splits, sliding_window=50)
     assert rel_err(out, reference_attention(case, 0.125, sliding_window=50)) < TOLERANCE[torch.float32]
     # A padding row of a graph-padded batch (seq_len 0) comes out as zeros, not NaN.
     padded = torch.full((4, 8, 64), float("nan"))
     decode_attention(torch.randn(4, 8, 64), case.kv_cache, torch.tensor([40, 0, 0, 1], dtype=torch.int32),
-                     case.block_table[[0, 1, 1, 2]], 0.125, padded, num_splits=splits, split_size=split_size)
+                     case.block_table[[0, 1, 1, 2]], 0.125, padded, num_splits=splits)
     assert torch.equal(padded[1:3], torch.zeros(2, 8, 64))
 
 

@@ -9,7 +9,13 @@ from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
 from infercore.attention import AttentionRequest, CommonAttentionMetadata
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore.plugins import get_plugin_manager
-from infercore_triton.backend import MAX_SPLITS, TritonAttentionBackend, choose_num_splits
+from infercore_triton.backend import (
+    MAX_SPLITS,
+    TritonAttentionBackend,
+    choose_decode_config,
+    choose_num_splits,
+    count_leading_decodes,
+)
 
 
 def _common(case, num_tokens: int) -> CommonAttentionMetadata:  # noqa: ANN001
@@ -20,12 +26,17 @@ def _common(case, num_tokens: int) -> CommonAttentionMetadata:  # noqa: ANN001
         query_start_loc_cpu=case.query_start_loc.cpu(), seq_lens_cpu=case.seq_lens.cpu())
 
 
-@pytest.mark.parametrize(("seq_lens", "query_lens"), [([30, 64, 5], [30, 10, 1]), ([33, 100, 1], [1, 1, 1])])
-def test_forward_writes_cache_and_attends(seq_lens: list[int], query_lens: list[int]) -> None:
+@pytest.mark.parametrize(("seq_lens", "query_lens", "num_decodes"), [
+    ([30, 64, 5], [30, 10, 1], 0),  # a trailing one-token query stays with the prefill kernel
+    ([33, 100, 1], [1, 1, 1], 3),  # pure decode
+    ([40, 7, 90, 64, 20], [1, 1, 1, 10, 20], 3),  # decodes first, then an extend and a fresh prompt
+])
+def test_forward_writes_cache_and_attends(seq_lens: list[int], query_lens: list[int], num_decodes: int) -> None:
     case = make_case(seq_lens, query_lens, 8, 2, 64, 16, torch.bfloat16, seed=len(seq_lens))
     spec = KVCacheSpec(16, 2, 64, torch.bfloat16)
     builder = TritonAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), 8, 256)
     meta = builder.build(_common(case, case.q.shape[0]))
+    assert meta.num_decodes == num_decodes
     impl = TritonAttentionBackend.get_impl_cls()(8, 64, 0.125, 2)
     out = torch.full_like(case.q, float("nan"))
     ref = reference_attention(case, 0.125)
@@ -38,6 +49,14 @@ def test_num_splits_fill_the_device_and_stay_bounded() -> None:
     assert choose_num_splits(1, 8, 8192, 132) == MAX_SPLITS
     assert choose_num_splits(1, 8, 300, 132) == 2
     assert choose_num_splits(16, 8, 4096, 132) == 3
+
+
+def test_leading_decodes_and_their_launch_config() -> None:
+    assert count_leading_decodes(torch.tensor([0, 1, 2, 12, 13]), 4) == 2
+    assert count_leading_decodes(torch.tensor([0, 1, 2, 3, 0, 0]), 3) == 3  # entries past num_reqs are unused
+    assert count_leading_decodes(torch.tensor([0, 5, 6]), 2) == 0
+    assert choose_decode_config(256).block_n == 128
+    assert choose_decode_config(64).block_n == 64
 
 
 def test_validate_names_what_it_cannot_serve() -> None:

@@ -242,12 +242,15 @@ class ModelRunner:
         A pure-decode batch is ordered longest context first: attention kernels start their
         programs in batch order, so the long sequences start early and the short ones fill the
         tail of the launch instead of leaving the device waiting on a few long ones at the end.
+        A mixed batch puts its one-token queries first, so backends can run them as decodes.
         ``reorder=False`` keeps the scheduler's order (a grammar bitmask's rows follow it).
         """
         rows = np.fromiter((self.requests[r].row for r in req_ids), dtype=np.int64, count=len(req_ids))
         num_sched = np.fromiter((so.num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=len(req_ids))
-        if reorder and len(rows) == so.total_num_scheduled_tokens and len(rows) > 1:
-            order = np.argsort(-self.num_computed[rows], kind="stable")
+        if reorder and len(rows) > 1:
+            pure_decode = len(rows) == so.total_num_scheduled_tokens
+            key = -self.num_computed[rows] if pure_decode else (num_sched > 1).astype(np.int64)
+            order = np.argsort(key, kind="stable")
             rows, num_sched = rows[order], num_sched[order]
             req_ids = [req_ids[i] for i in order.tolist()]
         layout = make_layout(rows, num_sched, self.num_computed[rows])

@@ -2,11 +2,9 @@
 
 Each program owns one (sequence, KV head, split) and attends with every query head of that KV
 head's group at once, so a KV block is read from memory once per group rather than once per query
-head. The context is cut into ``num_splits`` ranges per sequence; each split writes a partial
+head. The context is cut into ``num_splits`` equal ranges per sequence; each split writes a partial
 output and its log-sum-exp, and a second kernel merges them. The number of splits is fixed per
-launch (a graph-stable choice). Ranges are either ``split_size`` tokens each (splits past a
-sequence's end do nothing, so every program does about the same work however ragged the batch),
-or, without ``split_size``, equal shares of each sequence's own length.
+launch (a graph-stable choice) while each sequence's ranges follow its own length.
 """
 
 from __future__ import annotations
@@ -51,8 +49,7 @@ def _decode_split_kernel(
     stride_pt, stride_ph, stride_ps,
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLIT_SIZE: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -61,10 +58,7 @@ def _decode_split_kernel(
     seq_len = tl.load(seq_lens_ptr + seq)
     start = tl.maximum(seq_len - sliding_window, 0)
     # Splits start on BLOCK_N boundaries so the loop's tiles never straddle two splits.
-    if SPLIT_SIZE > 0:
-        chunk = SPLIT_SIZE
-    else:
-        chunk = tl.cdiv(tl.cdiv(seq_len - start, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    chunk = tl.cdiv(tl.cdiv(seq_len - start, NUM_SPLITS), BLOCK_N) * BLOCK_N
     lo = start + split * chunk
     hi = tl.minimum(lo + chunk, seq_len)
 
@@ -137,18 +131,14 @@ def _decode_reduce_kernel(
 
 def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor,
                      scale: float, out: torch.Tensor, num_splits: int = 1, sliding_window: int | None = None,
-                     config: DecodeConfig | None = None, split_size: int = 0) -> torch.Tensor:
+                     config: DecodeConfig | None = None) -> torch.Tensor:
     """Attention of one query token per sequence over its paged context.
 
     ``q``/``out`` are [num_seqs, heads, head_size] (row ``i`` is sequence ``i``'s token at position
     ``seq_lens[i] - 1``); ``kv_cache`` is [2, blocks, block_size, kv_heads, head_size]. A sequence of
-    length 0 gets zeros. ``split_size`` (a multiple of the config's ``block_n``; 0: off) gives every
-    split that many tokens, so ``num_splits * split_size`` must cover the longest (windowed)
-    context. Fills ``out`` and returns it.
+    length 0 gets zeros. Fills ``out`` and returns it.
     """
     config = config or DecodeConfig()
-    if split_size % config.block_n:
-        raise ValueError(f"split_size {split_size} must be a multiple of block_n {config.block_n}")
     num_seqs, num_heads, head_size = q.shape
     _, _, page, kv_heads, _ = kv_cache.shape
     group = num_heads // kv_heads
@@ -173,8 +163,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         part_out.stride(0), part_out.stride(1), part_out.stride(2),
         part_lse.stride(0), part_lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
-        PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits,
-        SPLIT_SIZE=split_size if num_splits > 1 else 0, DOT_PRECISION=dot_precision(q.dtype),
+        PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits, DOT_PRECISION=dot_precision(q.dtype),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:
