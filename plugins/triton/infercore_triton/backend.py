@@ -94,14 +94,21 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
 
     def build(self, common: CommonAttentionMetadata) -> TritonAttentionMetadata:
         n = common.num_reqs
-        num_decodes = n if common.is_pure_decode else count_leading_decodes(common.query_start_loc_cpu, n)
-        max_context = common.block_table.shape[1] * self.spec.block_size
-        num_splits = choose_num_splits(num_decodes, self.spec.num_kv_heads, max_context, self.num_sms)
+        if common.is_pure_decode:
+            num_decodes = n
+            max_context = common.block_table.shape[1] * self.spec.block_size
+            num_splits = choose_num_splits(n, self.spec.num_kv_heads, max_context, self.num_sms)
+            config = choose_decode_config(n)
+        else:
+            # Decodes beside a prefill: one fixed launch (no split, default tiles), so the ragged
+            # decode counts of mixed steps never compile new kernel variants mid-run.
+            num_decodes = count_leading_decodes(common.query_start_loc_cpu, n)
+            num_splits, config = 1, DecodeConfig()
         return TritonAttentionMetadata(
             num_reqs=n, num_actual_tokens=common.num_actual_tokens,
             max_query_len=common.max_query_len, query_start_loc=common.query_start_loc,
             seq_lens=common.seq_lens, block_table=common.block_table, slot_mapping=common.slot_mapping,
-            num_decodes=num_decodes, num_splits=num_splits, decode_config=choose_decode_config(num_decodes),
+            num_decodes=num_decodes, num_splits=num_splits, decode_config=config,
         )
 
 
