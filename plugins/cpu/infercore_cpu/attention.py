@@ -145,10 +145,12 @@ class TorchPagedAttentionImpl(AttentionImpl):
         qs = q[req.start:req.end]
         if req.seq_len == query_len and self.sliding_window is None:
             # Nothing cached before this step: attend over the fresh K/V with a plain causal mask.
+            # Batched (4-D) inputs: torch's CPU flash kernel takes those, 3-D ones fall back to math.
             out = F.scaled_dot_product_attention(
-                qs.transpose(0, 1), k[req.start:req.end].transpose(0, 1), v[req.start:req.end].transpose(0, 1),
+                qs.transpose(0, 1).unsqueeze(0), k[req.start:req.end].transpose(0, 1).unsqueeze(0),
+                v[req.start:req.end].transpose(0, 1).unsqueeze(0),
                 is_causal=True, scale=self.scale, enable_gqa=self.num_heads != self.num_kv_heads)
-            return out.transpose(0, 1)
+            return out.squeeze(0).transpose(0, 1)
         keys, values = gather_context(kv_cache, block_table[req.index], req.seq_len)
         mask = causal_mask(query_len, req.seq_len, self.sliding_window, q.device)
         return attend(qs, keys, values, mask, self.scale)
