@@ -65,6 +65,9 @@ def rope_cache(rot_dim: int, max_position: int, dtype: torch.dtype) -> torch.Ten
 #: The interpreter rounds float32 to bfloat16 by truncation; the fused op rounds three times (norm,
 #: weight, rotation) as the unfused ops do, so its bfloat16 error against torch's reference adds up.
 QK_NORM_BOUND = {torch.float32: 1e-6, torch.bfloat16: 3e-2}
+# Against the unfused Triton kernels: the fused kernel sums the squares in another order, which
+# now and then moves a bf16 result by one unit in the last place (seen up to 8e-5 relative).
+UNFUSED_BOUND = {torch.float32: 1e-6, torch.bfloat16: 5e-4}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -72,6 +75,7 @@ QK_NORM_BOUND = {torch.float32: 1e-6, torch.bfloat16: 3e-2}
 @pytest.mark.parametrize(("head_size", "heads", "kv_heads"), [(64, 4, 2), (128, 4, 2), (128, 20, 4)])
 def test_qk_norm_rotary_in_place(dtype: torch.dtype, is_neox: bool, head_size: int, heads: int,
                                  kv_heads: int) -> None:
+    torch.manual_seed(head_size + heads + is_neox)
     positions = torch.tensor([0, 5, 17, 3, 99])
     cache = rope_cache(head_size, 128, dtype)
     # q and k are column slices of a fused qkv projection (row stride > row length), as models produce them.
@@ -90,7 +94,7 @@ def test_qk_norm_rotary_in_place(dtype: torch.dtype, is_neox: bool, head_size: i
     assert out_q.data_ptr() == q.data_ptr() and out_k.data_ptr() == k.data_ptr()
     assert rel_err(q, ref_q) < QK_NORM_BOUND[dtype]
     assert rel_err(k, ref_k) < QK_NORM_BOUND[dtype]
-    assert rel_err(q, unfused_q) < 1e-6 and rel_err(k, unfused_k) < 1e-6
+    assert rel_err(q, unfused_q) < UNFUSED_BOUND[dtype] and rel_err(k, unfused_k) < UNFUSED_BOUND[dtype]
     assert torch.equal(v, v_before)
 
 

@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from infercore.ops.reference import check_full_rotary
+from infercore_triton.rotary import load_cos_sin
 
 #: Largest head tile (heads × head_size elements) one loop iteration holds in registers.
 MAX_TILE = 2048
@@ -65,10 +66,7 @@ def _qk_norm_rotary_kernel(
     Q_BLOCK_HEADS: tl.constexpr, K_BLOCK_HEADS: tl.constexpr, IS_NEOX: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
-    pos = tl.load(positions_ptr + token).to(tl.int64)
-    i = tl.arange(0, HALF_PAD)
-    cos = tl.load(cache_ptr + pos * stride_cache + i, mask=i < HALF, other=0.0).to(tl.float32)[None, :]
-    sin = tl.load(cache_ptr + pos * stride_cache + HALF + i, mask=i < HALF, other=0.0).to(tl.float32)[None, :]
+    cos, sin = load_cos_sin(cache_ptr, positions_ptr, token, stride_cache, HALF, HALF_PAD)
     _norm_rotate_heads(q_ptr, stride_qt, token, q_weight_ptr, cos, sin, num_q_heads, eps,
                        HEAD, HALF, HALF_PAD, Q_BLOCK_HEADS, IS_NEOX)
     _norm_rotate_heads(k_ptr, stride_kt, token, k_weight_ptr, cos, sin, num_k_heads, eps,

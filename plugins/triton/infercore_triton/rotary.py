@@ -30,6 +30,16 @@ def _rotate_heads(x_ptr, stride_t, token, cos, sin, num_heads,
 
 
 @triton.jit
+def load_cos_sin(cache_ptr, positions_ptr, token, stride_cache, HALF: tl.constexpr, HALF_PAD: tl.constexpr):
+    """The float32 cos and sin rows [1, HALF_PAD] of ``token``'s position (zero past ``HALF``)."""
+    pos = tl.load(positions_ptr + token).to(tl.int64)
+    i = tl.arange(0, HALF_PAD)
+    cos = tl.load(cache_ptr + pos * stride_cache + i, mask=i < HALF, other=0.0).to(tl.float32)[None, :]
+    sin = tl.load(cache_ptr + pos * stride_cache + HALF + i, mask=i < HALF, other=0.0).to(tl.float32)[None, :]
+    return cos, sin
+
+
+@triton.jit
 def _rotary_kernel(
     positions_ptr, q_ptr, k_ptr, cache_ptr,
     stride_qt, stride_kt, stride_cache,
@@ -38,10 +48,7 @@ def _rotary_kernel(
     Q_HEADS_PAD: tl.constexpr, K_HEADS_PAD: tl.constexpr, IS_NEOX: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
-    pos = tl.load(positions_ptr + token).to(tl.int64)
-    i = tl.arange(0, HALF_PAD)
-    cos = tl.load(cache_ptr + pos * stride_cache + i, mask=i < HALF, other=0.0).to(tl.float32)[None, :]
-    sin = tl.load(cache_ptr + pos * stride_cache + HALF + i, mask=i < HALF, other=0.0).to(tl.float32)[None, :]
+    cos, sin = load_cos_sin(cache_ptr, positions_ptr, token, stride_cache, HALF, HALF_PAD)
     _rotate_heads(q_ptr, stride_qt, token, cos, sin, num_q_heads, HEAD, HALF, Q_HEADS_PAD, HALF_PAD, IS_NEOX)
     _rotate_heads(k_ptr, stride_kt, token, cos, sin, num_k_heads, HEAD, HALF, K_HEADS_PAD, HALF_PAD, IS_NEOX)
 
