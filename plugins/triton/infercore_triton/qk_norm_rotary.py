@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from infercore.ops.reference import check_full_rotary
-from infercore_triton.rotary import load_cos_sin
+from infercore_triton.rotary import load_cos_sin, rotation_halves
 
 #: Largest head tile (heads × head_size elements) one loop iteration holds in registers.
 MAX_TILE = 2048
@@ -29,12 +29,7 @@ def _norm_rotate_heads(x_ptr, stride_t, token, w_ptr, cos, sin, num_heads, eps,
     together cover the whole head, so the norm's sum of squares needs no second read.
     """
     i = tl.arange(0, HALF_PAD)
-    if IS_NEOX:
-        first = i
-        second = i + HALF
-    else:
-        first = 2 * i
-        second = 2 * i + 1
+    first, second = rotation_halves(HALF, HALF_PAD, IS_NEOX)
     half_mask = i < HALF
     w1 = tl.load(w_ptr + first, mask=half_mask, other=0.0).to(tl.float32)[None, :]
     w2 = tl.load(w_ptr + second, mask=half_mask, other=0.0).to(tl.float32)[None, :]

@@ -8,10 +8,11 @@ import triton.language as tl
 
 
 @triton.jit
-def _rotate_heads(x_ptr, stride_t, token, cos, sin, num_heads,
-                  HEAD: tl.constexpr, HALF: tl.constexpr, HEADS_PAD: tl.constexpr, HALF_PAD: tl.constexpr,
-                  IS_NEOX: tl.constexpr):
-    heads = tl.arange(0, HEADS_PAD)
+def rotation_halves(HALF: tl.constexpr, HALF_PAD: tl.constexpr, IS_NEOX: tl.constexpr):
+    """Feature indices [HALF_PAD] of the two halves a head rotates: ``(first, second)``.
+
+    NeoX style pairs feature ``i`` with ``i + HALF``; GPT-J style pairs ``2i`` with ``2i + 1``.
+    """
     i = tl.arange(0, HALF_PAD)
     if IS_NEOX:
         first = i
@@ -19,6 +20,16 @@ def _rotate_heads(x_ptr, stride_t, token, cos, sin, num_heads,
     else:
         first = 2 * i
         second = 2 * i + 1
+    return first, second
+
+
+@triton.jit
+def _rotate_heads(x_ptr, stride_t, token, cos, sin, num_heads,
+                  HEAD: tl.constexpr, HALF: tl.constexpr, HEADS_PAD: tl.constexpr, HALF_PAD: tl.constexpr,
+                  IS_NEOX: tl.constexpr):
+    heads = tl.arange(0, HEADS_PAD)
+    i = tl.arange(0, HALF_PAD)
+    first, second = rotation_halves(HALF, HALF_PAD, IS_NEOX)
     base = x_ptr + token * stride_t + heads[:, None] * HEAD
     mask = (heads < num_heads)[:, None] & (i < HALF)[None, :]
     x1 = tl.load(base + first[None, :], mask=mask, other=0.0)
