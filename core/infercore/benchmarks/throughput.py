@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infercore.benchmarks.jit_builds import JitBuildCounter
 from infercore.benchmarks.workloads import WORKLOADS, Workload
 from infercore.version import __version__
 
@@ -62,9 +63,10 @@ def run_infercore(workload: Workload, folder: Path, args: argparse.Namespace) ->
 
         profiler = cProfile.Profile()
         profiler.enable()
-    start = time.perf_counter()
-    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=not args.no_progress)
-    elapsed = time.perf_counter() - start
+    with JitBuildCounter() as builds:
+        start = time.perf_counter()
+        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=not args.no_progress)
+        elapsed = time.perf_counter() - start
     if profiler is not None:
         import pstats
 
@@ -73,7 +75,8 @@ def run_infercore(workload: Workload, folder: Path, args: argparse.Namespace) ->
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     return {"engine": "infercore", "version": __version__, "async_scheduling": llm.llm_engine.engine_core.async_mode,
             "requests": len(prompts), "output_tokens": tokens,
-            "wall_s": round(elapsed, 3), "output_tok_s": round(tokens / elapsed, 1)}
+            "wall_s": round(elapsed, 3), "output_tok_s": round(tokens / elapsed, 1),
+            "triton_builds_during_run": dict(builds.builds)}
 
 
 def run_hf(workload: Workload, folder: Path, args: argparse.Namespace) -> dict[str, Any]:

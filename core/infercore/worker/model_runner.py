@@ -19,6 +19,7 @@ from infercore.kv_cache.spec import KVCacheSpec
 from infercore.platforms.interface import Platform
 from infercore.plugins.manager import get_plugin_manager
 from infercore.sample import Sampler, SamplingMetadata, compute_prompt_logprobs, make_generator
+from infercore.sampling_params import SamplingParams
 from infercore.worker.batch_layout import BatchLayout, make_layout
 from infercore.worker.decode_graphs import DecodeGraphs, capture_sizes
 from infercore.worker.pending_sample import PendingSample
@@ -132,11 +133,18 @@ class ModelRunner:
         return max(budget, 0)
 
     def _dummy_forward(self, num_tokens: int) -> None:
-        """A forward pass of ``num_tokens`` prompt tokens into a scratch cache (for memory profiling)."""
-        seq = min(num_tokens, self.max_model_len)
-        n_req = min(math.ceil(num_tokens / seq), self.max_num_reqs)
+        """A forward pass of ``num_tokens`` prompt tokens into a scratch cache (for memory profiling).
+
+        The first request has a one-token query, so the batch is a mixed one and the backend's
+        kernels for decodes beside prefills are built here rather than during the first requests.
+        """
+        lead = 1 if num_tokens > 1 and self.max_num_reqs > 1 else 0
+        seq = min(num_tokens - lead, self.max_model_len)
+        n_req = min(math.ceil((num_tokens - lead) / seq), self.max_num_reqs - lead)
         lengths = np.full(n_req, seq)
-        lengths[-1] = num_tokens - seq * (n_req - 1)
+        lengths[-1] = num_tokens - lead - seq * (n_req - 1)
+        lengths = np.concatenate([np.ones(lead, dtype=lengths.dtype), lengths])
+        n_req += lead
         per_req = math.ceil(seq / self.block_size)
         caches = self._allocate_caches(n_req * per_req + 1)
         bind_attention(self.model, self.backend, caches)
@@ -163,8 +171,21 @@ class ModelRunner:
                                                       self.max_num_tokens)
         logger.info("KV cache: %d blocks of %d tokens (%.1f MiB)", num_blocks, self.block_size,
                     num_blocks * self.page_size_bytes() / 2**20)
+        self._warm_up_sampler()
         if self.platform.capabilities.graph_capture and not self.config.model.enforce_eager:
             self._capture_decode_graphs()
+
+    @torch.inference_mode()
+    def _warm_up_sampler(self) -> None:
+        """Sample one greedy and one random row of dummy logits, so the sampler's kernels are built
+        before the first request. Its seeds come from a generator of its own: the engine's stream of
+        seeds for unseeded requests is left as it was."""
+        params = [SamplingParams(temperature=0.0), SamplingParams(temperature=1.0)]
+        logits = torch.zeros((len(params), self.vocab_size), dtype=self.dtype, device=self.device)
+        metadata = SamplingMetadata.build(params, [None] * len(params), [[0]] * len(params), [[] for _ in params],
+                                          self.vocab_size, self.device, eos_token_ids=[None] * len(params),
+                                          seed_source=np.random.default_rng(0))
+        self.sampler(logits, metadata)
 
     @torch.inference_mode()
     def _capture_decode_graphs(self) -> None:

@@ -37,7 +37,9 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-@triton.jit
+# Arguments that change from step to step (the block table's width, views at an offset into the
+# runner's buffers) are not specialised on: a step of a new shape would compile a variant mid-run.
+@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "stride_bt"])
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr,
     out_ptr, part_out_ptr, part_lse_ptr,

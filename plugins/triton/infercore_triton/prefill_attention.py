@@ -42,7 +42,8 @@ def _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, ac
     return m_new, denom, acc
 
 
-@triton.jit
+# Step-varying arguments are not specialised on (see the decode kernel).
+@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt"])
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
     scale, sliding_window,

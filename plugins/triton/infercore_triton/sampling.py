@@ -30,7 +30,8 @@ _MIN_EXPONENTIAL = tl.constexpr(2.0**-24)
 _MAX_BLOCK = 2048
 
 
-@triton.jit
+# The batch size is not specialised on, so batches of 1 or of multiples of 16 need no variant of their own.
+@triton.jit(do_not_specialize=["batch"])
 def _block_best_kernel(
     logits_ptr, temperature_ptr, seeds_ptr, best_value_ptr, best_index_ptr, out_ptr,
     batch, stride_row, vocab_size, num_blocks,
@@ -104,7 +105,8 @@ def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.
     block = min(_MAX_BLOCK, max(16, triton.next_power_of_2(vocab_size)))
     num_blocks = triton.cdiv(vocab_size, block)
     # Small vocabularies: several rows per program, and the first kernel writes the tokens itself.
-    rows = min(_MAX_BLOCK // block, triton.next_power_of_2(batch)) if num_blocks == 1 else 1
+    # The rows per program do not follow the batch size, so every batch runs the same variant.
+    rows = _MAX_BLOCK // block if num_blocks == 1 else 1
     temperature = temperature.float().contiguous()
     seeds = seeds.long().contiguous()
     if num_blocks == 1:
