@@ -7,10 +7,10 @@ checkpoint and copies in this rank's shard, so model loading code never slices b
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from infercore.layers.tensor_parallel import divide, get_tp_state
+from infercore.ops import get_op
 
 
 def _copy_checked(param: torch.Tensor, loaded: torch.Tensor) -> None:
@@ -34,6 +34,8 @@ class LinearBase(nn.Module):
             self.bias.weight_loader = self.weight_loader
         else:
             self.register_parameter("bias", None)
+        #: The platform's GEMM (custom op ``linear``; ``F.linear`` unless a plugin has a faster one).
+        self._linear = get_op("linear")
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
         _copy_checked(param, loaded)
@@ -51,7 +53,7 @@ class ColumnParallelLinear(LinearBase):
         _copy_checked(param, loaded.narrow(0, self.tp_rank * size, size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return self._linear(x, self.weight, self.bias)
 
 
 class RowParallelLinear(LinearBase):
@@ -69,5 +71,5 @@ class RowParallelLinear(LinearBase):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # The bias is added once, after the sum, not once per rank.
-        out = get_tp_state().all_reduce(F.linear(x, self.weight))
+        out = get_tp_state().all_reduce(self._linear(x, self.weight))
         return out if self.bias is None else out + self.bias

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from infercore.layers.tensor_parallel import get_tp_state
+from infercore.ops import get_op
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -47,6 +48,10 @@ class VocabParallelEmbedding(nn.Module):
 class ParallelLMHead(VocabParallelEmbedding):
     """The output projection to vocabulary logits, sharded like the embedding it may be tied to."""
 
+    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+        super().__init__(num_embeddings, embedding_dim)
+        self._linear = get_op("linear")
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] → [N, vocab] logits in the weights' dtype, gathered over the group.
 
@@ -54,7 +59,7 @@ class ParallelLMHead(VocabParallelEmbedding):
         masks, truncation) and otherwise samples straight from these. Rows are contiguous; with
         tensor parallelism the result may be a column slice (row stride above ``vocab``).
         """
-        logits = F.linear(hidden, self.weight)
+        logits = self._linear(hidden, self.weight)
         if self.tp_size > 1:
             parts = [torch.empty_like(logits) for _ in range(self.tp_size)]
             torch.distributed.all_gather(parts, logits)

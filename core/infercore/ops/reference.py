@@ -89,6 +89,11 @@ def check_full_rotary(cos_sin_cache: torch.Tensor, head_size: int) -> None:
                          f"for head size {head_size}; norm the heads and call rotary_embedding instead")
 
 
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias``: the dense GEMM of every linear layer and the LM head."""
+    return F.linear(x, weight, bias)
+
+
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """``silu(x[..., :I]) * x[..., I:]`` for ``x`` of last dimension ``2*I``."""
     gate, up = x.chunk(2, dim=-1)

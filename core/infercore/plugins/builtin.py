@@ -18,6 +18,7 @@ def register_models(register: RegisterFn) -> None:
 
 @hookimpl
 def register_custom_ops(register: RegisterFn) -> None:
+    register("linear", "infercore.ops.reference:linear")
     register("rms_norm", "infercore.ops.reference:rms_norm")
     register("fused_add_rms_norm", "infercore.ops.reference:fused_add_rms_norm")
     register("rotary_embedding", "infercore.ops.reference:rotary_embedding")

@@ -16,3 +16,8 @@ def register_platforms(register: RegisterFn) -> None:
 @hookimpl
 def register_attention_backends(register: RegisterFn) -> None:
     register("torch_paged", "infercore_cpu.attention:TorchPagedAttentionBackend")
+
+
+@hookimpl
+def register_custom_ops(register: RegisterFn) -> None:
+    register("linear", "infercore_cpu.linear:linear", platform="cpu")

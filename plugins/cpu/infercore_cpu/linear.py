@@ -1,0 +1,30 @@
+"""The CPU platform's dense GEMM: float32 linears through oneDNN on x86.
+
+torch sends a float32 ``F.linear`` on a CPU to MKL. On AMD x86 CPUs MKL does not take its AVX-512
+kernels, and oneDNN (also inside torch) runs the same float32 products about twice as fast: on a
+2-core AMD EPYC (AVX-512), 330-460 GFLOP/s against 135-200 at the shapes of a decode step, and
+470-490 against 220 at prefill shapes. The result is float32 arithmetic throughout (no reduced
+precision), with a different summation order than MKL's.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _onednn_linear_available() -> bool:
+    return (torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+            and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+_ONEDNN = _onednn_linear_available()
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias``; float32 CPU tensors through oneDNN, anything else through ``F.linear``."""
+    if (not _ONEDNN or x.dtype != torch.float32 or weight.dtype != torch.float32 or x.device.type != "cpu"
+            or x.numel() == 0 or (bias is not None and bias.dtype != torch.float32)):
+        return F.linear(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
