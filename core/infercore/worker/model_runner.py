@@ -139,12 +139,14 @@ class ModelRunner:
         kernels for decodes beside prefills are built here rather than during the first requests.
         """
         lead = 1 if num_tokens > 1 and self.max_num_reqs > 1 else 0
-        seq = min(num_tokens - lead, self.max_model_len)
-        n_req = min(math.ceil((num_tokens - lead) / seq), self.max_num_reqs - lead)
-        lengths = np.full(n_req, seq)
-        lengths[-1] = num_tokens - lead - seq * (n_req - 1)
-        lengths = np.concatenate([np.ones(lead, dtype=lengths.dtype), lengths])
-        n_req += lead
+        # No step holds more than max_num_reqs requests of at most max_model_len tokens.
+        prompt_tokens = min(num_tokens - lead, (self.max_num_reqs - lead) * self.max_model_len)
+        seq = min(prompt_tokens, self.max_model_len)
+        num_prompts = math.ceil(prompt_tokens / seq)
+        lengths = np.full(lead + num_prompts, seq)
+        lengths[:lead] = 1
+        lengths[-1] = prompt_tokens - seq * (num_prompts - 1)
+        n_req = len(lengths)
         per_req = math.ceil(seq / self.block_size)
         caches = self._allocate_caches(n_req * per_req + 1)
         bind_attention(self.model, self.backend, caches)

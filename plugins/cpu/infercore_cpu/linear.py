@@ -24,7 +24,7 @@ _ONEDNN = _onednn_linear_available()
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x @ weight.T + bias``; float32 CPU tensors through oneDNN, anything else through ``F.linear``."""
-    if (not _ONEDNN or x.dtype != torch.float32 or weight.dtype != torch.float32 or x.device.type != "cpu"
-            or x.numel() == 0 or (bias is not None and bias.dtype != torch.float32)):
+    if (not _ONEDNN or x.dtype != torch.float32 or weight.dtype != torch.float32 or x.numel() == 0
+            or (bias is not None and bias.dtype != torch.float32)):
         return F.linear(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
