@@ -173,8 +173,7 @@ class OpenAIServingChat(OpenAIServing):
         completion_tokens = sum(c.num_tokens for c in choices.values())
         return ChatCompletionResponse(
             id=request_id, model=self.model_name,
-            usage=UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                            total_tokens=prompt_tokens + completion_tokens),
+            usage=UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens),
             choices=[self._choice(req, i, c, echo) for i, c in sorted(choices.items())])
 
     def _choice(self, req: ChatCompletionRequest, index: int, choice: _Choice, echo: str) -> ChatChoice:
@@ -214,8 +213,7 @@ class OpenAIServingChat(OpenAIServing):
                 out = await anext(rest, None)
             if include_usage:
                 completion_tokens = sum(c.num_tokens for c in choices.values())
-                usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                                  total_tokens=prompt_tokens + completion_tokens)
+                usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
                 yield sse(ChatCompletionChunk(id=request_id, model=self.model_name, choices=[], usage=usage))
         except Exception as exc:
             yield sse_error(exc)

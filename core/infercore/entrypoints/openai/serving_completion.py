@@ -128,8 +128,7 @@ class OpenAIServingCompletion(OpenAIServing):
         async for prompt_index, out in rest:
             absorb(prompt_index, out)
         completion_tokens = sum(c.num_tokens for c in choices.values())
-        usage = UsageInfo(prompt_tokens=sum(prompt_tokens.values()), completion_tokens=completion_tokens,
-                          total_tokens=sum(prompt_tokens.values()) + completion_tokens)
+        usage = UsageInfo(prompt_tokens=sum(prompt_tokens.values()), completion_tokens=completion_tokens)
         return CompletionResponse(
             id=request_id, model=self.model_name, usage=usage,
             choices=[CompletionChoice(index=i, text="".join(c.text), logprobs=c.logprobs,
@@ -165,9 +164,7 @@ class OpenAIServingCompletion(OpenAIServing):
                 item = await anext(rest, None)
             if include_usage:
                 completion_tokens = sum(c.num_tokens for c in choices.values())
-                total_prompt = sum(prompt_tokens.values())
-                usage = UsageInfo(prompt_tokens=total_prompt, completion_tokens=completion_tokens,
-                                  total_tokens=total_prompt + completion_tokens)
+                usage = UsageInfo(prompt_tokens=sum(prompt_tokens.values()), completion_tokens=completion_tokens)
                 yield sse(CompletionResponse(id=request_id, model=self.model_name, choices=[], usage=usage))
         except Exception as exc:
             yield sse_error(exc)
