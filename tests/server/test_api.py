@@ -32,6 +32,7 @@ def test_completions_match_offline_llm(client, offline) -> None:
                                            extra_body={"ignore_eos": True})
         assert result.choices[0].text == offline[prompt]
         assert result.usage.completion_tokens == 12
+        assert result.usage.total_tokens == result.usage.prompt_tokens + 12 and result.usage.prompt_tokens > 0
 
 
 def test_streaming_equals_non_streaming(client) -> None:
@@ -40,6 +41,7 @@ def test_streaming_equals_non_streaming(client) -> None:
     chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
     assert "".join(c.choices[0].text for c in chunks if c.choices) == full
     assert chunks[-1].usage.completion_tokens == 16
+    assert chunks[-1].usage.total_tokens == chunks[-1].usage.prompt_tokens + 16
 
 
 def test_chat_sync_and_async_streaming_agree(server, client) -> None:
