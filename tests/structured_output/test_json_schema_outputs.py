@@ -6,7 +6,7 @@ import json
 
 import jsonschema
 import pytest
-from structured_schemas import bounded_schemas
+from bounded_schemas import bounded_schemas
 
 from infercore.sampling_params import StructuredOutputsParams
 

@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import openai
 import pytest
-from e2e_schemas import bounded_schemas
+from bounded_schemas import bounded_schemas
 from transformers import AutoTokenizer
 
 #: Enough for the longest document the bounded schemas allow.

@@ -1,6 +1,6 @@
-"""Fifty distinct JSON schemas whose every valid document is short: bounded strings (maxLength),
-bounded arrays (maxItems), integers and numbers with bounds, enums, nested objects and required
-fields."""
+"""Distinct JSON schemas whose every valid document is short: bounded strings (maxLength), bounded
+arrays (maxItems), integers and numbers with bounds, enums, consts, nested objects and required
+fields. Shared by the grammar-backend tests and the server's end-to-end tests."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ _NAMES = ["id", "name", "city", "tags", "score", "items", "meta", "ok", "unit", 
 
 
 def _leaf(rng: random.Random) -> dict[str, Any]:
-    kind = rng.choice(["string", "integer", "number", "boolean", "enum", "null"])
+    kind = rng.choice(["string", "integer", "number", "boolean", "enum", "null", "const"])
     if kind == "string":
         schema: dict[str, Any] = {"type": "string", "maxLength": rng.randint(1, 6)}
         if rng.random() < 0.4:
@@ -25,6 +25,8 @@ def _leaf(rng: random.Random) -> dict[str, Any]:
         return {"type": "number", "minimum": low, "maximum": low + rng.randint(1, 100)}
     if kind == "enum":
         return {"enum": rng.sample(["red", "green", "blue", "paris", 1, 2, 3.5, True, None], rng.randint(1, 4))}
+    if kind == "const":
+        return {"const": rng.choice(["fixed", 7, False])}
     return {"type": kind}
 
 
