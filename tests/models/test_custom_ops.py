@@ -132,3 +132,13 @@ def test_get_op_prefers_the_platforms_registration() -> None:
     finally:
         reset_plugin_manager(None)
     assert get_op("rms_norm") is reference.rms_norm
+
+
+def test_op_lookup_never_falls_back_to_another_platforms_kernel() -> None:
+    from infercore.plugins.registry import Registration, Registry
+
+    ops = Registry("custom_op", multi=True)
+    ops.add(Registration("custom_op", "fancy", "acme_ops:fancy", "acme", {"platform": "acme"}))
+    with pytest.raises(KeyError, match="no implementation for platform 'cpu'"):
+        ops.get("fancy", "cpu")
+    assert ops.get("fancy", "acme").target == "acme_ops:fancy"

@@ -77,7 +77,8 @@ class Registry:
 
     def get(self, name: str, platform: str | None = None) -> Registration:
         """The registration for ``name``; for multi kinds the one for ``platform`` if present,
-        else the platform-independent one."""
+        else the platform-independent one. A multi-kind name with neither (only other platforms'
+        registrations) is a ``KeyError``: another platform's kernel is never a fallback."""
         regs = self._items.get(name)
         if not regs:
             known = ", ".join(self.names()) or "none"
@@ -90,7 +91,10 @@ class Registry:
         for reg in regs:
             if reg.metadata.get("platform") is None:
                 return reg
-        return regs[0]
+        others = ", ".join(sorted(str(r.metadata.get("platform")) for r in regs))
+        raise KeyError(f"{self.kind} {name!r} has no implementation for platform {platform!r} and no "
+                       f"platform-independent reference (registered for: {others}); register one with "
+                       f"platform={platform!r}, or a reference without a platform")
 
     def all(self) -> list[Registration]:
         return [r for regs in self._items.values() for r in regs]
