@@ -3,7 +3,10 @@
 Chat templates and ``chat_template_kwargs`` may come from requests, so they are untrusted: they run in
 Jinja's immutable sandbox, and every way a template can burn time or memory (loops over ``range``,
 ``*``/``**``/``+`` on big values, ``~`` concatenation, filters with width arguments, function calls,
-output) is checked against a size limit and a deadline.
+output) is checked against a size limit and a deadline. Whatever turns a value into text (output,
+``~``, ``%``, text-building filters, calls) is checked *before* it runs against the size the value
+would take written out, so a list holding one string a million times is refused while it is still
+small in memory.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ _MAX_INT_BITS = 4096
 _TEMPLATE_CACHE_SIZE = 64
 #: A number of seven or more digits in a format string: a field width that would build a huge string.
 _LONG_NUMBER = re.compile(r"\d{7,}")
+#: Filters that pick from or reshape their input without writing its contents out as text.
+_STRUCTURAL_FILTERS = frozenset({
+    "abs", "attr", "batch", "count", "d", "default", "dictsort", "first", "float", "groupby", "int", "items",
+    "last", "length", "list", "map", "max", "min", "random", "reject", "rejectattr", "reverse", "round", "select",
+    "selectattr", "slice", "sort", "unique"})
 
 
 def get_tokenizer(model_config: Any) -> PreTrainedTokenizerBase:
@@ -96,6 +104,37 @@ def _check_size(value: Any, limit: int) -> Any:
     return value
 
 
+def _written_size(value: Any, limit: int) -> int:
+    """About how many characters ``value`` takes written out (as text or JSON), counted until past ``limit``.
+
+    Nested lists, tuples and dicts count every element each time it appears, as writing them out does;
+    the walk stops as soon as the count passes ``limit``, so it costs at most ``limit`` steps.
+    """
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (str, bytes)):
+            total += len(item)
+        elif isinstance(item, (list, tuple, Mapping)):
+            total += len(item) + 1
+            if total <= limit:
+                stack.extend(item.items() if isinstance(item, Mapping) else item)
+        else:
+            total += 1
+        if total > limit:
+            break
+    return total
+
+
+def _check_written_size(value: Any, limit: int) -> Any:
+    if isinstance(value, (list, tuple, Mapping)) and _written_size(value, limit) > limit:
+        raise ChatTemplateError(
+            f"the chat template would write out a value of more than the limit of {limit} characters; "
+            "simplify the template")
+    return value
+
+
 class _GenerationExtension(Extension):
     """Accepts ``{% generation %}...{% endgeneration %}`` (used by training templates) and renders its body."""
 
@@ -107,12 +146,17 @@ class _GenerationExtension(Extension):
 
 
 class _BoundedCodeGenerator(CodeGenerator):
-    """Routes ``~`` concatenation through the environment so its result size is checked."""
+    """Routes ``~`` concatenation through the environment so its operands and result sizes are checked."""
 
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
-        self.write("environment.checked_value(")
-        super().visit_Concat(node, frame)
-        self.write(")")
+        # Jinja's own visit_Concat, with each operand checked before it is turned into text.
+        join = "markup_join" if frame.eval_ctx.autoescape or frame.eval_ctx.volatile else "str_join"
+        self.write(f"environment.checked_value({join}((")
+        for arg in node.nodes:
+            self.write("environment.written_value(")
+            self.visit(arg, frame)
+            self.write("), ")
+        self.write(")))")
 
 
 class _BoundedEnvironment(ImmutableSandboxedEnvironment):
@@ -122,13 +166,12 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "+", "%"})
 
     def __init__(self) -> None:
-        super().__init__(trim_blocks=True, lstrip_blocks=True,
+        super().__init__(trim_blocks=True, lstrip_blocks=True, finalize=self.written_value,
                          extensions=[loopcontrols, _GenerationExtension])
         self._render_state = threading.local()
-        self.filters = {name: self._bounded(fn) for name, fn in self.filters.items()}
-        self.filters["tojson"] = self._bounded(_tojson)
-        self.filters["replace"] = self._bounded(self._replace)
-        self.filters["format"] = self._bounded(self._format)
+        filters = {**self.filters, "tojson": _tojson, "replace": self._replace, "format": self._format}
+        self.filters = {name: self._bounded(fn, written=name not in _STRUCTURAL_FILTERS)
+                        for name, fn in filters.items()}
         self.globals["raise_exception"] = _raise_exception
         self.globals["strftime_now"] = _strftime_now
         self.globals["range"] = self._range
@@ -149,17 +192,20 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__} is not allowed")
 
-    def _check_args(self, args: tuple[Any, ...]) -> None:
+    def _check_args(self, args: tuple[Any, ...], written: bool) -> None:
+        """Check a call's arguments; ``written`` when the call may write their contents out as text."""
         self.deadline.check()
         for arg in args:
             if isinstance(arg, int) and not isinstance(arg, bool) and abs(arg) > self.limit:
                 raise ChatTemplateError(f"the chat template passed the number {arg}, over the limit of {self.limit}")
             _check_size(arg, self.limit)
+            if written:
+                _check_written_size(arg, self.limit)
 
-    def _bounded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def _bounded(self, fn: Callable[..., Any], written: bool) -> Callable[..., Any]:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            self._check_args((*args, *kwargs.values()))
+            self._check_args((*args, *kwargs.values()), written)
             return _check_size(fn(*args, **kwargs), self.limit)
 
         return wrapper
@@ -200,6 +246,11 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         self.deadline.check()
         return _check_size(value, self.limit)
 
+    def written_value(self, value: Any) -> Any:
+        """``value``, once it is known to be small enough to write out as text."""
+        self.deadline.check()
+        return _check_written_size(value, self.limit)
+
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         self.deadline.check()
         if isinstance(left, int) and isinstance(right, int) and operator in ("*", "**"):
@@ -208,6 +259,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
                 raise ChatTemplateError("the chat template computed a number too large to handle; simplify the template")
         if operator == "%" and isinstance(left, str):
             self._check_format(left)
+            self.written_value(right)
         if operator == "*":
             for seq, count in ((left, right), (right, left)):
                 if hasattr(seq, "__len__") and isinstance(count, int) and len(seq) * count > self.limit:
@@ -216,7 +268,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         return self.checked_value(super().call_binop(context, operator, left, right))
 
     def call(self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        self._check_args((*args, *kwargs.values()))
+        self._check_args((*args, *kwargs.values()), written=True)
         owner = getattr(__obj, "__self__", None)
         if isinstance(owner, str) and getattr(__obj, "__name__", "") == "replace" and len(args) >= 2:
             self._check_replace(owner, str(args[0]), str(args[1]))
