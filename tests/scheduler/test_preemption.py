@@ -85,3 +85,39 @@ def test_preemption_picks_the_lowest_priority_request():
         preempted |= {r for r in out.finished_req_ids if r in sched.requests}
         sched.update_from_output(out, runner.execute(out))
     assert preempted == {"background"}
+
+
+def _preempt_after_scheduling_the_victim():
+    """A priority scheduler whose low-priority request runs first in the batch, so it is already
+    scheduled in the step in which the high-priority request behind it runs out of blocks."""
+    sched = make_scheduler(num_blocks=9, block_size=4, max_model_len=32, budget=64, policy="priority")
+    runner = FakeRunner(4)
+    sched.add_request(make_request("background", 14, max_tokens=12, priority=5, arrival_time=0.0))
+    for _ in range(2):
+        out = sched.schedule()
+        sched.update_from_output(out, runner.execute(out))
+    sched.add_request(make_request("important", 10, max_tokens=12, priority=0, arrival_time=1.0))
+    return sched, runner
+
+
+def test_preempted_request_keeps_its_computed_prefix_cached():
+    sched, runner = _preempt_after_scheduling_the_victim()
+    victim = sched.requests["background"]
+    kv = sched.kv_cache_manager
+    resumed_at = None
+    cached_at_preemption = None
+    while sched.has_unfinished_requests():
+        computed_before = victim.num_computed_tokens
+        out = sched.schedule()
+        if "background" in out.finished_req_ids and "background" in sched.requests:
+            # Every block it computed before this step is still in the prefix cache.
+            cached_at_preemption = computed_before // 4
+            _, num_hit = kv.get_computed_blocks(victim)
+            assert num_hit == min(cached_at_preemption * 4, (victim.num_tokens - 1) // 4 * 4)
+        for new in out.scheduled_new_reqs:
+            if new.req_id == "background" and new.output_token_ids:
+                resumed_at = new.num_computed_tokens
+        sched.update_from_output(out, runner.execute(out))
+    assert cached_at_preemption, "the background request should be preempted after computing blocks"
+    assert resumed_at is not None and resumed_at > 0, "the resumed request should start from its cached prefix"
+    assert kv.num_free_blocks == kv.num_usable_blocks

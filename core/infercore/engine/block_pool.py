@@ -93,12 +93,14 @@ class BlockPool:
                 if block.block_hash is None:
                     free.move_to_end(block.block_id, last=False)
 
-    def cache_block(self, block: KVBlock, block_hash: BlockHash) -> None:
-        """Put a block whose KV is (or is being) computed into the prefix cache. If another block
-        already holds the same prefix, this one stays out of the cache."""
-        if block.block_hash is None and block_hash not in self._cached:
-            block.block_hash = block_hash
-            self._cached[block_hash] = block
+    def cache_block(self, block: KVBlock, block_hash: BlockHash) -> bool:
+        """Put a block whose KV is (or is being) computed into the prefix cache; False if it stays
+        out (it is cached already, or another block holds the same prefix)."""
+        if block.block_hash is not None or block_hash in self._cached:
+            return False
+        block.block_hash = block_hash
+        self._cached[block_hash] = block
+        return True
 
     def uncache_block(self, block: KVBlock) -> None:
         """Take a block out of the prefix cache (its KV was never written)."""

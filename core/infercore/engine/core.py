@@ -12,7 +12,7 @@ from infercore.engine.model_info import ModelInfo, resolve_demo_model, resolve_m
 from infercore.engine.request import Request
 from infercore.engine.scheduler import Scheduler
 from infercore.engine.scheduler_output import SchedulerOutput
-from infercore.executor.base import Executor
+from infercore.executor.base import Executor, ExecutorDeadError
 from infercore.platforms.selection import current_platform
 from infercore.plugins.manager import get_plugin_manager
 
@@ -48,7 +48,7 @@ class EngineCore:
         self.model_info: ModelInfo = resolve_model_info(config)
         self.max_num_batched_tokens = resolve_token_budget(
             config, self.model_info.max_model_len, self.platform.capabilities.profile_memory)
-        executor_name = config.parallel.distributed_executor_backend or "uniproc"
+        executor_name = config.parallel.executor_backend
         executor_cls = manager.registry("executor").load(executor_name)
         started = time.perf_counter()
         self.executor: Executor = executor_cls(config, self.platform, self.model_info, self.max_num_batched_tokens)
@@ -60,13 +60,16 @@ class EngineCore:
         #: Async scheduling overlaps the host work of step N+1 with step N on the device.
         self.async_mode = config.scheduler.async_scheduling
         if self.async_mode is None:
-            self.async_mode = self.platform.capabilities.graph_capture and not config.model.enforce_eager
+            self.async_mode = self.platform.capabilities.async_scheduling and not config.model.enforce_eager
         self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, num_blocks,
-                                   config.cache.block_size, self.max_num_batched_tokens, async_mode=self.async_mode)
+                                   config.cache.block_size, self.max_num_batched_tokens)
         self._inflight: SchedulerOutput | None = None
         self.grammars = GrammarGate(config, self.model_info.vocab_size, self.model_info.generation_stop_ids)
 
     def add_request(self, request: EngineCoreRequest) -> None:
+        """Queue a request; raises ValueError (changing nothing) if it cannot be taken."""
+        if request.request_id in self.scheduler.requests or request.request_id in self.grammars.pending:
+            raise ValueError(f"request id {request.request_id!r} is already in use; give each request a unique id")
         req = Request.from_engine_core_request(request)
         if request.sampling_params.structured_outputs is not None:
             self.grammars.submit(req)
@@ -104,7 +107,7 @@ class EngineCore:
             bitmask = self.grammars.bitmask(self.scheduler, scheduler_output)
             runner_output = self.executor.execute_model(scheduler_output, bitmask)
         except Exception as exc:
-            return self._fail_step(list(scheduler_output.num_scheduled_tokens), exc)
+            return self._fail_step(exc)
         outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
         self.grammars.after_step(outputs)
         return outputs
@@ -119,8 +122,7 @@ class EngineCore:
             runner_output = self.executor.execute_model_async(scheduler_output)
         except Exception as exc:
             self._inflight = None
-            ids = list(scheduler_output.num_scheduled_tokens) + list(previous.num_scheduled_tokens if previous else [])
-            return self._fail_step(ids, exc)
+            return self._fail_step(exc)
         if previous is None or runner_output is None:
             return EngineCoreOutputs()
         return self.scheduler.update_from_output(previous, runner_output)
@@ -131,15 +133,18 @@ class EngineCore:
         try:
             runner_output = self.executor.finish_pending()
         except Exception as exc:
-            return self._fail_step(list(previous.num_scheduled_tokens), exc)
+            return self._fail_step(exc)
         if runner_output is None:
             return EngineCoreOutputs()
         return self.scheduler.update_from_output(previous, runner_output)
 
-    def _fail_step(self, ids: list[str], exc: Exception) -> EngineCoreOutputs:
-        """A step that raised fails the requests in it, not the engine."""
+    def _fail_step(self, exc: Exception) -> EngineCoreOutputs:
+        """A step that raised fails the requests of every step not yet folded in, not the engine."""
+        if isinstance(exc, ExecutorDeadError):
+            raise exc  # a dead or hung worker ends the engine; its process exits and fails every request
+        ids = self.scheduler.fail_unfolded_steps()
+        self.grammars.abort(ids)
         logger.exception("model step failed; failing the %d requests in it", len(ids))
-        self.scheduler.abort_requests(ids)
         message = f"internal error while running the model: {type(exc).__name__}"
         outs = [EngineCoreOutput(r, [], finish_reason=FinishReason.ERROR, error=message) for r in ids]
         return EngineCoreOutputs(outputs=outs)

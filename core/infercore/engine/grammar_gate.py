@@ -93,12 +93,9 @@ class GrammarGate:
             return None
         sampled = []
         constrained = False
-        for req_id, n in so.num_scheduled_tokens.items():
-            req = scheduler.requests[req_id]
-            # Async bookkeeping counts the scheduled tokens (and a placeholder sample) at schedule time.
-            samples = (req.num_output_placeholders > 0 if scheduler.async_mode
-                       else req.num_computed_tokens + n >= req.num_tokens)
-            if samples:
+        for req_id in so.num_scheduled_tokens:
+            # A step that samples a request has counted that sample as a placeholder token.
+            if scheduler.requests[req_id].num_output_placeholders > 0:
                 sampled.append(req_id)
                 constrained = constrained or self.manager.has_grammar(req_id)
         return self.manager.grammar_bitmask(sampled) if constrained else None

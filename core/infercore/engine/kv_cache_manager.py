@@ -13,8 +13,9 @@ class KVCacheManager:
     A request's blocks go into the prefix cache as soon as they are allocated for tokens that the
     coming step computes, so a request scheduled later in the same step can already share them.
     This relies on the runner writing a layer's KV for every token of the step before that layer's
-    attention reads the cache. Blocks whose KV was never written (the request was preempted or
-    aborted before its step ran) leave the cache when the request frees them.
+    attention reads the cache. Blocks whose KV was never written leave the cache again: those past
+    a request's computed tokens when it frees them (it was preempted before its step ran), and those
+    of a step that failed (the scheduler takes them with :meth:`take_newly_cached` each step).
     """
 
     def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True) -> None:
@@ -24,6 +25,8 @@ class KVCacheManager:
         self._req_blocks: dict[str, list[KVBlock]] = {}
         #: Per request, how many of its leading blocks went through the prefix cache.
         self._num_cached_blocks: dict[str, int] = {}
+        #: Blocks put into the prefix cache since the last :meth:`take_newly_cached`.
+        self._newly_cached: list[KVBlock] = []
         #: Cumulative prefix-cache counters, in tokens.
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
@@ -113,9 +116,16 @@ class KVCacheManager:
         hashes = request.block_hashes
         extend_block_hashes(hashes, request.all_token_ids, num_full, self.block_size, request.cache_salt)
         cache_block = self.pool.cache_block
+        newly_cached = self._newly_cached
         for i in range(start, num_full):
-            cache_block(blocks[i], hashes[i])
+            if cache_block(blocks[i], hashes[i]):
+                newly_cached.append(blocks[i])
         self._num_cached_blocks[rid] = num_full
+
+    def take_newly_cached(self) -> list[KVBlock]:
+        """The blocks put into the prefix cache since the previous call: those a step is about to write."""
+        taken, self._newly_cached = self._newly_cached, []
+        return taken
 
     def free(self, request: Request) -> None:
         """Give back a request's blocks. Call it before ``num_computed_tokens`` is reset: blocks past

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 
 from infercore.config import CacheConfig, SchedulerConfig
+from infercore.engine.block_pool import KVBlock
 from infercore.engine.kv_cache_manager import KVCacheManager
 from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, Logprobs, SchedulerStats
 from infercore.engine.request import Request, RequestStatus
@@ -32,7 +34,11 @@ class Scheduler:
     order. A long prompt is split over steps (chunked prefill), a prefix-cache hit starts
     ``num_computed_tokens`` at the hit length, and a step may compute several tokens of a request.
     When the KV cache is full, the running request that the policy ranks last is preempted: its
-    blocks are freed and it waits to recompute its prompt and outputs.
+    blocks are freed (those it computed stay in the prefix cache) and it waits to recompute.
+
+    The books are the same whether or not the engine schedules step N+1 before step N's tokens
+    are known (async scheduling): scheduled tokens count as computed when the step is scheduled,
+    and a sample the step will draw counts as a placeholder token until it is folded in.
     """
 
     def __init__(
@@ -43,7 +49,6 @@ class Scheduler:
         num_blocks: int,
         block_size: int,
         max_num_batched_tokens: int | None = None,
-        async_mode: bool = False,
     ) -> None:
         self.max_model_len = max_model_len
         self.block_size = block_size
@@ -51,9 +56,6 @@ class Scheduler:
         self.max_num_batched_tokens = (max_num_batched_tokens or scheduler_config.max_num_batched_tokens
                                        or _DEFAULT_MAX_NUM_BATCHED_TOKENS)
         self.enable_chunked_prefill = scheduler_config.enable_chunked_prefill
-        #: Async scheduling: step N+1 is scheduled before step N's tokens are known. Computed
-        #: tokens advance at schedule time and each in-flight sample is a placeholder token.
-        self.async_mode = async_mode
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
@@ -72,6 +74,9 @@ class Scheduler:
         self.running: list[Request] = []
         self._finished_req_ids: set[str] = set()
         self.num_preemptions = 0
+        #: Steps scheduled but not yet folded in, oldest first, each with the blocks it put into
+        #: the prefix cache before writing them (taken out again if the step fails).
+        self._unfolded: deque[tuple[SchedulerOutput, list[KVBlock]]] = deque()
 
     @property
     def num_running(self) -> int:
@@ -96,7 +101,8 @@ class Scheduler:
         self.requests[request.request_id] = request
         self.waiting.add(request)
 
-    def abort_requests(self, request_ids: Iterable[str]) -> None:
+    def abort_requests(self, request_ids: Iterable[str],
+                       status: RequestStatus = RequestStatus.FINISHED_ABORTED) -> None:
         """Finish requests in any state and free their blocks; unknown ids are ignored."""
         aborted = [r for r in map(self.requests.get, request_ids) if r is not None]
         if not aborted:
@@ -107,7 +113,21 @@ class Scheduler:
         if any(r.status != _RUNNING for r in aborted):
             self.waiting.remove(ids)
         for request in aborted:
-            self._finish(request, RequestStatus.FINISHED_ABORTED)
+            self._finish(request, status)
+
+    def fail_unfolded_steps(self) -> list[str]:
+        """The steps scheduled but not folded in failed: take the blocks they were to fill out of the
+        prefix cache (no later request may hit KV that was never written) and finish their requests
+        with an error. Returns the ids of those requests."""
+        ids: dict[str, None] = {}
+        uncache = self.kv_cache_manager.pool.uncache_block
+        for scheduler_output, cached_blocks in self._unfolded:
+            ids.update(dict.fromkeys(scheduler_output.num_scheduled_tokens))
+            for block in cached_blocks:
+                uncache(block)
+        self._unfolded.clear()
+        self.abort_requests(ids, RequestStatus.FINISHED_ERROR)
+        return list(ids)
 
     def schedule(self) -> SchedulerOutput:
         budget = self.max_num_batched_tokens
@@ -115,7 +135,6 @@ class Scheduler:
         num_scheduled: dict[str, int] = {}
         running = self.running
         chunked = self.enable_chunked_prefill
-        async_mode = self.async_mode
         preempted = False
 
         cached_reqs: list[CachedRequestData] = []
@@ -135,8 +154,10 @@ class Scheduler:
                 victim_idx = running.index(victim)
                 del running[victim_idx]
                 if victim.request_id in num_scheduled:
-                    budget += num_scheduled.pop(victim.request_id)
-                    victim.num_computed_tokens = 0  # async mode advanced it already
+                    # Undo this step's advance only: the tokens computed before stay cached.
+                    num_undone = num_scheduled.pop(victim.request_id)
+                    budget += num_undone
+                    victim.num_computed_tokens -= num_undone
                     cached_reqs = [c for c in cached_reqs if c.req_id != victim.request_id]
                 self._preempt(victim)
                 preempted = True
@@ -149,8 +170,7 @@ class Scheduler:
                 continue
             num_scheduled[request.request_id] = num_new
             cached_reqs.append(CachedRequestData(request.request_id, block_ids, request.num_computed_tokens))
-            if async_mode:
-                self._advance(request, num_new)
+            self._advance(request, num_new)
             budget -= num_new
             idx += 1
 
@@ -160,13 +180,17 @@ class Scheduler:
 
         finished = self._finished_req_ids
         self._finished_req_ids = set()
-        return SchedulerOutput(
+        scheduler_output = SchedulerOutput(
             scheduled_new_reqs=new_reqs,
             scheduled_cached_reqs=cached_reqs,
             num_scheduled_tokens=num_scheduled,
             total_num_scheduled_tokens=self.max_num_batched_tokens - budget,
             finished_req_ids=finished,
         )
+        cached_blocks = kv.take_newly_cached()
+        if num_scheduled:
+            self._unfolded.append((scheduler_output, cached_blocks))
+        return scheduler_output
 
     def _schedule_waiting(self, budget: int, num_scheduled: dict[str, int], new_reqs: list[NewRequestData]) -> int:
         """Start waiting requests in policy order until the budget, the seats or the blocks run out."""
@@ -202,15 +226,13 @@ class Scheduler:
         return budget
 
     def _advance(self, request: Request, num_new: int) -> None:
-        """Async mode: count the scheduled tokens as computed now, and a sample as a placeholder."""
-        if not self.async_mode:
-            return
+        """Count the scheduled tokens as computed now, and the sample they end in as a placeholder."""
         request.num_computed_tokens += num_new
         if request.num_computed_tokens >= len(request.all_token_ids) + request.num_output_placeholders:
             request.num_output_placeholders += 1
 
     def _will_finish(self, request: Request) -> bool:
-        """Async mode: in-flight samples already take the request to its length limit."""
+        """In-flight samples (async scheduling) already take the request to its length limit."""
         return (request.num_output_tokens + request.num_output_placeholders >= request.max_tokens
                 or len(request.all_token_ids) + request.num_output_placeholders >= self.max_model_len)
 
@@ -238,10 +260,10 @@ class Scheduler:
         """Fold one step's results into request state; return outputs of requests with news.
 
         ``runner_output.req_ids`` lists every scheduled request (with ``[]`` sampled for a prefill
-        chunk that did not reach the end): that is how a request's computed tokens advance.
+        chunk that did not reach the end). Steps are folded in the order they were scheduled.
         """
+        self._mark_folded(scheduler_output)
         requests = self.requests
-        num_scheduled = scheduler_output.num_scheduled_tokens
         if runner_output.prompt_logprobs:
             for rid, lp in runner_output.prompt_logprobs.items():
                 request = requests.get(rid)
@@ -251,18 +273,11 @@ class Scheduler:
         logprobs = runner_output.logprobs
         outputs: list[EngineCoreOutput] = []
         any_finished = False
-        async_mode = self.async_mode
         for rid, sampled in zip(runner_output.req_ids, runner_output.sampled_token_ids):
             request = requests.get(rid)
-            if request is None or request.status != _RUNNING:
+            if request is None or request.status != _RUNNING or not sampled:
                 continue
-            if async_mode:
-                if sampled:
-                    request.num_output_placeholders -= 1
-            else:
-                request.num_computed_tokens += num_scheduled[rid]
-            if not sampled:
-                continue
+            request.num_output_placeholders -= 1
             new_tokens = self._append_tokens(request, sampled)
             new_logprobs = logprobs.get(rid) if logprobs else None
             if new_logprobs is not None and len(new_tokens) < len(sampled):
@@ -285,8 +300,18 @@ class Scheduler:
             self.running = [r for r in self.running if r.status == _RUNNING]
         return EngineCoreOutputs(outputs=outputs)
 
+    def _mark_folded(self, scheduler_output: SchedulerOutput) -> None:
+        """Forget the step (and any older one): its KV is written."""
+        unfolded = self._unfolded
+        if any(entry[0] is scheduler_output for entry in unfolded):
+            while unfolded.popleft()[0] is not scheduler_output:
+                pass
+
     def _append_tokens(self, request: Request, sampled: list[int]) -> list[int]:
         """Append sampled tokens one by one, stopping at the first that ends the request."""
+        if request.max_tokens == 0:  # prompt only (scoring): the prompt is computed, the sample dropped
+            request.status = _LENGTH
+            return []
         out = request.output_token_ids
         all_ids = request.all_token_ids
         for i, token in enumerate(sampled):
