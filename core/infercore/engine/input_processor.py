@@ -7,10 +7,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from transformers import PreTrainedTokenizerBase
 
 from infercore.engine.messages import EngineCoreRequest
 from infercore.sampling_params import SamplingParams, SamplingParamsError
+from infercore.structured_output.admission import check_constraint
+
+#: The engine process decodes SamplingParams with this type; decoding here first turns what it would
+#: refuse (a string where a list belongs, a nesting it cannot recurse into) into this request's error.
+_WIRE_ENCODER = msgspec.msgpack.Encoder()
+_WIRE_DECODER = msgspec.msgpack.Decoder(SamplingParams)
+
+
+#: Most characters a text prompt may have per token of max_model_len. Tokenizers average 3-5 characters
+#: a token on prose and code; 32 leaves room for long runs of spaces or symbols that merge into long
+#: tokens, while a prompt past it is refused before the tokenizer spends seconds on it.
+MAX_CHARS_PER_TOKEN = 32
 
 
 class InputError(ValueError):
@@ -57,7 +70,7 @@ class InputProcessor:
         """Validate and tokenize one request; ``n > 1`` fans out into ``n`` engine requests."""
         text, token_ids = self._tokens(prompt)
         self._check_prompt(token_ids)
-        params = self._resolve_params(params, len(token_ids))
+        params = self._resolve_params(self._as_on_the_wire(params), len(token_ids))
         arrival = time.time() if arrival_time is None else arrival_time
 
         def engine_request(child_id: str, child: SamplingParams, parent: str | None) -> EngineCoreRequest:
@@ -90,8 +103,28 @@ class InputProcessor:
                                  "instead of text", "prompt")
             if not prompt:
                 raise InputError("the prompt is empty; send at least one character", "prompt")
+            self.check_text(prompt)
             return prompt, list(self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens))
         return None, self._as_ids(prompt)
+
+    @property
+    def max_prompt_chars(self) -> int:
+        """Longest text prompt accepted, in characters (``max_model_len`` x :data:`MAX_CHARS_PER_TOKEN`)."""
+        return self.max_model_len * MAX_CHARS_PER_TOKEN
+
+    def check_text(self, text: str, param: str = "prompt") -> None:
+        """Refuse text the tokenizer can't take or must not spend time on: over :attr:`max_prompt_chars`
+        characters, or holding a lone surrogate (not encodable as UTF-8)."""
+        if len(text) > self.max_prompt_chars:
+            raise InputError(
+                f"the prompt has {len(text)} characters, over the limit of {self.max_prompt_chars} "
+                f"({MAX_CHARS_PER_TOKEN} per token of max_model_len {self.max_model_len}); shorten the prompt", param)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InputError(
+                f"the prompt holds a lone surrogate code point (U+{ord(text[exc.start]):04X} at character "
+                f"{exc.start}), which is not valid Unicode text; send well-formed UTF-8", param) from None
 
     @staticmethod
     def _as_ids(ids: Any) -> list[int]:
@@ -111,6 +144,26 @@ class InputProcessor:
             raise InputError(
                 f"prompt has {len(token_ids)} tokens but max_model_len is {self.max_model_len}; shorten the "
                 f"prompt to at most {self.max_model_len - 1} tokens or raise --max-model-len", "prompt")
+
+    @staticmethod
+    def _as_on_the_wire(params: SamplingParams) -> SamplingParams:
+        """``params`` as the engine process will decode them, with the constraint's bounds checked."""
+        try:
+            decoded = _WIRE_DECODER.decode(_WIRE_ENCODER.encode(params))
+        except SamplingParamsError as exc:
+            raise InputError(str(exc), exc.param) from None
+        except RecursionError:
+            raise InputError("the sampling parameters nest too deep to be sent to the engine; flatten them",
+                             "structured_outputs") from None
+        except (msgspec.MsgspecError, TypeError, ValueError) as exc:
+            raise InputError(f"invalid sampling parameters: {exc}; send the types the API documents",
+                             _wire_field(exc)) from None
+        if decoded.structured_outputs is not None:
+            try:
+                check_constraint(decoded.structured_outputs)
+            except SamplingParamsError as exc:
+                raise InputError(str(exc), exc.param) from None
+        return decoded
 
     def _resolve_params(self, params: SamplingParams, prompt_len: int) -> SamplingParams:
         room = self.max_model_len - prompt_len
@@ -140,3 +193,11 @@ class InputProcessor:
             stop_ids.update(self.generation_stop_ids)
         return params.clone(max_tokens=room if params.max_tokens is None else params.max_tokens,
                             all_stop_token_ids=sorted(stop_ids) or None)
+
+
+def _wire_field(exc: BaseException) -> str | None:
+    """The top-level field a msgspec error names (``... - at `$.structured_outputs.choice` ``), if any."""
+    text = str(exc)
+    if "`$." not in text:
+        return None
+    return text.split("`$.", 1)[1].split("`", 1)[0].split(".", 1)[0].split("[", 1)[0] or None
