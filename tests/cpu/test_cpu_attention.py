@@ -9,6 +9,7 @@ import torch
 
 from infercore.attention import CommonAttentionMetadata
 from infercore.attention.reference import paged_attention, write_kv
+from infercore.attention.spec import AttentionLayerSpec
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore_cpu.attention import TorchPagedAttentionBackend
 
@@ -89,7 +90,8 @@ def test_backend_matches_dense_attention(name: str, window: int | None) -> None:
     q, k, v, cache, common, contexts = make_step(STEPS[name])
     spec = KVCacheSpec(BLOCK, KV_HEADS, HEAD, torch.float32)
     meta = TorchPagedAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), 16, 256).build(common)
-    impl = TorchPagedAttentionBackend.get_impl_cls()(HEADS, HEAD, SCALE, KV_HEADS, window)
+    impl = TorchPagedAttentionBackend.get_impl_cls()(AttentionLayerSpec(num_heads=HEADS, head_size=HEAD, scale=SCALE,
+                                                                num_kv_heads=KV_HEADS, sliding_window=window))
     out = impl.forward(q, k, v, cache, meta, torch.empty_like(q))
     torch.testing.assert_close(out, expected_output(q, common, contexts, window), atol=1e-5, rtol=1e-5)
 

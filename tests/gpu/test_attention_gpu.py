@@ -8,6 +8,7 @@ from gpu_marks import requires_gpu
 from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
 
 from infercore.attention import CommonAttentionMetadata
+from infercore.attention.spec import AttentionLayerSpec
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore_cuda.platform import CudaPlatform
 from infercore_triton.backend import TritonAttentionBackend, choose_decode_config, choose_num_splits
@@ -62,7 +63,8 @@ def test_decode_step_replays_from_a_cuda_graph() -> None:
     case = make_case([500, 2002, 9, 3990], [1] * 4, 16, 8, 128, 16, torch.bfloat16, "cuda", seed=11)
     spec = KVCacheSpec(16, 8, 128, torch.bfloat16)
     builder = TritonAttentionBackend.get_builder_cls()(spec, torch.device("cuda"), 4, 4)
-    impl = TritonAttentionBackend.get_impl_cls()(16, 128, 128**-0.5, 8)
+    impl = TritonAttentionBackend.get_impl_cls()(AttentionLayerSpec(num_heads=16, head_size=128, scale=128**-0.5,
+                                                            num_kv_heads=8))
     common = CommonAttentionMetadata(
         num_reqs=4, num_actual_tokens=4, max_query_len=1, max_seq_len=3990,
         query_start_loc=case.query_start_loc, seq_lens=case.seq_lens, block_table=case.block_table,

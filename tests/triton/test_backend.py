@@ -7,6 +7,7 @@ import torch
 from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
 
 from infercore.attention import AttentionRequest, CommonAttentionMetadata
+from infercore.attention.spec import AttentionLayerSpec
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore.plugins import get_plugin_manager
 from infercore_triton.backend import (
@@ -37,7 +38,7 @@ def test_forward_writes_cache_and_attends(seq_lens: list[int], query_lens: list[
     builder = TritonAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), 8, 256)
     meta = builder.build(_common(case, case.q.shape[0]))
     assert meta.num_decodes == num_decodes
-    impl = TritonAttentionBackend.get_impl_cls()(8, 64, 0.125, 2)
+    impl = TritonAttentionBackend.get_impl_cls()(AttentionLayerSpec(num_heads=8, head_size=64, scale=0.125, num_kv_heads=2))
     out = torch.full_like(case.q, float("nan"))
     ref = reference_attention(case, 0.125)
     impl.forward(case.q, case.k, case.v, case.kv_cache, meta, out)

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from infercore.attention.spec import AttentionLayerSpec
 from infercore.kv_cache.spec import KVCacheSpec
 
 
@@ -28,6 +29,8 @@ class AttentionRequest:
     block_size: int
     device_type: str
     sliding_window: int | None = None
+    #: Whether some layer adds an ALiBi bias (plugin API 1.1); backends that can't say so in validate.
+    alibi: bool = False
 
 
 @dataclass
@@ -40,6 +43,21 @@ class CommonAttentionMetadata:
     step is ``seq_lens[i]`` tokens, of which ``seq_lens[i] - query_len`` were already in the cache.
     Device tensors are views of persistent buffers that the runner fills in place, so a captured
     graph can replay them; the ``*_cpu`` copies are for host-side decisions.
+
+    Contracts a backend may rely on:
+
+    * **Slot mapping.** Token ``j`` of the batch is stored at flat slot
+      ``slot_mapping[j] = block_table[i, p // block_size] * block_size + p % block_size``, where ``i`` is
+      its request and ``p`` its position in that request; ``-1`` marks a padding token whose K/V must
+      not be written. Block 0 is the null block and never holds a live token. ``slot_mapping`` may
+      be longer than ``num_actual_tokens`` (graph padding); entries past it are ``-1`` or ignored.
+    * **Lengths.** ``query_start_loc_cpu`` and ``seq_lens_cpu`` may be *longer* than the batch
+      (they are views of buffers sized for the largest batch): read only the first
+      ``num_reqs + 1`` / ``num_reqs`` entries. The device tensors have exactly that length except in
+      a graph-padded pure-decode batch, whose padding requests have ``seq_lens == 0``.
+    * **Block table.** Row ``i`` lists request ``i``'s blocks in order; entries past its last block
+      are unspecified. Rows may be shared between requests' prefixes (prefix caching): two requests
+      of one step may read the same block.
     """
 
     num_reqs: int
@@ -73,15 +91,23 @@ class AttentionMetadataBuilder(ABC):
 
 
 class AttentionImpl(ABC):
-    """Runs attention for one layer."""
+    """Runs attention for one layer; built with that layer's :class:`AttentionLayerSpec`.
 
-    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int,
-                 sliding_window: int | None = None) -> None:
-        self.num_heads = num_heads
-        self.head_size = head_size
-        self.scale = scale
-        self.num_kv_heads = num_kv_heads
-        self.sliding_window = sliding_window
+    The spec's fields are also attributes (``self.num_heads``, ``self.scale``,
+    ``self.sliding_window``…) for convenience.
+    """
+
+    def __init__(self, spec: AttentionLayerSpec) -> None:
+        if not isinstance(spec, AttentionLayerSpec):
+            raise TypeError(f"{type(self).__name__} is built with one AttentionLayerSpec (plugin API 1.1), "
+                            f"got {type(spec).__name__}; pass infercore.plugin_api.AttentionLayerSpec(...)")
+        self.spec = spec
+        self.num_heads = spec.num_heads
+        self.head_size = spec.head_size
+        self.scale = spec.scale
+        self.num_kv_heads = spec.num_kv_heads
+        self.sliding_window = spec.sliding_window
+        self.alibi_slopes = spec.alibi_slopes
 
     @abstractmethod
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
@@ -92,6 +118,13 @@ class AttentionImpl(ABC):
         [num_tokens, num_kv_heads, head_size]. Fills ``out`` and returns it. ``q``, ``k`` and ``v``
         may be token-strided views (column slices of the fused QKV output): only the head and
         feature dimensions are dense; a backend that needs contiguous input copies it itself.
+
+        **Same-step prefix sharing.** Several requests of one step may share cache blocks (a prefix
+        hit on a block another request of this same step is filling). Every K/V of the step must
+        therefore be written into ``kv_cache`` before any attention of this layer reads the cache:
+        write all tokens first, then attend; never interleave per request. Attention of a query at
+        position ``p`` covers context positions ``0..p`` (within ``sliding_window`` when set, with the
+        ALiBi bias when ``alibi_slopes`` is set), scaled by ``scale``.
         """
 
 

@@ -2,22 +2,46 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
 from infercore.attention.backend import AttentionBackend
 from infercore.attention.layer import Attention
+from infercore.attention.spec import AttentionLayerSpec
 
 
-def bind_attention(model: nn.Module, backend_cls: type[AttentionBackend], kv_caches: list[torch.Tensor]) -> None:
-    """Give every :class:`Attention` layer of ``model`` an impl of ``backend_cls`` and its cache,
-    ``kv_caches[layer.layer_index]``."""
+def attention_layers(model: nn.Module) -> list[Attention]:
+    """The model's :class:`Attention` layers, by layer index."""
+    return sorted((m for m in model.modules() if isinstance(m, Attention)), key=lambda m: m.layer_index)
+
+
+def layer_specs(model: nn.Module) -> list[AttentionLayerSpec]:
+    """The spec each Attention layer of ``model`` declares, by layer index; an error when there is none
+    or the layer indices are not ``0..n-1``."""
+    layers = attention_layers(model)
+    if not layers:
+        raise ValueError(f"{type(model).__name__} has no infercore Attention layer; build its attention with "
+                         "infercore.plugin_api.Attention so the engine can size and bind the KV cache")
+    indices = [m.layer_index for m in layers]
+    if indices != list(range(len(layers))):
+        raise ValueError(f"{type(model).__name__}'s Attention layers have indices {indices}; give each layer "
+                         f"a distinct layer_index from 0 to {len(layers) - 1}")
+    return [m.spec for m in layers]
+
+
+def bind_attention(model: nn.Module, backend_cls: type[AttentionBackend], kv_caches: list[torch.Tensor],
+                   dtype: torch.dtype | None = None, kv_cache_dtype: torch.dtype | None = None) -> None:
+    """Give every :class:`Attention` layer of ``model`` an impl of ``backend_cls`` (built with the layer's
+    spec, completed with the dtypes) and its cache, ``kv_caches[layer.layer_index]``."""
     impl_cls = backend_cls.get_impl_cls()
-    for module in model.modules():
-        if isinstance(module, Attention):
-            if module.layer_index >= len(kv_caches):
-                raise ValueError(f"attention layer {module.layer_index} has no KV cache; {len(kv_caches)} "
-                                 "caches were allocated, one per attention layer is needed")
-            module.impl = impl_cls(module.num_heads, module.head_size, module.scale, module.num_kv_heads,
-                                   module.sliding_window)
-            module.kv_cache = kv_caches[module.layer_index]
+    for module in attention_layers(model):
+        if module.layer_index >= len(kv_caches):
+            raise ValueError(f"attention layer {module.layer_index} has no KV cache; {len(kv_caches)} "
+                             "caches were allocated, one per attention layer is needed")
+        cache = kv_caches[module.layer_index]
+        spec = dataclasses.replace(module.spec, dtype=dtype or module.spec.dtype,
+                                   kv_cache_dtype=kv_cache_dtype or cache.dtype)
+        module.impl = impl_cls(spec)
+        module.kv_cache = cache

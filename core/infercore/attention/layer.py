@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from infercore.attention.backend import AttentionImpl
+from infercore.attention.spec import AttentionLayerSpec
 from infercore.forward_context import get_forward_context
 
 
@@ -13,12 +14,19 @@ class Attention(nn.Module):
     """Paged attention for one decoder layer.
 
     The model runner binds ``impl`` (from the selected backend) and ``kv_cache`` (this layer's
-    slice of the pool) after the model is built; the model only calls ``forward(q, k, v)``.
+    slice of the pool) after the model is built; the model only calls ``forward(q, k, v)``. The
+    layer's :attr:`spec` is how the model declares its KV cache: the runner sizes the cache from
+    the specs of the model's Attention layers (heads, KV heads, head size, window), not from
+    the Hugging Face config's field names.
     """
 
     def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int,
-                 layer_index: int, sliding_window: int | None = None) -> None:
+                 layer_index: int, sliding_window: int | None = None,
+                 alibi_slopes: tuple[float, ...] | None = None) -> None:
         super().__init__()
+        self.spec = AttentionLayerSpec(num_heads=num_heads, head_size=head_size, num_kv_heads=num_kv_heads,
+                                       scale=scale, layer_index=layer_index, sliding_window=sliding_window,
+                                       alibi_slopes=tuple(alibi_slopes) if alibi_slopes is not None else None)
         self.num_heads = num_heads
         self.head_size = head_size
         self.scale = scale

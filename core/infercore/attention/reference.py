@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from infercore.ops.reference import alibi_bias
+
 
 def write_kv(k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Store ``k``/``v`` [T, kv_heads, head_size] at ``slot_mapping`` [≥T] (entries past T and -1 ignored)."""
@@ -45,29 +47,40 @@ def causal_mask(query_len: int, seq_len: int, sliding_window: int | None,
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-           scale: float) -> torch.Tensor:
-    """SDPA over one request: q [Q, heads, D], k/v [L, kv_heads, D] (GQA), mask [Q, L] → [Q, heads, D]."""
+           scale: float, alibi_slopes: torch.Tensor | None = None) -> torch.Tensor:
+    """SDPA over one request: q [Q, heads, D], k/v [L, kv_heads, D] (GQA), mask [Q, L] → [Q, heads, D].
+
+    With ``alibi_slopes`` [heads], each head's scores get :func:`alibi_bias` added (``mask`` required).
+    """
+    attn_mask: torch.Tensor | None = mask
+    if alibi_slopes is not None:
+        assert mask is not None, "an ALiBi bias needs the causal mask"
+        bias = alibi_bias(alibi_slopes, q.shape[0], k.shape[0]).to(q.dtype)
+        attn_mask = bias.masked_fill(~mask, float("-inf"))
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1), k.transpose(0, 1).to(q.dtype), v.transpose(0, 1).to(q.dtype),
-        attn_mask=mask, is_causal=False, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+        attn_mask=attn_mask, is_causal=False, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
     return out.transpose(0, 1)
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: torch.Tensor,
                     seq_lens: torch.Tensor, block_table: torch.Tensor, scale: float, out: torch.Tensor,
-                    sliding_window: int | None = None) -> torch.Tensor:
+                    sliding_window: int | None = None, alibi_slopes: torch.Tensor | None = None,
+                    num_reqs: int | None = None) -> torch.Tensor:
     """Attention of every request's query tokens over its cached context (this step's K/V written).
 
     ``q``/``out`` are [T, heads, head_size]; request ``i`` owns rows
-    ``query_start_loc[i]:query_start_loc[i+1]`` and has ``seq_lens[i]`` context tokens.
+    ``query_start_loc[i]:query_start_loc[i+1]`` and has ``seq_lens[i]`` context tokens. Only the
+    first ``num_reqs`` requests are read (default: all of ``seq_lens``).
     """
-    starts = query_start_loc.tolist()
-    lens = seq_lens.tolist()
+    n = len(seq_lens) if num_reqs is None else num_reqs
+    starts = query_start_loc[: n + 1].tolist()
+    lens = seq_lens[:n].tolist()
     for i, seq_len in enumerate(lens):
         start, end = starts[i], starts[i + 1]
         if end == start:
             continue
         k, v = gather_context(kv_cache, block_table[i], seq_len)
         mask = causal_mask(end - start, seq_len, sliding_window, q.device)
-        out[start:end] = attend(q[start:end], k, v, mask, scale)
+        out[start:end] = attend(q[start:end], k, v, mask, scale, alibi_slopes)
     return out

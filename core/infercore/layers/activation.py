@@ -1,4 +1,4 @@
-"""The gated activation of Llama-style MLPs."""
+"""Activations: the gated SiLU of Llama-style MLPs, GELU (exact or tanh) and the gated GeGLU."""
 
 from __future__ import annotations
 
@@ -6,6 +6,16 @@ import torch
 from torch import nn
 
 from infercore.ops import get_op
+
+#: GELU variants: exact (``x * Phi(x)``) and the tanh approximation (GPT-2's ``gelu_new``).
+GELU_VARIANTS = ("none", "tanh")
+
+
+def _check_variant(approximate: str) -> str:
+    if approximate not in GELU_VARIANTS:
+        raise ValueError(f"GELU approximate={approximate!r} is not one of {GELU_VARIANTS}; use 'none' for the "
+                         "exact GELU or 'tanh' for the tanh approximation")
+    return approximate
 
 
 class SiluAndMul(nn.Module):
@@ -17,3 +27,27 @@ class SiluAndMul(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._op(x)
+
+
+class GELU(nn.Module):
+    """GELU through the custom op ``gelu``; ``approximate`` is ``"none"`` (exact) or ``"tanh"``."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        self.approximate = _check_variant(approximate)
+        self._op = get_op("gelu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._op(x, self.approximate)
+
+
+class GeGLU(nn.Module):
+    """``gelu(gate) * up`` where the input is ``cat(gate, up)``: the custom op ``gelu_and_mul``."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        self.approximate = _check_variant(approximate)
+        self._op = get_op("gelu_and_mul")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._op(x, self.approximate)

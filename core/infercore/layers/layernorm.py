@@ -1,4 +1,4 @@
-"""RMSNorm, optionally fused with the residual add."""
+"""Norms: RMSNorm (optionally fused with the residual add) and LayerNorm (with bias)."""
 
 from __future__ import annotations
 
@@ -27,3 +27,18 @@ class RMSNorm(nn.Module):
         if residual is None:
             return self._norm(x, self.weight, self.eps)
         return self._add_norm(x, residual, self.weight, self.eps)
+
+
+class LayerNorm(nn.Module):
+    """Layer norm over the last dimension with a learned scale and (optionally) bias: the custom op
+    ``layer_norm`` (a platform may replace its torch reference)."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.bias = nn.Parameter(torch.zeros(hidden_size)) if bias else None
+        self._norm = get_op("layer_norm")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._norm(x, self.weight, self.bias, self.eps)

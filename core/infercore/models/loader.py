@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 from infercore.config import InfercoreConfig
-from infercore.layers import RMSNorm
+from infercore.layers import LayerNorm, RMSNorm
+from infercore.models.contract import ModelSpec
 from infercore.models.hf_config import get_hf_config, resolve_model_path
 from infercore.models.weight_files import iterate_weights
 from infercore.plugins import get_plugin_manager
@@ -27,13 +28,14 @@ def model_class(architecture: str) -> type[nn.Module]:
 
 
 def init_dummy_weights(model: nn.Module, seed: int) -> None:
-    """Random weights, the same for a seed whatever the device: norm scales 1, the rest uniform."""
+    """Random weights, the same for a seed whatever the device: norm scales 1 and norm biases 0, the
+    rest uniform."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for module in model.modules():
-            for param in module.parameters(recurse=False):
-                if isinstance(module, RMSNorm):
-                    param.fill_(1.0)
+            for name, param in module.named_parameters(recurse=False):
+                if isinstance(module, (RMSNorm, LayerNorm)):
+                    param.fill_(1.0 if name == "weight" else 0.0)
                 else:
                     values = torch.rand(param.shape, generator=generator) * 2 - 1
                     param.copy_(values * DUMMY_WEIGHT_RANGE)
@@ -48,11 +50,39 @@ def load_model(config: InfercoreConfig, device: torch.device, dtype: torch.dtype
         raise ValueError(f"the config of {config.model.model!r} names no architecture (config.json lacks "
                          "'architectures'); add it, e.g. [\"LlamaForCausalLM\"]")
     cls = model_class(architectures[0])
-    with torch.device(device):
-        model = cls(hf_config, dtype)
+    spec = ModelSpec(hf_config=hf_config, dtype=dtype, device=device)
+    model = build_model(cls, spec)
     if config.load.load_format == "dummy":
         init_dummy_weights(model, config.model.seed)
     else:
         folder = resolve_model_path(config.model, config.load.download_dir)
-        model.load_weights(iterate_weights(folder, config.load.load_format))
+        check_loaded(model, model.load_weights(iterate_weights(folder, config.load.load_format)))
     return model.eval()
+
+
+def build_model(cls: type[nn.Module], spec: ModelSpec) -> nn.Module:
+    """Build ``cls`` on ``spec.device`` with floating-point parameters created in ``spec.dtype`` (the
+    loader owns the dtype: a model never casts itself, and integer (quantized) tensors keep theirs)."""
+    previous = torch.get_default_dtype()
+    if spec.dtype.is_floating_point:
+        torch.set_default_dtype(spec.dtype)
+    try:
+        with torch.device(spec.device):
+            from_spec = getattr(cls, "from_spec", None)
+            return from_spec(spec) if from_spec is not None else cls(spec.hf_config, spec.dtype)
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def check_loaded(model: nn.Module, loaded: object) -> None:
+    """Raise naming the parameters ``load_weights`` did not fill, when it says which it filled."""
+    if loaded is None:
+        return
+    if not isinstance(loaded, (set, frozenset, list, tuple)):
+        raise TypeError(f"{type(model).__name__}.load_weights returned {type(loaded).__name__}; return the set "
+                        "of parameter names it filled (or None)")
+    missing = sorted(set(dict(model.named_parameters())) - set(loaded))
+    if missing:
+        raise ValueError(f"the checkpoint did not fill {len(missing)} parameter(s) of {type(model).__name__}: "
+                         f"{', '.join(missing[:10])}{' …' if len(missing) > 10 else ''}; the checkpoint is "
+                         "incomplete, for another config, or load_weights maps its names wrongly")

@@ -94,6 +94,37 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension (float32 inside)."""
+    w = weight.float()
+    b = bias.float() if bias is not None else None
+    return F.layer_norm(x.float(), (x.shape[-1],), w, b, eps).to(x.dtype)
+
+
+def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """GELU: exact (``approximate="none"``, ``x * Phi(x)``) or the tanh approximation (``"tanh"``)."""
+    return F.gelu(x, approximate=approximate)
+
+
+def gelu_and_mul(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """GeGLU: ``gelu(x[..., :I]) * x[..., I:]`` for ``x`` of last dimension ``2*I``."""
+    gate, up = x.chunk(2, dim=-1)
+    return F.gelu(gate, approximate=approximate) * up
+
+
+def embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Rows ``weight[ids]``: token and learned (absolute) position embeddings."""
+    return F.embedding(ids, weight)
+
+
+def alibi_bias(slopes: torch.Tensor, query_len: int, seq_len: int) -> torch.Tensor:
+    """[heads, query_len, seq_len] float32 ALiBi bias ``slope_h * (t - p)`` for the last ``query_len``
+    query positions ``p`` of a ``seq_len``-token context and key positions ``t``."""
+    q_pos = torch.arange(seq_len - query_len, seq_len, device=slopes.device).unsqueeze(1)
+    k_pos = torch.arange(seq_len, device=slopes.device).unsqueeze(0)
+    return slopes.float().view(-1, 1, 1) * (k_pos - q_pos).float()
+
+
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """``silu(x[..., :I]) * x[..., I:]`` for ``x`` of last dimension ``2*I``."""
     gate, up = x.chunk(2, dim=-1)

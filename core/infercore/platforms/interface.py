@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from infercore.platforms.capabilities import KernelSettings
+
 if TYPE_CHECKING:
     from infercore.attention.backend import AttentionRequest
     from infercore.config import InfercoreConfig
@@ -36,9 +38,22 @@ class PlatformCapabilities:
     supported_dtypes: tuple[torch.dtype, ...] = (torch.float32,)
     default_dtype: torch.dtype = torch.float32
     #: Whether KV cache size should come from profiling device memory (GPUs) rather than a
-    #: fixed byte budget (CPU).
+    #: fixed byte budget (CPU). A platform without it is never profiled: see
+    #: :data:`UNPROFILED_KV_FRACTION`.
     profile_memory: bool = False
     extra: dict[str, object] = field(default_factory=dict)
+    #: Whether async scheduling (step N+1 prepared while step N runs) is the default here. Independent
+    #: of graph capture: it pays wherever the device runs asynchronously to the host.
+    async_scheduling: bool = False
+    #: Precision and launch settings for the platform's compiled kernels.
+    kernel: KernelSettings = KernelSettings()
+
+
+#: A platform that cannot profile memory (``capabilities.profile_memory=False``) and whose user
+#: set neither ``--kv-cache-memory-bytes`` nor ``--num-gpu-blocks-override`` (nor its
+#: ``update_config``) gets this fraction of ``free_memory()``, measured after the weights are
+#: loaded, for its KV cache; the rest is left for activations, which were not measured.
+UNPROFILED_KV_FRACTION = 0.25
 
 
 class Platform(ABC):
@@ -98,7 +113,8 @@ class Platform(ABC):
         Platforms with ``capabilities.profile_memory`` implement this; the runner sizes the KV cache
         from it.
         """
-        raise NotImplementedError(f"platform {self.name!r} cannot profile memory; set --kv-cache-memory-bytes")
+        raise NotImplementedError(f"platform {self.name!r} cannot profile memory; set --kv-cache-memory-bytes "
+                                  "or capabilities.profile_memory=False")
 
     # -- device graphs: implemented by platforms with ``capabilities.graph_capture`` -------------
     def new_graph(self) -> Any:

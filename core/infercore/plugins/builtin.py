@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from infercore.plugins.hookspecs import RegisterFn, hookimpl
 
-INFERCORE_PLUGIN_API = 1
+INFERCORE_PLUGIN_API = (1, 0)
 
 
 @hookimpl
@@ -17,6 +17,11 @@ def register_models(register: RegisterFn) -> None:
 
 
 @hookimpl
+def register_attention_backends(register: RegisterFn) -> None:
+    register("reference", "infercore.attention.reference_backend:ReferenceAttentionBackend")
+
+
+@hookimpl
 def register_custom_ops(register: RegisterFn) -> None:
     register("linear", "infercore.ops.reference:linear")
     register("rms_norm", "infercore.ops.reference:rms_norm")
@@ -24,9 +29,17 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("rotary_embedding", "infercore.ops.reference:rotary_embedding")
     register("qk_norm_rotary", "infercore.ops.reference:qk_norm_rotary")
     register("silu_and_mul", "infercore.ops.reference:silu_and_mul")
+    register("layer_norm", "infercore.ops.reference:layer_norm")
+    register("gelu", "infercore.ops.reference:gelu")
+    register("gelu_and_mul", "infercore.ops.reference:gelu_and_mul")
+    register("embedding", "infercore.ops.reference:embedding")
+    register("alibi_bias", "infercore.ops.reference:alibi_bias")
     register("gumbel_argmax", "infercore.ops.reference:gumbel_argmax")
 
 
 @hookimpl
 def register_executors(register: RegisterFn) -> None:
-    register("uniproc", "infercore.executor.uniproc:UniProcExecutor")
+    register("uni", "infercore.executor.uniproc:UniProcExecutor")
+    register("uniproc", "infercore.executor.uniproc:UniProcExecutor")  # the name before "uni"
+    register("mp", "infercore.executor.multiproc:MultiprocExecutor")
+    register("ray", "infercore.executor.ray_executor:RayExecutor")

@@ -1,8 +1,9 @@
 """Hook specifications: the whole plugin API of infercore.
 
 A plugin is a module named by an entry point in the group ``infercore.plugins``. It declares
-``INFERCORE_PLUGIN_API = 1`` and implements any of the hooks below with
-``@infercore.plugins.hookimpl``. Importing the module must be cheap and free of side effects: no
+``INFERCORE_PLUGIN_API = (1, 0)`` (the oldest plugin API it needs) and implements any of the hooks
+below with ``@infercore.plugin_api.hookimpl``; everything else it uses comes from
+:mod:`infercore.plugin_api` too. Importing the module must be cheap and free of side effects: no
 device runtime is imported and no device initialised there.
 
 Every ``register_*`` hook receives a ``register`` callback::

@@ -14,7 +14,7 @@ import pluggy
 
 from infercore.plugins import hookspecs
 from infercore.plugins.registry import Registration, Registry
-from infercore.version import PLUGIN_API_VERSION
+from infercore.version import api_version_problem
 
 ENTRY_POINT_GROUP = "infercore.plugins"
 
@@ -97,11 +97,10 @@ class PluginManager:
     def register_module(self, module: ModuleType | object, name: str, distribution: str = "local",
                         version: str = "0") -> PluginInfo:
         """Register a hook module (or object) as a plugin and run its ``register_*`` hooks."""
-        api = getattr(module, "INFERCORE_PLUGIN_API", None)
-        if api != PLUGIN_API_VERSION:
+        problem = api_version_problem(getattr(module, "INFERCORE_PLUGIN_API", None))
+        if problem is not None:
             raise PluginError(
-                f"plugin {name!r} from distribution {distribution} {version} was built for plugin API "
-                f"version {api!r}, but this infercore speaks version {PLUGIN_API_VERSION}; install a "
+                f"plugin {name!r} from distribution {distribution} {version} {problem}; install a "
                 f"release of {distribution} made for this infercore, or disable it with "
                 f"INFERCORE_DISABLE_PLUGINS={name}."
             )

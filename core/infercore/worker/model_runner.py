@@ -10,13 +10,13 @@ import numpy as np
 import torch
 
 from infercore.attention.backend import AttentionBackend, AttentionRequest, CommonAttentionMetadata
-from infercore.attention.binding import bind_attention
+from infercore.attention.binding import bind_attention, layer_specs
 from infercore.config import InfercoreConfig
 from infercore.engine.messages import Logprobs
 from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.kv_cache.spec import KVCacheSpec
-from infercore.platforms.interface import Platform
+from infercore.platforms.interface import UNPROFILED_KV_FRACTION, Platform
 from infercore.plugins.manager import get_plugin_manager
 from infercore.sample import Sampler, SamplingMetadata, compute_prompt_logprobs, make_generator
 from infercore.sampling_params import SamplingParams
@@ -66,20 +66,25 @@ class ModelRunner:
 
     # -- setup ---------------------------------------------------------------------------------
     def _kv_cache_spec(self) -> tuple[KVCacheSpec, int]:
-        text = self.hf_config.get_text_config()
-        heads = text.num_attention_heads
-        head_size = getattr(text, "head_dim", None) or text.hidden_size // heads
-        kv_heads = getattr(text, "num_key_value_heads", None) or heads
+        """The cache every layer shares, as the model's Attention layers declare it."""
+        specs = layer_specs(self.model)
+        shapes = {(s.num_kv_heads, s.head_size) for s in specs}
+        if len(shapes) > 1:
+            raise ValueError(f"{type(self.model).__name__}'s attention layers differ in (KV heads, head size): "
+                             f"{sorted(shapes)}; one KV cache layout for all layers is supported")
+        kv_heads, head_size = shapes.pop()
         spec = KVCacheSpec(self.block_size, kv_heads, head_size, _kv_dtype(self.config, self.dtype))
-        return spec, text.num_hidden_layers
+        return spec, len(specs)
 
     def _select_backend(self) -> type[AttentionBackend]:
-        text = self.hf_config.get_text_config()
+        specs = layer_specs(self.model)
+        windows = [s.sliding_window for s in specs if s.sliding_window is not None]
         request = AttentionRequest(
-            num_heads=text.num_attention_heads, num_kv_heads=self.kv_spec.num_kv_heads,
+            num_heads=specs[0].num_heads, num_kv_heads=self.kv_spec.num_kv_heads,
             head_size=self.kv_spec.head_size, dtype=self.dtype, kv_cache_dtype=self.kv_spec.dtype,
             block_size=self.block_size, device_type=self.platform.device_type,
-            sliding_window=getattr(text, "sliding_window", None) if getattr(text, "use_sliding_window", True) else None,
+            sliding_window=max(windows) if windows else None,
+            alibi=any(s.alibi_slopes is not None for s in specs),
         )
         name = self.platform.select_attention_backend(request)
         backend: type[AttentionBackend] = get_plugin_manager().registry("attention_backend").load(name)
@@ -113,14 +118,25 @@ class ModelRunner:
             return cache.num_gpu_blocks_override
         if cache.kv_cache_memory_bytes is not None:
             budget = cache.kv_cache_memory_bytes
-        else:
+        elif self.platform.capabilities.profile_memory:
             budget = self._profile_free_bytes()
+        else:
+            budget = self._unprofiled_budget()
         num_blocks = min(budget // self.page_size_bytes(), cap)
         if num_blocks < 2:
             raise ValueError(
                 f"the KV cache budget of {budget} bytes holds fewer than 2 blocks of {self.page_size_bytes()} bytes; "
                 "raise --gpu-memory-utilization or --kv-cache-memory-bytes, or use a smaller model")
         return int(num_blocks)
+
+    def _unprofiled_budget(self) -> int:
+        """The documented rule for platforms that cannot profile: a fixed fraction of free memory."""
+        free = self.platform.free_memory(self.device.index or 0)
+        budget = int(free * UNPROFILED_KV_FRACTION)
+        logger.info("memory: platform %s does not profile; KV budget %.2f GiB (%.0f%% of %.1f GiB free); set "
+                    "--kv-cache-memory-bytes to choose it", self.platform.name, budget / 2**30,
+                    100 * UNPROFILED_KV_FRACTION, free / 2**30)
+        return budget
 
     def _profile_free_bytes(self) -> int:
         """Memory left for the KV cache after the weights and a peak-sized forward pass."""
@@ -149,7 +165,7 @@ class ModelRunner:
         n_req = len(lengths)
         per_req = math.ceil(seq / self.block_size)
         caches = self._allocate_caches(n_req * per_req + 1)
-        bind_attention(self.model, self.backend, caches)
+        bind_attention(self.model, self.backend, caches, self.dtype)
         builder = self.backend.get_builder_cls()(self.kv_spec, self.device, self.max_num_reqs, self.max_num_tokens)
         layout = make_layout(np.arange(n_req), lengths, np.zeros(n_req, dtype=np.int64))
         table = 1 + np.arange(n_req * per_req, dtype=np.int32).reshape(n_req, per_req)
@@ -168,7 +184,7 @@ class ModelRunner:
 
     def initialize_kv_cache(self, num_blocks: int) -> None:
         self.kv_caches = self._allocate_caches(num_blocks)
-        bind_attention(self.model, self.backend, self.kv_caches)
+        bind_attention(self.model, self.backend, self.kv_caches, self.dtype)
         self.builder = self.backend.get_builder_cls()(self.kv_spec, self.device, self.max_num_reqs,
                                                       self.max_num_tokens)
         logger.info("KV cache: %d blocks of %d tokens (%.1f MiB)", num_blocks, self.block_size,

@@ -14,13 +14,18 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from infercore.attention import (
+from infercore.plugin_api import (
     AttentionBackend,
     AttentionImpl,
     AttentionMetadataBuilder,
     CommonAttentionMetadata,
+    attention_reference,
 )
-from infercore.attention.reference import attend, causal_mask, gather_context, write_kv
+
+attend = attention_reference.attend
+causal_mask = attention_reference.causal_mask
+gather_context = attention_reference.gather_context
+write_kv = attention_reference.write_kv
 
 #: Decode requests are sorted by context length and split into at most this many groups (of at
 #: least ``MIN_GROUP_SIZE`` each), so short contexts are not padded to the longest one.
@@ -37,6 +42,7 @@ class DecodeGroup:
     num_blocks: int
     seq_lens: torch.Tensor  # int64 [n]
     valid: torch.Tensor  # bool [n, 1, 1, num_blocks * block_size]: context position < seq_len
+    request_indices: torch.Tensor  # int64 [n]: their rows of the block table
 
 
 @dataclass
@@ -94,7 +100,7 @@ class TorchPagedMetadataBuilder(AttentionMetadataBuilder):
             valid = (positions.unsqueeze(0) < lens.unsqueeze(1)).view(len(part), 1, 1, -1)
             rows = torch.tensor([starts[i] for i in part.tolist()], dtype=torch.int64)
             blocks = block_table[part, :num_blocks].reshape(-1).to(torch.int64)
-            groups.append(DecodeGroup(rows, blocks, num_blocks, lens, valid))
+            groups.append(DecodeGroup(rows, blocks, num_blocks, lens, valid, part.to(torch.int64)))
         return groups
 
     def _scratch_for(self, groups: list[DecodeGroup]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,10 +121,28 @@ class TorchPagedAttentionImpl(AttentionImpl):
         meta: TorchPagedMetadata = metadata
         n = meta.num_actual_tokens
         write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping)
+        if self.alibi_slopes is not None:
+            return self._with_alibi(q, kv_cache, meta, out)
         for group in meta.decode_groups:
             out[group.rows] = self._decode(q[group.rows], kv_cache, group, meta.scratch)
         for req in meta.prefills:
             out[req.start:req.end] = self._prefill(q, k, v, kv_cache, meta.block_table, req)
+        return out
+
+    def _with_alibi(self, q: torch.Tensor, kv_cache: torch.Tensor, meta: TorchPagedMetadata,
+                    out: torch.Tensor) -> torch.Tensor:
+        """ALiBi models take the reference path, one request at a time (the cache is already written)."""
+        slopes = torch.tensor(self.alibi_slopes, device=q.device)
+        for group in meta.decode_groups:
+            for row, seq_len, index in zip(group.rows.tolist(), group.seq_lens.tolist(),
+                                           group.request_indices.tolist(), strict=True):
+                keys, values = gather_context(kv_cache, meta.block_table[index], seq_len)
+                mask = causal_mask(1, seq_len, self.sliding_window, q.device)
+                out[row:row + 1] = attend(q[row:row + 1], keys, values, mask, self.scale, slopes)
+        for req in meta.prefills:
+            keys, values = gather_context(kv_cache, meta.block_table[req.index], req.seq_len)
+            mask = causal_mask(req.end - req.start, req.seq_len, self.sliding_window, q.device)
+            out[req.start:req.end] = attend(q[req.start:req.end], keys, values, mask, self.scale, slopes)
         return out
 
     def _gather(self, cache: torch.Tensor, group: DecodeGroup, scratch: torch.Tensor) -> torch.Tensor:

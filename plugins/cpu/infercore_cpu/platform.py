@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING
 import psutil
 import torch
 
-from infercore.platforms import Platform, PlatformCapabilities, ProbeResult
+from infercore.plugin_api import Platform, PlatformCapabilities, ProbeResult
 
 if TYPE_CHECKING:
-    from infercore.attention import AttentionRequest
-    from infercore.config import InfercoreConfig
+    from infercore.plugin_api import AttentionRequest, InfercoreConfig
 
 #: KV cache bytes on CPU when the user gives no size: a quarter of RAM, at most 4 GiB.
 _DEFAULT_KV_BYTES = 4 * 1024**3

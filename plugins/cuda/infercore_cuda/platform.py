@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import torch
 
-from infercore.platforms import ProbeResult
-from infercore_triton.gpu_platform import GPU_CAPABILITIES, TritonGpuPlatform
+from infercore.plugin_api import GPU_CAPABILITIES, GpuPlatform, KernelSettings, ProbeResult
 
 PRIORITY = 100
 _PROC_DRIVER = Path("/proc/driver/nvidia/version")
@@ -44,13 +44,13 @@ def _probe_nvml() -> ProbeResult:
     return ProbeResult(True, f"{count} x {name}, driver {driver} (NVML)", PRIORITY)
 
 
-class CudaPlatform(TritonGpuPlatform):
+class CudaPlatform(GpuPlatform):
     """NVIDIA GPUs through torch.cuda, with Triton kernels and CUDA graphs."""
 
     name = "cuda"
     device_type = "cuda"
     dist_backend = "nccl"
-    capabilities = GPU_CAPABILITIES
+    capabilities = dataclasses.replace(GPU_CAPABILITIES, kernel=KernelSettings(fp32_dot_precision="ieee", half_dot_precision="tf32"))
 
     @classmethod
     def probe(cls) -> ProbeResult:

@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import torch
 
-from infercore.platforms import ProbeResult
-from infercore_triton.gpu_platform import GPU_CAPABILITIES, TritonGpuPlatform
+from infercore.plugin_api import GPU_CAPABILITIES, GpuPlatform, KernelSettings, ProbeResult
 
 PRIORITY = 100
 _KFD = Path("/dev/kfd")
 
 
-class RocmPlatform(TritonGpuPlatform):
+class RocmPlatform(GpuPlatform):
     """AMD GPUs: torch.cuda on a HIP build of torch, Triton kernels and HIP graphs."""
 
     name = "rocm"
     device_type = "cuda"
     dist_backend = "nccl"
-    capabilities = GPU_CAPABILITIES
+    capabilities = dataclasses.replace(GPU_CAPABILITIES, kernel=KernelSettings(fp32_dot_precision="ieee", half_dot_precision="ieee", warp_size=64))
 
     @classmethod
     def probe(cls) -> ProbeResult:

@@ -8,14 +8,14 @@ from typing import Any
 import torch
 import triton
 
-from infercore.attention import (
+from infercore.plugin_api import (
     AttentionBackend,
     AttentionImpl,
     AttentionMetadataBuilder,
     AttentionRequest,
     CommonAttentionMetadata,
+    KVCacheSpec,
 )
-from infercore.kv_cache.spec import KVCacheSpec
 from infercore_triton.decode_attention import DecodeConfig, decode_attention
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
@@ -144,6 +144,8 @@ class TritonAttentionBackend(AttentionBackend):
             reasons.append(f"{request.num_heads} query heads are not a multiple of {request.num_kv_heads} KV heads")
         if request.head_size > 256:
             reasons.append(f"head size {request.head_size} is over 256, the largest these kernels tile")
+        if request.alibi:
+            reasons.append("ALiBi biases are not implemented in the Triton kernels")
         supported = (torch.float32, torch.float16, torch.bfloat16)
         for what, dtype in (("dtype", request.dtype), ("KV cache dtype", request.kv_cache_dtype)):
             if dtype not in supported:

@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from infercore.plugin_api import KernelSettings, current_platform
+
 #: Window passed to the kernels when attention is not windowed: longer than any context.
 NO_WINDOW = 1 << 30
 
@@ -32,9 +34,11 @@ class DecodeConfig:
     num_stages: int = 3
 
 
-def dot_precision(dtype: torch.dtype) -> str:
-    """fp32 inputs get full-precision dots (tf32 would change greedy tokens); others their native one."""
-    return "ieee" if dtype == torch.float32 else "tf32"
+def dot_precision(dtype: torch.dtype, settings: KernelSettings | None = None) -> str:
+    """The dot ``input_precision`` for inputs of ``dtype``, from the platform's kernel settings (the
+    current platform's by default): AMD's and Intel's Triton backends refuse tf32 where NVIDIA's takes it."""
+    settings = settings or current_platform().capabilities.kernel
+    return settings.dot_precision(dtype == torch.float32)
 
 
 # Arguments that change from step to step (the block table's width, views at an offset into the

@@ -5,10 +5,9 @@ Importing this module imports neither triton nor torch: registrations are lazy s
 
 from __future__ import annotations
 
-from infercore.plugins import hookimpl
-from infercore.plugins.hookspecs import RegisterFn
+from infercore.plugin_api import RegisterFn, hookimpl
 
-INFERCORE_PLUGIN_API = 1
+INFERCORE_PLUGIN_API = (1, 0)
 
 #: Platforms whose devices Triton compiles for; each gets the kernels below as its custom ops.
 TRITON_PLATFORMS = ("cuda", "rocm", "xpu")

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from infercore.ops.reference import check_full_rotary
+from infercore.plugin_api import op_reference
 from infercore_triton.rotary import load_cos_sin, rotation_halves
 
 #: Largest head tile (heads × head_size elements) one loop iteration holds in registers.
@@ -92,7 +92,7 @@ def qk_norm_rotary(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, q_
     float32; ``cos_sin_cache`` is [max_position, head_size] holding ``cat(cos, sin)`` (full rotary
     only). ``is_neox`` rotates halves rather than interleaved pairs.
     """
-    check_full_rotary(cos_sin_cache, head_size)
+    op_reference.check_full_rotary(cos_sin_cache, head_size)
     num_tokens = positions.numel()
     q_rows, k_rows = _token_rows(q, "q"), _token_rows(k, "k")
     half = head_size // 2

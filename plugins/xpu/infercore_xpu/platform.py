@@ -7,8 +7,7 @@ from pathlib import Path
 
 import torch
 
-from infercore.platforms import ProbeResult
-from infercore_triton.gpu_platform import GPU_CAPABILITIES, TritonGpuPlatform
+from infercore.plugin_api import GPU_CAPABILITIES, GpuPlatform, KernelSettings, ProbeResult
 
 PRIORITY = 90
 _DRI = Path("/dev/dri")
@@ -20,13 +19,15 @@ def _xpu_compiled() -> bool:
     return bool(is_compiled and is_compiled())
 
 
-class XpuPlatform(TritonGpuPlatform):
+class XpuPlatform(GpuPlatform):
     """Intel GPUs: torch.xpu with Triton kernels (no graph capture)."""
 
     name = "xpu"
     device_type = "xpu"
     dist_backend = "xccl"
-    capabilities = dataclasses.replace(GPU_CAPABILITIES, graph_capture=False)
+    #: No device graphs; async scheduling still pays (the host prepares step N+1 while N runs).
+    capabilities = dataclasses.replace(GPU_CAPABILITIES, graph_capture=False, async_scheduling=True,
+                                       kernel=KernelSettings(fp32_dot_precision="ieee", half_dot_precision="ieee"))
 
     @classmethod
     def probe(cls) -> ProbeResult:

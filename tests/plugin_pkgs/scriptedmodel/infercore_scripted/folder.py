@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from infercore.tiny_models import build_model_folder
+from infercore.plugin_api import build_model_folder
 
 
 def build_scripted_folder(path: str | Path, text: str) -> Path:

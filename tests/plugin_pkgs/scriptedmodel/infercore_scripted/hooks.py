@@ -1,8 +1,8 @@
 """Registers the test-only scripted model architecture."""
 
-from infercore.plugins import hookimpl
+from infercore.plugin_api import hookimpl
 
-INFERCORE_PLUGIN_API = 1
+INFERCORE_PLUGIN_API = (1, 0)
 
 
 @hookimpl

@@ -16,7 +16,9 @@ from __future__ import annotations
 import torch
 from transformers import PretrainedConfig
 
-from infercore.models.qwen3 import Qwen3ForCausalLM
+from infercore.plugin_api import model_class
+
+Qwen3ForCausalLM = model_class("Qwen3ForCausalLM")
 
 #: Anchors kept: enough for the requests of one test module.
 _MAX_ANCHORS = 64

@@ -1,16 +1,16 @@
-"""An attention backend that delegates to the CPU backend and counts its calls."""
+"""An attention backend that delegates to core's reference backend and counts its calls."""
 
-from infercore_cpu.attention import TorchPagedAttentionBackend
+from infercore.plugin_api import ReferenceAttentionBackend
 
 CALLS = {"forward": 0}
 
 
-class CountingAttentionBackend(TorchPagedAttentionBackend):
+class CountingAttentionBackend(ReferenceAttentionBackend):
     name = "counting"
 
     @staticmethod
     def get_impl_cls():
-        base = TorchPagedAttentionBackend.get_impl_cls()
+        base = ReferenceAttentionBackend.get_impl_cls()
 
         class CountingImpl(base):
             def forward(self, q, k, v, kv_cache, metadata, out):

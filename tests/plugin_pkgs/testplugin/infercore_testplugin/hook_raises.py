@@ -1,4 +1,4 @@
-from infercore.plugins import hookimpl
+from infercore.plugin_api import hookimpl
 
 INFERCORE_PLUGIN_API = 1
 

@@ -1,11 +1,11 @@
-"""A model architecture from a plugin: Qwen3's decoder, counting forward calls."""
+"""A model architecture from a plugin: core's Qwen3 decoder, counting forward calls."""
 
-from infercore.models.qwen3 import Qwen3ForCausalLM
+from infercore.plugin_api import model_class
 
 CALLS = {"forward": 0}
 
 
-class TestTinyForCausalLM(Qwen3ForCausalLM):
+class TestTinyForCausalLM(model_class("Qwen3ForCausalLM")):
     def forward(self, input_ids, positions):
         CALLS["forward"] += 1
         return super().forward(input_ids, positions)

@@ -4,7 +4,7 @@ import os
 
 import torch
 
-from infercore.platforms import Platform, PlatformCapabilities, ProbeResult
+from infercore.plugin_api import Platform, PlatformCapabilities, ProbeResult
 
 
 class TestDevPlatform(Platform):

@@ -1,4 +1,8 @@
-"""Common ground of the GPU platforms whose kernels are this package's Triton kernels."""
+"""Common ground of GPU platforms reached through a torch device module (``torch.cuda``, ``torch.xpu``).
+
+Part of the plugin API: the CUDA, ROCm and XPU plugins subclass :class:`GpuPlatform`, and so may any
+out-of-tree GPU platform whose runtime torch exposes as a device module.
+"""
 
 from __future__ import annotations
 
@@ -8,26 +12,29 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from infercore.platforms import Platform, PlatformCapabilities
+from infercore.platforms.capabilities import KernelSettings
+from infercore.platforms.interface import Platform, PlatformCapabilities
 
 if TYPE_CHECKING:
     from infercore.attention import AttentionRequest
     from infercore.config import InfercoreConfig
 
 
-#: What the GPU platforms that run these kernels offer; a platform without graphs replaces that field.
+#: What GPU platforms with graphs, pinned memory and profiling offer; a platform without graphs replaces that field.
 GPU_CAPABILITIES = PlatformCapabilities(
     graph_capture=True,
     pin_memory=True,
     supported_dtypes=(torch.bfloat16, torch.float16, torch.float32),
     default_dtype=torch.bfloat16,
     profile_memory=True,
+    async_scheduling=True,
+    kernel=KernelSettings(fp32_dot_precision="ieee", half_dot_precision="ieee"),
 )
 
 
-class TritonGpuPlatform(Platform):
-    """A GPU reached through a torch device module (``torch.cuda``, ``torch.xpu``) running the
-    "triton" attention backend. Subclasses give the identity, capabilities and ``probe``."""
+class GpuPlatform(Platform):
+    """A GPU reached through a torch device module (``torch.cuda``, ``torch.xpu``), by default running
+    the "triton" attention backend. Subclasses give the identity, capabilities and ``probe``."""
 
     def _module(self) -> Any:
         return torch.get_device_module(self.device_type)
