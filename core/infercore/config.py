@@ -65,14 +65,37 @@ class SchedulerConfig(BaseSettings):
 
 
 class ParallelConfig(BaseSettings):
-    """How the model is spread over devices."""
+    """How the model is spread over devices and processes."""
 
     model_config = _SETTINGS
 
-    tensor_parallel_size: int = Field(1, ge=1, description="devices a layer is split over")
+    tensor_parallel_size: int = Field(1, ge=1, description="devices each layer is split over (one worker each)")
     pipeline_parallel_size: int = Field(1, ge=1, le=1, description="pipeline stages (only 1 today)")
-    distributed_executor_backend: str | None = Field(None, description="executor name (default: uniproc)")
-    cpu_threads: int | None = Field(None, ge=1, description="torch threads on the CPU platform")
+    data_parallel_size: int = Field(1, ge=1, description="engine copies behind one server, each with its own devices")
+    data_parallel_rank: int = Field(0, ge=0, description="which data-parallel engine this is (set by the server)")
+    distributed_executor_backend: str | None = Field(
+        None, description="how workers run: uni (in the engine process), mp (a process per device) or ray "
+                          "(Ray actors; pip install infercore[ray]); default: uni for one device, mp otherwise")
+    worker_timeout: float = Field(300.0, gt=0, description="seconds a worker may take to answer one step before "
+                                                           "the engine declares it hung and stops")
+    cpu_threads: int | None = Field(None, ge=1, description="torch threads on the CPU platform (per worker)")
+
+    @model_validator(mode="after")
+    def _check(self) -> ParallelConfig:
+        if self.data_parallel_rank >= self.data_parallel_size:
+            raise ValueError(f"data_parallel_rank {self.data_parallel_rank} is outside data_parallel_size "
+                             f"{self.data_parallel_size}")
+        if self.distributed_executor_backend in ("uni", "uniproc") and self.tensor_parallel_size > 1:
+            raise ValueError("the uni executor runs one device; use --distributed-executor-backend mp or ray "
+                             "for tensor_parallel_size > 1")
+        return self
+
+    @property
+    def executor_backend(self) -> str:
+        """The executor to run: the configured one, else ``uni`` for one device and ``mp`` for more."""
+        if self.distributed_executor_backend:
+            return self.distributed_executor_backend
+        return "uni" if self.tensor_parallel_size == 1 else "mp"
 
 
 class LoadConfig(BaseSettings):
@@ -110,6 +133,11 @@ class ServeConfig(BaseSettings):
     enable_auto_tool_choice: bool = Field(False, description="let the model choose to call tools")
     reasoning_parser: str | None = Field(None, description="reasoning parser name")
     max_request_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="largest request body accepted")
+    max_sequences_per_request: int = Field(
+        1024, ge=1, description="most sequences one request may ask for (prompts x n)")
+    request_read_timeout: float = Field(
+        30.0, gt=0, description="seconds a client may take to send a request's headers and body")
+    max_connections: int = Field(4096, ge=1, description="most client connections held open at once")
     uvicorn_log_level: str = Field("warning", description="log level of the HTTP server")
 
 
@@ -156,13 +184,6 @@ class InfercoreConfig(BaseModel):
     load: LoadConfig = Field(default_factory=LoadConfig)
     structured_outputs: StructuredOutputsConfig = Field(default_factory=StructuredOutputsConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
-
-    @model_validator(mode="after")
-    def _check(self) -> InfercoreConfig:
-        if self.parallel.tensor_parallel_size != 1:
-            # Layers carry rank/world size already; the multiprocess executor is what's missing.
-            raise ValueError("tensor_parallel_size > 1 is not supported yet; use 1")
-        return self
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> InfercoreConfig:

@@ -1,37 +1,61 @@
-"""The executor interface: EngineCore's handle on the workers that hold the model."""
+"""The executor interface: EngineCore's handle on the workers that hold the model.
+
+EngineCore talks only to an executor. An executor owns one :class:`~infercore.worker.worker.Worker`
+per device and reaches them through :meth:`Executor.collective_rpc`; the step methods are that call
+with the worker method's name. Which executor runs is ``--distributed-executor-backend``; each is
+registered by name through the ``register_executors`` hook and built with keyword-free positional
+arguments ``(config, platform, model_info, max_num_batched_tokens)``.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 import torch
 
 from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
 
+class ExecutorDeadError(RuntimeError):
+    """A worker died or stopped answering: the engine cannot go on and must stop (never hang)."""
+
+
 class Executor(ABC):
     """Drives one or more workers. Registered by name through ``register_executors``."""
 
     @abstractmethod
-    def determine_num_blocks(self) -> int:
-        """KV cache blocks every worker can hold."""
+    def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """Call ``Worker.<method>(*args)`` on every rank; their results in rank order.
 
-    @abstractmethod
+        Raises :class:`ExecutorDeadError` when a worker died or did not answer in time, and
+        RuntimeError naming the rank when a worker's method raised.
+        """
+
+    def determine_num_blocks(self) -> int:
+        """KV cache blocks every worker can hold: the minimum over ranks."""
+        return min(self.collective_rpc("determine_num_blocks"))
+
     def initialize_kv_cache(self, num_blocks: int) -> None:
         """Allocate the KV cache on every worker."""
+        self.collective_rpc("initialize_kv_cache", (num_blocks,))
 
-    @abstractmethod
     def execute_model(self, scheduler_output: SchedulerOutput,
                       grammar_bitmask: torch.Tensor | None = None) -> ModelRunnerOutput:
-        """Run one step on every worker; the driver's output is returned."""
+        """Run one step on every worker and wait for it; rank 0's output is returned."""
+        return self.collective_rpc("execute_model", (scheduler_output, grammar_bitmask))[0]
 
-    @abstractmethod
     def execute_model_async(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
-        """Launch a step; return the output of the step launched before it (None if none)."""
+        """Launch a step; return the output of the step launched before it (None if none).
 
-    @abstractmethod
+        EngineCore owns the overlap: it schedules step N+1 while step N runs, then folds step N in
+        from what this returns; :meth:`finish_pending` collects the last step.
+        """
+        return self.collective_rpc("execute_model_async", (scheduler_output,))[0]
+
     def finish_pending(self) -> ModelRunnerOutput | None:
         """Wait for the step launched last by ``execute_model_async``; return its output."""
+        return self.collective_rpc("finish_pending")[0]
 
     def shutdown(self) -> None:  # noqa: B027 - optional hook
         """Release workers. Default: nothing."""

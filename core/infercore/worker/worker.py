@@ -1,0 +1,94 @@
+"""The worker: one device's share of the engine — its process-group rank, model shard, KV cache and runner.
+
+The same class runs under every executor: in EngineCore's own process (``uni``), in a process per
+rank (``mp``) and in a Ray actor per rank (``ray``). Its public methods are what an executor may
+call through ``collective_rpc``; their type hints are the RPC wire's types.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from infercore.config import InfercoreConfig
+from infercore.distributed.process_group import destroy_tensor_parallel, init_tensor_parallel
+from infercore.engine.model_info import ModelInfo
+from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from infercore.platforms.interface import Platform
+
+logger = logging.getLogger(__name__)
+
+#: Methods an executor may call on a worker over RPC.
+RPC_METHODS = frozenset({"determine_num_blocks", "initialize_kv_cache", "execute_model", "execute_model_async",
+                         "finish_pending", "get_pid", "ping"})
+
+
+def platform_for(config: InfercoreConfig) -> Platform:
+    """The platform this process runs on, with the plugins configured (in a fresh worker process)."""
+    from infercore.platforms.selection import current_platform
+    from infercore.plugins.manager import get_plugin_manager
+
+    manager = get_plugin_manager()
+    manager.configure(config)
+    platform = current_platform(manager)
+    platform.update_config(config)
+    return platform
+
+
+class Worker:
+    """Initialises its device and process group, loads its shard, sizes and allocates its KV cache
+    and runs steps. Only rank 0 returns sampled tokens; every rank samples (the same tokens) to keep
+    its own copy of each request's tokens for the next step."""
+
+    def __init__(self, config: InfercoreConfig, model_info: ModelInfo, max_num_batched_tokens: int, *,
+                 rank: int = 0, world_size: int = 1, device_index: int = 0, init_method: str = "",
+                 platform: Platform | None = None) -> None:
+        from infercore.worker.model_runner import ModelRunner
+
+        self.rank = rank
+        self.world_size = world_size
+        self.platform = platform or platform_for(config)
+        self.platform.set_device(device_index)
+        self.device = self.platform.device(device_index)
+        init_tensor_parallel(rank, world_size, self.platform.dist_backend, init_method, self.device)
+        self.runner = ModelRunner(config, self.platform, self.device, model_info.max_model_len,
+                                  max_num_batched_tokens, model_info.eos_token_id)
+        logger.info("worker %d/%d ready on %s", rank, world_size, self.device)
+
+    def _driver_only(self, output: ModelRunnerOutput | None) -> ModelRunnerOutput | None:
+        return output if self.rank == 0 else None
+
+    def determine_num_blocks(self) -> int:
+        """KV cache blocks that fit this device (the executor takes the minimum over ranks)."""
+        return self.runner.determine_num_blocks()
+
+    def initialize_kv_cache(self, num_blocks: int) -> None:
+        """Allocate ``num_blocks`` blocks of this rank's KV heads and finish start-up (warm-up, graphs)."""
+        self.runner.initialize_kv_cache(num_blocks)
+
+    def execute_model(self, scheduler_output: SchedulerOutput,
+                      grammar_bitmask: torch.Tensor | None = None) -> ModelRunnerOutput | None:
+        """Run one step and wait for its tokens (rank 0 returns them)."""
+        return self._driver_only(self.runner.execute_model(scheduler_output, grammar_bitmask))
+
+    def execute_model_async(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
+        """Launch a step; rank 0 returns the output of the step launched before it."""
+        return self._driver_only(self.runner.execute_model_async(scheduler_output))
+
+    def finish_pending(self) -> ModelRunnerOutput | None:
+        """Wait for the last launched step; rank 0 returns its output."""
+        return self._driver_only(self.runner.finish_pending())
+
+    def get_pid(self) -> int:
+        """This worker's process id (for supervision and fault tests)."""
+        return os.getpid()
+
+    def ping(self) -> int:
+        """Liveness probe: returns the rank."""
+        return self.rank
+
+    def shutdown(self) -> None:
+        """Leave the process group."""
+        destroy_tensor_parallel()
