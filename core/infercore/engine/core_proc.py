@@ -3,6 +3,8 @@
 It is started by :class:`infercore.engine.core_client.EngineCoreClient` with the multiprocessing
 spawn context, connects to the two sockets the API process bound, sends a ready message (or the
 startup error) and serves until told to stop, until its parent disappears or until a step fails.
+A message it cannot decode or a request it cannot take fails that request alone (an error output
+for its id), never the engine.
 """
 
 from __future__ import annotations
@@ -18,8 +20,15 @@ from typing import Any
 import zmq
 
 from infercore.config import InfercoreConfig
-from infercore.engine.messages import EngineCoreOutputs
-from infercore.engine.serial import AbortRequests, EngineFailure, EngineReady, MessageKind, WireCodec
+from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, FinishReason
+from infercore.engine.serial import (
+    AbortRequests,
+    EngineFailure,
+    EngineReady,
+    MessageKind,
+    WireCodec,
+    leading_request_id,
+)
 
 logger = logging.getLogger("infercore.engine")
 
@@ -49,20 +58,46 @@ class EngineLoop:
         self.output = output_socket
         self.parent_pid = parent_pid
         self.codec = WireCodec()
+        #: Whether an idle step should report the emptied queues and freed KV blocks.
+        self._report_idle = False
 
     def _parent_alive(self) -> bool:
         return os.getppid() == self.parent_pid
 
     def _handle(self, frames: list[bytes]) -> bool:
         """Apply one message; returns True when it changed the set of requests."""
-        kind, message = self.codec.decode(frames)
+        try:
+            kind, message = self.codec.decode(frames)
+        except Exception as exc:  # whatever a peer sent, the engine lives on
+            self._refuse_undecodable(frames, exc)
+            return False
         if kind is MessageKind.ADD:
-            self.engine.add_request(message)
+            try:
+                self.engine.add_request(message)
+            except Exception as exc:  # a request the engine cannot take fails alone
+                logger.warning("request %s refused: %s", message.request_id, _user_message(exc))
+                self._fail_request(message.request_id, _user_message(exc))
             return True
         if isinstance(message, AbortRequests):
             self.engine.abort_requests(message.request_ids)
             return True
         return False
+
+    def _refuse_undecodable(self, frames: list[bytes], exc: Exception) -> None:
+        """Fail the request a message we cannot decode was adding, if its id can be read; else drop it."""
+        request_id = None
+        if len(frames) == 2 and bytes(frames[0]) == MessageKind.ADD.value:
+            request_id = leading_request_id(bytes(frames[1]))
+        reason = _user_message(exc)
+        if request_id is None:
+            logger.warning("dropped a message the engine could not decode: %s", reason)
+            return
+        logger.warning("request %s could not be decoded: %s", request_id, reason)
+        self._fail_request(request_id, f"the engine could not decode the request: {reason}")
+
+    def _fail_request(self, request_id: str, message: str) -> None:
+        self._send(EngineCoreOutputs(outputs=[
+            EngineCoreOutput(request_id, [], finish_reason=FinishReason.ERROR, error=message)]))
 
     def _drain_input(self, timeout_ms: int) -> bool:
         changed = False
@@ -80,21 +115,23 @@ class EngineLoop:
             outputs.timestamp = time.time()
         self.output.send_multipart(self.codec.encode(outputs))
 
+    def run_once(self) -> None:
+        """Take the waiting messages (waiting a little for one while idle), then step if there is work."""
+        busy = self.engine.has_unfinished_requests()
+        self._report_idle |= self._drain_input(0 if busy else _IDLE_POLL_MS)
+        if self.engine.has_unfinished_requests():
+            self._send(self.engine.step())
+            self._report_idle = True
+        elif self._report_idle:
+            # One step with nothing scheduled reports the emptied queues and freed KV blocks.
+            self._send(self.engine.step())
+            self._report_idle = False
+
     def run(self) -> int:
-        report_idle = False
-        while True:
-            if not self._parent_alive():
-                logger.warning("the API process is gone; the engine is exiting")
-                return 1
-            busy = self.engine.has_unfinished_requests()
-            report_idle |= self._drain_input(0 if busy else _IDLE_POLL_MS)
-            if self.engine.has_unfinished_requests():
-                self._send(self.engine.step())
-                report_idle = True
-            elif report_idle:
-                # One step with nothing scheduled reports the emptied queues and freed KV blocks.
-                self._send(self.engine.step())
-                report_idle = False
+        while self._parent_alive():
+            self.run_once()
+        logger.warning("the API process is gone; the engine is exiting")
+        return 1
 
 
 def run_engine_core(config_json: str, input_address: str, output_address: str, parent_pid: int,

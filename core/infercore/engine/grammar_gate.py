@@ -70,13 +70,16 @@ class GrammarGate:
             if status.state == "pending":
                 continue
             request = self.pending.pop(req_id)
+            error = status.error or "the constraint could not be compiled"
             if status.state == "ready":
-                scheduler.add_request(request)
-            else:
-                self.reasoning.pop(req_id, None)
-                self.manager.remove(req_id)
-                failed.append(EngineCoreOutput(req_id, [], finish_reason=FinishReason.ERROR,
-                                               error=status.error or "the constraint could not be compiled"))
+                try:
+                    scheduler.add_request(request)
+                    continue
+                except ValueError as exc:  # the scheduler cannot take it: fail it alone
+                    error = str(exc)
+            self.reasoning.pop(req_id, None)
+            self.manager.remove(req_id)
+            failed.append(EngineCoreOutput(req_id, [], finish_reason=FinishReason.ERROR, error=error))
         return failed
 
     def abort(self, request_ids: list[str]) -> None:

@@ -62,6 +62,36 @@ _KIND_OF: dict[type, MessageKind] = {
 }
 
 
+def leading_request_id(payload: bytes) -> str | None:
+    """The request id that starts an ADD payload, read without decoding the rest (which may be what
+    could not be decoded); None if the payload does not start with a msgpack array and a string."""
+    data = memoryview(payload)
+    if not data:
+        return None
+    head = data[0]
+    offset = 1 if 0x90 <= head <= 0x9F else {0xDC: 3, 0xDD: 5}.get(head)
+    if offset is None or offset >= len(data):
+        return None
+    tag = data[offset]
+    if 0xA0 <= tag <= 0xBF:
+        start, length = offset + 1, tag & 0x1F
+    elif tag in _STR_LENGTH_BYTES:
+        start = offset + 1 + _STR_LENGTH_BYTES[tag]
+        length = int.from_bytes(data[offset + 1:start], "big")
+    else:
+        return None
+    if start + length > len(data):
+        return None
+    try:
+        return bytes(data[start:start + length]).decode()
+    except UnicodeDecodeError:
+        return None
+
+
+#: msgpack str8 / str16 / str32 tags and the size of their length field.
+_STR_LENGTH_BYTES = {0xD9: 1, 0xDA: 2, 0xDB: 4}
+
+
 class WireCodec:
     """Encodes typed messages to ``[kind, payload]`` frames and decodes them back."""
 
