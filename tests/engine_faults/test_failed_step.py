@@ -7,6 +7,7 @@ import pytest
 from conftest import fail_next_call
 
 from infercore import SamplingParams
+from infercore.entrypoints.llm import GenerationError
 from infercore.sampling_params import StructuredOutputsParams
 
 #: 48 tokens: three full blocks of 16, all of which a second request with this prompt could hit.
@@ -27,9 +28,10 @@ def test_failed_step_leaves_no_unwritten_block_in_the_prefix_cache(make_llm, asy
     assert core.async_mode is async_scheduling
     failures = fail_next_call(core.executor, "execute_model_async" if async_scheduling else "execute_model")
     # Two requests with one prompt in one step: the second shares the blocks the first is to write.
-    outputs = llm.generate([PROMPT, PROMPT], GREEDY, use_tqdm=False)
-    assert failures == [1]
-    assert [o.outputs[0].finish_reason for o in outputs] == ["error", "error"]
+    with pytest.raises(GenerationError, match="StepFailure: the device fell over") as failed:
+        llm.generate([PROMPT, PROMPT], GREEDY, use_tqdm=False)
+    assert failures == [1] and type(failed.value.__cause__).__name__ == "StepFailure"
+    assert not llm.llm_engine.has_unfinished_requests()
     kv = core.scheduler.kv_cache_manager
     assert kv.num_free_blocks == kv.num_usable_blocks
     tokens, num_cached = _run_alone(llm)

@@ -144,6 +144,8 @@ class EngineCore:
             raise exc  # a dead or hung worker ends the engine; its process exits and fails every request
         ids = self.scheduler.fail_unfolded_steps()
         self.grammars.abort(ids)
+        #: The latest failure, for in-process callers (``LLM.generate``) to raise with its cause.
+        self.last_step_error: Exception | None = exc
         logger.exception("model step failed; failing the %d requests in it", len(ids))
         message = f"internal error while running the model: {type(exc).__name__}"
         outs = [EngineCoreOutput(r, [], finish_reason=FinishReason.ERROR, error=message) for r in ids]

@@ -49,6 +49,12 @@ class LLMEngine:
             engine_ids.extend(self.output_processor.abort_request(request_id) or [request_id])
         self.engine_core.abort_requests(engine_ids)
 
+    def take_step_error(self) -> Exception | None:
+        """The exception of the latest failed model step, once (None when no step failed since)."""
+        error = getattr(self.engine_core, "last_step_error", None)
+        self.engine_core.last_step_error = None
+        return error
+
     def step(self) -> list[RequestOutput]:
         outputs = self.engine_core.step()
         processed = self.output_processor.process_outputs(outputs.outputs)

@@ -101,6 +101,24 @@ class LLM:
             while engine.has_unfinished_requests():
                 for out in engine.step():
                     if out.finished:
+                        self._raise_if_failed(out, [i for i in ids if i not in results])
                         results[out.request_id] = out
                         bar.update(1)
         return [results[i] for i in ids]
+
+    def _raise_if_failed(self, out: RequestOutput, unfinished: list[str]) -> None:
+        """A request that ended because a model step raised fails the whole call, with that exception
+        as its cause; the call's other requests are aborted so the engine is left clean. (A request
+        refused on its own, e.g. for an invalid grammar, still finishes with reason "error".)"""
+        if not any(o.finish_reason == "error" for o in out.outputs):
+            return
+        cause = self.llm_engine.take_step_error()
+        if cause is None:
+            return
+        self.llm_engine.abort_request([i for i in unfinished if i != out.request_id])
+        raise GenerationError(f"request {out.request_id} failed because a model step raised "
+                              f"{type(cause).__name__}: {cause}") from cause
+
+
+class GenerationError(RuntimeError):
+    """``LLM.generate`` could not finish a request (a model step raised); ``__cause__`` is the error."""
