@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
+import re
 import shutil
 import tempfile
+from pathlib import Path
 
 import zmq
 import zmq.asyncio
@@ -16,6 +19,45 @@ from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY, run_engine_core
 from infercore.engine.messages import EngineCoreOutputs, EngineCoreRequest, SchedulerStats
 from infercore.engine.model_info import ModelInfo
 from infercore.engine.serial import AbortRequests, EngineFailure, MessageKind, WireCodec
+
+#: Socket folders are named after the API process that binds them, so a folder whose process is gone
+#: (killed before it could remove it) is recognised as stale.
+_SOCKET_DIR_PREFIX = "infercore-ipc-"
+_SOCKET_DIR = re.compile(re.escape(_SOCKET_DIR_PREFIX) + r"(\d+)-")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_socket_dirs(parent: str | None = None) -> list[str]:
+    """Remove this user's socket folders (in ``parent``, default the temp folder) whose API process is
+    gone; returns the folders removed."""
+    removed = []
+    for entry in Path(parent or tempfile.gettempdir()).iterdir():
+        match = _SOCKET_DIR.match(entry.name)
+        with contextlib.suppress(OSError):
+            if match and entry.is_dir() and entry.stat().st_uid == os.getuid() and not _pid_alive(int(match[1])):
+                shutil.rmtree(entry)
+                removed.append(str(entry))
+    return removed
+
+
+def _run_engine(socket_dir: str, config_json: str, input_address: str, output_address: str, parent_pid: int,
+                engine_factory: str) -> None:
+    """The engine process's entry: run the engine, and remove the socket folder if the API process that
+    owns it died first (killed, it could not)."""
+    try:
+        run_engine_core(config_json, input_address, output_address, parent_pid, engine_factory)
+    finally:
+        if os.getppid() != parent_pid:
+            shutil.rmtree(socket_dir, ignore_errors=True)
 
 
 class EngineStartupError(RuntimeError):
@@ -30,14 +72,16 @@ class EngineCoreClient:
     """Starts the EngineCore process, sends it requests and aborts, and receives its outputs.
 
     Both sockets are ``ipc://`` files in a private (0700) temporary folder, bound here; the engine
-    connects to them.
+    connects to them. Whoever outlives the other removes the folder; folders left by processes killed
+    together are removed when the next client starts.
     """
 
     def __init__(self, config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY) -> None:
         self.config = config
         self.engine_factory = engine_factory
         self.codec = WireCodec()
-        self._dir = tempfile.mkdtemp(prefix="infercore-")
+        remove_stale_socket_dirs()
+        self._dir = tempfile.mkdtemp(prefix=f"{_SOCKET_DIR_PREFIX}{os.getpid()}-")
         os.chmod(self._dir, 0o700)
         self.input_address = f"ipc://{self._dir}/input"
         self.output_address = f"ipc://{self._dir}/output"
@@ -55,8 +99,8 @@ class EngineCoreClient:
         """Spawn the engine and wait for its ready message; raise EngineStartupError with its reason."""
         ctx = multiprocessing.get_context("spawn")
         self.process = ctx.Process(
-            target=run_engine_core, name="infercore-engine-core", daemon=True,
-            args=(self.config.model_dump_json(), self.input_address, self.output_address, os.getpid(),
+            target=_run_engine, name="infercore-engine-core", daemon=True,
+            args=(self._dir, self.config.model_dump_json(), self.input_address, self.output_address, os.getpid(),
                   self.engine_factory),
         )
         self.process.start()
