@@ -1,4 +1,4 @@
-"""The Triton ``gumbel_argmax`` on the GPU at the serving shape (256 rows of a 151936-token vocabulary)."""
+"""The Triton ``gumbel_argmax`` and the sampler on the GPU at the serving shape (256 rows, 151936 tokens)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from gumbel_cases import (
     check_only_finite_tokens,
     check_same_seed_same_token,
 )
+from seeded_batch_cases import check_seeded_rows_ignore_their_neighbours, sample_steps
 
+from infercore.sample import Sampler
+from infercore.sampling_params import SamplingParams
 from infercore_triton.sampling import gumbel_argmax
 
 pytestmark = requires_gpu
@@ -52,3 +55,20 @@ def test_mixed_batch_of_serving_shape() -> None:
     assert torch.equal(tokens[::2], logits[::2].argmax(dim=-1))
     assert ((tokens >= 0) & (tokens < VOCAB)).all()
     assert not torch.equal(tokens[1::2], logits[1::2].argmax(dim=-1))
+
+
+def test_seeded_requests_draw_alike_alone_and_beside_any_neighbour() -> None:
+    """Plain, greedy, top-k, top-p, min-p and penalised neighbours leave a seeded request's tokens as
+    they are alone (RELIABILITY.md line 21), through the platform's own sampler op."""
+    check_seeded_rows_ignore_their_neighbours(Sampler(), VOCAB, torch.device("cuda"), steps=6)
+
+
+def test_a_full_batch_of_seeded_requests_draws_as_each_would_alone() -> None:
+    """256 seeded rows, half with the w-gpu-sampling options, half plain: each row as it draws alone."""
+    params = [SamplingParams(seed=row, top_p=0.9, top_k=50, repetition_penalty=1.1, presence_penalty=0.5)
+              if row % 2 else SamplingParams(seed=row, temperature=0.8) for row in range(BATCH)]
+    sampler, device = Sampler(), torch.device("cuda")
+    batch = sample_steps(sampler, params, 3, VOCAB, device)
+    alone = [sample_steps(sampler, [p], 3, VOCAB, device)[0] for p in params]
+    assert batch == alone
+    assert len({tuple(tokens) for tokens in alone}) > BATCH // 2

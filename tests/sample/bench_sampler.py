@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from infercore.sample import Sampler, SamplingMetadata, make_generator
+from infercore.sample import Sampler, SamplingMetadata
 from infercore.sampling_params import SamplingParams
 
 
@@ -32,7 +32,6 @@ def time_step(params: list[SamplingParams], logits: torch.Tensor, repeats: int) 
     """Median milliseconds of build, and of build + forward (+ device sync)."""
     device = logits.device
     batch, vocab = logits.shape
-    generators = [make_generator(p.seed, device) for p in params]
     prompts = [list(range(100))] * batch
     outputs = [list(range(100, 150))] * batch
     sampler = Sampler()
@@ -42,7 +41,7 @@ def time_step(params: list[SamplingParams], logits: torch.Tensor, repeats: int) 
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        metadata = SamplingMetadata.build(params, generators, prompts, outputs, vocab, device)
+        metadata = SamplingMetadata.build(params, prompts, outputs, vocab, device)
         built = time.perf_counter()
         sampler(work, metadata).sampled_token_ids.tolist()
         builds.append(built - start)

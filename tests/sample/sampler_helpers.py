@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from infercore.sample import Sampler, SamplingMetadata, make_generator
+from infercore.sample import Sampler, SamplingMetadata
 from infercore.sampling_params import SamplingParams
 
 CPU = torch.device("cpu")
@@ -21,13 +21,11 @@ def build_metadata(
     outputs: list[list[int]] | None = None,
     eos_token_ids: list[int | None] | None = None,
     grammar_bitmask: torch.Tensor | None = None,
-    generators: list[torch.Generator | None] | None = None,
 ) -> SamplingMetadata:
-    """SamplingMetadata with empty histories and each request's own seed unless given."""
+    """SamplingMetadata with empty histories unless given."""
     n = len(params)
     return SamplingMetadata.build(
         params,
-        generators if generators is not None else [make_generator(p.seed, CPU) for p in params],
         prompts if prompts is not None else [[] for _ in range(n)],
         outputs if outputs is not None else [[] for _ in range(n)],
         vocab_size,

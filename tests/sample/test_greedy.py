@@ -24,7 +24,7 @@ def test_all_greedy_batch_builds_nothing_extra() -> None:
     assert metadata.all_greedy
     assert metadata.temperature is None and metadata.top_k_top_p is None and metadata.min_p_margin is None
     assert metadata.seeds is None
-    assert metadata.penalties is None and metadata.logit_bias is None and not metadata.generators
+    assert metadata.penalties is None and metadata.logit_bias is None
 
 
 def test_greedy_rows_stay_argmax_in_a_sampled_batch() -> None:

@@ -1,4 +1,4 @@
-"""The common path: without top-k/top-p, one ``gumbel_argmax`` call on the logits as they come."""
+"""Every batch samples with one ``gumbel_argmax`` call: on the logits as they come without other options."""
 
 from __future__ import annotations
 
@@ -54,11 +54,19 @@ def test_anything_but_temperature_works_on_float32(spy: Spy) -> None:
     assert passed[0].isinf().any() and not passed[1].isinf().any()  # and min-p on its row only
 
 
-def test_top_k_top_p_batches_keep_the_torch_path(spy: Spy) -> None:
-    params = [SamplingParams(top_p=0.9, seed=1), SamplingParams(temperature=0)]
-    logits = torch.randn(2, VOCAB).bfloat16()
+def test_top_k_top_p_batches_draw_through_the_op_with_their_tails_masked(spy: Spy) -> None:
+    """Cut rows reach the op as -inf masks; their neighbours' logits and seeds reach it untouched."""
+    params = [SamplingParams(top_k=3, seed=1), SamplingParams(seed=2, temperature=0.7),
+              SamplingParams(temperature=0), SamplingParams(top_p=0.5, temperature=2.0)]
+    logits = torch.randn(4, VOCAB).bfloat16()
     tokens = Sampler()(logits, build_metadata(params, VOCAB)).sampled_token_ids
-    assert not spy.calls and tokens[1] == logits[1].argmax()
+    (passed, temperature, seeds), = spy.calls
+    assert temperature.tolist() == pytest.approx([1.0, 0.7, 0.0, 2.0])
+    assert seeds[:2].tolist() == [step_seed(1, 0), step_seed(2, 0)]
+    assert torch.equal(passed[1], logits[1].float())
+    assert passed[0].isfinite().sum() == 3 and tokens[0] in logits[0].topk(3).indices
+    assert tokens[2] == logits[2].argmax()
+    assert 1 < passed[3].isfinite().sum() < VOCAB
 
 
 def test_all_greedy_bf16_is_argmax_without_the_op(spy: Spy) -> None:
@@ -90,7 +98,7 @@ def test_unseeded_rows_draw_fresh_seeds_from_the_seed_source() -> None:
     params = [SamplingParams()] * 4
 
     def seeds(source: np.random.Generator) -> list[int]:
-        meta = SamplingMetadata.build(params, [None] * 4, [[]] * 4, [[]] * 4, VOCAB, CPU, seed_source=source)
+        meta = SamplingMetadata.build(params, [[]] * 4, [[]] * 4, VOCAB, CPU, seed_source=source)
         assert meta.seeds is not None
         return meta.seeds.tolist()
 
@@ -103,13 +111,3 @@ def test_unseeded_rows_draw_fresh_seeds_from_the_seed_source() -> None:
 
 def test_the_seed_source_comes_from_the_engine_seed() -> None:
     assert Sampler(11).seed_source.integers(1 << 62) == np.random.default_rng(11).integers(1 << 62)
-
-
-def test_generators_are_only_seeded_for_top_k_top_p() -> None:
-    generator = torch.Generator()
-    state = generator.get_state()
-    build_metadata([SamplingParams(seed=1)], VOCAB, generators=[generator])
-    assert torch.equal(generator.get_state(), state)
-    metadata = build_metadata([SamplingParams(seed=1, top_k=5)], VOCAB, outputs=[[1, 2, 3]], generators=[generator])
-    assert metadata.generators == {0: generator}
-    assert generator.initial_seed() == step_seed(1, 3)

@@ -1,8 +1,8 @@
 import pytest
 import torch
-from sampler_helpers import CPU, build_metadata
+from sampler_helpers import build_metadata
 
-from infercore.sample import Sampler, make_generator
+from infercore.sample import Sampler
 from infercore.sampling_params import SamplingParams
 
 VOCAB = 2000
@@ -35,10 +35,9 @@ def step_logits(step: int, rows: int) -> torch.Tensor:
 
 def run(params: list[SamplingParams], row: int) -> list[int]:
     """Sample STEPS tokens for every row; return row ``row``'s sequence."""
-    generators = [make_generator(p.seed, CPU) for p in params]
     outputs: list[list[int]] = [[] for _ in params]
     for step in range(STEPS):
-        metadata = build_metadata(params, VOCAB, outputs=outputs, generators=generators)
+        metadata = build_metadata(params, VOCAB, outputs=outputs)
         tokens = Sampler()(step_logits(step, len(params)), metadata).sampled_token_ids.tolist()
         for out, token in zip(outputs, tokens):
             out.append(token)

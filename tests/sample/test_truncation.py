@@ -72,3 +72,24 @@ def test_min_p_applies_after_temperature() -> None:
     # at temperature 0.5 the relative probabilities become 1, 0.37, 0.14, ...
     tokens = set(sample(logits, [SamplingParams(min_p=0.3, temperature=0.5)] * ROWS).tolist())
     assert tokens == {0, 1}
+
+
+@pytest.mark.parametrize("neighbour", [None, SamplingParams(top_k=40), SamplingParams(top_p=0.95)])
+def test_tokens_tied_with_the_kth_are_kept_whatever_shares_the_batch(neighbour: SamplingParams | None) -> None:
+    """Top-k cuts at the k-th largest logit: tokens tied with it stay, alone or beside a wider cut."""
+    row = torch.full((60,), -1.0)
+    row[3], row[[10, 20, 30]] = 5.0, 4.0
+    params = [SamplingParams(top_k=2, temperature=5.0)] * ROWS + ([neighbour] if neighbour else [])
+    tokens = sample(row.expand(len(params), -1).contiguous(), params)[:ROWS]
+    assert set(tokens.tolist()) == {3, 10, 20, 30}
+
+
+def test_a_wide_nucleus_is_cut_alike_alone_and_beside_narrow_ones() -> None:
+    """A top-p row whose nucleus reaches past the topk candidates keeps the same tokens in any batch."""
+    logits = distinct_logits(2500, 0.1, rows=40)
+    params = [SamplingParams(top_p=0.8, seed=seed) for seed in range(40)]
+    alone = sample(logits, params)
+    batch = torch.cat([logits, torch.randn(3, 2500) * 3])
+    beside = sample(batch, params + [SamplingParams(top_p=0.5), SamplingParams(top_k=3),
+                                     SamplingParams(temperature=0)])[:40]
+    assert torch.equal(alone, beside) and len(set(alone.tolist())) > 20

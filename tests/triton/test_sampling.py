@@ -12,9 +12,11 @@ from gumbel_cases import (
     check_only_finite_tokens,
     check_same_seed_same_token,
 )
+from seeded_batch_cases import check_seeded_rows_ignore_their_neighbours
 
 from infercore.ops import reference
 from infercore.plugins import get_plugin_manager
+from infercore.sample import Sampler
 from infercore_triton import sampling
 
 OPS = {"triton": sampling.gumbel_argmax, "reference": reference.gumbel_argmax}
@@ -93,6 +95,13 @@ def test_row_strided_logits(op) -> None:
     wide = torch.randn(4, 1100).bfloat16()
     temperature, seeds = torch.tensor([0.0, 0.5, 1.0, 1.5]), torch.arange(4)
     assert torch.equal(op(wide[:, :1000], temperature, seeds), op(wide[:, :1000].contiguous(), temperature, seeds))
+
+
+def test_seeded_rows_draw_alike_alone_and_beside_any_neighbour(op, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Top-k, top-p, min-p, penalised, greedy and plain neighbours all leave a seeded row's tokens as
+    they are alone: every batch draws through the op, keyed by the row seed and the token id."""
+    monkeypatch.setattr(Sampler, "_gumbel_op", lambda self, device: op)
+    check_seeded_rows_ignore_their_neighbours(Sampler(), 200, torch.device("cpu"))
 
 
 def test_registered_for_the_triton_platforms_with_the_reference_elsewhere() -> None:

@@ -1,6 +1,5 @@
 """Batched sampling on the logits' device: penalties, biases, grammar masks, truncation, seeded draws."""
 
-from infercore.sample.gumbel import make_generator
 from infercore.sample.logprobs import LogprobsTensors, compute_prompt_logprobs
 from infercore.sample.metadata import SamplingMetadata
 from infercore.sample.sampler import Sampler, SamplerOutput
@@ -11,5 +10,4 @@ __all__ = [
     "SamplerOutput",
     "SamplingMetadata",
     "compute_prompt_logprobs",
-    "make_generator",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,12 +21,11 @@ class SamplingMetadata:
     """What the sampler needs for one step, with tensors on the logits' device.
 
     Parts that no request uses are None, so an all-greedy batch without penalties or biases costs
-    one argmax, and a batch without top-k/top-p one ``gumbel_argmax``.
+    one argmax, and a batch without top-k/top-p one ``gumbel_argmax``. Every sampled row draws with
+    ``gumbel_argmax`` from its row seed, whichever other options share the batch.
     """
 
-    vocab_size: int
     all_greedy: bool
-    all_random: bool
     #: [B] float32 temperatures, 0 on greedy rows (``gumbel_argmax``'s greedy mark); None when all greedy.
     temperature: torch.Tensor | None
     #: [B] int64 row seeds of this step's random draw (see ``infercore.sample.gumbel``); None when all greedy.
@@ -36,9 +34,6 @@ class SamplingMetadata:
     #: ``temperature * log(min_p)`` (-inf on greedy rows and rows without min-p); None when unused.
     min_p_margin: torch.Tensor | None
     top_k_top_p: TopKTopP | None
-    #: Batch row -> its request's generator, seeded with the row seed (seeded sampled rows, and only
-    #: when ``top_k_top_p`` is set: the common path draws from ``seeds`` alone).
-    generators: dict[int, torch.Generator]
     penalties: PenaltyTensors | None
     logit_bias: SparseLogitBias | None
     #: [B, ceil(V / 32)] int32 allowed-token bits, or None without structured output.
@@ -57,7 +52,6 @@ class SamplingMetadata:
     def build(
         cls,
         params: list[SamplingParams],
-        generators: Sequence[torch.Generator | None],
         prompt_token_ids: list[list[int]],
         output_token_ids: list[list[int]],
         vocab_size: int,
@@ -70,14 +64,12 @@ class SamplingMetadata:
 
         ``output_token_ids[i]`` are the tokens request ``i`` has produced so far (for penalties,
         ``min_tokens`` and its row seed); ``eos_token_ids[i]`` is its EOS token, masked until
-        ``min_tokens`` outputs. ``generators[i]`` is request ``i``'s own generator, or None; it is
-        only seeded (or made, where missing) when the batch needs top-k/top-p. Rows without a seed
-        get fresh seeds from ``seed_source`` (torch's default generator when None).
+        ``min_tokens`` outputs. Rows without a seed get fresh seeds from ``seed_source`` (torch's
+        default generator when None).
         """
         greedy = [p.greedy for p in params]
         sampled = [p for p, g in zip(params, greedy) if not g]
         temperature = seeds = min_p_margin = top_k_top_p = None
-        seeded_generators: dict[int, torch.Generator] = {}
         if sampled:
             temperature = to_device([0.0 if g else p.temperature for p, g in zip(params, greedy)],
                                     torch.float32, device)
@@ -91,18 +83,13 @@ class SamplingMetadata:
                     [p.temperature * math.log(p.min_p) if p.min_p > 0 and not g else -math.inf
                      for p, g in zip(params, greedy)], torch.float32, device).unsqueeze(1)
             top_k_top_p = TopKTopP.build(params, greedy, vocab_size, device)
-            if top_k_top_p is not None:
-                seeded_generators = _seed_generators(seeded, generators, row_seeds, device)
         requested = [p.logprobs for p in params if p.logprobs is not None]
         return cls(
-            vocab_size=vocab_size,
             all_greedy=not sampled,
-            all_random=len(sampled) == len(params),
             temperature=temperature,
             seeds=seeds,
             min_p_margin=min_p_margin,
             top_k_top_p=top_k_top_p,
-            generators=seeded_generators,
             penalties=PenaltyTensors.build(params, prompt_token_ids, output_token_ids, vocab_size, device),
             logit_bias=SparseLogitBias.build(
                 params, output_token_ids, eos_token_ids or [None] * len(params), device),
@@ -111,13 +98,3 @@ class SamplingMetadata:
             if requested else None,
         )
 
-
-def _seed_generators(rows: list[int], generators: Sequence[torch.Generator | None], row_seeds: np.ndarray,
-                     device: torch.device) -> dict[int, torch.Generator]:
-    """Each seeded row's generator (made where the caller has none), seeded with its row seed."""
-    seeded = {}
-    for i in rows:
-        generator = generators[i] or torch.Generator(device=device)
-        generator.manual_seed(int(row_seeds[i]))
-        seeded[i] = generator
-    return seeded

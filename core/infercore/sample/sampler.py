@@ -11,7 +11,6 @@ from torch import nn
 
 from infercore.ops import get_op, reference
 from infercore.platforms import current_platform
-from infercore.sample.gumbel import log_exponential
 from infercore.sample.logprobs import LogprobsTensors, gather_logprobs
 from infercore.sample.metadata import SamplingMetadata
 from infercore.sample.truncation import apply_min_p
@@ -31,11 +30,12 @@ class SamplerOutput:
 class Sampler(nn.Module):
     """Turns [B, V] logits into tokens.
 
-    Order (as in vLLM): grammar bitmask, logit bias and min_tokens, penalties, min-p; greedy rows
-    take the argmax of the result; sampled rows divide by their temperature and take a Gumbel-max
-    draw. Without top-k/top-p in the batch, temperature, draw and argmax (greedy rows included) are
-    one ``gumbel_argmax`` custom op that reads the logits once, in the model's dtype when nothing
-    else needs float32; with top-k/top-p, the truncation runs in torch on float32 candidates.
+    Order (as in vLLM): grammar bitmask, logit bias and min_tokens, penalties, min-p, top-k and
+    top-p (these as -inf masks on float32 logits); greedy rows take the argmax of the result; sampled
+    rows divide by their temperature and take a Gumbel-max draw. Temperature, draw and argmax
+    (greedy rows included) are one ``gumbel_argmax`` custom op that reads the logits once, in the
+    model's dtype when nothing else needs float32. Every batch draws through that op, so a row's
+    token depends on its own logits, options and seed, never on which options its neighbours use.
     Logprobs describe the model's raw distribution, before any of these, in float32. ``logits``
     may be changed in place.
     """
@@ -76,30 +76,9 @@ class Sampler(nn.Module):
         if metadata.all_greedy:
             return logits.argmax(dim=-1)
         assert metadata.temperature is not None and metadata.seeds is not None
-        if metadata.top_k_top_p is None:
-            return self._gumbel_op(logits.device)(logits, metadata.temperature, metadata.seeds)
-        return self._sample_top_k_top_p(logits, metadata)
-
-    @staticmethod
-    def _sample_top_k_top_p(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
-        """Temperature, truncation and a Gumbel-max draw in torch, on float32 logits."""
-        assert metadata.temperature is not None and metadata.top_k_top_p is not None
-        temperature = metadata.temperature
-        greedy = None if metadata.all_random else temperature == 0
-        greedy_tokens = None if greedy is None else logits.argmax(dim=-1)
-        logits.div_(temperature.masked_fill(temperature == 0, 1.0).unsqueeze(1))
-        candidates = metadata.top_k_top_p.apply(logits)
-        if candidates is None:
-            log_q = log_exponential(logits.shape, metadata.generators, metadata.vocab_size, logits.device)
-            sampled = logits.sub_(log_q).argmax(dim=-1)
-        else:
-            log_q = log_exponential(candidates.logits.shape, metadata.generators, metadata.vocab_size,
-                                    logits.device, candidates.token_ids)
-            best = candidates.logits.sub_(log_q).argmax(dim=-1, keepdim=True)
-            sampled = candidates.token_ids.gather(1, best).squeeze(1)
-        if greedy is not None and greedy_tokens is not None:
-            sampled = torch.where(greedy, greedy_tokens, sampled)
-        return sampled
+        if metadata.top_k_top_p is not None:
+            metadata.top_k_top_p.apply(logits, metadata.temperature)
+        return self._gumbel_op(logits.device)(logits, metadata.temperature, metadata.seeds)
 
     def _gumbel_op(self, device: torch.device) -> GumbelArgmax:
         """The platform's ``gumbel_argmax`` for tensors on the platform's device; the torch reference

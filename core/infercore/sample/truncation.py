@@ -1,9 +1,14 @@
-"""Cutting the distribution's tail before sampling: min-p, top-k and top-p.
+"""Cutting the distribution's tail before sampling: min-p, top-k and top-p, as masks on the logits.
+
+Each cut is a threshold on a row's logits: every token at least as likely as the least likely kept
+token stays, so ties at the edge never depend on the order ``torch.topk`` returns them in, and the
+tokens left are sampled by the same seeded ``gumbel_argmax`` draw as rows without a cut.
 
 Top-k and top-p look only at the ``C`` most likely tokens found by ``torch.topk`` (``C`` is the
-largest top-k in the batch, or at least 1024 when a row has top-p). A top-p row whose ``C`` tokens
-already hold ``top_p`` of the probability has its whole nucleus among them; only the rows where
-that fails pay for a full sort. When every row fits, sampling runs on the [B, C] candidates alone.
+largest top-k in the batch, or at least 1024 when a row has top-p). A row with top-k (or top-p
+inside its top-k) has its cut among them. A top-p-only row whose ``C`` tokens already hold ``top_p``
+of the probability has its nucleus among them too; only the rows where that fails pay for a full
+sort, and only batches with such rows wait for the device to find out.
 """
 
 from __future__ import annotations
@@ -30,14 +35,6 @@ def apply_min_p(logits: torch.Tensor, margin: torch.Tensor) -> None:
 
 
 @dataclass
-class Candidates:
-    """The tokens that can still be sampled: their logits ([B, C], -inf where cut) and their ids."""
-
-    logits: torch.Tensor
-    token_ids: torch.Tensor
-
-
-@dataclass
 class TopKTopP:
     """Per-row top-k (0: off) and top-p (1: off) for a batch where some row uses either."""
 
@@ -45,12 +42,15 @@ class TopKTopP:
     top_p: torch.Tensor
     max_top_k: int
     any_top_p: bool
+    #: Whether some row has top-p without top-k: its nucleus is measured against its whole row.
+    any_top_p_only: bool
 
     @classmethod
     def build(
         cls, params: list[SamplingParams], greedy: list[bool], vocab_size: int, device: torch.device
     ) -> TopKTopP | None:
-        """None when no sampled row restricts its tokens; greedy rows get top-k 1 (their draw is unused)."""
+        """None when no sampled row restricts its tokens; greedy rows get top-k 1 (their argmax and
+        every token tied with it, of which ``gumbel_argmax`` takes the first, as ``torch.argmax``)."""
         top_k = [1 if g else (p.top_k if 0 < p.top_k < vocab_size else 0) for p, g in zip(params, greedy)]
         top_p = [1.0 if g else p.top_p for p, g in zip(params, greedy)]
         any_top_p = any(p < 1 for p in top_p)
@@ -61,32 +61,39 @@ class TopKTopP:
             top_p=to_device(top_p, torch.float32, device),
             max_top_k=max(top_k),
             any_top_p=any_top_p,
+            any_top_p_only=any(p < 1 and k == 0 for k, p in zip(top_k, top_p)),
         )
 
-    def apply(self, logits: torch.Tensor) -> Candidates | None:
-        """Cut each row's tail: returns the candidates when all rows fit in them, else masks ``logits``
-        [B, V] in place and returns None."""
+    def apply(self, logits: torch.Tensor, temperature: torch.Tensor) -> None:
+        """Forbid, in place, each row's tokens outside its top-k and then its top-p nucleus.
+
+        ``logits`` [B, V] float32 are not yet divided by ``temperature`` [B] (0 on greedy rows); the
+        nucleus is measured on ``softmax(logits / temperature)`` over the row's top-k tokens.
+        """
         vocab_size = logits.shape[1]
         width = min(vocab_size, max(self.max_top_k, _TOP_P_CANDIDATES if self.any_top_p else 1))
-        values, token_ids = logits.topk(width, dim=-1)
+        values = logits.topk(width, dim=-1).values
         by_k = self.top_k > 0
         keep = _positions(width, logits.device) < torch.where(by_k, self.top_k, width).unsqueeze(1)
-        fits = by_k
+        cut = by_k
         if self.any_top_p:
-            in_k = values.masked_fill(~keep, float("-inf"))
-            lse = torch.where(by_k, in_k.logsumexp(dim=-1), logits.logsumexp(dim=-1))
-            probs = (in_k - lse.unsqueeze(1)).exp()
+            scale = torch.where(temperature > 0, temperature, 1.0).unsqueeze(1)
+            tempered = (values / scale).masked_fill_(~keep, float("-inf"))
+            lse = tempered.logsumexp(dim=-1)
+            if self.any_top_p_only:
+                lse = torch.where(by_k, lse, (logits / scale).logsumexp(dim=-1))
+            probs = (tempered - lse.unsqueeze(1)).exp_()
             keep &= _inside_nucleus(probs, self.top_p)
-            fits = by_k | (probs.sum(dim=-1) >= self.top_p)
+            cut = by_k | (self.top_p < 1)
         threshold = values.gather(1, keep.sum(dim=-1, keepdim=True).clamp_min(1) - 1)
-        if bool(fits.all()):
-            return Candidates(values.masked_fill_(values < threshold, float("-inf")), token_ids)
-        threshold.masked_fill_(~fits.unsqueeze(1), float("-inf"))
-        overflow = (~fits & (self.top_p < 1)).nonzero().squeeze(1)
-        if overflow.numel():
-            threshold[overflow] = _sorted_threshold(logits[overflow], self.top_k[overflow], self.top_p[overflow])
+        threshold.masked_fill_(~cut.unsqueeze(1), float("-inf"))
+        if self.any_top_p_only:
+            # Top-p-only rows whose candidates hold less than top_p: the nucleus reaches past them.
+            wide = ~by_k & (self.top_p < 1) & (probs.sum(dim=-1) < self.top_p)
+            if bool(wide.any()):
+                rows = wide.nonzero().squeeze(1)
+                threshold[rows] = _sorted_threshold(logits[rows], scale[rows], self.top_p[rows])
         logits.masked_fill_(logits < threshold, float("-inf"))
-        return None
 
 
 def _positions(width: int, device: torch.device) -> torch.Tensor:
@@ -98,11 +105,8 @@ def _inside_nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return (probs.cumsum(dim=-1) - probs) < top_p.unsqueeze(1)
 
 
-def _sorted_threshold(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """The smallest kept logit of each row, by a full sort (rows whose nucleus is wide)."""
-    vocab_size = logits.shape[1]
+def _sorted_threshold(logits: torch.Tensor, scale: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """The smallest kept logit of each top-p-only row, by a full sort (rows whose nucleus is wide)."""
     values = logits.sort(dim=-1, descending=True).values
-    keep = _positions(vocab_size, logits.device) < torch.where(top_k > 0, top_k, vocab_size).unsqueeze(1)
-    probs = values.masked_fill(~keep, float("-inf")).softmax(dim=-1)
-    keep &= _inside_nucleus(probs, top_p)
+    keep = _inside_nucleus((values / scale).softmax(dim=-1), top_p)
     return values.gather(1, keep.sum(dim=-1, keepdim=True).clamp_min(1) - 1)

@@ -18,7 +18,7 @@ from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore.platforms.interface import UNPROFILED_KV_FRACTION, Platform
 from infercore.plugins.manager import get_plugin_manager
-from infercore.sample import Sampler, SamplingMetadata, compute_prompt_logprobs, make_generator
+from infercore.sample import Sampler, SamplingMetadata, compute_prompt_logprobs
 from infercore.sampling_params import SamplingParams
 from infercore.worker.batch_layout import BatchLayout, make_layout
 from infercore.worker.decode_graphs import DecodeGraphs, capture_sizes
@@ -200,7 +200,7 @@ class ModelRunner:
         seeds for unseeded requests is left as it was."""
         params = [SamplingParams(temperature=0.0), SamplingParams(temperature=1.0)]
         logits = torch.zeros((len(params), self.vocab_size), dtype=self.dtype, device=self.device)
-        metadata = SamplingMetadata.build(params, [None] * len(params), [[0]] * len(params), [[] for _ in params],
+        metadata = SamplingMetadata.build(params, [[0]] * len(params), [[] for _ in params],
                                           self.vocab_size, self.device, eos_token_ids=[None] * len(params),
                                           seed_source=np.random.default_rng(0))
         self.sampler(logits, metadata)
@@ -235,7 +235,7 @@ class ModelRunner:
             params = new.sampling_params
             self.requests[new.req_id] = RequestState(
                 new.req_id, row, list(new.prompt_token_ids), list(new.output_token_ids), params,
-                make_generator(params.seed, self.device), len(new.block_ids))
+                len(new.block_ids))
         for cached in so.scheduled_cached_reqs:
             state = self.requests[cached.req_id]
             n = len(cached.new_block_ids)
@@ -386,8 +386,8 @@ class ModelRunner:
         self.buffers.np_sample_index[:n] = layout.query_start_loc[1:][sampled_idx] - 1
         logits = self.model.compute_logits(hidden[self.buffers.to_device("sample_index", n)])
         metadata = SamplingMetadata.build(
-            [s.sampling_params for s in states], [s.generator for s in states],
-            [s.prompt_token_ids for s in states], [s.output_token_ids for s in states],
+            [s.sampling_params for s in states], [s.prompt_token_ids for s in states],
+            [s.output_token_ids for s in states],
             self.vocab_size, self.device, grammar_bitmask=grammar_bitmask,
             eos_token_ids=[self.eos_token_id] * n, seed_source=self.sampler.seed_source)
         out = self.sampler(logits, metadata)
