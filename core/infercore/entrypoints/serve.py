@@ -141,6 +141,7 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
     """Run the server until it is stopped; returns the process exit code."""
     from infercore.demo import DEMO_NOTICE
     from infercore.entrypoints.openai.app import build_app
+    from infercore.entrypoints.openai.http_protocol import bounded_h11_protocol
     from infercore.entrypoints.openai.metrics import ServerMetrics
 
     if config.model.model == DEMO_MODEL:
@@ -155,7 +156,8 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
         return 1
     try:
         app = build_app(config, engine, metrics, model_name)
-        uv_config = uvicorn.Config(app, host=config.serve.host, port=config.serve.port,
+        protocol = bounded_h11_protocol(config.serve.request_read_timeout, config.serve.max_connections)
+        uv_config = uvicorn.Config(app, host=config.serve.host, port=config.serve.port, http=protocol,
                                    log_level=config.serve.uvicorn_log_level, timeout_graceful_shutdown=2,
                                    access_log=not config.serve.disable_log_requests, h11_max_incomplete_event_size=65536)
         server = _Server(uv_config, app.state.server, engine, config.serve.shutdown_timeout)

@@ -74,17 +74,12 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "send exactly one of prompt and messages", "prompt")
     if body.messages is not None:
-        from infercore.tokenizer import apply_chat_template
-
-        try:
-            text = apply_chat_template(tokenizer, message_dicts(body.messages), chat_template=state.chat.chat_template,
-                                       add_generation_prompt=body.add_generation_prompt,
-                                       chat_template_kwargs=body.chat_template_kwargs)
-        except ValueError as exc:
-            raise APIError(400, str(exc), "messages") from None
-        ids = tokenizer.encode(text, add_special_tokens=False)
+        text = await state.chat.render_chat(message_dicts(body.messages), chat_template=state.chat.chat_template,
+                                            add_generation_prompt=body.add_generation_prompt,
+                                            chat_template_kwargs=body.chat_template_kwargs)
+        ids = await state.chat.tokenize(text, add_special_tokens=False, param="messages")
     else:
-        ids = tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+        ids = await state.chat.tokenize(body.prompt, add_special_tokens=body.add_special_tokens)
     return TokenizeResponse(count=len(ids), max_model_len=state.engine.model_info.max_model_len, tokens=ids)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any, TypeVar
@@ -14,14 +15,21 @@ from infercore.config import InfercoreConfig
 from infercore.engine.async_llm import AsyncLLM, EngineShuttingDownError, QueueFullError
 from infercore.engine.core_client import EngineDeadError
 from infercore.entrypoints.openai.errors import APIError, error_body
+from infercore.entrypoints.openai.offload import off_loop
 from infercore.entrypoints.openai.protocol import GenerateRequest
 from infercore.plugins import get_plugin_manager
 from infercore.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputsParams
+from infercore.tokenizer import TEMPLATE_TIMEOUT_S, apply_chat_template
 
 T = TypeVar("T")
 #: How often a non-streaming request checks whether its client is still connected.
 DISCONNECT_POLL_S = 0.25
 RETRY_AFTER_S = "1"
+#: Seconds a render may run past the template's own deadline before the request is answered anyway
+#: (the sandbox checks its deadline between template operations, not inside one).
+RENDER_GRACE_S = 2.0
+#: Seconds tokenizing one prompt may take (prompts are bounded in characters before this starts).
+TOKENIZE_TIMEOUT_S = 30.0
 
 
 def to_api_error(exc: BaseException) -> APIError:
@@ -47,6 +55,43 @@ class OpenAIServing:
         self.config = config
         self.model_name = model_name
         self.tokenizer = engine.tokenizer
+
+    def check_fan_out(self, num_prompts: int, n: int) -> None:
+        """400 when one request asks for more sequences (prompts x n) than ``--max-sequences-per-request``."""
+        limit = self.config.serve.max_sequences_per_request
+        if num_prompts * n > limit:
+            raise APIError(400, f"the request asks for {num_prompts * n} sequences ({num_prompts} prompt(s) x n={n}), "
+                           f"over the server's limit of {limit} (--max-sequences-per-request); send fewer prompts "
+                           "or a smaller n", "n")
+
+    async def render_chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
+        """The chat template rendered in the worker pool (never on the event loop); 400 on any failure."""
+        render = functools.partial(apply_chat_template, self.tokenizer, messages, **kwargs)
+        try:
+            return await off_loop(render, timeout_s=TEMPLATE_TIMEOUT_S + RENDER_GRACE_S,
+                                  what="rendering the chat template", param="messages")
+        except ValueError as exc:
+            raise APIError(400, str(exc), "messages") from None
+
+    async def tokenize(self, text: str, add_special_tokens: bool, param: str = "prompt") -> list[int]:
+        """``text``'s token ids, computed in the worker pool once its length and encoding are checked."""
+        if self.tokenizer is None:
+            raise APIError(400, "the server runs without a tokenizer (--skip-tokenizer-init); send token ids", param)
+        try:
+            self.engine.input_processor.check_text(text, param)
+        except ValueError as exc:
+            raise APIError(400, str(exc), param) from None
+        encode = functools.partial(self.tokenizer.encode, text, add_special_tokens=add_special_tokens)
+        return list(await off_loop(encode, timeout_s=TOKENIZE_TIMEOUT_S, what="tokenizing the prompt", param=param))
+
+    async def engine_prompt(self, prompt: str | list[int], add_special_tokens: bool = True,
+                            param: str = "prompt") -> dict[str, Any]:
+        """The prompt as the engine takes it, a text prompt tokenized here (off the event loop)."""
+        if isinstance(prompt, str):
+            if not prompt:
+                raise APIError(400, "the prompt is empty; send at least one character", param)
+            return {"prompt": prompt, "prompt_token_ids": await self.tokenize(prompt, add_special_tokens, param)}
+        return {"prompt_token_ids": prompt}
 
     def check_model(self, model: str | None) -> None:
         accepted = {self.model_name, self.config.model.model}

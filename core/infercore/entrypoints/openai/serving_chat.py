@@ -38,7 +38,6 @@ from infercore.entrypoints.openai.serving_base import (
 )
 from infercore.outputs import CompletionOutput, RequestOutput
 from infercore.sampling_params import StructuredOutputsParams
-from infercore.tokenizer import apply_chat_template
 
 
 def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
@@ -97,31 +96,41 @@ class OpenAIServingChat(OpenAIServing):
                            "response_format, structured_outputs and guided_* from the request", "tool_choice")
         return implied or own
 
-    def render_prompt(self, req: ChatCompletionRequest) -> str:
+    async def render_prompt(self, req: ChatCompletionRequest) -> str:
+        """The request's messages through the chat template, rendered off the event loop."""
+        return await self.render_chat(
+            message_dicts(req.messages), chat_template=req.chat_template or self.chat_template,
+            add_generation_prompt=req.add_generation_prompt,
+            tools=[t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None,
+            chat_template_kwargs=req.chat_template_kwargs, continue_final_message=req.continue_final_message)
+
+    def _check_parser_kwargs(self, req: ChatCompletionRequest) -> None:
+        """Build the request's parsers once before generating, so ``chat_template_kwargs`` they can't take
+        are a 400 now rather than a failure after the whole reply was generated."""
         try:
-            return apply_chat_template(
-                self.tokenizer, message_dicts(req.messages), chat_template=req.chat_template or self.chat_template,
-                add_generation_prompt=req.add_generation_prompt,
-                tools=[t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None,
-                chat_template_kwargs=req.chat_template_kwargs, continue_final_message=req.continue_final_message)
-        except ValueError as exc:
-            raise APIError(400, str(exc), "messages") from None
+            self.parsers.for_request(req)
+        except (TypeError, ValueError) as exc:
+            raise APIError(400, f"chat_template_kwargs can't be given to the server's reasoning parser ({exc}); "
+                           "remove the key it names", "chat_template_kwargs") from None
 
     async def create(self, req: ChatCompletionRequest, raw: Request) -> Response:
         self.check_model(req.model)
         self._check_features(req)
+        self.check_fan_out(1, req.n or 1)
         if self.tokenizer is None:
             raise APIError(400, "chat needs a tokenizer; the server runs with --skip-tokenizer-init", "messages")
+        self._check_parser_kwargs(req)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
         params = self.sampling_params(req, max_tokens, logprobs)
         if self.parsers.parses(req):
             # Parsers look for markers that many vocabularies hold as special tokens.
             params = msgspec.structs.replace(params, skip_special_tokens=False)
-        prompt = self.render_prompt(req)
+        prompt = await self.render_prompt(req)
+        engine_prompt = await self.engine_prompt(prompt, add_special_tokens=False, param="messages")
         request_id = random_id("chatcmpl")
-        stream = self.engine.generate({"prompt": prompt, "add_special_tokens": False}, params, request_id,
-                                      priority=req.priority, cache_salt=req.cache_salt)
+        stream = self.engine.generate(engine_prompt, params, request_id, priority=req.priority,
+                                      cache_salt=req.cache_salt)
         first = await self.first_output(raw, stream, params.structured_outputs is not None)
         echo = ""
         if req.echo and req.messages[-1].role == "assistant" and isinstance(req.messages[-1].content, str):

@@ -59,14 +59,16 @@ class OpenAIServingCompletion(OpenAIServing):
         if req.best_of is not None and req.best_of != (req.n or 1):
             raise APIError(400, "best_of other than n is not supported; use n", "best_of")
         prompts = self._prompts(req)
+        self.check_fan_out(len(prompts), req.n or 1)
         params = self.sampling_params(req, req.max_tokens, req.logprobs, req.prompt_logprobs)
         request_id = random_id("cmpl")
         try:
             self.engine.check_capacity(params.n * len(prompts))
         except Exception as exc:
             raise to_api_error(exc) from None
+        engine_prompts = [await self.engine_prompt(p) for p in prompts]
         streams = [self.engine.generate(p, params, f"{request_id}-{i}", priority=req.priority,
-                                        cache_salt=req.cache_salt) for i, p in enumerate(prompts)]
+                                        cache_salt=req.cache_salt) for i, p in enumerate(engine_prompts)]
         merged = merge(streams)
         first = await self.first_output(raw, merged, params.structured_outputs is not None)
         if req.stream:

@@ -1,0 +1,44 @@
+"""Blocking work of a request (chat-template rendering, tokenizing) runs in a small thread pool, off the
+event loop, so that one slow request never stalls /health or anybody else's stream.
+
+The pool has its own threads: blocking work can't use up the loop's default executor. Each job has a
+time bound; one that outlives it is answered with a 400 while its thread finishes in the background
+(rendering stops by itself at the template deadline, tokenizing is bounded by the prompt-length check).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from infercore.entrypoints.openai.errors import APIError
+
+T = TypeVar("T")
+
+#: Threads that render chat templates and tokenize prompts.
+NUM_WORKERS = 4
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=NUM_WORKERS, thread_name_prefix="infercore-request-work")
+    return _pool
+
+
+async def off_loop(fn: Callable[..., T], *args: object, timeout_s: float, what: str, param: str | None) -> T:
+    """Run ``fn(*args)`` in the worker pool and return its result; APIError(400) after ``timeout_s``.
+
+    ``what`` names the work in the error ("rendering the chat template"); ``param`` is the request field
+    the error points at. Exceptions of ``fn`` propagate unchanged.
+    """
+    future = asyncio.get_running_loop().run_in_executor(_executor(), fn, *args)
+    try:
+        return await asyncio.wait_for(future, timeout_s)
+    except TimeoutError:
+        raise APIError(400, f"{what} took longer than the limit of {timeout_s:g} s; send a smaller request",
+                       param) from None

@@ -1,0 +1,84 @@
+"""Clients that send half a request and stop are cut off after ``--request-read-timeout``, and
+connections past ``--max-connections`` are refused (raw sockets, as a slowloris attack sends)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+import httpx
+from server_attack.conftest import MAX_CONNECTIONS, READ_TIMEOUT_S
+
+#: Slack on top of the read timeout for the server to notice and close.
+SLACK_S = 2.0
+
+
+def _connect(url: str) -> socket.socket:
+    parts = urlparse(url)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=READ_TIMEOUT_S + SLACK_S + 5)
+    return sock
+
+
+def _closed_after(sock: socket.socket) -> tuple[float, bytes]:
+    """Seconds until the server closed the connection, and what it sent before closing."""
+    start = time.monotonic()
+    received = b""
+    while chunk := sock.recv(4096):
+        received += chunk
+    return time.monotonic() - start, received
+
+
+def test_half_sent_headers_are_closed_with_408(attack_server) -> None:
+    with _connect(attack_server.url) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+        elapsed, received = _closed_after(sock)
+    assert elapsed < READ_TIMEOUT_S + SLACK_S
+    assert received.startswith(b"HTTP/1.1 408 ")
+
+
+def test_silent_connection_is_closed(attack_server) -> None:
+    with _connect(attack_server.url) as sock:
+        elapsed, _ = _closed_after(sock)
+    assert elapsed < READ_TIMEOUT_S + SLACK_S
+
+
+def test_half_sent_body_is_closed(attack_server) -> None:
+    with _connect(attack_server.url) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"model\": ")
+        elapsed, _ = _closed_after(sock)
+    assert elapsed < READ_TIMEOUT_S + SLACK_S
+    assert httpx.get(attack_server.url + "/health", timeout=10).status_code == 200
+
+
+def test_kept_alive_connection_gets_a_new_deadline_per_request(attack_server) -> None:
+    with _connect(attack_server.url) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        elapsed, received = _closed_after(sock)
+    assert elapsed < READ_TIMEOUT_S + SLACK_S and b"HTTP/1.1 408 " in received
+
+
+@contextlib.contextmanager
+def _open_connections(url: str, count: int) -> Iterator[list[socket.socket]]:
+    socks = []
+    try:
+        for _ in range(count):
+            socks.append(_connect(url))
+        yield socks
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_connections_past_the_limit_get_503(attack_server) -> None:
+    with _open_connections(attack_server.url, MAX_CONNECTIONS) as held, _connect(attack_server.url) as extra:
+        elapsed, received = _closed_after(extra)
+        assert len(held) == MAX_CONNECTIONS
+    assert elapsed < READ_TIMEOUT_S and received.startswith(b"HTTP/1.1 503 ")
+    time.sleep(0.5)
+    assert httpx.get(attack_server.url + "/health", timeout=10).status_code == 200
