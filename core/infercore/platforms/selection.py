@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import traceback
 from dataclasses import dataclass
 
 from infercore.platforms.interface import Platform, ProbeResult
@@ -33,8 +32,8 @@ def probe_all(manager: PluginManager | None = None) -> list[ProbeReport]:
         except Exception as exc:
             dist = f"{info.distribution} {info.version}" if info else "unknown distribution"
             raise PluginError(
-                f"platform {reg.name!r} of plugin {reg.plugin!r} ({dist}) failed to probe: {exc!r}\n"
-                f"{traceback.format_exc()}"
+                f"platform {reg.name!r} of plugin {reg.plugin!r} ({dist}) failed to probe: "
+                f"{type(exc).__name__}: {exc}"
             ) from exc
         if "priority" in reg.metadata and result.available:
             result = ProbeResult(result.available, result.reason, int(reg.metadata["priority"]))

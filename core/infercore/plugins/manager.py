@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import traceback
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -50,6 +49,20 @@ class PluginInfo:
                 "module": self.module, "hooks": self.hooks}
 
 
+@dataclass(frozen=True)
+class BrokenPlugin:
+    """A plugin that failed to load, and why."""
+
+    name: str
+    distribution: str
+    version: str
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "distribution": self.distribution, "version": self.version,
+                "broken": True, "error": self.error}
+
+
 def _env_list(var: str) -> set[str] | None:
     raw = os.environ.get(var)
     if raw is None or not raw.strip():
@@ -66,12 +79,15 @@ class PluginManager:
         self.pm.add_hookspecs(hookspecs)
         self.plugins: dict[str, PluginInfo] = {}
         self.registries = {kind: Registry(kind, multi=(kind == "custom_op")) for kind in KINDS}
+        #: Plugins that failed to load (only with ``load_entry_points(keep_going=True)``).
+        self.broken: dict[str, BrokenPlugin] = {}
 
     # -- loading -------------------------------------------------------------------------------
-    def load_entry_points(self) -> None:
+    def load_entry_points(self, keep_going: bool = False) -> None:
         """Load every plugin found in the entry-point group (``infercore.plugins``), honouring
         ``INFERCORE_PLUGINS`` (allow-list; ``builtin`` is always kept) and
-        ``INFERCORE_DISABLE_PLUGINS``."""
+        ``INFERCORE_DISABLE_PLUGINS``. A plugin that fails to load raises :class:`PluginError`, or
+        with ``keep_going`` is recorded in :attr:`broken` (for ``infercore plugins``) and skipped."""
         allow = _env_list("INFERCORE_PLUGINS")
         deny = _env_list("INFERCORE_DISABLE_PLUGINS") or set()
         eps = sorted(importlib_metadata.entry_points(group=self.group), key=lambda e: e.name != "builtin")
@@ -85,14 +101,19 @@ class PluginManager:
             dist = ep.dist.name if ep.dist is not None else "unknown"
             version = ep.dist.version if ep.dist is not None else "unknown"
             try:
-                module = ep.load()
-            except Exception as exc:
-                raise PluginError(
-                    f"plugin {ep.name!r} from distribution {dist} {version} failed to import "
-                    f"({ep.value}): {exc!r}\n{traceback.format_exc()}Uninstall it or disable it with "
-                    f"INFERCORE_DISABLE_PLUGINS={ep.name}."
-                ) from exc
-            self.register_module(module, ep.name, dist, version)
+                try:
+                    module = ep.load()
+                except Exception as exc:
+                    raise PluginError(
+                        f"plugin {ep.name!r} from distribution {dist} {version} failed to import "
+                        f"({ep.value}): {type(exc).__name__}: {exc}. Uninstall it or disable it with "
+                        f"INFERCORE_DISABLE_PLUGINS={ep.name}."
+                    ) from exc
+                self.register_module(module, ep.name, dist, version)
+            except PluginError as exc:
+                if not keep_going:
+                    raise
+                self.broken[ep.name] = BrokenPlugin(ep.name, dist, version, str(exc))
 
     def register_module(self, module: ModuleType | object, name: str, distribution: str = "local",
                         version: str = "0") -> PluginInfo:
@@ -119,19 +140,21 @@ class PluginManager:
             except Exception as exc:
                 raise PluginError(
                     f"plugin {name!r} from distribution {distribution} {version} failed in hook "
-                    f"{hook_name}: {exc!r}\n{traceback.format_exc()}"
+                    f"{hook_name}: {type(exc).__name__}: {exc}"
                 ) from exc
         return info
 
     def _register_fn(self, kind: str, plugin: str) -> hookspecs.RegisterFn:
         registry = self.registries[kind]
+        info = self.plugins.get(plugin)
+        origin = f"{info.distribution} {info.version}" if info else "unknown distribution"
 
         def register(name: str, target: str, *, override: bool = False, **metadata: Any) -> None:
             if not isinstance(target, str) or ":" not in target:
                 raise PluginError(f"plugin {plugin!r} registered {kind} {name!r} with target {target!r}; "
                                   "targets are lazy 'package.module:attr' strings")
             try:
-                registry.add(Registration(kind, name, target, plugin, dict(metadata)), override=override)
+                registry.add(Registration(kind, name, target, plugin, dict(metadata), origin), override=override)
             except ValueError as exc:
                 raise PluginError(str(exc)) from exc
 

@@ -27,16 +27,30 @@ class Registration:
     target: str
     plugin: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: The plugin's distribution and version ("infercore-acme 0.1.0"), named in import errors.
+    origin: str = "unknown distribution"
     _loaded: Any = field(default=None, repr=False, compare=False)
 
     def load(self) -> Any:
-        """Import the target (once) and return it."""
+        """Import the target (once) and return it; an import failure is a :class:`TargetImportError`
+        naming the plugin, its distribution and version."""
         if self._loaded is None:
-            self._loaded = import_target(self.target)
+            try:
+                self._loaded = import_target(self.target)
+            except Exception as exc:
+                raise TargetImportError(
+                    f"{self.kind} {self.name!r} of plugin {self.plugin!r} ({self.origin}) could not be loaded "
+                    f"from {self.target!r}: {type(exc).__name__}: {exc}. Reinstall or upgrade {self.origin}, "
+                    f"or disable the plugin with INFERCORE_DISABLE_PLUGINS={self.plugin}"
+                ) from exc
         return self._loaded
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "target": self.target, **self.metadata}
+
+
+class TargetImportError(ImportError):
+    """A registered ``module:attr`` target failed to import; the message names the plugin's distribution."""
 
 
 class DuplicateRegistrationError(ValueError):
