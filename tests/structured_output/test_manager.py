@@ -111,23 +111,6 @@ def test_equal_constraints_share_one_compile(manager) -> None:
     assert len(manager.cache) == 1
 
 
-def test_compile_timeout_fails_the_request(tokenizer, vocab_size) -> None:
-    config = StructuredOutputsConfig(structured_outputs_backend="xgrammar", grammar_compile_timeout=0.05)
-    manager = StructuredOutputManager(config, tokenizer, vocab_size, max_workers=1)
-    busy = manager._pool.submit(time.sleep, 0.5)  # the only compile thread is busy past the timeout
-    try:
-        manager.submit("slow", StructuredOutputsParams(regex="a"))
-        assert manager.status("slow").state == "pending"
-        time.sleep(0.1)
-        status = manager.status("slow")
-        assert status.state == "failed" and "grammar-compile-timeout" in (status.error or "")
-        with pytest.raises(RuntimeError, match="cannot be constrained"):
-            manager.grammar_bitmask(["slow"])
-    finally:
-        busy.result()
-        manager.shutdown()
-
-
 def test_unknown_backend_is_named(tokenizer, vocab_size) -> None:
     config = StructuredOutputsConfig(structured_outputs_backend="nope")
     with pytest.raises(ValueError, match="xgrammar"):

@@ -8,7 +8,7 @@ regex valid, does the backend support the keyword) stay with the backend's ``val
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 from infercore.sampling_params import SamplingParamsError, StructuredOutputsParams
 
@@ -24,7 +24,7 @@ _DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
 _PARAM = "structured_outputs"
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     raise SamplingParamsError(message, _PARAM)
 
 
@@ -61,9 +61,10 @@ def check_schema(schema: str | dict[str, Any] | None) -> None:
             _fail(f"the JSON schema is not valid JSON ({exc}); send a JSON object")
     refs = _walk(schema)
     try:
-        _check_length("json", len(json.dumps(schema)))
+        text = json.dumps(schema)
     except (TypeError, ValueError):
         _fail("the JSON schema holds values that are not JSON; send plain JSON")
+    _check_length("json", len(text))
     for ref in refs:
         if not ref.startswith("#"):
             _fail(f"the JSON schema refers to {ref[:200]!r} outside itself; external $ref documents are not "

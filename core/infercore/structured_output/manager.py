@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -34,12 +35,27 @@ class GrammarStatus:
 
 
 @dataclass
-class _RequestGrammar:
+class _Compile:
+    """One constraint being compiled, shared by the requests waiting for it. Its deadline runs from
+    ``started_at`` (set when a compile thread takes it up), so time spent queued behind other
+    compiles never fails a request."""
+
     future: Future[CompiledGrammar]
-    submitted_at: float
+    started_at: float | None = None
+    waiters: int = 0
+
+
+@dataclass
+class _RequestGrammar:
+    compile: _Compile
     active: bool
     matcher: GrammarMatcher | None = None
     error: str | None = None
+
+
+def default_compile_workers() -> int:
+    """Compile threads: one per four cores, at most two, so decoding keeps most of the CPU."""
+    return max(1, min(2, (os.cpu_count() or 1) // 4))
 
 
 class StructuredOutputManager:
@@ -55,7 +71,7 @@ class StructuredOutputManager:
     """
 
     def __init__(self, config: StructuredOutputsConfig, tokenizer: Any, vocab_size: int, *,
-                 eos_token_ids: Sequence[int] | None = None, max_workers: int = 2,
+                 eos_token_ids: Sequence[int] | None = None, max_workers: int | None = None,
                  registry: Registry | None = None) -> None:
         from infercore.structured_output.loader import create_backend
 
@@ -64,9 +80,10 @@ class StructuredOutputManager:
         info = TokenizerInfo.from_tokenizer(tokenizer, vocab_size, eos_token_ids)
         self.backend: StructuredOutputBackend = create_backend(config.structured_outputs_backend, info, registry)
         self.cache: LRUCache[CompiledGrammar] = LRUCache(config.grammar_cache_size)
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grammar-compile")
+        self._pool = ThreadPoolExecutor(max_workers=max_workers or default_compile_workers(),
+                                        thread_name_prefix="grammar-compile")
         self._lock = threading.Lock()
-        self._in_flight: dict[GrammarKey, Future[CompiledGrammar]] = {}
+        self._in_flight: dict[GrammarKey, _Compile] = {}
         self._requests: dict[str, _RequestGrammar] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -78,17 +95,23 @@ class StructuredOutputManager:
         """Start compiling ``params`` for ``request_id`` in the background."""
         if request_id in self._requests:
             raise ValueError(f"request {request_id!r} already has a grammar; remove it first")
-        future = self._compile_async(params)
-        self._requests[request_id] = _RequestGrammar(future, time.monotonic(), active=not deferred)
+        self._requests[request_id] = _RequestGrammar(self._compile_async(params), active=not deferred)
 
     def activate(self, request_id: str) -> None:
         """Start constraining a request submitted with ``deferred=True`` (reasoning has ended)."""
         self._get(request_id).active = True
 
     def remove(self, request_id: str) -> None:
-        """Forget a finished or aborted request; unknown ids are ignored. A compile still running
-        goes on and fills the cache: another request may be waiting for the same grammar."""
-        self._requests.pop(request_id, None)
+        """Forget a finished or aborted request; unknown ids are ignored. A compile still queued that
+        no other request waits for is cancelled; one already running goes on and fills the cache."""
+        entry = self._requests.pop(request_id, None)
+        if entry is None:
+            return
+        with self._lock:
+            job = entry.compile
+            job.waiters -= 1
+            if job.waiters <= 0 and job.started_at is None and job.future.cancel():
+                self._drop_in_flight(job)
 
     def shutdown(self) -> None:
         """Stop the compile threads without waiting for running compiles."""
@@ -101,9 +124,9 @@ class StructuredOutputManager:
         if entry.matcher is not None:
             return GrammarStatus("ready")
         if entry.error is None:
-            if entry.future.done():
+            if entry.compile.future.done():
                 self._finish(entry)
-            elif time.monotonic() - entry.submitted_at > self.compile_timeout:
+            elif self._time_left(entry.compile) <= 0:
                 entry.error = self._timeout_message()
         if entry.error is not None:
             return GrammarStatus("failed", entry.error)
@@ -175,8 +198,7 @@ class StructuredOutputManager:
     def _matcher(self, request_id: str) -> GrammarMatcher:
         entry = self._get(request_id)
         if entry.matcher is None and entry.error is None:
-            remaining = self.compile_timeout - (time.monotonic() - entry.submitted_at)
-            done, _ = wait([entry.future], timeout=max(remaining, 0.0))
+            done, _ = wait([entry.compile.future], timeout=max(self._time_left(entry.compile), 0.0))
             if done:
                 self._finish(entry)
             else:
@@ -188,35 +210,78 @@ class StructuredOutputManager:
 
     def _finish(self, entry: _RequestGrammar) -> None:
         try:
-            entry.matcher = entry.future.result().matcher()
+            entry.matcher = entry.compile.future.result().matcher()
         except ValueError as exc:
             entry.error = str(exc)
         except Exception as exc:  # a backend crash fails only this request
             entry.error = f"the grammar backend failed to compile this constraint: {exc!r}"
 
+    def _time_left(self, job: _Compile) -> float:
+        """Seconds before the compile's deadline; the whole timeout while it is still queued."""
+        started = job.started_at
+        return self.compile_timeout - (0.0 if started is None else time.monotonic() - started)
+
     def _timeout_message(self) -> str:
         return (f"compiling the grammar took longer than {self.compile_timeout:g} s; simplify the "
                 "constraint or raise --grammar-compile-timeout")
 
-    def _compile_async(self, params: StructuredOutputsParams) -> Future[CompiledGrammar]:
-        key = grammar_key(params)
+    def _compile_async(self, params: StructuredOutputsParams) -> _Compile:
+        try:
+            key = grammar_key(params)
+        except Exception as exc:  # a constraint that cannot even be keyed fails this request only
+            return _Compile(_settled(exception=ValueError(f"the constraint cannot be read: {exc!r}")),
+                            started_at=time.monotonic(), waiters=1)
         with self._lock:
             cached = self.cache.get(key)
             if cached is not None:
-                done: Future[CompiledGrammar] = Future()
-                done.set_result(cached)
-                return done
-            future = self._in_flight.get(key)
-            if future is None:
-                future = self._pool.submit(self._compile, key, params)
-                self._in_flight[key] = future
-            return future
+                return _Compile(_settled(result=cached), started_at=time.monotonic(), waiters=1)
+            job = self._in_flight.get(key)
+            if job is None:
+                job = _Compile(Future())
+                job.future = self._pool.submit(self._compile, key, params, job)
+                self._in_flight[key] = job
+            job.waiters += 1
+            return job
 
-    def _compile(self, key: GrammarKey, params: StructuredOutputsParams) -> CompiledGrammar:
+    def _compile(self, key: GrammarKey, params: StructuredOutputsParams, job: _Compile) -> CompiledGrammar:
+        with self._lock:
+            job.started_at = time.monotonic()
         try:
             compiled = self.backend.compile(params)
+            self._check_admits_text(params, compiled)
             self.cache.put(key, compiled)
             return compiled
         finally:
             with self._lock:
-                self._in_flight.pop(key, None)
+                self._drop_in_flight(job)
+
+    def _check_admits_text(self, params: StructuredOutputsParams, compiled: CompiledGrammar) -> None:
+        """Raise ``ValueError`` when the constraint allows no first token but end-of-sequence (or none at
+        all): such a constraint (``{"$ref": "#"}``, a grammar of one empty rule) can only yield an empty reply."""
+        bitmask = allocate_bitmask(1, self.vocab_size)
+        compiled.matcher().fill_bitmask(bitmask, 0)
+        for token in self.backend.tokenizer_info.eos_token_ids:
+            if 0 <= token < self.vocab_size:
+                bitmask[0, token // 32] &= ~(1 << (token % 32)) if token % 32 != 31 else 0x7FFFFFFF
+        if not bitmask.any():
+            raise ValueError(f"the {params.kind} constraint admits no text, only an empty reply (a schema that "
+                             "refers only to itself, a grammar whose rules produce nothing); give it content "
+                             "the reply can hold")
+
+    def _drop_in_flight(self, job: _Compile) -> None:
+        """Forget ``job`` as the compile of its key (the caller holds the lock)."""
+        for key, other in list(self._in_flight.items()):
+            if other is job:
+                del self._in_flight[key]
+
+
+def _settled(*, result: CompiledGrammar | None = None,
+             exception: BaseException | None = None) -> Future[CompiledGrammar]:
+    """A future that is already done."""
+    future: Future[CompiledGrammar] = Future()
+    if exception is not None:
+        future.set_exception(exception)
+    else:
+        assert result is not None
+        future.set_result(result)
+    return future

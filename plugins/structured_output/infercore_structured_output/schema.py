@@ -8,6 +8,8 @@ from typing import Any
 
 import jsonschema
 
+from infercore.structured_output.admission import check_schema
+
 #: The constraint ``json_object`` stands for: any JSON object.
 ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
@@ -18,7 +20,7 @@ _SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitio
 
 
 def load_schema(schema: str | dict[str, Any] | None) -> dict[str, Any] | bool:
-    """Parse a schema given as text or a dict and check it against its meta-schema."""
+    """Parse a schema given as text or a dict and check it against its meta-schema and the server's bounds."""
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -26,6 +28,7 @@ def load_schema(schema: str | dict[str, Any] | None) -> dict[str, Any] | bool:
             raise ValueError(f"the JSON schema is not valid JSON ({exc}); send a JSON object") from None
     if not isinstance(schema, (dict, bool)):
         raise ValueError(f"a JSON schema must be an object, got {type(schema).__name__}")
+    check_schema(schema)  # bounded nesting and size, no external $ref
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
