@@ -72,3 +72,18 @@ def test_a_full_batch_of_seeded_requests_draws_as_each_would_alone() -> None:
     alone = [sample_steps(sampler, [p], 3, VOCAB, device)[0] for p in params]
     assert batch == alone
     assert len({tuple(tokens) for tokens in alone}) > BATCH // 2
+
+
+def test_sampling_options_build_no_kernel_variants_mid_run(tiny_model_factory) -> None:
+    """Start-up builds the float32 draw that top-k, top-p, min-p and penalties send logits through."""
+    from infercore import LLM
+    from infercore.benchmarks.jit_builds import JitBuildCounter
+
+    llm = LLM(model=str(tiny_model_factory("Qwen3ForCausalLM")), dtype="bfloat16", max_model_len=256,
+              gpu_memory_utilization=0.3)
+    params = [SamplingParams(seed=i, top_p=0.9, top_k=50, repetition_penalty=1.1, presence_penalty=0.5,
+                             max_tokens=8, ignore_eos=True) for i in range(4)]
+    with JitBuildCounter() as builds:
+        outs = llm.generate([{"prompt_token_ids": [1, 2, 3 + i]} for i in range(4)], params, use_tqdm=False)
+    assert [len(o.outputs[0].token_ids) for o in outs] == [8] * 4
+    assert dict(builds.builds) == {}

@@ -195,15 +195,16 @@ class ModelRunner:
 
     @torch.inference_mode()
     def _warm_up_sampler(self) -> None:
-        """Sample one greedy and one random row of dummy logits, so the sampler's kernels are built
-        before the first request. Its seeds come from a generator of its own: the engine's stream of
-        seeds for unseeded requests is left as it was."""
-        params = [SamplingParams(temperature=0.0), SamplingParams(temperature=1.0)]
-        logits = torch.zeros((len(params), self.vocab_size), dtype=self.dtype, device=self.device)
-        metadata = SamplingMetadata.build(params, [[0]] * len(params), [[] for _ in params],
-                                          self.vocab_size, self.device, eos_token_ids=[None] * len(params),
-                                          seed_source=np.random.default_rng(0))
-        self.sampler(logits, metadata)
+        """Sample a greedy and a random row of dummy logits, in the model's dtype and (with top-k) in
+        float32, so the sampler's kernels are built before the first request. Its seeds come from a
+        generator of its own: the engine's stream of seeds for unseeded requests is left as it was."""
+        for random_row in (SamplingParams(temperature=1.0), SamplingParams(temperature=1.0, top_k=2)):
+            params = [SamplingParams(temperature=0.0), random_row]
+            logits = torch.zeros((len(params), self.vocab_size), dtype=self.dtype, device=self.device)
+            metadata = SamplingMetadata.build(params, [[0]] * len(params), [[] for _ in params],
+                                              self.vocab_size, self.device, eos_token_ids=[None] * len(params),
+                                              seed_source=np.random.default_rng(0))
+            self.sampler(logits, metadata)
 
     @torch.inference_mode()
     def _capture_decode_graphs(self) -> None:
