@@ -57,7 +57,8 @@ class StructuredOutputsParams(msgspec.Struct, omit_defaults=True, kw_only=True):
 class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
     """Sampling parameters of one request.
 
-    temperature 0 means greedy. ``max_tokens=None`` means "up to max_model_len".
+    temperature 0 means greedy. ``max_tokens=None`` means "up to max_model_len"; ``max_tokens=0`` runs the
+    prompt only (for its ``prompt_logprobs``) and generates nothing.
     """
 
     n: int = 1
@@ -121,8 +122,9 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
         finite(self.repetition_penalty, "repetition_penalty")
         if not (0 < self.repetition_penalty <= 2):
             fail(f"repetition_penalty must be in (0, 2], got {self.repetition_penalty}", "repetition_penalty")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            fail(f"max_tokens must be at least 1, got {self.max_tokens}", "max_tokens")
+        if self.max_tokens is not None and self.max_tokens < 0:
+            fail(f"max_tokens must be at least 0 (0 computes the prompt and its prompt_logprobs and generates "
+                 f"nothing), got {self.max_tokens}", "max_tokens")
         if self.min_tokens < 0:
             fail(f"min_tokens must be >= 0, got {self.min_tokens}", "min_tokens")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:

@@ -80,11 +80,12 @@ def test_n_logprobs_echo_and_token_ids(server, client) -> None:
     prompt_text = httpx.post(server.url + "/detokenize", json={"tokens": [5, 6, 7, 8]}).json()["prompt"]
     for choice in result.choices:
         assert choice.text.startswith(prompt_text)
-        assert len(choice.logprobs.tokens) == 4
-        assert choice.logprobs.text_offset[0] == len(prompt_text)
+        # The 4 echoed prompt tokens (the first has no logprob), then the 4 generated ones.
+        assert len(choice.logprobs.tokens) == 8 and choice.logprobs.token_logprobs[0] is None
+        assert choice.logprobs.text_offset[4] == len(prompt_text)
         # Keys are token texts, so tokens that decode alike (partial UTF-8) share one entry.
-        assert all(top for top in choice.logprobs.top_logprobs)
-        assert all(lp <= 0 for lp in choice.logprobs.token_logprobs)
+        assert all(top for top in choice.logprobs.top_logprobs[1:])
+        assert all(lp <= 0 for lp in choice.logprobs.token_logprobs[1:])
     chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
                                           logprobs=True, top_logprobs=3, temperature=0)
     content = chat.choices[0].logprobs.content

@@ -15,7 +15,10 @@ call's name is known. The engine does the rest, identically for every format:
 * a region that turns out malformed before any of its calls was sent becomes content again, with
   the rest of the output; one that breaks after a call was sent keeps the calls sent and streams
   the rest as content. Whole-output parsing is strict instead: any malformed region makes the whole
-  output content.
+  output content;
+* an output cut by the length limit inside a region keeps the region's calls as calls, the last
+  with its arguments as far as they got (never sent again as content); a region cut before it
+  named a call is content.
 
 Whole-output parsing runs the same engine on the whole text at once, so streaming and whole-output
 results agree however the text is split.
@@ -93,7 +96,9 @@ class ToolCallStream:
         self.text += text
         return self._advance(final=False)
 
-    def finish(self) -> DeltaMessage | None:
+    def finish(self, truncated: bool = False) -> DeltaMessage | None:
+        if truncated and self.mode == "region":
+            return self._cut()
         return self._advance(final=True)
 
     def unsent_text(self) -> str:
@@ -182,6 +187,15 @@ class ToolCallStream:
         self.pos = scanner.pos
         self.after_region = True
         return True
+
+    def _cut(self) -> DeltaMessage | None:
+        """The output ended inside the open region: what it sent are calls; the rest is dropped."""
+        if len(self.calls) > self.region_first_call:
+            self.pos = len(self.text)
+            return None
+        self.mode = "verbatim"
+        self.pos = self.held_from
+        return self._advance(final=True)
 
     def _broken(self) -> None:
         self.malformed = True

@@ -37,9 +37,15 @@ class RegionToolParser(ToolParser):
         the text runs out or cannot fit."""
 
     def _extract_tool_calls(self, model_output: str, request: ToolRequest) -> ExtractedToolCalls:
+        return self._whole(model_output, request, truncated=False)
+
+    def _extract_truncated_tool_calls(self, model_output: str, request: ToolRequest) -> ExtractedToolCalls:
+        return self._whole(model_output, request, truncated=True)
+
+    def _whole(self, model_output: str, request: ToolRequest, truncated: bool) -> ExtractedToolCalls:
         stream = ToolCallStream(self, request)
         stream.feed(model_output)
-        stream.finish()
+        stream.finish(truncated=truncated)
         calls = stream.result_calls()
         if stream.malformed or not calls:
             content = model_output if stream.malformed else "".join(stream.content)
@@ -56,6 +62,11 @@ class RegionToolParser(ToolParser):
         if self._stream is None:
             return None
         return self._stream.finish()
+
+    def _flush_truncated(self, request: ToolRequest) -> DeltaMessage | None:
+        if self._stream is None:
+            return None
+        return self._stream.finish(truncated=True)
 
     def _unsent_text(self) -> str | None:
         return self._stream.unsent_text() if self._stream is not None else None

@@ -21,15 +21,21 @@ class ToolParser(ABC):
 
     The public methods never raise: when a parser fails, the text it was given comes back as plain
     content and the error is logged. Subclasses implement the underscored methods.
+
+    ``truncated`` says the output was cut by the length limit: a call cut short stays a call, with its
+    arguments as far as they got (formats that can do so override the ``_truncated`` methods).
     """
 
     def __init__(self, tokenizer: Any | None = None) -> None:
         self.tokenizer = tokenizer
         self._failed = False
 
-    def extract_tool_calls(self, model_output: str, request: ToolRequest) -> ExtractedToolCalls:
+    def extract_tool_calls(self, model_output: str, request: ToolRequest, *,
+                           truncated: bool = False) -> ExtractedToolCalls:
         """The tool calls and remaining content of a whole output."""
         try:
+            if truncated:
+                return self._extract_truncated_tool_calls(model_output, request)
             return self._extract_tool_calls(model_output, request)
         except Exception:
             logger.exception("%s failed on a model output; returning it as content", type(self).__name__)
@@ -46,12 +52,12 @@ class ToolParser(ABC):
         except Exception:
             return self._fail(delta_text)
 
-    def flush(self, request: ToolRequest) -> DeltaMessage | None:
+    def flush(self, request: ToolRequest, *, truncated: bool = False) -> DeltaMessage | None:
         """Whatever was still held back, at the end of the stream."""
         if self._failed:
             return None
         try:
-            return self._flush(request)
+            return self._flush_truncated(request) if truncated else self._flush(request)
         except Exception:
             return self._fail("")
 
@@ -74,6 +80,14 @@ class ToolParser(ABC):
 
     @abstractmethod
     def _flush(self, request: ToolRequest) -> DeltaMessage | None: ...
+
+    def _extract_truncated_tool_calls(self, model_output: str, request: ToolRequest) -> ExtractedToolCalls:
+        """A whole output cut by the length limit; by default read like any other."""
+        return self._extract_tool_calls(model_output, request)
+
+    def _flush_truncated(self, request: ToolRequest) -> DeltaMessage | None:
+        """The end of a stream cut by the length limit; by default like any other end."""
+        return self._flush(request)
 
     def _unsent_text(self) -> str | None:
         """Text received (including the current delta) that was neither sent nor consumed, sent as

@@ -5,7 +5,8 @@ The reasoning parser (``--reasoning-parser``) reads the text first; the content 
 tool parser, which is the server's ``--tool-call-parser`` for ``tool_choice`` ``auto``, or a parser
 of the constrained JSON for ``required`` and a named function (the engine starts that constraint
 once reasoning has ended). Parsers never fail a request: one that breaks hands its text back as
-content.
+content. A reply cut by the length limit inside a tool call keeps the call, with its arguments as far
+as they got.
 """
 
 from __future__ import annotations
@@ -84,14 +85,14 @@ class ChoiceParser:
         """``tool_calls`` for a reply that ended normally after calling tools; else the engine's reason."""
         return "tool_calls" if self.tools_called and engine_reason == "stop" else engine_reason
 
-    def parse(self, text: str) -> ParsedMessage:
-        """Split a whole reply."""
+    def parse(self, text: str, truncated: bool = False) -> ParsedMessage:
+        """Split a whole reply (``truncated``: it was cut by the length limit)."""
         reasoning, content = None, text
         if self.reasoning is not None:
             reasoning, content = self.reasoning.extract_reasoning(text)
         calls: list[ToolCall] = []
         if self.tools is not None and content:
-            extracted = self.tools.extract_tool_calls(content, self.request)
+            extracted = self.tools.extract_tool_calls(content, self.request, truncated=truncated)
             if extracted.tools_called:
                 calls = [ToolCall.model_validate(msgspec.to_builtins(c)) for c in extracted.tool_calls]
                 calls = calls if self.parallel_tool_calls else calls[:1]
@@ -110,8 +111,9 @@ class ChoiceParser:
             return None
         return self._tool_step(step.reasoning, step.content, token_ids)
 
-    def finish(self) -> DeltaMessage | None:
-        """Whatever the parsers still held back, at the end of the stream."""
+    def finish(self, truncated: bool = False) -> DeltaMessage | None:
+        """Whatever the parsers still held back, at the end of the stream (``truncated``: it was cut by
+        the length limit)."""
         reasoning, content = None, None
         if self.reasoning is not None:
             step = self.reasoning.flush()
@@ -120,7 +122,7 @@ class ChoiceParser:
         if self.tools is None:
             return self._delta(reasoning, content, [])
         fed = self._tool_step(reasoning, content, [])
-        tail = self._delta(None, *self._tool_parts(self.tools.flush(self.request)))
+        tail = self._delta(None, *self._tool_parts(self.tools.flush(self.request, truncated=truncated)))
         return _joined(fed, tail)
 
     def _tool_step(self, reasoning: str | None, content: str | None, token_ids: list[int]) -> DeltaMessage | None:

@@ -10,12 +10,13 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, computed_field
 
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 Count = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 StopList = Annotated[list[str], Field(max_length=64)]
+ChoiceList = Annotated[list[str], Field(min_length=1, max_length=1024)]
 MAX_PROMPTS = 256
 MAX_N = 128
 
@@ -56,15 +57,34 @@ class GenerateRequest(BaseModel):
     priority: Count = 0
     # Constrained decoding (wired to a grammar backend plugin when one is installed)
     response_format: ResponseFormat | None = None
-    structured_outputs: dict[str, Any] | None = None
+    structured_outputs: StructuredOutputsRequest | None = None
     guided_json: str | dict[str, Any] | None = None
     guided_regex: str | None = None
-    guided_choice: Annotated[list[str], Field(max_length=1024)] | None = None
+    guided_choice: ChoiceList | None = None
     guided_grammar: str | None = None
 
 
+class StructuredOutputsRequest(BaseModel):
+    """``structured_outputs``: exactly one constraint of ``json``, ``regex``, ``choice``, ``grammar``,
+    ``json_object`` (vLLM's field names); other keys are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    json_: str | dict[str, Any] | None = Field(None, alias="json")
+    regex: str | None = None
+    choice: ChoiceList | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    backend: str | None = None
+
+    def constraint(self) -> dict[str, Any]:
+        """The fields that were given, under their wire names."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
 class StreamOptions(BaseModel):
-    """Streaming options: ``include_usage`` adds a last chunk with token counts."""
+    """Streaming options: ``include_usage`` adds a last chunk with token counts, and
+    ``continuous_usage_stats`` puts the counts so far on every chunk."""
 
     include_usage: bool | None = False
     continuous_usage_stats: bool | None = False
@@ -172,6 +192,7 @@ class ChatCompletionRequest(GenerateRequest):
     messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=4096)]
     logprobs: bool | None = False
     top_logprobs: Annotated[int, Field(ge=0, le=1024)] | None = None
+    prompt_logprobs: Annotated[int, Field(ge=0, le=1024)] | None = None
     max_completion_tokens: Count | None = None
     tools: Annotated[list[ToolDefinition], Field(max_length=512)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
@@ -184,11 +205,18 @@ class ChatCompletionRequest(GenerateRequest):
     chat_template_kwargs: dict[str, Any] | None = None
 
 
+class PromptTokensDetails(BaseModel):
+    """How the prompt tokens were spent: ``cached_tokens`` came from the prefix cache."""
+
+    cached_tokens: int = 0
+
+
 class UsageInfo(BaseModel):
     """Token counts of a request; ``total_tokens`` is their sum."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -197,12 +225,25 @@ class UsageInfo(BaseModel):
 
 
 class CompletionLogprobs(BaseModel):
-    """Legacy completions logprobs: parallel lists per generated token."""
+    """Legacy completions logprobs: parallel lists per token (with ``echo``, the prompt's tokens first, the
+    first of them without a logprob)."""
 
     text_offset: list[int] = Field(default_factory=list)
     token_logprobs: list[float | None] = Field(default_factory=list)
     tokens: list[str] = Field(default_factory=list)
     top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+
+
+class PromptLogprob(BaseModel):
+    """The logprob of one token at one prompt position, its rank and its text (vLLM's ``Logprob``)."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+#: Per prompt position (the first is null), token id → its logprob; answers ``prompt_logprobs``.
+PromptLogprobsList = list[dict[int, PromptLogprob] | None]
 
 
 class CompletionChoice(BaseModel):
@@ -213,6 +254,7 @@ class CompletionChoice(BaseModel):
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    prompt_logprobs: PromptLogprobsList | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -276,6 +318,7 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: UsageInfo
+    prompt_logprobs: PromptLogprobsList | None = None
 
 
 class DeltaFunctionCall(BaseModel):
@@ -344,15 +387,39 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
-class TokenizeRequest(BaseModel):
-    """POST /tokenize: a prompt (or chat messages) to token ids."""
+class TokenizePromptRequest(BaseModel):
+    """POST /tokenize with a text prompt (and no ``messages``)."""
 
     model: str | None = None
-    prompt: str | None = None
-    messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=4096)] | None = None
+    prompt: str
+    messages: None = None
+    add_special_tokens: bool = True
+
+
+class TokenizeChatRequest(BaseModel):
+    """POST /tokenize with chat messages, rendered by the chat template (and no ``prompt``)."""
+
+    model: str | None = None
+    prompt: None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=4096)]
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
+
+
+def _tokenize_kind(body: Any) -> str | None:
+    """Which request a /tokenize body is: "prompt" or "messages" when it has exactly one of them."""
+    if not isinstance(body, dict):
+        return None
+    given = [key for key in ("prompt", "messages") if body.get(key) is not None]
+    return given[0] if len(given) == 1 else None
+
+
+#: POST /tokenize: exactly one of a prompt and chat messages.
+TokenizeRequest = Annotated[
+    Annotated[TokenizePromptRequest, Tag("prompt")] | Annotated[TokenizeChatRequest, Tag("messages")],
+    Discriminator(_tokenize_kind, custom_error_type="prompt_or_messages",
+                  custom_error_message="send exactly one of prompt (text) and messages (chat)")]
 
 
 class TokenizeResponse(BaseModel):
@@ -367,13 +434,21 @@ class DetokenizeRequest(BaseModel):
     """POST /detokenize: token ids to text."""
 
     model: str | None = None
-    tokens: Annotated[list[TokenId], Field(max_length=1_000_000)]
+    tokens: Annotated[list[TokenId], Field(
+        max_length=1_000_000, description="token ids, each below the model's vocabulary size; an id outside "
+        "the vocabulary is a 400 that names it")]
 
 
 class DetokenizeResponse(BaseModel):
     """The text of the token ids."""
 
     prompt: str
+
+
+class HealthResponse(BaseModel):
+    """GET /health while the engine runs."""
+
+    status: Literal["ok"] = "ok"
 
 
 class VersionResponse(BaseModel):

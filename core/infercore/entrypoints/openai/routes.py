@@ -14,8 +14,10 @@ from infercore.entrypoints.openai.protocol import (
     DetokenizeRequest,
     DetokenizeResponse,
     ErrorResponse,
+    HealthResponse,
     ModelCard,
     ModelList,
+    TokenizeChatRequest,
     TokenizeRequest,
     TokenizeResponse,
     VersionResponse,
@@ -33,13 +35,13 @@ def _state(request: Request) -> ServerState:
     return request.app.state.server
 
 
-@router.get("/health", responses={503: {"model": ErrorResponse}})
+@router.get("/health", response_model=HealthResponse, responses={503: {"model": ErrorResponse}})
 async def health(request: Request) -> Response:
-    """200 while the engine is alive; 503 once it has died or the server is draining."""
+    """200 ``{"status": "ok"}`` while the engine is alive; 503 once it has died or the server is draining."""
     engine = _state(request).engine
     if not engine.is_healthy:
         return error_response(503, engine.dead_reason or "the engine is not running")
-    return Response(status_code=200)
+    return JSONResponse(HealthResponse().model_dump())
 
 
 @router.get("/version", response_model=VersionResponse)
@@ -47,11 +49,23 @@ async def version() -> VersionResponse:
     return VersionResponse(version=__version__)
 
 
+def _model_card(state: ServerState) -> ModelCard:
+    return ModelCard(id=state.model_name, root=state.config.model.model,
+                     max_model_len=state.engine.model_info.max_model_len)
+
+
 @router.get("/v1/models", response_model=ModelList, responses=_ERRORS)
 async def list_models(request: Request) -> ModelList:
+    """The served model."""
+    return ModelList(data=[_model_card(_state(request))])
+
+
+@router.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=_ERRORS)
+async def retrieve_model(model_id: str, request: Request) -> ModelCard:
+    """One served model by its id (the served name or the model path); 404 for any other id."""
     state = _state(request)
-    return ModelList(data=[ModelCard(id=state.model_name, root=state.config.model.model,
-                                     max_model_len=state.engine.model_info.max_model_len)])
+    state.chat.check_model(model_id)
+    return _model_card(state)
 
 
 @router.post("/v1/completions", response_model=CompletionResponse, responses=_ERRORS)
@@ -71,9 +85,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
     tokenizer = state.engine.tokenizer
     if tokenizer is None:
         raise APIError(400, "the server runs without a tokenizer (--skip-tokenizer-init)")
-    if (body.prompt is None) == (body.messages is None):
-        raise APIError(400, "send exactly one of prompt and messages", "prompt")
-    if body.messages is not None:
+    if isinstance(body, TokenizeChatRequest):
         text = await state.chat.render_chat(message_dicts(body.messages), chat_template=state.chat.chat_template,
                                             add_generation_prompt=body.add_generation_prompt,
                                             chat_template_kwargs=body.chat_template_kwargs)

@@ -100,8 +100,14 @@ class OpenAIServing:
                            "model")
 
     def sampling_params(self, req: GenerateRequest, max_tokens: int | None, logprobs: int | None,
-                        prompt_logprobs: int | None = None) -> SamplingParams:
-        """Build and validate SamplingParams; raises APIError(400) naming the bad field."""
+                        prompt_logprobs: int | None = None, score_only: bool = False) -> SamplingParams:
+        """Build and validate SamplingParams; raises APIError(400) naming the bad field.
+
+        ``max_tokens`` 0 (compute the prompt, generate nothing) is allowed only with ``score_only``.
+        """
+        if max_tokens is not None and max_tokens < 1 and not (score_only and max_tokens == 0):
+            raise APIError(400, f"max_tokens must be at least 1, got {max_tokens} (0 is allowed with echo=true on "
+                           "/v1/completions, to score the prompt)", "max_tokens")
         try:
             bias = {int(k): v for k, v in (req.logit_bias or {}).items()}
         except ValueError:
@@ -136,7 +142,8 @@ class OpenAIServing:
         guided = {"json": req.guided_json, "regex": req.guided_regex, "choice": req.guided_choice,
                   "grammar": req.guided_grammar}
         spec.update({k: v for k, v in guided.items() if v is not None})
-        spec.update(req.structured_outputs or {})
+        if req.structured_outputs is not None:
+            spec.update(req.structured_outputs.constraint())
         if not spec:
             return None
         if not get_plugin_manager().registry("structured_output_backend").names():

@@ -22,6 +22,7 @@ from infercore.entrypoints.openai.protocol import (
     ChatMessage,
     DeltaMessage,
     GenerateRequest,
+    PromptTokensDetails,
     ResponseMessage,
     TokenLogprob,
     TopLogprob,
@@ -36,7 +37,8 @@ from infercore.entrypoints.openai.serving_base import (
     to_api_error,
     until_disconnected,
 )
-from infercore.outputs import CompletionOutput, RequestOutput
+from infercore.entrypoints.openai.serving_completion import prompt_logprobs_answer
+from infercore.outputs import CompletionOutput, Logprob, RequestOutput
 from infercore.sampling_params import StructuredOutputsParams
 
 
@@ -122,7 +124,7 @@ class OpenAIServingChat(OpenAIServing):
         self._check_parser_kwargs(req)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
-        params = self.sampling_params(req, max_tokens, logprobs)
+        params = self.sampling_params(req, max_tokens, logprobs, req.prompt_logprobs)
         if self.parsers.parses(req):
             # Parsers look for markers that many vocabularies hold as special tokens.
             params = msgspec.structs.replace(params, skip_special_tokens=False)
@@ -169,7 +171,11 @@ class OpenAIServingChat(OpenAIServing):
         out: RequestOutput | None = first
         prompt_tokens = len(first.prompt_token_ids)
         top_k = req.top_logprobs or 0
+        prompt_positions: list[dict[int, Logprob] | None] = []
+        cached_tokens = 0
         while out is not None:
+            prompt_positions.extend(out.prompt_logprobs or [])
+            cached_tokens = max(cached_tokens, out.num_cached_tokens)
             for o in out.outputs:
                 choice = choices.setdefault(o.index, _Choice())
                 choice.text.append(o.text)
@@ -179,16 +185,17 @@ class OpenAIServingChat(OpenAIServing):
                 if o.finish_reason is not None:
                     choice.finish_reason, choice.stop_reason = o.finish_reason, o.stop_reason
             out = await anext(rest, None)
-        completion_tokens = sum(c.num_tokens for c in choices.values())
+        answer = None
+        if req.prompt_logprobs is not None:
+            answer = prompt_logprobs_answer(first.prompt_token_ids, prompt_positions, req.prompt_logprobs)
         return ChatCompletionResponse(
-            id=request_id, model=self.model_name,
-            usage=UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens),
-            choices=[self._choice(req, i, c, echo) for i, c in sorted(choices.items())])
+            id=request_id, model=self.model_name, usage=_usage(prompt_tokens, cached_tokens, choices),
+            choices=[self._choice(req, i, c, echo) for i, c in sorted(choices.items())], prompt_logprobs=answer)
 
     def _choice(self, req: ChatCompletionRequest, index: int, choice: _Choice, echo: str) -> ChatChoice:
         """One finished choice, its text split by the request's parsers."""
         parser = self.parsers.for_request(req)
-        parsed = parser.parse("".join(choice.text))
+        parsed = parser.parse("".join(choice.text), truncated=choice.finish_reason == "length")
         content = echo + (parsed.content or "")
         message = ResponseMessage(content=content or None, reasoning=parsed.reasoning,
                                   reasoning_content=parsed.reasoning, tool_calls=parsed.tool_calls)
@@ -197,50 +204,64 @@ class OpenAIServingChat(OpenAIServing):
                           finish_reason=parser.finish_reason(choice.finish_reason), stop_reason=choice.stop_reason)
 
     def _chunk(self, request_id: str, index: int, delta: DeltaMessage, finish_reason: str | None = None,
-               logprobs: list[TokenLogprob] | None = None, stop_reason: int | str | None = None) -> str:
+               logprobs: list[TokenLogprob] | None = None, stop_reason: int | str | None = None,
+               usage: UsageInfo | None = None) -> str:
+        """One SSE chunk; ``usage`` (the counts so far) only with ``continuous_usage_stats``."""
         choice = ChatChunkChoice(index=index, delta=delta, finish_reason=finish_reason, stop_reason=stop_reason,
                                  logprobs=ChatLogprobs(content=logprobs) if logprobs else None)
-        chunk = ChatCompletionChunk(id=request_id, model=self.model_name, choices=[choice])
-        return sse(chunk.model_dump(exclude={"usage"}, exclude_none=True))
+        chunk = ChatCompletionChunk(id=request_id, model=self.model_name, choices=[choice], usage=usage)
+        return sse(chunk.model_dump(exclude=None if usage else {"usage"}, exclude_none=True))
 
     async def _stream(self, req: ChatCompletionRequest, request_id: str, first: RequestOutput,
                       rest: AsyncIterator[RequestOutput], echo: str) -> AsyncIterator[str]:
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        options = req.stream_options
+        include_usage = bool(options and options.include_usage)
+        continuous_usage = include_usage and bool(options and options.continuous_usage_stats)
         choices: dict[int, _Choice] = {}
         prompt_tokens = len(first.prompt_token_ids)
+        cached_tokens = 0
         try:
             out: RequestOutput | None = first
             while out is not None:
+                cached_tokens = max(cached_tokens, out.num_cached_tokens)
                 for o in out.outputs:
                     choice = choices.setdefault(o.index, _Choice(parser=self.parsers.for_request(req)))
+                    choice.num_tokens += len(o.token_ids)
+                    usage = _usage(prompt_tokens, cached_tokens, choices) if continuous_usage else None
                     if not choice.started:
                         choice.started = True
-                        yield self._chunk(request_id, o.index, DeltaMessage(role="assistant", content=echo))
-                    choice.num_tokens += len(o.token_ids)
-                    for chunk in self._step_chunks(req, request_id, choice, o):
+                        yield self._chunk(request_id, o.index, DeltaMessage(role="assistant", content=echo),
+                                          usage=usage)
+                    for chunk in self._step_chunks(req, request_id, choice, o, usage):
                         yield chunk
                 out = await anext(rest, None)
             if include_usage:
-                completion_tokens = sum(c.num_tokens for c in choices.values())
-                usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
-                yield sse(ChatCompletionChunk(id=request_id, model=self.model_name, choices=[], usage=usage))
+                yield sse(ChatCompletionChunk(id=request_id, model=self.model_name, choices=[],
+                                              usage=_usage(prompt_tokens, cached_tokens, choices)))
         except Exception as exc:
             yield sse_error(exc)
         yield SSE_DONE
 
     def _step_chunks(self, req: ChatCompletionRequest, request_id: str, choice: _Choice,
-                     o: CompletionOutput) -> list[str]:
+                     o: CompletionOutput, usage: UsageInfo | None = None) -> list[str]:
         """The chunks one engine step of a choice streams: its parsed delta, and at the end what the
         parsers held back with the finish reason."""
         parser = choice.parser
         assert parser is not None
         logprobs = self._logprobs(o, req.top_logprobs or 0) if o.logprobs is not None else None
         delta = parser.feed(o.text, list(o.token_ids))
-        step = [self._chunk(request_id, o.index, delta or DeltaMessage(), logprobs=logprobs)] if delta or logprobs else []
+        step = ([self._chunk(request_id, o.index, delta or DeltaMessage(), logprobs=logprobs, usage=usage)]
+                if delta or logprobs else [])
         if o.finish_reason is None:
             return step
-        tail = parser.finish()
+        tail = parser.finish(truncated=o.finish_reason == "length")
         finish = parser.finish_reason(o.finish_reason)
         if tail is None:
-            return [self._chunk(request_id, o.index, delta or DeltaMessage(), finish, logprobs, o.stop_reason)]
-        return [*step, self._chunk(request_id, o.index, tail, finish, None, o.stop_reason)]
+            return [self._chunk(request_id, o.index, delta or DeltaMessage(), finish, logprobs, o.stop_reason, usage)]
+        return [*step, self._chunk(request_id, o.index, tail, finish, None, o.stop_reason, usage)]
+
+
+def _usage(prompt_tokens: int, cached_tokens: int, choices: dict[int, _Choice]) -> UsageInfo:
+    """The request's token counts so far, with its prefix-cache hits."""
+    return UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=sum(c.num_tokens for c in choices.values()),
+                     prompt_tokens_details=PromptTokensDetails(cached_tokens=cached_tokens))
