@@ -1,0 +1,177 @@
+"""Attention conformance cases: random ragged steps over a paged cache, and the reference's answer.
+
+Each case is a named step (requests of ``(seq_len, query_len)``, optional sliding window, ALiBi, cache
+blocks shared between requests); :func:`run_case` runs a backend on it and returns the error
+against the torch reference, so a failure names the case and says by how much it is off.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from infercore.attention.backend import AttentionBackend, AttentionRequest, CommonAttentionMetadata
+from infercore.attention.reference import paged_attention, write_kv
+from infercore.attention.spec import AttentionLayerSpec
+from infercore.kv_cache.spec import KVCacheSpec
+from infercore.layers.alibi import alibi_slopes
+
+BLOCK, HEADS, KV_HEADS, HEAD = 16, 4, 2, 32
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """One step: ``requests`` are ``(seq_len, query_len)``; ``share`` maps a request to another whose
+    first blocks it reuses (a prefix hit on blocks written in this same step)."""
+
+    name: str
+    requests: tuple[tuple[int, int], ...]
+    sliding_window: int | None = None
+    alibi: bool = False
+    share: dict[int, tuple[int, int]] = field(default_factory=dict)  # request -> (source request, blocks)
+    #: Pad the step as a captured graph would: extra slots of -1 and longer host length tensors.
+    padded: bool = False
+
+
+CASES: tuple[AttentionCase, ...] = (
+    AttentionCase("fresh prefills", ((5, 5), (17, 17), (33, 33), (1, 1))),
+    AttentionCase("pure decode", ((1, 1), (16, 1), (17, 1), (70, 1), (33, 1))),
+    AttentionCase("prefix blocks", ((20, 4), (40, 24), (16, 15), (33, 2))),
+    AttentionCase("chunked prompt", ((48, 16), (64, 16), (30, 1), (80, 32))),
+    AttentionCase("mixed, decodes not first", ((30, 30), (17, 1), (40, 8), (5, 1), (64, 1))),
+    # Request 0 reuses the two blocks request 1 fills in this very step: every K/V of the step must be
+    # written before any attention reads the cache.
+    AttentionCase("same-step prefix sharing", ((40, 8), (32, 32)), share={0: (1, 2)}),
+    AttentionCase("sliding window", ((30, 30), (17, 1), (40, 8), (70, 1), (48, 16)), sliding_window=7),
+    AttentionCase("alibi", ((30, 30), (17, 1), (40, 8), (33, 2)), alibi=True),
+    AttentionCase("graph padding", ((16, 1), (17, 1), (70, 1)), padded=True),
+)
+
+
+@dataclass
+class CaseResult:
+    """How far a backend's output and cache writes are from the reference's."""
+
+    output_error: float
+    cache_error: float
+
+
+def _blocks(n: int) -> int:
+    return -(-n // BLOCK)
+
+
+def _slots(row: list[int], seq_len: int) -> torch.Tensor:
+    """Flat cache slots of positions ``0..seq_len-1`` of a request with block-table row ``row``."""
+    return torch.tensor([row[p // BLOCK] * BLOCK + p % BLOCK for p in range(seq_len)], dtype=torch.long)
+
+
+def build_step(case: AttentionCase, device: torch.device, dtype: torch.dtype, seed: int = 0):
+    """q, k, v of the step, the cache before it (cached prefixes written) and the common metadata."""
+    gen = torch.Generator().manual_seed(seed)
+    num_blocks = 1 + sum(_blocks(s) for s, _ in case.requests)
+    free = list(range(1, num_blocks))  # block 0 is the null block
+    random.Random(seed).shuffle(free)
+    cache = torch.randn(2, num_blocks, BLOCK, KV_HEADS, HEAD, generator=gen).to(dtype)
+    rows: list[list[int]] = [[] for _ in case.requests]
+    order = sorted(range(len(case.requests)), key=lambda i: i in case.share)  # sources first
+    for i in order:
+        seq_len = case.requests[i][0]
+        shared = []
+        if i in case.share:
+            src, count = case.share[i]
+            shared = rows[src][:count]
+        rows[i] = shared + [free.pop() for _ in range(_blocks(seq_len) - len(shared))]
+    width = max(len(r) for r in rows) + 1
+    table = torch.zeros(len(case.requests), width, dtype=torch.int32)
+    context: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    for i in order:
+        seq_len, query_len = case.requests[i]
+        table[i, : len(rows[i])] = torch.tensor(rows[i], dtype=torch.int32)
+        k = torch.randn(seq_len, KV_HEADS, HEAD, generator=gen).to(dtype)
+        v = torch.randn(seq_len, KV_HEADS, HEAD, generator=gen).to(dtype)
+        first_cached = 0
+        if i in case.share:
+            # The shared positions hold what the source request writes in this step, not yet cached.
+            src, count = case.share[i]
+            first_cached = count * BLOCK
+            k[:first_cached], v[:first_cached] = context[src][0][:first_cached], context[src][1][:first_cached]
+        cached = seq_len - query_len
+        req_slots = _slots(rows[i], seq_len)
+        write_kv(k[first_cached:cached], v[first_cached:cached], cache, req_slots[first_cached:cached])
+        context[i] = (k, v)
+    qs, ks, vs, slots, starts = [], [], [], [], [0]
+    for i, (seq_len, query_len) in enumerate(case.requests):
+        k, v = context[i]
+        cached = seq_len - query_len
+        qs.append(torch.randn(query_len, HEADS, HEAD, generator=gen).to(dtype))
+        ks.append(k[cached:])
+        vs.append(v[cached:])
+        slots.append(_slots(rows[i], seq_len)[cached:])
+        starts.append(starts[-1] + query_len)
+    return _assemble(case, qs, ks, vs, slots, starts, table, cache, device)
+
+
+def _assemble(case, qs, ks, vs, slots, starts, table, cache, device):
+    n = len(case.requests)
+    num_tokens = starts[-1]
+    slot_mapping = torch.cat(slots).long()
+    qsl = torch.tensor(starts, dtype=torch.int32)
+    lens = torch.tensor([s for s, _ in case.requests], dtype=torch.int32)
+    qsl_cpu, lens_cpu = qsl, lens
+    if case.padded:
+        slot_mapping = torch.cat([slot_mapping, torch.full((3,), -1, dtype=torch.long)])
+        qsl_cpu = torch.cat([qsl, torch.full((4,), num_tokens, dtype=torch.int32)])
+        lens_cpu = torch.cat([lens, torch.zeros(4, dtype=torch.int32)])
+    q, k, v = torch.cat(qs), torch.cat(ks), torch.cat(vs)
+    if case.padded:
+        q, k, v = (torch.cat([t, torch.zeros(3, *t.shape[1:], dtype=t.dtype)]) for t in (q, k, v))
+    common = CommonAttentionMetadata(
+        num_reqs=n, num_actual_tokens=num_tokens, max_query_len=max(ql for _, ql in case.requests),
+        max_seq_len=int(lens.max()), query_start_loc=qsl.to(device), seq_lens=lens.to(device),
+        block_table=table.to(device), slot_mapping=slot_mapping.to(device), query_start_loc_cpu=qsl_cpu,
+        seq_lens_cpu=lens_cpu)
+    return q.to(device), k.to(device), v.to(device), cache.to(device), common
+
+
+def layer_spec(case: AttentionCase, dtype: torch.dtype) -> AttentionLayerSpec:
+    """The layer spec a case's backend impl is built with."""
+    return AttentionLayerSpec(num_heads=HEADS, head_size=HEAD, num_kv_heads=KV_HEADS, scale=HEAD**-0.5,
+                              sliding_window=case.sliding_window,
+                              alibi_slopes=alibi_slopes(HEADS) if case.alibi else None, dtype=dtype,
+                              kv_cache_dtype=dtype)
+
+
+def attention_request(case: AttentionCase, dtype: torch.dtype, device_type: str) -> AttentionRequest:
+    """What the case asks of a backend (for its ``validate``)."""
+    return AttentionRequest(num_heads=HEADS, num_kv_heads=KV_HEADS, head_size=HEAD, dtype=dtype,
+                            kv_cache_dtype=dtype, block_size=BLOCK, device_type=device_type,
+                            sliding_window=case.sliding_window, alibi=case.alibi)
+
+
+def default_layout(backend: type[AttentionBackend]) -> bool:
+    """Whether the backend keeps the default cache layout, which the kit reads directly."""
+    return tuple(backend.get_kv_cache_shape(3, BLOCK, KV_HEADS, HEAD)) == (2, 3, BLOCK, KV_HEADS, HEAD)
+
+
+def run_case(backend: type[AttentionBackend], case: AttentionCase, device: torch.device,
+             dtype: torch.dtype) -> CaseResult:
+    """Run ``backend`` and the reference on the case's step; relative errors of output and cache."""
+    q, k, v, cache, common = build_step(case, device, dtype)
+    ref_cache = cache.clone()
+    n = common.num_actual_tokens
+    write_kv(k[:n], v[:n], ref_cache, common.slot_mapping)
+    spec = layer_spec(case, dtype)
+    slopes = torch.tensor(spec.alibi_slopes, device=device) if spec.alibi_slopes else None
+    expected = paged_attention(q, ref_cache, common.query_start_loc_cpu, common.seq_lens_cpu, common.block_table,
+                               spec.scale, torch.zeros_like(q), case.sliding_window, slopes, common.num_reqs)
+    kv_spec = KVCacheSpec(BLOCK, KV_HEADS, HEAD, dtype)
+    builder = backend.get_builder_cls()(kv_spec, device, 64, 512)
+    impl = backend.get_impl_cls()(spec)
+    out = torch.zeros_like(q)
+    impl.forward(q, k, v, cache, builder.build(common), out)
+    scale = float(expected[:n].float().abs().max())
+    output_error = float((out[:n].float() - expected[:n].float()).abs().max()) / scale
+    cache_error = float((cache.float() - ref_cache.float()).abs().max()) / float(ref_cache.float().abs().max())
+    return CaseResult(output_error, cache_error)

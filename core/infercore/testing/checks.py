@@ -1,0 +1,258 @@
+"""The conformance checks the ``infercore.testing`` pytest plugin runs against one platform."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from infercore.attention.backend import AttentionBackend
+from infercore.platforms.capabilities import KernelSettings
+from infercore.platforms.interface import Platform
+from infercore.platforms.selection import current_platform, set_current_platform
+from infercore.plugins.manager import get_plugin_manager
+from infercore.testing.attention_cases import (
+    CASES,
+    AttentionCase,
+    attention_request,
+    default_layout,
+    run_case,
+)
+from infercore.testing.op_cases import OP_INPUTS, OP_VARIANTS, op_error
+
+#: Largest relative error allowed, by the dtype the checks run in.
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 3e-2}
+GREEDY_TOKENS = 8
+
+
+def _platform_name(config: pytest.Config) -> str:
+    name = config.getoption("--infercore-platform")
+    if not name:
+        pytest.fail("the conformance checks need --infercore-platform NAME")
+    return name
+
+
+@pytest.fixture(scope="session")
+def platform_name(request: pytest.FixtureRequest) -> str:
+    return _platform_name(request.config)
+
+
+@pytest.fixture(scope="session")
+def platform_cls(platform_name: str) -> type[Platform]:
+    registry = get_plugin_manager().registry("platform")
+    if platform_name not in registry:
+        pytest.fail(f"no platform named {platform_name!r} is registered (registered: {', '.join(registry.names())})")
+    return registry.load(platform_name)
+
+
+@pytest.fixture(scope="session")
+def platform(platform_cls: type[Platform], platform_name: str) -> Iterator[Platform]:
+    """The platform instance, made current (and forced through INFERCORE_PLATFORM) for the session."""
+    result = platform_cls.probe()
+    if not result.available:
+        pytest.fail(f"platform {platform_name!r} is unavailable here: {result.reason}")
+    previous_env = os.environ.get("INFERCORE_PLATFORM")
+    try:
+        previous = current_platform()
+    except Exception:  # noqa: BLE001 - no platform selectable without the forced one
+        previous = None
+    instance = platform_cls()
+    os.environ["INFERCORE_PLATFORM"] = platform_name
+    set_current_platform(instance)
+    yield instance
+    set_current_platform(previous)
+    if previous_env is None:
+        os.environ.pop("INFERCORE_PLATFORM", None)
+    else:
+        os.environ["INFERCORE_PLATFORM"] = previous_env
+
+
+@pytest.fixture(scope="session")
+def check_dtype(platform: Platform) -> torch.dtype:
+    caps = platform.capabilities
+    return torch.float32 if torch.float32 in caps.supported_dtypes else caps.default_dtype
+
+
+# -- probe and memory ------------------------------------------------------------------------------
+_PURITY = """
+import sys
+from infercore.plugins.registry import import_target
+result = import_target(sys.argv[1]).probe()
+assert isinstance(result.reason, str) and result.reason, "probe() gave no reason"
+import torch
+touched = [m for m in ("cuda", "xpu", "mps") if getattr(getattr(torch, m, None), "is_initialized", lambda: False)()]
+assert not touched, f"importing or probing the platform initialised the {touched} runtime"
+print("PURE")
+"""
+
+
+def test_probe_is_pure(platform_name: str) -> None:
+    """Importing the platform and running its probe initialises no device runtime."""
+    target = get_plugin_manager().registry("platform").get(platform_name).target
+    proc = subprocess.run([sys.executable, "-c", _PURITY, target], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "PURE" in proc.stdout, f"probe purity: {proc.stderr[-2000:]}"
+
+
+def test_memory_queries(platform: Platform) -> None:
+    count = platform.device_count()
+    assert count >= 1, f"memory queries: device_count() is {count} on an available platform"
+    total, free = platform.total_memory(0), platform.free_memory(0)
+    assert total > 0, f"memory queries: total_memory(0) is {total}"
+    assert 0 < free <= total, f"memory queries: free_memory(0) is {free}, total_memory(0) {total}"
+
+
+# -- capabilities ----------------------------------------------------------------------------------
+def test_capability_dtypes(platform: Platform) -> None:
+    caps = platform.capabilities
+    assert caps.default_dtype in caps.supported_dtypes, "capabilities: default_dtype is not a supported dtype"
+    for dtype in caps.supported_dtypes:
+        x = torch.ones(4, dtype=dtype, device=platform.device())
+        assert float((x + x).sum()) == 8.0, f"capabilities: arithmetic in supported dtype {dtype} failed"
+    assert isinstance(caps.kernel, KernelSettings), "capabilities: kernel is not a KernelSettings"
+
+
+def test_capability_pin_memory(platform: Platform) -> None:
+    if platform.capabilities.pin_memory:
+        assert torch.empty(16, pin_memory=True).is_pinned(), "capabilities: pin_memory=True but pinning failed"
+    else:
+        assert platform.capabilities.pin_memory is False
+
+
+def test_capability_profile_memory(platform: Platform) -> None:
+    """A platform that profiles reports a peak covering what was allocated; one that does not is never asked."""
+    if not platform.capabilities.profile_memory:
+        with pytest.raises(NotImplementedError):
+            Platform.profile_peak_memory(platform, lambda: None)
+        return
+    size = 8 << 20
+
+    def allocate() -> None:
+        torch.empty(size, dtype=torch.uint8, device=platform.device())
+
+    peak = platform.profile_peak_memory(allocate)
+    assert peak >= size, f"capabilities: profile_peak_memory reported {peak} bytes for an {size}-byte allocation"
+
+
+def test_capability_graph_capture(platform: Platform) -> None:
+    if not platform.capabilities.graph_capture:
+        return
+    static = torch.zeros(8, device=platform.device())
+    graph = platform.new_graph()
+    with platform.capture_graph(graph, platform.graph_pool_handle()):
+        static.add_(1)
+    graph.replay()
+    platform.synchronize()
+    assert float(static.sum()) >= 8, "capabilities: a captured graph did not run on replay"
+
+
+# -- attention -------------------------------------------------------------------------------------
+def _backend(config: pytest.Config, platform: Platform, case: AttentionCase,
+             dtype: torch.dtype) -> tuple[str, type[AttentionBackend]]:
+    name = config.getoption("--infercore-attention-backend") or platform.select_attention_backend(
+        attention_request(case, dtype, platform.device_type))
+    return name, get_plugin_manager().registry("attention_backend").load(name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_attention_matches_reference(request: pytest.FixtureRequest, platform: Platform, check_dtype: torch.dtype,
+                                     case: AttentionCase) -> None:
+    name, backend = _backend(request.config, platform, case, check_dtype)
+    reasons = backend.validate(attention_request(case, check_dtype, platform.device_type))
+    if reasons:
+        pytest.skip(f"backend {name!r} declines case {case.name!r}: {'; '.join(reasons)}")
+    if not default_layout(backend):
+        pytest.skip(f"backend {name!r} uses its own cache layout; the kit reads only the default one")
+    result = run_case(backend, case, platform.device(), check_dtype)
+    tol = TOLERANCE[check_dtype]
+    assert result.cache_error <= tol, (f"attention case {case.name!r}, backend {name!r}: the K/V written to the "
+                                       f"cache differ from the reference by {result.cache_error:.2e}")
+    assert result.output_error <= tol, (f"attention case {case.name!r}, backend {name!r}: output differs from the "
+                                        f"reference by {result.output_error:.2e} (relative; allowed {tol:.0e})")
+
+
+# -- custom ops ------------------------------------------------------------------------------------
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One custom-op check per op (and mode) the platform registers a kernel for."""
+    if "op" not in metafunc.fixturenames:
+        return
+    name = _platform_name(metafunc.config)
+    registered = sorted({r.name for r in get_plugin_manager().registry("custom_op").all()
+                         if r.metadata.get("platform") == name and r.name in OP_INPUTS})
+    params = [pytest.param(op, variant, overrides, id=f"{op}-{variant}")
+              for op in registered for variant, overrides in {"default": {}, **OP_VARIANTS.get(op, {})}.items()]
+    metafunc.parametrize(("op", "variant", "overrides"), params)
+
+
+def test_custom_op_matches_reference(platform: Platform, platform_name: str, check_dtype: torch.dtype, op: str,
+                                     variant: str, overrides: dict[int, Any]) -> None:
+    regs = [r for r in get_plugin_manager().registry("custom_op").all()
+            if r.name == op and r.metadata.get("platform") == platform_name]
+    error = op_error(op, regs[0].load(), platform.device(), check_dtype, overrides)
+    tol = TOLERANCE[check_dtype]
+    assert error <= tol, (f"custom op {op!r} ({variant}) of plugin {regs[0].plugin!r} differs from its reference "
+                          f"by {error:.2e} (relative; allowed {tol:.0e})")
+
+
+def test_every_registered_op_has_a_reference(platform_name: str) -> None:
+    regs = [r for r in get_plugin_manager().registry("custom_op").all() if r.metadata.get("platform") == platform_name]
+    unknown = sorted({r.name for r in regs} - set(OP_INPUTS))
+    assert not unknown, (f"platform {platform_name!r} registers custom ops core does not define: {unknown}; "
+                         "a platform may only replace ops whose torch reference core ships")
+
+
+# -- a tiny model end to end -----------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def model_folder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    given = request.config.getoption("--infercore-model")
+    if given:
+        return Path(given)
+    from infercore.tiny_models import build_model_folder
+
+    return build_model_folder(tmp_path_factory.mktemp("conformance-model"), "Qwen3ForCausalLM")
+
+
+def _prompts(vocab: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(3)
+    shared = torch.randint(0, vocab, (20,), generator=gen).tolist()
+    return [shared + torch.randint(0, vocab, (n,), generator=gen).tolist() for n in (20, 25)] + [
+        torch.randint(0, vocab, (7,), generator=gen).tolist()]
+
+
+def _hf_greedy(model: Any, prompt: list[int]) -> list[int]:
+    tokens = list(prompt)
+    with torch.no_grad():
+        for _ in range(GREEDY_TOKENS):
+            tokens.append(int(model(torch.tensor([tokens])).logits[0, -1].argmax()))
+    return tokens[len(prompt):]
+
+
+def test_tiny_model_matches_transformers(platform: Platform, check_dtype: torch.dtype, model_folder: Path) -> None:
+    """Greedy tokens of a tiny model, with chunked prefill and prefix-cache hits, equal HF's."""
+    if check_dtype != torch.float32:
+        pytest.skip("the end-to-end check compares float32 greedy tokens; this platform has no float32")
+    from infercore import LLM, SamplingParams
+    from infercore.config import ModelConfig
+    from infercore.models.hf_config import get_hf_config
+
+    vocab = int(get_hf_config(ModelConfig(model=str(model_folder))).get_text_config().vocab_size)
+    prompts = _prompts(vocab)
+    llm = LLM(model=str(model_folder), dtype="float32", max_model_len=128, max_num_seqs=4,
+              max_num_batched_tokens=32, block_size=16, enable_prefix_caching=True, seed=0)
+    params = SamplingParams(temperature=0, max_tokens=GREEDY_TOKENS, ignore_eos=True)
+    batch = [{"prompt_token_ids": p} for p in prompts]
+    first = [o.outputs[0].token_ids for o in llm.generate(batch, params, use_tqdm=False)]
+    again = llm.generate(batch, params, use_tqdm=False)
+    assert any(o.num_cached_tokens > 0 for o in again), "end to end: the second run hit no prefix cache"
+    from transformers import AutoModelForCausalLM
+
+    hf_model = AutoModelForCausalLM.from_pretrained(str(model_folder), dtype=torch.float32)
+    for i, prompt in enumerate(prompts):
+        expected = _hf_greedy(hf_model, prompt)
+        assert first[i] == expected, f"end to end: prompt {i} gave {first[i]}, transformers {expected}"
+        assert again[i].outputs[0].token_ids == expected, f"end to end: prompt {i} after a prefix-cache hit"

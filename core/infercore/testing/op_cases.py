@@ -1,0 +1,100 @@
+"""Custom-op conformance cases: inputs for every op core defines, and how to compare with its reference.
+
+Each case calls the platform's kernel and the torch reference in :mod:`infercore.ops.reference` on the
+same (cloned) inputs and returns the largest relative difference of their outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from infercore.ops import reference
+
+Inputs = Callable[[torch.device, torch.dtype, torch.Generator], tuple[Any, ...]]
+
+
+def _rand(gen: torch.Generator, device: torch.device, dtype: torch.dtype, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
+
+
+def _cos_sin(device: torch.device, rot_dim: int, positions: int = 64) -> torch.Tensor:
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, rot_dim, 2).float() / rot_dim))
+    angles = torch.arange(positions).float().unsqueeze(1) * inv_freq
+    return torch.cat([angles.cos(), angles.sin()], dim=-1).to(device)
+
+
+def _positions(gen: torch.Generator, device: torch.device, n: int = 7) -> torch.Tensor:
+    return torch.randint(0, 64, (n,), generator=gen).to(device)
+
+
+#: Inputs of each op, for ``(device, dtype, generator)``.
+OP_INPUTS: dict[str, Inputs] = {
+    "linear": lambda d, t, g: (_rand(g, d, t, 5, 48), _rand(g, d, t, 24, 48), _rand(g, d, t, 24)),
+    "rms_norm": lambda d, t, g: (_rand(g, d, t, 5, 64), _rand(g, d, t, 64), 1e-6),
+    "fused_add_rms_norm": lambda d, t, g: (_rand(g, d, t, 5, 64), _rand(g, d, t, 5, 64), _rand(g, d, t, 64), 1e-6),
+    "rotary_embedding": lambda d, t, g: (_positions(g, d), _rand(g, d, t, 7, 4 * 32), _rand(g, d, t, 7, 2 * 32),
+                                         _cos_sin(d, 32), 32, True),
+    "qk_norm_rotary": lambda d, t, g: (_positions(g, d), _rand(g, d, t, 7, 4 * 32), _rand(g, d, t, 7, 2 * 32),
+                                       _rand(g, d, t, 32), _rand(g, d, t, 32), 1e-6, _cos_sin(d, 32), 32, True),
+    "silu_and_mul": lambda d, t, g: (_rand(g, d, t, 5, 2 * 48),),
+    "gelu": lambda d, t, g: (_rand(g, d, t, 5, 48), "none"),
+    "gelu_and_mul": lambda d, t, g: (_rand(g, d, t, 5, 2 * 48), "tanh"),
+    "layer_norm": lambda d, t, g: (_rand(g, d, t, 5, 64), _rand(g, d, t, 64), _rand(g, d, t, 64), 1e-5),
+    "embedding": lambda d, t, g: (torch.randint(0, 40, (9,), generator=g).to(d), _rand(g, d, t, 40, 16)),
+    "alibi_bias": lambda d, t, g: (torch.rand(4, generator=g).to(d), 5, 12),
+    "gumbel_argmax": lambda d, t, g: (_rand(g, d, t, 6, 50) * 3, torch.tensor([0.0, 0.0, 0.7, 1.0, 0.0, 2.0],
+                                      device=d), torch.arange(6, device=d) * 7919),
+}
+
+#: Extra variants checked for ops with modes (name suffix → argument overrides by position).
+OP_VARIANTS: dict[str, dict[str, dict[int, Any]]] = {
+    "gelu": {"tanh": {1: "tanh"}},
+    "gelu_and_mul": {"exact": {1: "none"}},
+    "rotary_embedding": {"gptj": {5: False}},
+    "layer_norm": {"no-bias": {2: None}},
+    "linear": {"no-bias": {2: None}},
+}
+
+
+def _clone(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _flat(result: Any) -> list[torch.Tensor]:
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _gumbel_error(kernel: Callable[..., Any], args: tuple[Any, ...]) -> float:
+    """Greedy rows must be the argmax; sampled rows any token of finite logit (the random streams differ)."""
+    logits, temperature, _ = args
+    tokens = kernel(*_clone(args)).cpu()
+    greedy = (temperature == 0).cpu()
+    if tokens.shape != (logits.shape[0],) or tokens.dtype != torch.int64:
+        return float("inf")
+    wrong = (tokens[greedy] != logits.float().argmax(-1).cpu()[greedy]).sum()
+    return float(wrong)
+
+
+def op_error(name: str, kernel: Callable[..., Any], device: torch.device, dtype: torch.dtype,
+             overrides: dict[int, Any] | None = None, seed: int = 0) -> float:
+    """Largest relative difference between ``kernel`` and the reference of op ``name`` on the op's inputs."""
+    gen = torch.Generator().manual_seed(seed)
+    args = list(OP_INPUTS[name](device, dtype, gen))
+    for index, value in (overrides or {}).items():
+        args[index] = value
+    if name == "gumbel_argmax":
+        return _gumbel_error(kernel, tuple(args))
+    expected = _flat(getattr(reference, name)(*_clone(tuple(args))))
+    got = _flat(kernel(*_clone(tuple(args))))
+    if len(got) != len(expected):
+        return float("inf")
+    worst = 0.0
+    for g, e in zip(got, expected, strict=True):
+        if g.shape != e.shape:
+            return float("inf")
+        scale = max(float(e.float().abs().max()), 1e-6)
+        worst = max(worst, float((g.float() - e.float()).abs().max()) / scale)
+    return worst
