@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infercore.config import InfercoreConfig
+from infercore.distributed.dp_client import make_engine_client
 from infercore.engine.core_client import EngineCoreClient, EngineDeadError
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
 from infercore.engine.input_processor import InputProcessor
@@ -97,7 +98,7 @@ class AsyncLLM:
     async def start(cls, config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
                     listener: StatsListener | None = None) -> AsyncLLM:
         """Start the engine process and wait for it; raises EngineStartupError with the engine's reason."""
-        client = EngineCoreClient(config, engine_factory)
+        client = make_engine_client(config, engine_factory)
         tokenizer_task = asyncio.get_running_loop().run_in_executor(None, get_tokenizer, config.model)
         try:
             model_info = await client.start()
