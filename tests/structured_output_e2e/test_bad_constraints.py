@@ -22,6 +22,9 @@ BAD = [
     ("invalid regex", {"guided_regex": "([a-z]+"}, "regex"),
     ("unknown grammar syntax", {"guided_grammar": "this is %%% not a grammar"}, "grammar"),
     ("grammar with an undefined rule", {"structured_outputs": {"grammar": "root ::= missing_rule"}}, "grammar"),
+    ("schema that refers only to itself", {"guided_json": {"$ref": "#"}}, "empty reply"),
+    ("grammar of one empty rule", {"structured_outputs": {"grammar": 'root ::= ""'}}, "empty reply"),
+    ("external $ref", {"guided_json": {"$ref": "https://example.com/schema.json"}}, "$ref"),
 ]
 
 

@@ -53,6 +53,26 @@ def _length_as_pattern(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Characters of bounded strings (minLength / maxLength, summed over a schema) xgrammar compiles in well
+#: under a second; its compile time grows faster than linearly past this (2,000 characters: ~10 s of CPU
+#: on a 512-token vocabulary, more on real ones). Longer bounds go to llguidance, which compiles lazily.
+MAX_BOUNDED_STRING_CHARS = 256
+
+
+def _check_bounded_strings(schema: Any) -> None:
+    """Refuse (so that ``auto`` picks llguidance) a schema whose string bounds xgrammar compiles slowly."""
+    bounds: list[int] = []
+
+    def record(sub: dict[str, Any]) -> dict[str, Any]:
+        bounds.extend(int(sub[k]) for k in ("minLength", "maxLength") if isinstance(sub.get(k), int))
+        return sub
+
+    map_subschemas(schema, record)
+    if sum(bounds) > MAX_BOUNDED_STRING_CHARS:
+        raise ValueError(f"the xgrammar backend compiles strings bounded to {sum(bounds)} characters in all too "
+                         f"slowly (limit {MAX_BOUNDED_STRING_CHARS}); use the guidance backend or auto")
+
+
 def _choice_ebnf(choices: Sequence[str]) -> str:
     # JSON string literals are valid EBNF string literals in xgrammar's grammar syntax.
     return "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
@@ -145,6 +165,7 @@ class XGrammarBackend(StructuredOutputBackend):
                 if unenforced:
                     raise ValueError(f"the xgrammar backend cannot enforce the JSON-schema keyword(s) "
                                      f"{', '.join(unenforced)}; remove them or use the guidance backend")
+                _check_bounded_strings(schema)
                 schema = map_subschemas(schema, _length_as_pattern)
                 return xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False,
                                                     strict_mode=kind == "json")
