@@ -122,20 +122,24 @@ class MultiprocExecutor(Executor):
         return [decode_value(Worker, method, r) for r in replies]
 
     def shutdown(self) -> None:
-        """Ask the workers to stop, then terminate (and kill) any that do not within a few seconds."""
-        if self.procs and self.dead_reason is None and self._all_alive():
+        """Ask the workers to stop and give them a few seconds; terminate (then kill) the rest. After a
+        worker died the others may sit in a collective that never completes, so they are stopped at once."""
+        healthy = self.procs and self.dead_reason is None and self._all_alive()
+        if healthy:
             with contextlib.suppress(QueueTimeout):
                 self.calls.write(encode_call(SHUTDOWN), timeout=2.0, still_alive=self._all_alive)
         for proc in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(5.0)
+            if healthy:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(5.0)
             if proc.poll() is None:
                 proc.terminate()
-                try:
-                    proc.wait(3.0)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        for proc in self.procs:
+            try:
+                proc.wait(3.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         self.procs = []
         self.calls.close()
         for queue in self.reply_queues:

@@ -1,0 +1,123 @@
+"""A worker killed mid-generation under ``infercore serve``: the request errors within 10 s, /health
+answers 503, and every process of the server is gone within 30 s (mp and Ray executors)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+FLAGS = ["--max-model-len", "1024", "--num-gpu-blocks-override", "80", "--max-num-seqs", "4", "--cpu-threads", "1",
+         "--served-model-name", "tiny", "--tensor-parallel-size", "2"]
+LONG = {"model": "tiny", "prompt": "a", "max_tokens": 1000, "ignore_eos": True, "temperature": 0, "stream": True}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stream(threading.Thread):
+    """A streaming completion, read to its end; records when its first chunk came and when it ended."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.first_chunk = threading.Event()
+        self.text = ""
+        self.ended_at = 0.0
+
+    def run(self) -> None:
+        try:
+            with httpx.stream("POST", self.url + "/v1/completions", json=LONG, timeout=60) as response:
+                for line in response.iter_lines():
+                    self.text += line
+                    self.first_chunk.set()
+        except httpx.HTTPError as exc:
+            self.text += f"transport error {exc}"
+        finally:
+            self.ended_at = time.monotonic()
+            self.first_chunk.set()
+
+
+def _start(model: Path, backend: str, log: Path) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "infercore.entrypoints.cli", "serve", str(model), "--port", str(port), *FLAGS,
+           "--distributed-executor-backend", backend]
+    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError(f"server did not start:\n{log.read_text()}")
+
+
+def _worker_pids(server: psutil.Process, backend: str) -> list[int]:
+    if backend == "mp":
+        return [p.pid for p in server.children(recursive=True) if "infercore.executor.worker_proc" in " ".join(p.cmdline())]
+    return [p.pid for p in psutil.process_iter(["name", "cmdline"])
+            if "RayWorkerActor" in " ".join(p.info["cmdline"] or []) or "RayWorkerActor" in (p.info["name"] or "")]
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.parametrize("backend", ["mp", "ray"])
+def test_killed_worker_fails_request_health_503_and_everything_exits(qwen3_folder, tmp_path, backend) -> None:
+    if backend == "ray":
+        pytest.importorskip("ray", reason="the ray executor needs Ray (pip install 'infercore[ray]')")
+    proc, url = _start(qwen3_folder, backend, tmp_path / "server.log")
+    try:
+        server = psutil.Process(proc.pid)
+        workers = _worker_pids(server, backend)
+        assert len(workers) == 2, (workers, (tmp_path / "server.log").read_text())
+        everything = {p.pid for p in server.children(recursive=True)} | {proc.pid} | set(workers)
+        stream = Stream(url)
+        stream.start()
+        assert stream.first_chunk.wait(30) and "data: {" in stream.text
+        os.kill(workers[1], signal.SIGKILL)
+        killed_at = time.monotonic()
+        statuses: list[int] = []
+        while time.monotonic() < killed_at + 10 and 503 not in statuses:
+            try:
+                statuses.append(httpx.get(url + "/health", timeout=1).status_code)
+            except httpx.HTTPError:
+                statuses.append(0)
+            time.sleep(0.05)
+        assert 503 in statuses, statuses
+        stream.join(10)
+        assert not stream.is_alive() and stream.ended_at - killed_at < 10
+        assert "error" in stream.text and not stream.text.endswith('"finish_reason":"length"}]}data: [DONE]')
+        deadline = killed_at + 30
+        while time.monotonic() < deadline and any(_running(p) for p in everything):
+            time.sleep(0.2)
+        left = [p for p in everything if _running(p)]
+        assert not left, f"still running 30 s after the kill: {left}\n{(tmp_path / 'server.log').read_text()}"
+        assert proc.wait(5) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
