@@ -80,9 +80,9 @@ def make_manager(tokenizer, vocab_size) -> Iterator:
 
 
 def test_time_queued_behind_heavy_compiles_does_not_count(make_manager) -> None:
-    manager = make_manager(timeout=0.5)
+    manager = make_manager(timeout=0.6)
     for i in range(3):
-        manager.submit(f"heavy{i}", slow(0.35, f"h{i}+"))
+        manager.submit(f"heavy{i}", slow(0.3, f"h{i}+"))
     manager.submit("trivial", StructuredOutputsParams(choice=["yes", "no"]))
     assert wait_settled(manager, "trivial") == "ready", manager.status("trivial").error
     assert all(wait_settled(manager, f"heavy{i}") == "ready" for i in range(3))
@@ -160,3 +160,15 @@ def test_constraint_that_cannot_be_read_fails_only_its_request(tokenizer, vocab_
         assert wait_settled(manager, "deep") == "failed" and wait_settled(manager, "fine") == "ready"
     finally:
         manager.shutdown()
+
+
+def test_a_queue_stuck_behind_runaway_compiles_fails_in_bounded_time(make_manager) -> None:
+    manager = make_manager(timeout=0.1)
+    manager.submit("runaway", slow(1.0, "r+"))  # outlives its timeout; the thread cannot be stopped
+    manager.submit("queued", StructuredOutputsParams(choice=["a"]))
+    assert wait_settled(manager, "runaway") == "failed"
+    assert manager.status("queued").state == "pending"
+    started = time.monotonic()
+    assert wait_settled(manager, "queued") == "failed"
+    assert time.monotonic() - started < 0.5
+    assert "retry later" in (manager.status("queued").error or "")

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -45,10 +45,16 @@ class _Compile:
     waiters: int = 0
 
 
+#: A request waits for a free compile thread at most this many compile timeouts; only a queue held up
+#: by compiles that outlive their own timeout (which no thread can stop) takes that long.
+QUEUE_TIMEOUTS = 3
+
+
 @dataclass
 class _RequestGrammar:
     compile: _Compile
     active: bool
+    queued_at: float = field(default_factory=time.monotonic)
     matcher: GrammarMatcher | None = None
     error: str | None = None
 
@@ -126,8 +132,8 @@ class StructuredOutputManager:
         if entry.error is None:
             if entry.compile.future.done():
                 self._finish(entry)
-            elif self._time_left(entry.compile) <= 0:
-                entry.error = self._timeout_message()
+            else:
+                entry.error = self._expired(entry)
         if entry.error is not None:
             return GrammarStatus("failed", entry.error)
         return GrammarStatus("ready" if entry.matcher is not None else "pending")
@@ -202,7 +208,7 @@ class StructuredOutputManager:
             if done:
                 self._finish(entry)
             else:
-                entry.error = self._timeout_message()
+                entry.error = self._expired(entry) or self._timeout_message()
         if entry.matcher is None:
             raise RuntimeError(f"request {request_id!r} cannot be constrained: {entry.error}; "
                                "fail the request when status() reports 'failed'")
@@ -215,6 +221,16 @@ class StructuredOutputManager:
             entry.error = str(exc)
         except Exception as exc:  # a backend crash fails only this request
             entry.error = f"the grammar backend failed to compile this constraint: {exc!r}"
+
+    def _expired(self, entry: _RequestGrammar) -> str | None:
+        """Why the request's compile has run (or waited for a thread) too long; None while it may go on."""
+        if self._time_left(entry.compile) <= 0:
+            return self._timeout_message()
+        waited = time.monotonic() - entry.queued_at
+        if entry.compile.started_at is None and waited > QUEUE_TIMEOUTS * self.compile_timeout:
+            return (f"no grammar compile thread was free for {waited:.0f} s (the compile queue is busy with "
+                    "other constraints); retry later")
+        return None
 
     def _time_left(self, job: _Compile) -> float:
         """Seconds before the compile's deadline; the whole timeout while it is still queued."""
