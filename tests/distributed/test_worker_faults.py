@@ -72,10 +72,16 @@ def _start(model: Path, backend: str, log: Path) -> tuple[subprocess.Popen, str]
 
 
 def _worker_pids(server: psutil.Process, backend: str) -> list[int]:
-    if backend == "mp":
-        return [p.pid for p in server.children(recursive=True) if "infercore.executor.worker_proc" in " ".join(p.cmdline())]
-    return [p.pid for p in psutil.process_iter(["name", "cmdline"])
-            if "RayWorkerActor" in " ".join(p.info["cmdline"] or []) or "RayWorkerActor" in (p.info["name"] or "")]
+    """The server's worker processes (with Ray, the engine started the local cluster: they are its descendants)."""
+    marker = "infercore.executor.worker_proc" if backend == "mp" else "RayWorkerActor"
+    found = []
+    for child in server.children(recursive=True):
+        try:
+            if marker in " ".join(child.cmdline()) or marker in child.name():
+                found.append(child.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return found
 
 
 def _running(pid: int) -> bool:
