@@ -82,6 +82,10 @@ class CompiledGrammar(ABC):
     def matcher(self) -> GrammarMatcher:
         """A fresh matcher in the start state."""
 
+    def memory_bytes(self) -> int:
+        """About how many bytes the compiled grammar holds, for the cache's memory bound; 0 when unknown."""
+        return 0
+
 
 class StructuredOutputBackend(ABC):
     """A grammar engine. Plugins register subclasses through

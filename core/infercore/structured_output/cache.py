@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from infercore.sampling_params import StructuredOutputsParams
@@ -33,28 +34,50 @@ def grammar_key(params: StructuredOutputsParams) -> GrammarKey:
 
 
 class LRUCache(Generic[V]):
-    """At most ``capacity`` entries; the least recently used one is dropped first."""
+    """At most ``capacity`` entries and, with ``max_bytes``, at most that many bytes as ``size_of``
+    measures them; the least recently used entry is dropped first, and a value larger than
+    ``max_bytes`` on its own is not kept."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_bytes: int | None = None,
+                 size_of: Callable[[V], int] | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"cache capacity must be at least 1, got {capacity}")
+        if max_bytes is not None and (max_bytes < 1 or size_of is None):
+            raise ValueError("a byte-bounded cache needs max_bytes >= 1 and a size_of function")
         self.capacity = capacity
-        self._items: OrderedDict[GrammarKey, V] = OrderedDict()
+        self.max_bytes = max_bytes
+        self._size_of = size_of or (lambda _: 0)
+        self._items: OrderedDict[GrammarKey, tuple[V, int]] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, key: GrammarKey) -> V | None:
         with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
 
     def put(self, key: GrammarKey, value: V) -> None:
+        size = max(0, int(self._size_of(value)))
         with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            if self.max_bytes is not None and size > self.max_bytes:
+                return
+            self._items[key] = (value, size)
+            self._bytes += size
+            while len(self._items) > self.capacity or (self.max_bytes is not None and self._bytes > self.max_bytes):
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._bytes -= dropped
+
+    @property
+    def num_bytes(self) -> int:
+        """Bytes held, as ``size_of`` measures them."""
+        with self._lock:
+            return self._bytes
 
     def __len__(self) -> int:
         with self._lock:

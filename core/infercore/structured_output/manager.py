@@ -45,6 +45,9 @@ class _Compile:
     waiters: int = 0
 
 
+#: Bytes of compiled grammars the cache keeps (xgrammar's token-mask tables grow with the vocabulary).
+DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
+
 #: A request waits for a free compile thread at most this many compile timeouts; only a queue held up
 #: by compiles that outlive their own timeout (which no thread can stop) takes that long.
 QUEUE_TIMEOUTS = 3
@@ -78,14 +81,15 @@ class StructuredOutputManager:
 
     def __init__(self, config: StructuredOutputsConfig, tokenizer: Any, vocab_size: int, *,
                  eos_token_ids: Sequence[int] | None = None, max_workers: int | None = None,
-                 registry: Registry | None = None) -> None:
+                 registry: Registry | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         from infercore.structured_output.loader import create_backend
 
         self.vocab_size = vocab_size
         self.compile_timeout = config.grammar_compile_timeout
         info = TokenizerInfo.from_tokenizer(tokenizer, vocab_size, eos_token_ids)
         self.backend: StructuredOutputBackend = create_backend(config.structured_outputs_backend, info, registry)
-        self.cache: LRUCache[CompiledGrammar] = LRUCache(config.grammar_cache_size)
+        self.cache: LRUCache[CompiledGrammar] = LRUCache(config.grammar_cache_size, max_bytes=cache_bytes,
+                                                         size_of=lambda grammar: grammar.memory_bytes())
         self._pool = ThreadPoolExecutor(max_workers=max_workers or default_compile_workers(),
                                         thread_name_prefix="grammar-compile")
         self._lock = threading.Lock()

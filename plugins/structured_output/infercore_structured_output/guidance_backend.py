@@ -115,6 +115,9 @@ class GuidanceCompiled(CompiledGrammar):
     def matcher(self) -> GrammarMatcher:
         return GuidanceMatcher(self._tokenizer, self._grammar, self._eos)
 
+    def memory_bytes(self) -> int:
+        return len(self._grammar)  # the grammar text; llguidance builds its automata per matcher
+
 
 class GuidanceBackend(StructuredOutputBackend):
     """Constraints compiled by llguidance. Grammars are Lark, or GBNF when they use ``::=``."""

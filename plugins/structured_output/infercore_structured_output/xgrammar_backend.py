@@ -138,6 +138,9 @@ class XGrammarCompiled(CompiledGrammar):
     def matcher(self) -> GrammarMatcher:
         return XGrammarMatcher(self.compiled)
 
+    def memory_bytes(self) -> int:
+        return int(self.compiled.memory_size_bytes)
+
 
 class XGrammarBackend(StructuredOutputBackend):
     """Constraints compiled by xgrammar. Grammars are EBNF (``rule ::= ...``); JSON is emitted
