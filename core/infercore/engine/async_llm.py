@@ -2,7 +2,8 @@
 
 ``generate`` tokenizes and validates a request, sends it to the engine and yields its outputs as
 they come; an output-handler task reads the engine socket and routes each batch through the
-OutputProcessor into per-request queues; a watcher task notices the engine process dying.
+OutputProcessor into per-request output streams (which merge deltas while a reader is behind, so a
+slow reader costs one pending output, not one per step); a watcher task notices the engine process dying.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from infercore.engine.input_processor import InputProcessor
 from infercore.engine.messages import SchedulerStats
 from infercore.engine.model_info import ModelInfo
 from infercore.engine.output_processor import OutputProcessor, RequestOutputKind
+from infercore.engine.output_stream import OutputStream
 from infercore.outputs import RequestOutput
 from infercore.sampling_params import SamplingParams
 from infercore.tokenizer import get_tokenizer
@@ -67,7 +69,7 @@ class StatsListener:
 
 @dataclass
 class _Tracked:
-    queue: asyncio.Queue[Any]
+    stream: OutputStream
     engine_ids: list[str]
 
 
@@ -146,8 +148,8 @@ class AsyncLLM:
         timing = RequestTiming(arrival=time.monotonic())
         processed = self.input_processor.process(request_id, prompt, params, priority=priority,
                                                  cache_salt=cache_salt)
-        tracked = _Tracked(asyncio.Queue(), [r.request_id for r in processed.engine_requests])
-        self.output_processor.add_request(processed, RequestOutputKind.DELTA, queue=tracked.queue)
+        tracked = _Tracked(OutputStream(), [r.request_id for r in processed.engine_requests])
+        self.output_processor.add_request(processed, RequestOutputKind.DELTA, queue=tracked.stream)
         self._requests[request_id] = tracked
         self._num_sequences += len(tracked.engine_ids)
         finished = False
@@ -155,9 +157,7 @@ class AsyncLLM:
             for engine_request in processed.engine_requests:
                 await self.client.add_request(engine_request)
             while not finished:
-                item = await tracked.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
+                item = await tracked.stream.get()
                 self._record(timing, item)
                 finished = item.finished
                 yield item
@@ -189,12 +189,12 @@ class AsyncLLM:
         """Stop a request: its generator raises RequestAbortedError and the engine frees its blocks."""
         tracked = self._requests.get(request_id)
         if tracked is not None:
-            tracked.queue.put_nowait(RequestAbortedError(f"request {request_id} was aborted"))
+            tracked.stream.put_nowait(RequestAbortedError(f"request {request_id} was aborted"))
 
     def abort_all(self, reason: str) -> None:
         """End every in-flight request with EngineShuttingDownError(``reason``); the engine frees them."""
         for tracked in self._requests.values():
-            tracked.queue.put_nowait(EngineShuttingDownError(reason))
+            tracked.stream.put_nowait(EngineShuttingDownError(reason))
 
     async def _output_loop(self) -> None:
         try:
@@ -226,7 +226,7 @@ class AsyncLLM:
         self.dead_reason = reason
         logger.error("%s; failing %d in-flight requests", reason, len(self._requests))
         for tracked in self._requests.values():
-            tracked.queue.put_nowait(EngineDeadError(reason))
+            tracked.stream.put_nowait(EngineDeadError(reason))
         if self.on_engine_dead is not None:
             self.on_engine_dead(reason)
 

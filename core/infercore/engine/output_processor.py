@@ -232,8 +232,8 @@ class OutputProcessor:
         changed: dict[str, tuple[_Request, list[_Sequence]]] = {}
         for out in outputs:
             entry = self._sequences.get(out.request_id)
-            if entry is None:
-                continue
+            if entry is None or entry[1].finished:
+                continue  # aborted, or a sample that a stop string ended while the engine still ran it
             request, seq = entry
             if self._apply(request, seq, out):
                 result.reqs_to_abort.append(seq.engine_id)
