@@ -12,3 +12,6 @@ PY=${PYTHON:-python3}
 "$PY" -m pip install -q -e tests/plugin_pkgs/testplugin
 # A test-only model that writes a scripted reply, for the server's tool-call and reasoning tests.
 "$PY" -m pip install -q -e tests/plugin_pkgs/scriptedmodel
+# The example out-of-tree plugin (a platform, its attention backend and kernels, a GPT-2 model) that
+# the conformance kit is run against.
+"$PY" -m pip install -q -e tests/plugin_pkgs/acme

@@ -12,7 +12,8 @@ its reference, and a tiny model generates the same greedy tokens as Hugging Face
 A failure names the case. Options:
 
 * ``--infercore-platform NAME`` (required to run the kit);
-* ``--infercore-attention-backend NAME``: check this registered backend instead of the platform's choice;
+* ``--infercore-attention-backend NAME`` (repeatable): check these registered backends instead of the
+  platform's choice;
 * ``--infercore-model PATH``: the model folder of the end-to-end check (default: a tiny random Qwen3).
 """
 
@@ -28,8 +29,8 @@ CHECKS = Path(__file__).with_name("checks.py")
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("infercore", "infercore platform conformance kit")
     group.addoption("--infercore-platform", default=None, help="name of the platform to check")
-    group.addoption("--infercore-attention-backend", default=None,
-                    help="registered attention backend to check (default: the platform's choice)")
+    group.addoption("--infercore-attention-backend", action="append", default=None,
+                    help="registered attention backend to check (default: the platform's choice); repeatable")
     group.addoption("--infercore-model", default=None,
                     help="model folder for the end-to-end check (default: a tiny random Qwen3)")
 

@@ -152,17 +152,16 @@ def test_capability_graph_capture(platform: Platform) -> None:
 
 
 # -- attention -------------------------------------------------------------------------------------
-def _backend(config: pytest.Config, platform: Platform, case: AttentionCase,
+def _backend(backend_name: str | None, platform: Platform, case: AttentionCase,
              dtype: torch.dtype) -> tuple[str, type[AttentionBackend]]:
-    name = config.getoption("--infercore-attention-backend") or platform.select_attention_backend(
-        attention_request(case, dtype, platform.device_type))
+    name = backend_name or platform.select_attention_backend(attention_request(case, dtype, platform.device_type))
     return name, get_plugin_manager().registry("attention_backend").load(name)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_attention_matches_reference(request: pytest.FixtureRequest, platform: Platform, check_dtype: torch.dtype,
+def test_attention_matches_reference(backend_name: str | None, platform: Platform, check_dtype: torch.dtype,
                                      case: AttentionCase) -> None:
-    name, backend = _backend(request.config, platform, case, check_dtype)
+    name, backend = _backend(backend_name, platform, case, check_dtype)
     reasons = backend.validate(attention_request(case, check_dtype, platform.device_type))
     if reasons:
         pytest.skip(f"backend {name!r} declines case {case.name!r}: {'; '.join(reasons)}")
@@ -178,7 +177,11 @@ def test_attention_matches_reference(request: pytest.FixtureRequest, platform: P
 
 # -- custom ops ------------------------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """One custom-op check per op (and mode) the platform registers a kernel for."""
+    """Attention checks per backend asked for (default: the platform's choice); one custom-op check per
+    op (and mode) the platform registers a kernel for."""
+    if "backend_name" in metafunc.fixturenames:
+        backends = metafunc.config.getoption("--infercore-attention-backend") or [None]
+        metafunc.parametrize("backend_name", backends, ids=[b or "platform-choice" for b in backends])
     if "op" not in metafunc.fixturenames:
         return
     name = _platform_name(metafunc.config)

@@ -1,0 +1,59 @@
+"""The conformance kit passes the real cpu platform and the example out-of-tree acme platform (with its
+GPT-2 model), and fails deliberately broken backends and kernels, naming the case."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import run_kit
+
+BROKEN_PLUGIN = Path(__file__).with_name("broken_plugin.py")
+
+
+def _summary(proc) -> str:
+    return proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_kit_passes_cpu(qwen3_folder: Path) -> None:
+    proc = run_kit("--infercore-platform", "cpu", "--infercore-model", str(qwen3_folder))
+    assert proc.returncode == 0, _summary(proc)
+    assert re.search(r"\d+ passed", proc.stdout) and "skipped" not in proc.stdout, _summary(proc)
+
+
+def test_kit_passes_the_example_platform_and_model(gpt2_folder: Path) -> None:
+    proc = run_kit("--infercore-platform", "acme", "--infercore-model", str(gpt2_folder))
+    assert proc.returncode == 0, _summary(proc)
+    assert "custom_op_matches_reference" not in proc.stdout  # nothing failed
+    assert re.search(r"\d+ passed", proc.stdout) and "skipped" not in proc.stdout, _summary(proc)
+
+
+@pytest.fixture
+def broken_dir(tmp_path: Path) -> Path:
+    shutil.copy(BROKEN_PLUGIN, tmp_path / "conftest.py")
+    return tmp_path
+
+
+#: Each broken backend, the cases it must fail and cases it must still pass.
+BROKEN_BACKENDS = {
+    "broken_scale": (["fresh prefills", "pure decode", "sliding window"], []),
+    "broken_prefix": (["prefix blocks", "pure decode", "chunked prompt", "same-step prefix sharing"],
+                      ["fresh prefills"]),
+    "broken_window": (["sliding window"], ["fresh prefills", "prefix blocks", "alibi"]),
+}
+
+
+def test_kit_fails_broken_backends_and_ops_naming_the_case(broken_dir: Path) -> None:
+    backends = [arg for name in BROKEN_BACKENDS for arg in ("--infercore-attention-backend", name)]
+    proc = run_kit("--infercore-platform", "cpu", *backends, "-k", "attention or custom_op", cwd=broken_dir)
+    assert proc.returncode == 1, _summary(proc)
+    for backend, (failing, passing) in BROKEN_BACKENDS.items():
+        for case in failing:
+            assert f"attention case {case!r}, backend {backend!r}" in proc.stdout, (case, _summary(proc))
+        for case in passing:
+            assert f"attention case {case!r}, backend {backend!r}" not in proc.stdout, (case, _summary(proc))
+    assert "custom op 'gelu' (default) of plugin 'broken' differs from its reference" in proc.stdout, _summary(proc)
+    assert "custom op 'gelu' (tanh)" not in proc.stdout, "the tanh variant is right and must pass"
+    assert "custom op 'linear'" not in proc.stdout, "cpu's real linear kernel must pass"
