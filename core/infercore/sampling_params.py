@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from infercore.regex_safety import nested_unbounded_repeat
+from infercore.regex_safety import MAX_REGEX_CHARS, nested_unbounded_repeat
 
 _MAX_N = 128
 _MAX_LOGIT_BIAS = 4096
@@ -41,6 +41,9 @@ class StructuredOutputsParams(msgspec.Struct, omit_defaults=True, kw_only=True):
                 f"(got {', '.join(given) or 'none'})", "structured_outputs")
         if self.choice is not None and not self.choice:
             raise SamplingParamsError("structured_outputs.choice must list at least one string", "structured_outputs")
+        if isinstance(self.regex, str) and len(self.regex) > MAX_REGEX_CHARS:
+            raise SamplingParamsError(f"the regex constraint has {len(self.regex)} characters; at most {MAX_REGEX_CHARS} "
+                                      "are allowed, so send a shorter one", "structured_outputs")
         if self.regex is not None and nested_unbounded_repeat(self.regex):
             raise SamplingParamsError(
                 "the regex repeats an unbounded repetition (like (a+)+), which can take exponential time to "

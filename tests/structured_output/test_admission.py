@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from infercore.engine.input_processor import InputError, InputProcessor
+from infercore.regex_safety import MAX_REGEX_CHARS
 from infercore.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputsParams
 from infercore.structured_output.admission import (
     MAX_CHOICES,
@@ -29,7 +31,7 @@ def nested(depth: int) -> dict[str, Any]:
     (StructuredOutputsParams(json="{"), "not valid json"),
     (StructuredOutputsParams(json={"$ref": "other.json#/x"}), "outside itself"),
     (StructuredOutputsParams(json={"$defs": {"a": {"$ref": "https://x.org/a"}}, "$ref": "#/$defs/a"}), "outside itself"),
-    (StructuredOutputsParams(regex="a" * (MAX_CONSTRAINT_CHARS + 1)), "at most"),
+    (StructuredOutputsParams(grammar="root ::= \"a\"" + " " * MAX_CONSTRAINT_CHARS), "at most"),
     (StructuredOutputsParams(grammar="root ::= " + "a" * MAX_CONSTRAINT_CHARS), "at most"),
     (StructuredOutputsParams(choice=["x"] * (MAX_CHOICES + 1)), "alternatives"),
     (StructuredOutputsParams(json={"enum": ["y" * MAX_CONSTRAINT_CHARS]}), "at most"),
@@ -78,3 +80,10 @@ def test_the_engine_gets_the_decoded_params(processor: InputProcessor) -> None:
     processed = processor.process("r", [1, 2, 3], params)
     sent = processed.engine_requests[0].sampling_params
     assert sent.structured_outputs == params.structured_outputs and sent.max_tokens == 4
+
+
+def test_long_regex_is_refused_before_it_is_scanned() -> None:
+    started = time.monotonic()
+    with pytest.raises(SamplingParamsError, match=f"at most {MAX_REGEX_CHARS}"):
+        StructuredOutputsParams(regex="a" * 2_000_000)
+    assert time.monotonic() - started < 0.5

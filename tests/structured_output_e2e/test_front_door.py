@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import httpx
@@ -106,9 +107,28 @@ def test_malformed_constraints_are_refused_while_streams_run(server: Any) -> Non
     ("choice", "abc", "choice"),
     ("json", DEEP_ARRAY_TEXT, "nest"),
     ("regex", "a" * 300_000, "regex"),
-])
+], ids=["choice", "json", "regex"])
 def test_malformed_field_is_named(server: Any, field: str, value: Any, word: str) -> None:
+    started = time.monotonic()
     response = httpx.post(server.url + "/v1/completions", timeout=30,
                           json={"model": "tiny", "prompt": "hi", "structured_outputs": {field: value}})
+    assert time.monotonic() - started < 2.0
     assert response.status_code == 400, response.text[:300]
     assert word in response.json()["error"]["message"].lower(), response.text[:300]
+
+
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "f"}}],
+                         ids=["required", "named"])
+@pytest.mark.parametrize("parameters", [
+    {"type": "object", "properties": {"a": {"type": "nonsense"}}},
+    nested(200),
+    {"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}},
+    {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}},
+], ids=["invalid schema", "nests too deep", "external ref", "missing ref"])
+def test_malformed_tool_schema_is_a_400(server: Any, parameters: dict[str, Any], tool_choice: Any) -> None:
+    body = {"model": "tiny", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": parameters}}],
+            "tool_choice": tool_choice}
+    response = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 400, response.text[:300]
+    assert httpx.get(server.url + "/health").status_code == 200

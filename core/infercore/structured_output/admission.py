@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any, NoReturn
 
+from infercore.regex_safety import MAX_REGEX_CHARS
 from infercore.sampling_params import SamplingParamsError, StructuredOutputsParams
 
-#: Characters of one constraint: a schema's JSON text, a regex, a grammar, or all choices together.
+#: Characters of one constraint: a schema's JSON text, a grammar, or all choices together (a regex has
+#: its own, smaller bound, ``MAX_REGEX_CHARS``).
 MAX_CONSTRAINT_CHARS = 256 * 1024
 #: Nesting of JSON arrays and objects in a schema (a property's schema is two levels below its object).
 MAX_SCHEMA_DEPTH = 64
@@ -39,14 +41,15 @@ def check_constraint(params: StructuredOutputsParams) -> None:
         if len(choices) > MAX_CHOICES:
             _fail(f"structured_outputs.choice lists {len(choices)} alternatives; at most {MAX_CHOICES} are allowed")
         _check_length("choice", sum(len(c) for c in choices))
-    elif kind in ("regex", "grammar"):
-        _check_length(kind, len(getattr(params, kind) or ""))
+    elif kind == "regex":
+        _check_length(kind, len(params.regex or ""), MAX_REGEX_CHARS)
+    elif kind == "grammar":
+        _check_length(kind, len(params.grammar or ""))
 
 
-def _check_length(field: str, chars: int) -> None:
-    if chars > MAX_CONSTRAINT_CHARS:
-        _fail(f"the {field} constraint has {chars} characters; at most {MAX_CONSTRAINT_CHARS} are allowed, "
-              "so send a shorter one")
+def _check_length(field: str, chars: int, limit: int = MAX_CONSTRAINT_CHARS) -> None:
+    if chars > limit:
+        _fail(f"the {field} constraint has {chars} characters; at most {limit} are allowed, so send a shorter one")
 
 
 def check_schema(schema: str | dict[str, Any] | None) -> None:
