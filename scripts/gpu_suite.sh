@@ -20,3 +20,6 @@ step 120 python3 benchmarks/step_timeline.py --windows 2,20,600 --window-len 4 2
 step 150 python3 -m pytest -q -s -x tests/gpu/test_engine_oracle_gpu.py 2>&1 | tee "$OUT/gpu_oracle.log" \
     | grep -E '^\{|passed|failed|error' | tee -a "$RES"
 step 400 python3 -m pytest -q tests/gpu -k "not oracle" 2>&1 | tee "$OUT/gpu_kernels.log" | tail -3
+# The platform conformance kit against the CUDA platform and its Triton backend and kernels.
+step 300 python3 -m pytest -q -p infercore.testing --infercore-platform cuda 2>&1 | tee "$OUT/conformance_cuda.log" \
+    | tail -3

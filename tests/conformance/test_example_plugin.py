@@ -98,3 +98,18 @@ def test_example_plugin_serves(gpt2_folder: Path, tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(timeout=60)
         log.close()
+
+
+def test_async_scheduling_follows_its_own_capability(acme, gpt2_folder: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A platform without graph capture (like XPU) still gets async scheduling when it says so."""
+    import dataclasses
+
+    from infercore_acme.platform import AcmePlatform
+
+    from infercore import LLM
+
+    caps = dataclasses.replace(AcmePlatform.capabilities, async_scheduling=True, graph_capture=False)
+    monkeypatch.setattr(AcmePlatform, "capabilities", caps)
+    llm = LLM(model=str(gpt2_folder), max_model_len=128, kv_cache_memory_bytes=8 << 20)
+    assert llm.llm_engine.engine_core.async_mode is True

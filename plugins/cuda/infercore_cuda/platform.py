@@ -12,6 +12,8 @@ from infercore.plugin_api import GPU_CAPABILITIES, GpuPlatform, KernelSettings, 
 
 PRIORITY = 100
 _PROC_DRIVER = Path("/proc/driver/nvidia/version")
+#: float32 dots stay exact (tf32 would change greedy tokens); NVIDIA's Triton backend takes tf32 for the rest.
+CUDA_KERNELS = KernelSettings(fp32_dot_precision="ieee", half_dot_precision="tf32")
 
 
 def _text(value: str | bytes) -> str:
@@ -50,7 +52,7 @@ class CudaPlatform(GpuPlatform):
     name = "cuda"
     device_type = "cuda"
     dist_backend = "nccl"
-    capabilities = dataclasses.replace(GPU_CAPABILITIES, kernel=KernelSettings(fp32_dot_precision="ieee", half_dot_precision="tf32"))
+    capabilities = dataclasses.replace(GPU_CAPABILITIES, kernel=CUDA_KERNELS)
 
     @classmethod
     def probe(cls) -> ProbeResult:
