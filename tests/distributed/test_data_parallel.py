@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import ENGINE_ARGS
+from distributed_cases import ENGINE_ARGS
 
 from infercore import LLM, SamplingParams
 from infercore.config import InfercoreConfig

@@ -8,7 +8,7 @@ import signal
 import time
 
 import pytest
-from conftest import ENGINE_ARGS, greedy_tokens
+from distributed_cases import ENGINE_ARGS, greedy_tokens
 
 from infercore import LLM, SamplingParams
 from infercore.executor.base import ExecutorDeadError

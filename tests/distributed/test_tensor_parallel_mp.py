@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import greedy_tokens
+from distributed_cases import greedy_tokens
 
 # (architecture, config overrides): Mistral runs with one KV head, fewer than the two ranks, so its
 # KV head is replicated on both.

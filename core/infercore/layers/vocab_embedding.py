@@ -32,7 +32,7 @@ class VocabParallelEmbedding(nn.Module):
             raise ValueError(f"checkpoint embedding of shape {tuple(loaded.shape)} does not fit a vocabulary of "
                              f"{self.num_embeddings} x {param.shape[1]}; the config does not match the weights")
         rows = min(self.rows_per_rank, self.num_embeddings - self.vocab_start)
-        param.data[:rows].copy_(loaded[self.vocab_start:self.vocab_start + rows])
+        param.data[:rows].copy_(loaded.narrow(0, self.vocab_start, rows))
         param.data[rows:].zero_()
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Helpers for the distributed tests: tiny engines at several tensor-parallel sizes."""
+"""Shared pieces of the distributed tests: tiny engines at several tensor-parallel sizes."""
 
 from __future__ import annotations
 
