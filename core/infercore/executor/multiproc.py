@@ -8,6 +8,7 @@ worker processes, so a worker that dies (or hangs inside a collective) turns int
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -62,6 +63,8 @@ class MultiprocExecutor(Executor):
         self.calls = ShmQueue.create(self.world_size, _CALL_SLOTS, _CALL_SLOT_BYTES)
         self.reply_queues = [ShmQueue.create(1, _REPLY_SLOTS, _REPLY_SLOT_BYTES) for _ in range(self.world_size)]
         self.replies = [q.reader(0) for q in self.reply_queues]
+        self._closed = False
+        atexit.register(self.shutdown)  # an LLM never shut down still stops its workers and frees the queues
         try:
             self._start(config, model_info, max_num_batched_tokens, device_indices(config, platform))
         except BaseException:
@@ -124,6 +127,10 @@ class MultiprocExecutor(Executor):
     def shutdown(self) -> None:
         """Ask the workers to stop and give them a few seconds; terminate (then kill) the rest. After a
         worker died the others may sit in a collective that never completes, so they are stopped at once."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.shutdown)
         healthy = self.procs and self.dead_reason is None and self._all_alive()
         if healthy:
             with contextlib.suppress(QueueTimeout):
