@@ -3,14 +3,23 @@ GPT-2 model), and fails deliberately broken backends and kernels, naming the cas
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_kit
 
 BROKEN_PLUGIN = Path(__file__).with_name("broken_plugin.py")
+
+
+def run_kit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``pytest -p infercore.testing ARGS`` in a fresh process (the kit changes process-wide state)."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "infercore.testing", "-p", "no:cacheprovider", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=600,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
 
 
 def _summary(proc) -> str:

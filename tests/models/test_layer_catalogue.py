@@ -70,3 +70,31 @@ def test_alibi_attention_matches_explicit_bias() -> None:
     scores = scores + slopes.view(-1, 1, 1) * (k_pos - q_pos)
     scores = scores.masked_fill(k_pos > q_pos, float("-inf"))
     torch.testing.assert_close(out, torch.einsum("hqk,khd->qhd", scores.softmax(-1), vv))
+
+
+def test_dummy_weights_give_layer_norms_unit_scale_and_zero_bias() -> None:
+    from torch import nn
+
+    from infercore.models.loader import init_dummy_weights
+
+    model = nn.Sequential(nn.Linear(4, 4), LayerNorm(4))
+    init_dummy_weights(model, seed=0)
+    assert torch.equal(model[1].weight, torch.ones(4)) and torch.equal(model[1].bias, torch.zeros(4))
+    assert model[0].weight.abs().max() > 0
+
+
+def test_attention_impls_take_one_spec_not_positional_arguments() -> None:
+    from infercore.attention.backend import AttentionImpl
+    from infercore.attention.spec import AttentionLayerSpec
+
+    class PlainImpl(AttentionImpl):
+        def forward(self, q, k, v, kv_cache, metadata, out):  # noqa: ANN001, ANN202
+            return out
+
+    impl_cls = PlainImpl
+    with pytest.raises(TypeError, match="built with one AttentionLayerSpec"):
+        impl_cls(4, 32, 0.1, 2)
+    impl = impl_cls(AttentionLayerSpec(num_heads=4, head_size=32, num_kv_heads=2, scale=0.1, sliding_window=8))
+    assert (impl.num_heads, impl.num_kv_heads, impl.sliding_window) == (4, 2, 8)
+    with pytest.raises(ValueError, match="not a multiple of 3 KV heads"):
+        AttentionLayerSpec(num_heads=4, head_size=32, num_kv_heads=3, scale=0.1)

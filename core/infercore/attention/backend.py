@@ -29,7 +29,7 @@ class AttentionRequest:
     block_size: int
     device_type: str
     sliding_window: int | None = None
-    #: Whether some layer adds an ALiBi bias (plugin API 1.1); backends that can't say so in validate.
+    #: Whether some layer adds an ALiBi bias; a backend without ALiBi says so in validate.
     alibi: bool = False
 
 
@@ -97,9 +97,10 @@ class AttentionImpl(ABC):
     ``self.sliding_window``…) for convenience.
     """
 
-    def __init__(self, spec: AttentionLayerSpec) -> None:
-        if not isinstance(spec, AttentionLayerSpec):
-            raise TypeError(f"{type(self).__name__} is built with one AttentionLayerSpec (plugin API 1.1), "
+    def __init__(self, spec: AttentionLayerSpec, *positional: object) -> None:
+        # ``*positional`` only catches impls constructed the pre-1.0 way, to say what changed.
+        if positional or not isinstance(spec, AttentionLayerSpec):
+            raise TypeError(f"{type(self).__name__} is built with one AttentionLayerSpec (plugin API 1.0), "
                             f"got {type(spec).__name__}; pass infercore.plugin_api.AttentionLayerSpec(...)")
         self.spec = spec
         self.num_heads = spec.num_heads
