@@ -126,7 +126,7 @@ def test_platform_selection(monkeypatch):
 def test_no_platform_available(monkeypatch):
     monkeypatch.setenv("INFERCORE_TESTDEV_UNAVAILABLE", "1")
     # Leave out every real platform (a GPU machine would otherwise have one available).
-    manager = _manager(monkeypatch=monkeypatch, INFERCORE_DISABLE_PLUGINS="cpu,cuda,rocm,xpu")
+    manager = _manager(monkeypatch=monkeypatch, INFERCORE_DISABLE_PLUGINS="cpu,cuda,rocm,xpu,acme")
     monkeypatch.delenv("INFERCORE_PLATFORM", raising=False)
     with pytest.raises(NoPlatformError, match=r"no platform is available(.|\n)*testdev \(testplugin\): unavailable"):
         select_platform_name(manager)
