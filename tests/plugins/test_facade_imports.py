@@ -76,3 +76,11 @@ def test_api_version_policy() -> None:
     assert "upgrade infercore" in api_version_problem((major, minor + 1))
     assert "was built for plugin API version" in api_version_problem((major + 1, 0))
     assert "INFERCORE_PLUGIN_API" in api_version_problem("1.0")
+
+
+def test_custom_ops_listed_by_the_api_are_the_ones_core_defines() -> None:
+    from infercore.plugins.manager import get_plugin_manager
+
+    references = {r.name for r in get_plugin_manager().registry("custom_op").all() if "platform" not in r.metadata}
+    assert set(api.CUSTOM_OPS) == references
+    assert all(callable(getattr(api.op_reference, name)) for name in api.CUSTOM_OPS)
