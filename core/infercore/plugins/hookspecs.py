@@ -36,7 +36,7 @@ class RegisterFn(Protocol):
 
 @hookspec
 def register_platforms(register: RegisterFn) -> None:
-    """Register :class:`~infercore.platforms.Platform` subclasses by name.
+    """Register :class:`~infercore.plugin_api.Platform` subclasses by name.
 
     Metadata may carry ``priority`` (int); the platform's own ``probe()`` also reports one.
     The class is imported to run its probe, so its module must not initialise a device at import.
@@ -45,7 +45,7 @@ def register_platforms(register: RegisterFn) -> None:
 
 @hookspec
 def register_attention_backends(register: RegisterFn) -> None:
-    """Register :class:`~infercore.attention.AttentionBackend` subclasses by name."""
+    """Register :class:`~infercore.plugin_api.AttentionBackend` subclasses by name."""
 
 
 @hookspec
@@ -57,9 +57,10 @@ def register_models(register: RegisterFn) -> None:
 def register_custom_ops(register: RegisterFn) -> None:
     """Register implementations of custom ops (``rms_norm``, ``rotary_embedding``, ``silu_and_mul``…).
 
-    Core registers the torch reference of each op. A platform plugin registers a faster version
-    under the same name with metadata ``platform="cuda"`` (the platform it applies to); the op
-    registry picks the implementation for the active platform and falls back to the reference.
+    Core registers the torch reference of each op (``infercore.plugin_api.op_reference``). A platform
+    plugin registers a faster version under the same name and signature with metadata
+    ``platform="cuda"`` (the platform it applies to); the op registry picks the implementation for
+    the active platform and falls back to the reference, never to another platform's kernel.
     """
 
 
