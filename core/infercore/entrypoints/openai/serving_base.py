@@ -68,7 +68,7 @@ class OpenAIServing:
         """The chat template rendered in the worker pool (never on the event loop); 400 on any failure."""
         render = functools.partial(apply_chat_template, self.tokenizer, messages, **kwargs)
         try:
-            return await off_loop(render, timeout_s=TEMPLATE_TIMEOUT_S + RENDER_GRACE_S,
+            return await off_loop(render, kind="template", timeout_s=TEMPLATE_TIMEOUT_S + RENDER_GRACE_S,
                                   what="rendering the chat template", param="messages")
         except ValueError as exc:
             raise APIError(400, str(exc), "messages") from None
@@ -82,7 +82,8 @@ class OpenAIServing:
         except ValueError as exc:
             raise APIError(400, str(exc), param) from None
         encode = functools.partial(self.tokenizer.encode, text, add_special_tokens=add_special_tokens)
-        return list(await off_loop(encode, timeout_s=TOKENIZE_TIMEOUT_S, what="tokenizing the prompt", param=param))
+        return list(await off_loop(encode, kind="tokenize", timeout_s=TOKENIZE_TIMEOUT_S,
+                                   what="tokenizing the prompt", param=param))
 
     async def engine_prompt(self, prompt: str | list[int], add_special_tokens: bool = True,
                             param: str = "prompt") -> dict[str, Any]:
