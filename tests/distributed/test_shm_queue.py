@@ -55,3 +55,29 @@ def test_a_dead_peer_ends_the_wait_early(queue: ShmQueue) -> None:
 def test_bad_shapes_are_refused() -> None:
     with pytest.raises(ValueError, match="at least one reader"):
         ShmQueue.create(num_readers=0)
+
+
+def test_unlinked_segment_keeps_working_for_attached_ends(queue: ShmQueue) -> None:
+    reader = ShmQueue.attach(queue.name, reader_index=0)
+    queue.unlink()
+    with pytest.raises(FileNotFoundError):
+        ShmQueue.attach(queue.name, reader_index=1)
+    queue.write(b"still here", timeout=1)
+    assert reader.read(timeout=1) == b"still here"
+    reader.close()
+
+
+def test_message_larger_than_the_ring_with_a_concurrent_reader(queue: ShmQueue) -> None:
+    import threading
+
+    message = os.urandom(64 * 10)  # ten slots' worth through a ring of three
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.extend([queue.reader(0).read(timeout=5)]))
+    reader.start()
+    slow = queue.reader(1)
+    drain = threading.Thread(target=lambda: got.append(slow.read(timeout=5)))
+    drain.start()
+    queue.write(message, timeout=5)
+    reader.join(5)
+    drain.join(5)
+    assert got == [message, message]

@@ -161,6 +161,14 @@ class ShmQueue:
             if not more:
                 return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def unlink(self) -> None:
+        """Remove the segment's name once every process has attached: the mappings stay valid, and
+        nothing is left behind however the processes end."""
+        if self.owner:
+            with contextlib.suppress(FileNotFoundError):
+                self.shm.unlink()
+            self.owner = False
+
     def close(self) -> None:
         """Detach; the owner also removes the segment."""
         with contextlib.suppress(BufferError):

@@ -94,6 +94,8 @@ class MultiprocExecutor(Executor):
                 errors.append(f"worker {reply.rank}: {reply.error}")
         if errors:
             raise RuntimeError("workers failed to start: " + "; ".join(errors))
+        for queue in [self.calls, *self.reply_queues]:
+            queue.unlink()  # every worker has attached: no name is left to leak
         logger.info("%d worker processes ready", self.world_size)
 
     def _all_alive(self) -> bool:
