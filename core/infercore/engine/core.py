@@ -9,7 +9,7 @@ from infercore.config import InfercoreConfig
 from infercore.engine.grammar_gate import GrammarGate
 from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason
 from infercore.engine.model_info import ModelInfo, resolve_demo_model, resolve_model_info
-from infercore.engine.request import Request
+from infercore.engine.request import Request, RequestStatus
 from infercore.engine.scheduler import Scheduler
 from infercore.engine.scheduler_output import SchedulerOutput
 from infercore.executor.base import Executor, ExecutorDeadError
@@ -110,7 +110,18 @@ class EngineCore:
             return self._fail_step(exc)
         outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
         self.grammars.after_step(outputs)
+        faulted = self.grammars.take_faulted()
+        if faulted:
+            self._fail_requests(outputs, faulted)
         return outputs
+
+    def _fail_requests(self, outputs: EngineCoreOutputs, errors: dict[str, str]) -> None:
+        """Fail requests whose own processing raised (their grammar, say): their outputs of this step
+        become errors; the other requests go on."""
+        self.scheduler.abort_requests(list(errors), RequestStatus.FINISHED_ERROR)
+        kept = [out for out in outputs.outputs if out.request_id not in errors]
+        outputs.outputs = kept + [EngineCoreOutput(rid, [], finish_reason=FinishReason.ERROR, error=message)
+                                  for rid, message in errors.items()]
 
     def _step_overlapped(self) -> EngineCoreOutputs:
         """Launch step N, then fold in step N-1, whose tokens arrive while step N runs."""
@@ -144,6 +155,7 @@ class EngineCore:
             raise exc  # a dead or hung worker ends the engine; its process exits and fails every request
         ids = self.scheduler.fail_unfolded_steps()
         self.grammars.abort(ids)
+        self.grammars.take_faulted()  # their requests are in the failed step
         #: The latest failure, for in-process callers (``LLM.generate``) to raise with its cause.
         self.last_step_error: Exception | None = exc
         logger.exception("model step failed; failing the %d requests in it", len(ids))

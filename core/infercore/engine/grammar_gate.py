@@ -21,8 +21,10 @@ class GrammarGate:
     """EngineCore's link to the structured-output manager (created on the first constrained request).
 
     A constrained request waits here while its grammar compiles off the step loop; a failed
-    compile fails that request alone. With a reasoning parser configured, a request whose prompt
-    leaves reasoning open is constrained only from the token after its reasoning ends.
+    compile fails that request alone, and so does a grammar that raises while masking or accepting
+    tokens (it is dropped and the engine fails the request after the step, see :meth:`take_faulted`).
+    With a reasoning parser configured, a request whose prompt leaves reasoning open is constrained
+    only from the token after its reasoning ends.
     """
 
     def __init__(self, config: InfercoreConfig, vocab_size: int, stop_ids: list[int]) -> None:
@@ -34,6 +36,8 @@ class GrammarGate:
         self.pending: dict[str, Request] = {}
         #: Requests still reasoning: their parser, and the request whose tokens it reads.
         self.reasoning: dict[str, tuple[ReasoningParser, Request]] = {}
+        #: Requests whose grammar raised this step, with the error to fail them with.
+        self._faulted: dict[str, str] = {}
 
     def _ensure_manager(self) -> Any:
         if self.manager is None:
@@ -101,7 +105,36 @@ class GrammarGate:
             if scheduler.requests[req_id].num_output_placeholders > 0:
                 sampled.append(req_id)
                 constrained = constrained or self.manager.has_grammar(req_id)
-        return self.manager.grammar_bitmask(sampled) if constrained else None
+        if not constrained:
+            return None
+        try:
+            return self.manager.grammar_bitmask(sampled)
+        except Exception:
+            self._drop_masking_faults(sampled)
+            if not any(self.manager.has_grammar(req_id) for req_id in sampled):
+                return None
+            return self.manager.grammar_bitmask(sampled)
+
+    def _drop_masking_faults(self, req_ids: list[str]) -> None:
+        """Find the requests whose grammar cannot fill its bitmask row, one by one, and drop them."""
+        for req_id in req_ids:
+            if not self.manager.has_grammar(req_id):
+                continue
+            try:
+                self.manager.grammar_bitmask([req_id])
+            except Exception as exc:
+                self._fault(req_id, "masking tokens", exc)
+
+    def _fault(self, req_id: str, doing: str, exc: Exception) -> None:
+        logger.warning("the grammar of request %s failed while %s: %s", req_id, doing, exc, exc_info=exc)
+        self._faulted[req_id] = f"the constraint failed while {doing} ({type(exc).__name__}); the request was stopped"
+        self.reasoning.pop(req_id, None)
+        self.manager.remove(req_id)
+
+    def take_faulted(self) -> dict[str, str]:
+        """Requests whose grammar raised since the last call, with their error; the engine fails them."""
+        faulted, self._faulted = self._faulted, {}
+        return faulted
 
     def after_step(self, outputs: EngineCoreOutputs) -> None:
         """Advance each constrained request's matcher; start the constraint of requests whose
@@ -111,7 +144,12 @@ class GrammarGate:
         for out in outputs.outputs:
             if not self.manager.has_grammar(out.request_id):
                 continue
-            if out.new_token_ids and not self.manager.accept_tokens(out.request_id, out.new_token_ids):
+            try:
+                accepted = not out.new_token_ids or self.manager.accept_tokens(out.request_id, out.new_token_ids)
+            except Exception as exc:
+                self._fault(out.request_id, "accepting tokens", exc)
+                continue
+            if not accepted:
                 logger.warning("request %s produced a token its grammar rejects", out.request_id)
             if out.finished:
                 self.reasoning.pop(out.request_id, None)
