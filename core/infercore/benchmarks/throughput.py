@@ -1,4 +1,8 @@
-"""`infercore bench throughput`: offline generation speed on a named workload, optionally beside HF."""
+"""`infercore bench throughput`: offline generation speed on named workloads, optionally beside HF.
+
+Workloads of one model shape given together (``--workload w-gpu,w-gpu-sampling``) run one after
+another in one engine, so their figures compare like with like.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infercore.benchmarks.flops import H200_BF16_DENSE_FLOPS, generation_flops
 from infercore.benchmarks.jit_builds import JitBuildCounter
 from infercore.benchmarks.workloads import WORKLOADS, Workload
 from infercore.version import __version__
-
-#: BENCHMARKS.md's bandwidth ceiling for W-GPU on one H200 (KV + weights read per step at 4.3 TB/s).
-W_GPU_CEILING_TOK_S = 35_000
 
 
 def _peak_rss_mib() -> float:
@@ -41,10 +43,10 @@ def _hardware() -> str:
     return f"{py_platform.processor() or py_platform.machine()} x{torch.get_num_threads()} threads"
 
 
-def run_infercore(workload: Workload, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from infercore import LLM, SamplingParams
+def make_llm(workload: Workload, folder: Path, args: argparse.Namespace) -> Any:
+    """The engine the workload's shape and the command's engine options describe."""
+    from infercore import LLM
 
-    prompts, max_tokens = workload.requests(args.seed)
     kwargs: dict[str, Any] = dict(model=str(folder), load_format="dummy", dtype=workload.dtype,
                                   max_model_len=workload.max_model_len, skip_tokenizer_init=True,
                                   enforce_eager=args.enforce_eager, **workload.engine_kwargs)
@@ -54,9 +56,13 @@ def run_infercore(workload: Workload, folder: Path, args: argparse.Namespace) ->
         kwargs["max_num_seqs"] = args.max_num_seqs
     if args.max_num_batched_tokens:
         kwargs["max_num_batched_tokens"] = args.max_num_batched_tokens
-    llm = LLM(**kwargs)
-    params = [SamplingParams(temperature=workload.temperature, max_tokens=m, ignore_eos=True, detokenize=False)
-              for m in max_tokens]
+    return LLM(**kwargs)
+
+
+def run_infercore(workload: Workload, llm: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Warm up on four of the workload's requests, then time all of them ``args.repeat`` times."""
+    prompts, max_tokens = workload.requests(args.seed)
+    params = workload.sampling_params(max_tokens, args.seed)
     llm.generate([{"prompt_token_ids": p} for p in prompts[:4]], params[:4], use_tqdm=False)  # warm-up
     profiler = None
     if args.profile:
@@ -77,14 +83,28 @@ def run_infercore(workload: Workload, folder: Path, args: argparse.Namespace) ->
         profiler.disable()
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(30)
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    prompt_tokens = sum(len(p) for p in prompts)
     elapsed = statistics.median(walls)
     result = {"engine": "infercore", "version": __version__, "async_scheduling": llm.llm_engine.engine_core.async_mode,
-              "requests": len(prompts), "output_tokens": tokens,
+              "requests": len(prompts), "prompt_tokens": prompt_tokens, "output_tokens": tokens,
               "wall_s": round(elapsed, 3), "output_tok_s": round(tokens / elapsed, 1),
+              "prompt_tok_s": round(prompt_tokens / elapsed, 1),
               "triton_builds_during_run": dict(builds.builds)}
     if args.repeat > 1:
         result["runs_output_tok_s"] = [round(tokens / w, 1) for w in walls]
+    result.update(_limits(workload, prompts, [len(o.outputs[0].token_ids) for o in outputs], elapsed))
     return result
+
+
+def _limits(workload: Workload, prompts: list[list[int]], output_lens: list[int], wall_s: float) -> dict[str, Any]:
+    """How close the run came to what bounds the workload on one H200 (BENCHMARKS.md)."""
+    if workload.compute_bound:
+        flops = generation_flops(workload.model_config, [len(p) for p in prompts], output_lens)
+        return {"tflop": round(flops / 1e12, 1), "compute_limit_s": round(flops / H200_BF16_DENSE_FLOPS, 3),
+                "fraction_of_compute_limit": round(flops / H200_BF16_DENSE_FLOPS / wall_s, 3)}
+    if workload.bandwidth_ceiling_tok_s:
+        return {"fraction_of_bandwidth_ceiling": round(sum(output_lens) / wall_s / workload.bandwidth_ceiling_tok_s, 3)}
+    return {}
 
 
 def run_hf(workload: Workload, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -101,6 +121,8 @@ def run_hf(workload: Workload, folder: Path, args: argparse.Namespace) -> dict[s
     torch.manual_seed(args.seed)
     model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, workload.dtype)).to(device).eval()
     sample = workload.temperature > 0
+    # HF takes the temperature only: the comparison is of the plain workload's work.
+    options = f"; {sorted(workload.sampling_options)} not applied" if workload.sampling_options else ""
     if device == "cuda":
         new_tokens = round(sum(max_tokens) / len(max_tokens))  # generate_batch takes one length for all
         gen = GenerationConfig(max_new_tokens=new_tokens, do_sample=sample, temperature=workload.temperature or None,
@@ -131,7 +153,7 @@ def run_hf(workload: Workload, folder: Path, args: argparse.Namespace) -> dict[s
             elapsed += time.perf_counter() - start
             tokens += (out.shape[1] - width) * len(idx)
         mode = "generate, static batches of 16 sorted by length"
-    return {"engine": "hf-transformers", "version": transformers.__version__, "mode": mode,
+    return {"engine": "hf-transformers", "version": transformers.__version__, "mode": mode + options,
             "requests": len(prompts), "output_tokens": tokens, "wall_s": round(elapsed, 3),
             "output_tok_s": round(tokens / elapsed, 1)}
 
@@ -143,9 +165,25 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _workloads(text: str) -> list[Workload]:
+    """Comma-separated workload names; workloads of one call must share their engine."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in WORKLOADS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown workload {', '.join(unknown) or repr(text)}; "
+                                         f"choose from {', '.join(sorted(WORKLOADS))}")
+    workloads = [WORKLOADS[name] for name in dict.fromkeys(names)]
+    if len({w.engine_shape() for w in workloads}) > 1:
+        raise argparse.ArgumentTypeError(f"{', '.join(names)} differ in model shape or engine settings; "
+                                         "run them in separate calls")
+    return workloads
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("throughput", help="offline throughput on a named workload (BENCHMARKS.md)")
-    p.add_argument("--workload", choices=sorted(WORKLOADS), default="w-cpu")
+    p = subparsers.add_parser("throughput", help="offline throughput on named workloads (BENCHMARKS.md)")
+    p.add_argument("--workload", type=_workloads, default="w-cpu", metavar="NAME[,NAME...]",
+                   help=f"one of {', '.join(sorted(WORKLOADS))}, or several of one model shape, comma-separated "
+                        "(they run in one engine, in the order given)")
     p.add_argument("--load-format", choices=["dummy"], default="dummy", help="weights: random (dummy)")
     p.add_argument("--compare-hf", action="store_true", help="also run HF transformers in the same run")
     p.add_argument("--hf-num-requests", type=int, default=None, help="run HF on only the first N requests")
@@ -165,31 +203,38 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
+    import gc
 
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    workload = WORKLOADS[args.workload]
+    workloads: list[Workload] = args.workload
     if args.num_requests:
-        workload = dataclasses.replace(workload, num_requests=args.num_requests)
-    def report(result: dict[str, Any]) -> None:
+        workloads = [dataclasses.replace(w, num_requests=args.num_requests) for w in workloads]
+
+    def report(workload: Workload, result: dict[str, Any]) -> None:
         common = {"workload": workload.name, "torch": torch.__version__, "hardware": _hardware(),
                   "peak_rss_mib": round(_peak_rss_mib(), 1), "peak_device_mib": _device_peak_mib()}
         print(json.dumps({**common, **result}), flush=True)
 
     with tempfile.TemporaryDirectory(prefix="infercore-bench-") as tmp:
-        folder = workload.write_model_folder(Path(tmp) / workload.name)
-        ours = run_infercore(workload, folder, args)
-        if workload.name == "w-gpu":
-            ours["fraction_of_bandwidth_ceiling"] = round(ours["output_tok_s"] / W_GPU_CEILING_TOK_S, 3)
-        report(ours)  # printed before the peer runs, so a failing peer loses nothing
+        folder = workloads[0].write_model_folder(Path(tmp) / workloads[0].name)
+        llm = make_llm(workloads[0], folder, args)
+        ours: dict[str, dict[str, Any]] = {}
+        for workload in workloads:
+            result = run_infercore(workload, llm, args)
+            baseline = ours.get(workload.variant_of or "")
+            if baseline is not None:
+                result["baseline"] = workload.variant_of
+                result["fraction_of_baseline"] = round(result["output_tok_s"] / baseline["output_tok_s"], 3)
+            ours[workload.name] = result
+            report(workload, result)  # printed before the next run, so a failing one loses nothing
         if args.compare_hf:
-            import gc
-
-            gc.collect()
-            theirs = run_hf(workload, folder, args)
-            theirs["ratio_infercore_over_hf"] = round(ours["output_tok_s"] / theirs["output_tok_s"], 2)
-            report(theirs)
+            for workload in workloads:
+                gc.collect()
+                theirs = run_hf(workload, folder, args)
+                theirs["ratio_infercore_over_hf"] = round(ours[workload.name]["output_tok_s"] / theirs["output_tok_s"], 2)
+                report(workload, theirs)
     sys.stdout.flush()
     return 0

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infercore.sampling_params import SamplingParams
+
 
 @dataclass
 class Workload:
-    """A model shape plus a seeded set of requests."""
+    """A model shape plus a seeded set of requests and how they sample."""
 
     name: str
     model_config: dict[str, Any]
@@ -25,6 +28,17 @@ class Workload:
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     #: W-GPU draws every prompt first, then every max_tokens (nano-vllm's bench order).
     outputs_after_prompts: bool = True
+    #: SamplingParams fields every request gets besides its temperature and max_tokens (e.g. top_p).
+    sampling_options: dict[str, Any] = field(default_factory=dict)
+    #: Whether request ``i`` samples with a seed of its own (the run's seed plus ``i``).
+    seeded: bool = False
+    #: The workload whose requests this one repeats with other sampling options; its speed is
+    #: reported as a fraction of that one's when both run in one call.
+    variant_of: str | None = None
+    #: Output tok/s at the memory-bandwidth limit of one H200, for decode-bound workloads.
+    bandwidth_ceiling_tok_s: float | None = None
+    #: Whether the limit is dense bf16 compute (prefill-bound workloads); see ``benchmarks.flops``.
+    compute_bound: bool = False
 
     def requests(self, seed: int = 0) -> tuple[list[list[int]], list[int]]:
         rng = random.Random(seed)
@@ -38,6 +52,18 @@ class Workload:
                 prompts.append([rng.randint(0, self.token_id_max) for _ in range(rng.randint(*self.prompt_len))])
                 outputs.append(rng.randint(*self.output_len))
         return prompts, outputs
+
+    def sampling_params(self, max_tokens: list[int], seed: int = 0) -> list[SamplingParams]:
+        """One request's sampling parameters per entry of ``max_tokens``; EOS ignored, no detokenizing."""
+        return [SamplingParams(temperature=self.temperature, max_tokens=m, ignore_eos=True, detokenize=False,
+                               seed=seed + i if self.seeded else None, **self.sampling_options)
+                for i, m in enumerate(max_tokens)]
+
+    def engine_shape(self) -> tuple[str, str, int, str]:
+        """What the engine is built from (model, dtype, length, engine options): workloads that share
+        it run in one engine."""
+        return (json.dumps(self.model_config, sort_keys=True), self.dtype, self.max_model_len,
+                json.dumps(self.engine_kwargs, sort_keys=True))
 
     def write_model_folder(self, path: Path) -> Path:
         """A config-only HF folder of this shape (weights come from ``load_format="dummy"``)."""
@@ -58,13 +84,23 @@ def _qwen3(vocab: int, hidden: int, inter: int, layers: int, heads: int, kv_head
     }
 
 
+_W_GPU = Workload(
+    name="w-gpu", model_config=_qwen3(151936, 1024, 3072, 28, 16, 8, 128, "bfloat16", 40960),
+    dtype="bfloat16", max_model_len=4096, num_requests=256, prompt_len=(100, 1024),
+    output_len=(100, 1024), token_id_max=10000, temperature=0.6, bandwidth_ceiling_tok_s=35_000)
+
 WORKLOADS: dict[str, Workload] = {
     "w-cpu": Workload(
         name="w-cpu", model_config=_qwen3(32000, 512, 1536, 8, 8, 4, 64, "float32", 4096), dtype="float32",
         max_model_len=1024, num_requests=64, prompt_len=(32, 256), output_len=(128, 128), token_id_max=30000,
         temperature=0.0, outputs_after_prompts=False),
-    "w-gpu": Workload(
-        name="w-gpu", model_config=_qwen3(151936, 1024, 3072, 28, 16, 8, 128, "bfloat16", 40960),
-        dtype="bfloat16", max_model_len=4096, num_requests=256, prompt_len=(100, 1024),
-        output_len=(100, 1024), token_id_max=10000, temperature=0.6),
+    "w-gpu": _W_GPU,
+    # W-GPU's requests with the options a chat client sends: the truncation and penalty paths.
+    "w-gpu-sampling": dataclasses.replace(
+        _W_GPU, name="w-gpu-sampling", seeded=True, variant_of="w-gpu",
+        sampling_options={"top_p": 0.9, "top_k": 50, "repetition_penalty": 1.1, "presence_penalty": 0.5}),
+    # Long prompts, few outputs: bounded by the GEMMs' compute rather than by memory bandwidth.
+    "w-gpu-prefill": dataclasses.replace(
+        _W_GPU, name="w-gpu-prefill", prompt_len=(2048, 2048), output_len=(16, 16),
+        bandwidth_ceiling_tok_s=None, compute_bound=True),
 }
