@@ -22,7 +22,9 @@ BAD = [
     ("invalid regex", {"guided_regex": "([a-z]+"}, "regex"),
     ("unknown grammar syntax", {"guided_grammar": "this is %%% not a grammar"}, "grammar"),
     ("grammar with an undefined rule", {"structured_outputs": {"grammar": "root ::= missing_rule"}}, "grammar"),
-    ("schema that refers only to itself", {"guided_json": {"$ref": "#"}}, "empty reply"),
+    ("schema that refers only to itself", {"guided_json": {"$ref": "#"}}, "finite document"),
+    ("schema that nests forever", {"guided_json": {"type": "object", "properties": {"a": {"$ref": "#"}},
+                                                   "required": ["a"]}}, "finite document"),
     ("grammar of one empty rule", {"structured_outputs": {"grammar": 'root ::= ""'}}, "empty reply"),
     ("external $ref", {"guided_json": {"$ref": "https://example.com/schema.json"}}, "$ref"),
 ]

@@ -9,6 +9,7 @@ from typing import Any
 import jsonschema
 
 from infercore.structured_output.admission import check_schema
+from infercore_structured_output.schema_productive import admits_finite_document
 
 #: The constraint ``json_object`` stands for: any JSON object.
 ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -34,6 +35,10 @@ def load_schema(schema: str | dict[str, Any] | None) -> dict[str, Any] | bool:
     except jsonschema.SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "the top level"
         raise ValueError(f"the JSON schema is invalid at {where}: {exc.message}") from None
+    if not admits_finite_document(schema):
+        raise ValueError("the JSON schema admits no finite document: a required property or array item refers "
+                         "back to its own schema with no way out; make that reference optional (or one "
+                         "branch of an anyOf with a non-recursive choice)")
     return schema
 
 
