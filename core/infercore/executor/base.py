@@ -14,7 +14,17 @@ from typing import Any
 
 import torch
 
+from infercore.config import InfercoreConfig
 from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+
+
+def check_model_splits(config: InfercoreConfig) -> None:
+    """Raise, before any worker starts, if the model cannot be split over ``tensor_parallel_size`` ranks."""
+    from infercore.layers.tensor_parallel import check_shardable
+    from infercore.models.hf_config import get_hf_config
+
+    hf_config = get_hf_config(config.model, config.load.download_dir)
+    check_shardable(hf_config.get_text_config(), config.parallel.tensor_parallel_size)
 
 
 class ExecutorDeadError(RuntimeError):

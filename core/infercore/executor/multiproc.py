@@ -23,7 +23,7 @@ from infercore.distributed.process_group import free_port
 from infercore.distributed.rpc_codec import decode_reply, decode_value, encode_call
 from infercore.distributed.shm_queue import QueueTimeout, ShmQueue
 from infercore.engine.model_info import ModelInfo
-from infercore.executor.base import Executor, ExecutorDeadError
+from infercore.executor.base import Executor, ExecutorDeadError, check_model_splits
 from infercore.executor.worker_proc import SHUTDOWN, WorkerLaunch
 from infercore.platforms.interface import Platform
 from infercore.worker.worker import Worker
@@ -56,6 +56,7 @@ class MultiprocExecutor(Executor):
 
     def __init__(self, config: InfercoreConfig, platform: Platform, model_info: ModelInfo,
                  max_num_batched_tokens: int) -> None:
+        check_model_splits(config)
         self.world_size = config.parallel.tensor_parallel_size
         self.timeout = config.parallel.worker_timeout
         self.dead_reason: str | None = None

@@ -26,7 +26,7 @@ from infercore.distributed.rpc_codec import (
     encode_reply,
 )
 from infercore.engine.model_info import ModelInfo
-from infercore.executor.base import Executor, ExecutorDeadError
+from infercore.executor.base import Executor, ExecutorDeadError, check_model_splits
 from infercore.executor.worker_proc import WorkerLaunch
 from infercore.platforms.interface import Platform
 from infercore.worker.worker import Worker
@@ -92,6 +92,7 @@ class RayExecutor(Executor):
 
     def __init__(self, config: InfercoreConfig, platform: Platform, model_info: ModelInfo,
                  max_num_batched_tokens: int) -> None:
+        check_model_splits(config)
         self.ray = _import_ray()
         self.world_size = config.parallel.tensor_parallel_size
         self.timeout = config.parallel.worker_timeout

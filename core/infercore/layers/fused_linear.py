@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from infercore.layers.linear import ColumnParallelLinear, _copy_checked
-from infercore.layers.tensor_parallel import divide, get_tp_state
+from infercore.layers.tensor_parallel import divide, get_tp_state, kv_heads_per_rank
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -45,11 +45,7 @@ class QKVParallelLinear(MergedColumnParallelLinear):
                  bias: bool = False) -> None:
         tp_size = get_tp_state().size
         self.num_heads = divide(num_heads, tp_size, "number of attention heads")
-        if num_kv_heads >= tp_size:
-            self.num_kv_heads = divide(num_kv_heads, tp_size, "number of KV heads")
-        else:
-            divide(tp_size, num_kv_heads, "a tensor-parallel size above the KV head count")
-            self.num_kv_heads = 1
+        self.num_kv_heads = kv_heads_per_rank(num_kv_heads, tp_size)
         self.head_size = head_size
         sizes = [self.num_heads * head_size, self.num_kv_heads * head_size, self.num_kv_heads * head_size]
         super().__init__(hidden_size, [s * tp_size for s in sizes], bias)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -42,3 +43,25 @@ def divide(numerator: int, denominator: int, what: str) -> int:
         raise ValueError(f"{what} ({numerator}) is not divisible by the tensor-parallel size ({denominator}); "
                          "choose a tensor_parallel_size that divides it")
     return numerator // denominator
+
+
+def check_shardable(text_config: Any, size: int) -> None:
+    """Raise (before any worker starts) if a model of this config cannot be split over ``size`` ranks:
+    attention heads, KV heads (or ranks per KV head), intermediate size and hidden size must divide."""
+    if size == 1:
+        return
+    heads = text_config.num_attention_heads
+    kv_heads = getattr(text_config, "num_key_value_heads", None) or heads
+    divide(heads, size, "number of attention heads")
+    kv_heads_per_rank(kv_heads, size)
+    divide(text_config.intermediate_size, size, "intermediate size")
+
+
+def kv_heads_per_rank(kv_heads: int, size: int) -> int:
+    """KV heads each rank holds: a share of them, or one (replicated) when there are fewer than ranks."""
+    if kv_heads >= size:
+        return divide(kv_heads, size, "number of KV heads")
+    if size % kv_heads:
+        raise ValueError(f"{size} tensor-parallel ranks cannot share {kv_heads} KV heads evenly; choose a "
+                         f"tensor_parallel_size that divides {kv_heads} or is a multiple of it")
+    return 1
