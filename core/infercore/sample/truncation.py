@@ -5,8 +5,8 @@ token stays, so ties at the edge never depend on the order ``torch.topk`` return
 tokens left are sampled by the same seeded ``gumbel_argmax`` draw as rows without a cut.
 
 Top-k and top-p look only at the ``C`` most likely tokens found by ``torch.topk`` (``C`` is the
-largest top-k in the batch, or at least 1024 when a row has top-p). A row with top-k (or top-p
-inside its top-k) has its cut among them. A top-p-only row whose ``C`` tokens already hold ``top_p``
+largest top-k in the batch, or at least 1024 when a row has top-p without top-k). A row with top-k
+(and top-p inside its top-k) has its cut among them. A top-p-only row whose ``C`` tokens already hold ``top_p``
 of the probability has its nucleus among them too; only the rows where that fails pay for a full
 sort, and only batches with such rows wait for the device to find out.
 """
@@ -71,7 +71,7 @@ class TopKTopP:
         nucleus is measured on ``softmax(logits / temperature)`` over the row's top-k tokens.
         """
         vocab_size = logits.shape[1]
-        width = min(vocab_size, max(self.max_top_k, _TOP_P_CANDIDATES if self.any_top_p else 1))
+        width = min(vocab_size, max(self.max_top_k, _TOP_P_CANDIDATES if self.any_top_p_only else 1))
         values = logits.topk(width, dim=-1).values
         by_k = self.top_k > 0
         keep = _positions(width, logits.device) < torch.where(by_k, self.top_k, width).unsqueeze(1)
