@@ -41,6 +41,7 @@ class _Compile:
     compiles never fails a request."""
 
     future: Future[CompiledGrammar]
+    key: GrammarKey | None = None
     started_at: float | None = None
     waiters: int = 0
 
@@ -257,19 +258,20 @@ class StructuredOutputManager:
                 return _Compile(_settled(result=cached), started_at=time.monotonic(), waiters=1)
             job = self._in_flight.get(key)
             if job is None:
-                job = _Compile(Future())
-                job.future = self._pool.submit(self._compile, key, params, job)
+                job = _Compile(Future(), key)
+                job.future = self._pool.submit(self._compile, params, job)
                 self._in_flight[key] = job
             job.waiters += 1
             return job
 
-    def _compile(self, key: GrammarKey, params: StructuredOutputsParams, job: _Compile) -> CompiledGrammar:
+    def _compile(self, params: StructuredOutputsParams, job: _Compile) -> CompiledGrammar:
+        assert job.key is not None
         with self._lock:
             job.started_at = time.monotonic()
         try:
             compiled = self.backend.compile(params)
             self._check_admits_text(params, compiled)
-            self.cache.put(key, compiled)
+            self.cache.put(job.key, compiled)
             return compiled
         finally:
             with self._lock:
@@ -290,9 +292,8 @@ class StructuredOutputManager:
 
     def _drop_in_flight(self, job: _Compile) -> None:
         """Forget ``job`` as the compile of its key (the caller holds the lock)."""
-        for key, other in list(self._in_flight.items()):
-            if other is job:
-                del self._in_flight[key]
+        if job.key is not None and self._in_flight.get(job.key) is job:
+            del self._in_flight[job.key]
 
 
 def _settled(*, result: CompiledGrammar | None = None,
