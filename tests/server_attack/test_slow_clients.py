@@ -4,6 +4,7 @@ connections past ``--max-connections`` are refused (raw sockets, as a slowloris 
 from __future__ import annotations
 
 import contextlib
+import resource
 import socket
 import time
 from collections.abc import Iterator
@@ -11,6 +12,8 @@ from urllib.parse import urlparse
 
 import httpx
 from server_attack.conftest import MAX_CONNECTIONS, READ_TIMEOUT_S
+
+from infercore.entrypoints.openai.http_protocol import RESERVED_FDS, bounded_h11_protocol
 
 #: Slack on top of the read timeout for the server to notice and close.
 SLACK_S = 2.0
@@ -82,3 +85,13 @@ def test_connections_past_the_limit_get_503(attack_server) -> None:
     assert elapsed < READ_TIMEOUT_S and received.startswith(b"HTTP/1.1 503 ")
     time.sleep(0.5)
     assert httpx.get(attack_server.url + "/health", timeout=10).status_code == 200
+
+
+def test_connection_cap_leaves_room_under_the_descriptor_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+    try:
+        assert bounded_h11_protocol(5.0, 4096).max_connections == 1024 - RESERVED_FDS
+        assert bounded_h11_protocol(5.0, 100).max_connections == 100
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

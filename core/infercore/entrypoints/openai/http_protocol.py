@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -20,6 +21,9 @@ from infercore.entrypoints.openai.errors import error_body
 
 #: Client states in which a request has begun (or may begin) but is not whole yet.
 _READING = (h11.IDLE, h11.SEND_BODY)
+#: File descriptors kept for everything but client connections (sockets to the engine, model files,
+#: logs), so the connection cap is reached before the process runs out of descriptors.
+RESERVED_FDS = 128
 
 
 def _raw_response(status: int, phrase: str, message: str) -> bytes:
@@ -79,7 +83,16 @@ class BoundedH11Protocol(H11Protocol):
         self.transport.close()
 
 
+def connection_cap(max_connections: int) -> int:
+    """``max_connections``, lowered to what the process's descriptor limit leaves for clients."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return max_connections
+    return max(1, min(max_connections, soft - RESERVED_FDS))
+
+
 def bounded_h11_protocol(read_timeout: float, max_connections: int) -> type[BoundedH11Protocol]:
-    """A :class:`BoundedH11Protocol` with these limits, to pass to ``uvicorn.Config(http=...)``."""
+    """A :class:`BoundedH11Protocol` with these limits (the connection cap as :func:`connection_cap`
+    allows), to pass to ``uvicorn.Config(http=...)``."""
     return type("ConfiguredH11Protocol", (BoundedH11Protocol,),
-                {"read_timeout": read_timeout, "max_connections": max_connections})
+                {"read_timeout": read_timeout, "max_connections": connection_cap(max_connections)})
