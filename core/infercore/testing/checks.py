@@ -108,7 +108,7 @@ def test_memory_queries(platform: Platform) -> None:
 
 
 # -- capabilities ----------------------------------------------------------------------------------
-def test_capability_dtypes(platform: Platform) -> None:
+def _check_dtypes(platform: Platform) -> None:
     caps = platform.capabilities
     assert caps.default_dtype in caps.supported_dtypes, "capabilities: default_dtype is not a supported dtype"
     for dtype in caps.supported_dtypes:
@@ -117,19 +117,11 @@ def test_capability_dtypes(platform: Platform) -> None:
     assert isinstance(caps.kernel, KernelSettings), "capabilities: kernel is not a KernelSettings"
 
 
-def test_capability_pin_memory(platform: Platform) -> None:
-    if platform.capabilities.pin_memory:
-        assert torch.empty(16, pin_memory=True).is_pinned(), "capabilities: pin_memory=True but pinning failed"
-    else:
-        assert platform.capabilities.pin_memory is False
+def _check_pin_memory(platform: Platform) -> None:
+    assert torch.empty(16, pin_memory=True).is_pinned(), "capabilities: pin_memory=True but pinning failed"
 
 
-def test_capability_profile_memory(platform: Platform) -> None:
-    """A platform that profiles reports a peak covering what was allocated; one that does not is never asked."""
-    if not platform.capabilities.profile_memory:
-        with pytest.raises(NotImplementedError):
-            Platform.profile_peak_memory(platform, lambda: None)
-        return
+def _check_profile_memory(platform: Platform) -> None:
     size = 8 << 20
 
     def allocate() -> None:
@@ -139,9 +131,7 @@ def test_capability_profile_memory(platform: Platform) -> None:
     assert peak >= size, f"capabilities: profile_peak_memory reported {peak} bytes for an {size}-byte allocation"
 
 
-def test_capability_graph_capture(platform: Platform) -> None:
-    if not platform.capabilities.graph_capture:
-        return
+def _check_graph_capture(platform: Platform) -> None:
     static = torch.zeros(8, device=platform.device())
     graph = platform.new_graph()
     with platform.capture_graph(graph, platform.graph_pool_handle()):
@@ -149,6 +139,15 @@ def test_capability_graph_capture(platform: Platform) -> None:
     graph.replay()
     platform.synchronize()
     assert float(static.sum()) >= 8, "capabilities: a captured graph did not run on replay"
+
+
+#: What each capability promises; the flags are checked only on platforms that set them.
+FLAG_CHECKS = {"supported_dtypes": _check_dtypes, "pin_memory": _check_pin_memory, "profile_memory": _check_profile_memory,
+               "graph_capture": _check_graph_capture}
+
+
+def test_capability_holds(platform: Platform, flag: str) -> None:
+    FLAG_CHECKS[flag](platform)
 
 
 # -- attention -------------------------------------------------------------------------------------
@@ -177,8 +176,11 @@ def test_attention_matches_reference(backend_name: str | None, platform: Platfor
 
 # -- custom ops ------------------------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Attention checks per backend asked for (default: the platform's choice); one custom-op check per
-    op (and mode) the platform registers a kernel for."""
+    """Capability checks for the flags the platform sets; attention checks per backend asked for
+    (default: the platform's choice); one custom-op check per op (and mode) it registers a kernel for."""
+    if "flag" in metafunc.fixturenames:
+        caps = get_plugin_manager().registry("platform").load(_platform_name(metafunc.config)).capabilities
+        metafunc.parametrize("flag", [f for f in FLAG_CHECKS if f == "supported_dtypes" or getattr(caps, f)])
     if "backend_name" in metafunc.fixturenames:
         backends = metafunc.config.getoption("--infercore-attention-backend") or [None]
         metafunc.parametrize("backend_name", backends, ids=[b or "platform-choice" for b in backends])
