@@ -39,6 +39,9 @@ class CausalLM(Protocol):
       specs declare the KV cache (heads, KV heads, head size, window); the model never sees the
       cache layout or the batch's metadata.
     * ``compute_logits(hidden)``: [N, hidden] → [N, vocab] logits for the rows the engine samples.
+    * Quantized weights: only floating-point parameters are created in ``spec.dtype``; a layer that
+      stores packed integer weights creates them with their own dtype (the loader never casts a
+      model), keeps its scales in whatever dtype it needs, and dequantizes in its own kernels.
     * ``load_weights(weights)``: ``weights`` yields ``(name, tensor)`` pairs with the checkpoint's raw
       names (exactly as in its safetensors files, prefixes such as ``model.`` included; a tied LM
       head is absent from the checkpoint and must be tied by the model, not expected). Tensors
