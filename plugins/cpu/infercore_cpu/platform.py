@@ -9,6 +9,7 @@ import psutil
 import torch
 
 from infercore.plugin_api import Platform, PlatformCapabilities, ProbeResult
+from infercore_cpu.linear import bound_onednn_caches
 
 if TYPE_CHECKING:
     from infercore.plugin_api import AttentionRequest, InfercoreConfig
@@ -48,6 +49,7 @@ class CpuPlatform(Platform):
         return "torch_paged"
 
     def update_config(self, config: InfercoreConfig) -> None:
+        bound_onednn_caches()
         if config.parallel.cpu_threads is not None:
             torch.set_num_threads(config.parallel.cpu_threads)
         if config.cache.kv_cache_memory_bytes is None and config.cache.num_gpu_blocks_override is None:
