@@ -97,3 +97,6 @@ def test_prompt_logprobs_are_answered(client, offline_llm) -> None:
     chat_answer = chat.model_extra["prompt_logprobs"]
     assert chat_answer[0] is None and len(chat_answer) == chat.usage.prompt_tokens
     assert all(len(position) >= 1 for position in chat_answer[1:])
+    with pytest.raises(openai.BadRequestError, match="prompt_logprobs"):
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                       stream=True, extra_body={"prompt_logprobs": 0})

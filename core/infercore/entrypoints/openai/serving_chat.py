@@ -83,6 +83,9 @@ class OpenAIServingChat(OpenAIServing):
         """Refuse, with what to do, what this server can't serve (automatic tool calls need a parser)."""
         if req.top_logprobs and not req.logprobs:
             raise APIError(400, "top_logprobs needs logprobs set to true", "top_logprobs")
+        if req.prompt_logprobs is not None and req.stream:
+            raise APIError(400, "prompt_logprobs are answered only without stream on chat; drop one of them",
+                           "prompt_logprobs")
         serve = self.config.serve
         if (req.tools and req.tool_choice in (None, "auto")
                 and not (serve.enable_auto_tool_choice and serve.tool_call_parser)):
