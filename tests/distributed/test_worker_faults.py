@@ -1,5 +1,6 @@
-"""A worker killed mid-generation under ``infercore serve``: the request errors within 10 s, /health
-answers 503, and every process of the server is gone within 30 s (mp and Ray executors)."""
+"""A worker (or the engine above the workers) killed mid-generation under ``infercore serve``: the
+request errors within 10 s, /health answers 503, and every process of the server is gone within 30 s
+(mp and Ray executors)."""
 
 from __future__ import annotations
 
@@ -91,10 +92,14 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("backend", ["mp", "ray"])
-def test_killed_worker_fails_request_health_503_and_everything_exits(qwen3_folder, tmp_path, backend) -> None:
-    if backend == "ray":
-        pytest.importorskip("ray", reason="the ray executor needs Ray (pip install 'infercore[ray]')")
+def _engine_pid(server: psutil.Process) -> int:
+    return next(p.pid for p in server.children() if "multiprocessing" in " ".join(p.cmdline())
+                and "resource_tracker" not in " ".join(p.cmdline()))
+
+
+@pytest.mark.parametrize(("backend", "victim"), [("mp", "worker"), ("ray", "worker"), ("mp", "engine")])
+def test_killed_process_fails_request_health_503_and_everything_exits(qwen3_folder, tmp_path, backend: str,
+                                                                      victim: str) -> None:
     proc, url = _start(qwen3_folder, backend, tmp_path / "server.log")
     try:
         server = psutil.Process(proc.pid)
@@ -104,7 +109,7 @@ def test_killed_worker_fails_request_health_503_and_everything_exits(qwen3_folde
         stream = Stream(url)
         stream.start()
         assert stream.first_chunk.wait(30) and "data: {" in stream.text
-        os.kill(workers[1], signal.SIGKILL)
+        os.kill(workers[1] if victim == "worker" else _engine_pid(server), signal.SIGKILL)
         killed_at = time.monotonic()
         statuses: list[int] = []
         while time.monotonic() < killed_at + 10 and 503 not in statuses:
