@@ -34,19 +34,28 @@ class StepFailure(RuntimeError):
     """The error a test makes the model step raise."""
 
 
-def fail_next_call(obj: object, method: str) -> list[int]:
-    """Make the next call of ``obj.method`` raise StepFailure (later calls run normally).
+#: The executor methods that launch a step (synchronously, or overlapped with the next one).
+LAUNCH_METHODS = ("execute_model", "execute_model_async")
+
+
+def fail_next_launch(executor: object) -> list[int]:
+    """Make the next step the executor is asked to launch raise StepFailure (later ones run normally).
 
     Returns a list that counts the failures, so a test can check the failure happened.
     """
-    real = getattr(obj, method)
     failures: list[int] = []
+    for method in LAUNCH_METHODS:
+        real = getattr(executor, method, None)
+        if real is not None:
+            setattr(executor, method, _failing_once(real, failures))
+    return failures
 
+
+def _failing_once(real: Callable[..., Any], failures: list[int]) -> Callable[..., Any]:
     def failing(*args: Any, **kwargs: Any) -> Any:
         if not failures:
             failures.append(1)
             raise StepFailure("the device fell over")
         return real(*args, **kwargs)
 
-    setattr(obj, method, failing)
-    return failures
+    return failing

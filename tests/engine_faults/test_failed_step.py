@@ -4,7 +4,7 @@ requests' grammars are dropped, and the engine goes on (async scheduling include
 from __future__ import annotations
 
 import pytest
-from conftest import fail_next_call
+from conftest import fail_next_launch
 
 from infercore import SamplingParams
 from infercore.entrypoints.llm import GenerationError
@@ -26,7 +26,7 @@ def test_failed_step_leaves_no_unwritten_block_in_the_prefix_cache(make_llm, asy
     llm = make_llm(async_scheduling=async_scheduling)
     core = llm.llm_engine.engine_core
     assert core.async_mode is async_scheduling
-    failures = fail_next_call(core.executor, "execute_model_async" if async_scheduling else "execute_model")
+    failures = fail_next_launch(core.executor)
     # Two requests with one prompt in one step: the second shares the blocks the first is to write.
     with pytest.raises(GenerationError, match="StepFailure: the device fell over") as failed:
         llm.generate([PROMPT, PROMPT], GREEDY, use_tqdm=False)
@@ -50,7 +50,7 @@ def test_failed_async_step_fails_the_step_still_in_flight_too(make_llm) -> None:
     core = engine.engine_core
     engine.add_request("first", PROMPT, GREEDY)
     engine.step()  # step 1 launched, its tokens in flight
-    failures = fail_next_call(core.executor, "execute_model_async")
+    failures = fail_next_launch(core.executor)
     finished = {out.request_id: out.outputs[0].finish_reason for out in engine.step() if out.finished}
     assert failures == [1] and finished == {"first": "error"}
     assert not engine.has_unfinished_requests()
@@ -65,7 +65,7 @@ def test_failed_step_drops_the_grammar_and_async_scheduling_resumes(make_llm) ->
     constrained = SamplingParams(temperature=0, max_tokens=8,
                                  structured_outputs=StructuredOutputsParams(choice=["yes", "no"]))
     # The grammar compiles in the background; then the request runs in synchronous steps, the first of which fails.
-    failures = fail_next_call(core.executor, "execute_model")
+    failures = fail_next_launch(core.executor)
     engine.add_request("choice", "Is it raining?", constrained)
     outputs = []
     while engine.has_unfinished_requests():
