@@ -38,8 +38,17 @@ class LLMEngine:
         processed = self.input_processor.process(request_id, prompt, params, priority=priority,
                                                  cache_salt=cache_salt)
         self.output_processor.add_request(processed, output_kind)
-        for req in processed.engine_requests:
-            self.engine_core.add_request(req)
+        added: list[str] = []
+        try:
+            for req in processed.engine_requests:
+                self.engine_core.add_request(req)
+                added.append(req.request_id)
+        except Exception:
+            # The engine refused one of them (an id in use, a grammar it cannot compile): take back the
+            # ones it took and forget the request, so nothing waits for outputs that never come.
+            self.output_processor.abort_request(request_id)
+            self.engine_core.abort_requests(added)
+            raise
         return processed
 
     def abort_request(self, request_ids: list[str]) -> None:
