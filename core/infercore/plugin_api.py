@@ -116,6 +116,13 @@ if TYPE_CHECKING:
     from infercore.plugins.manager import (
         PluginError,
     )
+    from infercore.quantization import (
+        LinearWeightSpec,
+        ParamLayout,
+        QuantizationConfig,
+        QuantizationMethod,
+        set_layout,
+    )
     from infercore.tiny_models import (
         build_model_folder,
     )
@@ -125,6 +132,7 @@ if TYPE_CHECKING:
 CUSTOM_OPS: tuple[str, ...] = (
     "linear", "rms_norm", "fused_add_rms_norm", "rotary_embedding", "qk_norm_rotary", "silu_and_mul",
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
+    "fp8_linear", "fp8_block_linear",
 )
 
 #: Where each lazily imported name lives (private: import the name from this module).
@@ -145,6 +153,7 @@ _LAZY: dict[str, str] = {
     "InfercoreConfig": "infercore.config",
     "KVCacheSpec": "infercore.kv_cache.spec",
     "KernelSettings": "infercore.platforms.capabilities",
+    "LinearWeightSpec": "infercore.quantization",
     "LayerNorm": "infercore.layers",
     "LearnedPositionEmbedding": "infercore.layers",
     "MergedColumnParallelLinear": "infercore.layers",
@@ -152,9 +161,12 @@ _LAZY: dict[str, str] = {
     "ParallelLMHead": "infercore.layers",
     "Platform": "infercore.platforms.interface",
     "PlatformCapabilities": "infercore.platforms.interface",
+    "ParamLayout": "infercore.quantization",
     "PluginError": "infercore.plugins.manager",
     "ProbeResult": "infercore.platforms.interface",
     "QKVParallelLinear": "infercore.layers",
+    "QuantizationConfig": "infercore.quantization",
+    "QuantizationMethod": "infercore.quantization",
     "RMSNorm": "infercore.layers",
     "ReferenceAttentionBackend": "infercore.attention.reference_backend",
     "RotaryEmbedding": "infercore.layers",
@@ -170,6 +182,7 @@ _LAZY: dict[str, str] = {
     "get_rope": "infercore.layers",
     "load_checkpoint_weights": "infercore.models.weight_loading",
     "model_class": "infercore.models.loader",
+    "set_layout": "infercore.quantization",
 }
 
 _LAZY_MODULES: dict[str, str] = {
@@ -217,14 +230,18 @@ __all__ = [
     "KernelSettings",
     "LayerNorm",
     "LearnedPositionEmbedding",
+    "LinearWeightSpec",
     "MergedColumnParallelLinear",
     "ModelSpec",
     "ParallelLMHead",
+    "ParamLayout",
     "Platform",
     "PlatformCapabilities",
     "PluginError",
     "ProbeResult",
     "QKVParallelLinear",
+    "QuantizationConfig",
+    "QuantizationMethod",
     "RMSNorm",
     "ReferenceAttentionBackend",
     "RegisterFn",
@@ -243,4 +260,5 @@ __all__ = [
     "load_checkpoint_weights",
     "model_class",
     "op_reference",
+    "set_layout",
 ]

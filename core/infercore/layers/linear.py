@@ -1,7 +1,10 @@
 """Linear layers sharded over the tensor-parallel group.
 
-Each parameter carries a ``weight_loader(param, loaded_weight)`` that takes the full tensor of the
-checkpoint and copies in this rank's shard, so model loading code never slices by hand.
+A layer's weights belong to its :class:`~infercore.quantization.QuantizationMethod` (unquantized
+by default: one weight in the model's dtype and the platform's ``linear`` op). Each parameter
+carries a ``weight_loader(param, loaded_weight)`` that takes the full tensor of the checkpoint and
+copies in this rank's shard, following the parameter's layout (which dimensions follow output rows
+and input columns, at what granularity), so model loading code never slices by hand.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ import torch
 from torch import nn
 
 from infercore.layers.tensor_parallel import divide, get_tp_state
-from infercore.ops import get_op
+from infercore.quantization import LinearWeightSpec, QuantizationMethod, layout_of, linear_method_for
+from infercore.quantization.params import BIAS, set_layout
 
 
 def _copy_checked(param: torch.Tensor, loaded: torch.Tensor) -> None:
@@ -20,56 +24,100 @@ def _copy_checked(param: torch.Tensor, loaded: torch.Tensor) -> None:
     param.data.copy_(loaded)
 
 
-class LinearBase(nn.Module):
-    """``y = x W^T + b`` with this rank's slice of ``W`` [output_size_per_rank, input_size_per_rank]."""
+def _copy_shard_entry(param: torch.Tensor, index: int, loaded: torch.Tensor) -> None:
+    """Fill entry ``index`` of a per-projection parameter (a per-tensor scale) from a one-element tensor."""
+    if loaded.numel() != 1:
+        raise ValueError(f"checkpoint tensor of shape {tuple(loaded.shape)} should hold one per-tensor value; "
+                         "the checkpoint's quantization scheme does not match its config")
+    param.data[index].copy_(loaded.reshape(()))
 
-    def __init__(self, input_size: int, output_size: int, bias: bool) -> None:
+
+def _narrow(param: torch.Tensor, loaded: torch.Tensor, dim: int | None, rank: int) -> torch.Tensor:
+    """This rank's share of ``loaded`` along ``dim`` (as many entries as ``param`` has there)."""
+    if dim is None or dim >= param.dim():
+        return loaded
+    size = param.shape[dim]
+    return loaded.narrow(dim, rank * size, size)
+
+
+class LinearBase(nn.Module):
+    """``y = x W^T + b`` with this rank's slice of ``W`` [output_size_per_rank, input_size_per_rank].
+
+    ``output_sizes`` are the per-rank rows of each projection fused into the layer (one entry when
+    none are); ``quant_method`` defaults to the one the model's quantization format gives a layer
+    named ``prefix`` (unquantized when the model has none).
+    """
+
+    def __init__(self, input_size: int, output_size: int, bias: bool, *, output_sizes: list[int] | None = None,
+                 quant_method: QuantizationMethod | None = None, prefix: str = "") -> None:
         super().__init__()
         tp = get_tp_state()
         self.tp_rank, self.tp_size = tp.rank, tp.size
-        self.weight = nn.Parameter(torch.empty(output_size, input_size), requires_grad=False)
-        self.weight.weight_loader = self.weight_loader
-        if bias:
-            self.bias = nn.Parameter(torch.empty(output_size), requires_grad=False)
-            self.bias.weight_loader = self.weight_loader
+        self.input_size, self.output_size = input_size, output_size
+        self.output_sizes = list(output_sizes or [output_size])
+        self.bias_enabled = bias
+        self.use_method(quant_method or linear_method_for(prefix))
+
+    def use_method(self, method: QuantizationMethod) -> None:
+        """(Re)create the weights for ``method``; the loader calls it on layers a checkpoint leaves
+        unquantized, before anything is loaded."""
+        for name, _ in list(self.named_parameters(recurse=False)):
+            delattr(self, name)
+        self.quant_method = method
+        method.create_weights(self, LinearWeightSpec(self.input_size, tuple(self.output_sizes),
+                                                     torch.get_default_dtype(), self.tp_size))
+        if self.bias_enabled:
+            bias = nn.Parameter(torch.empty(self.output_size), requires_grad=False)
+            self.register_parameter("bias", set_layout(bias, BIAS, self.weight_loader))
         else:
             self.register_parameter("bias", None)
-        #: The platform's GEMM (custom op ``linear``; ``F.linear`` unless a plugin has a faster one).
-        self._linear = get_op("linear")
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
         _copy_checked(param, loaded)
 
 
 class ColumnParallelLinear(LinearBase):
-    """Output features split across ranks; each rank returns its slice (no communication)."""
+    """Output features split across ranks; each rank returns its slice (no communication).
 
-    def __init__(self, input_size: int, output_size: int, bias: bool = False) -> None:
+    ``output_sizes`` (full sizes, each split over the ranks) describe projections fused in one weight.
+    """
+
+    def __init__(self, input_size: int, output_size: int, bias: bool = False, *,
+                 output_sizes: list[int] | None = None, quant_method: QuantizationMethod | None = None,
+                 prefix: str = "") -> None:
         tp = get_tp_state()
-        super().__init__(input_size, divide(output_size, tp.size, "output size"), bias)
+        per_rank = [divide(s, tp.size, "output size") for s in output_sizes] if output_sizes else None
+        super().__init__(input_size, divide(output_size, tp.size, "output size"), bias, output_sizes=per_rank,
+                         quant_method=quant_method, prefix=prefix)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
-        size = param.shape[0]
-        _copy_checked(param, loaded.narrow(0, self.tp_rank * size, size))
+        layout = layout_of(param)
+        if layout.per_shard:
+            _copy_shard_entry(param, 0, loaded)
+            return
+        _copy_checked(param, _narrow(param, loaded, layout.output_dim, self.tp_rank))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._linear(x, self.weight, self.bias)
+        return self.quant_method.apply(self, x, self.bias)
 
 
 class RowParallelLinear(LinearBase):
     """Input features split across ranks; partial outputs are summed over the group."""
 
-    def __init__(self, input_size: int, output_size: int, bias: bool = False) -> None:
+    def __init__(self, input_size: int, output_size: int, bias: bool = False, *,
+                 quant_method: QuantizationMethod | None = None, prefix: str = "") -> None:
         tp = get_tp_state()
-        super().__init__(divide(input_size, tp.size, "input size"), output_size, bias)
+        super().__init__(divide(input_size, tp.size, "input size"), output_size, bias,
+                         quant_method=quant_method, prefix=prefix)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
-        if param.dim() == 2:
-            size = param.shape[1]
-            loaded = loaded.narrow(1, self.tp_rank * size, size)
-        _copy_checked(param, loaded)
+        layout = layout_of(param)
+        if layout.per_shard:
+            _copy_shard_entry(param, 0, loaded)
+            return
+        _copy_checked(param, _narrow(param, loaded, layout.input_dim, self.tp_rank))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # The bias is added once, after the sum, not once per rank.
-        out = get_tp_state().all_reduce(self._linear(x, self.weight))
+        out = get_tp_state().all_reduce(self.quant_method.apply(self, x))
         return out if self.bias is None else out + self.bias

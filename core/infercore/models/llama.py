@@ -167,7 +167,6 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = ParallelLMHead(hf_config.vocab_size, hf_config.hidden_size)
         if self.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        self.to(dtype)
 
     @classmethod
     def decoder_options(cls, config: PretrainedConfig) -> DecoderOptions:

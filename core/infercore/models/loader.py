@@ -11,6 +11,8 @@ from infercore.models.contract import ModelSpec
 from infercore.models.hf_config import get_hf_config, resolve_model_path
 from infercore.models.weight_files import iterate_weights
 from infercore.plugins import get_plugin_manager
+from infercore.quantization import QuantizationConfig, QuantizationMethod, building_with, layout_of
+from infercore.quantization.selection import resolve_quantization
 
 DUMMY_WEIGHT_RANGE = 0.05
 
@@ -28,14 +30,16 @@ def model_class(architecture: str) -> type[nn.Module]:
 
 
 def init_dummy_weights(model: nn.Module, seed: int) -> None:
-    """Random weights, the same for a seed whatever the device: norm scales 1 and norm biases 0, the
-    rest uniform."""
+    """Random weights, the same for a seed whatever the device: norm scales 1 and norm biases 0,
+    quantization scales their layout's ``dummy_value``, the rest uniform."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for module in model.modules():
             for name, param in module.named_parameters(recurse=False):
                 if isinstance(module, (RMSNorm, LayerNorm)):
                     param.fill_(1.0 if name == "weight" else 0.0)
+                elif layout_of(param).dummy_value is not None:
+                    param.fill_(layout_of(param).dummy_value)
                 else:
                     values = torch.rand(param.shape, generator=generator) * 2 - 1
                     param.copy_(values * DUMMY_WEIGHT_RANGE)
@@ -51,27 +55,51 @@ def load_model(config: InfercoreConfig, device: torch.device, dtype: torch.dtype
                          "'architectures'); add it, e.g. [\"LlamaForCausalLM\"]")
     cls = model_class(architectures[0])
     spec = ModelSpec(hf_config=hf_config, dtype=dtype, device=device)
-    model = build_model(cls, spec)
+    model = build_model(cls, spec, resolve_quantization(config.model.quantization, hf_config))
     if config.load.load_format == "dummy":
         init_dummy_weights(model, config.model.seed)
     else:
         folder = resolve_model_path(config.model, config.load.download_dir)
         check_loaded(model, model.load_weights(iterate_weights(folder, config.load.load_format)))
+    process_weights_after_loading(model)
     return model.eval()
 
 
-def build_model(cls: type[nn.Module], spec: ModelSpec) -> nn.Module:
+def build_model(cls: type[nn.Module], spec: ModelSpec, quantization: QuantizationConfig | None = None) -> nn.Module:
     """Build ``cls`` on ``spec.device`` with floating-point parameters created in ``spec.dtype`` (the
-    loader owns the dtype: a model never casts itself, and integer (quantized) tensors keep theirs)."""
+    loader owns the dtype: a model never casts itself, and quantized tensors keep theirs); its layers
+    take their weights' methods from ``quantization`` (None: unquantized)."""
     previous = torch.get_default_dtype()
     if spec.dtype.is_floating_point:
         torch.set_default_dtype(spec.dtype)
     try:
-        with torch.device(spec.device):
+        with torch.device(spec.device), building_with(quantization):
             from_spec = getattr(cls, "from_spec", None)
-            return from_spec(spec) if from_spec is not None else cls(spec.hf_config, spec.dtype)
+            model = from_spec(spec) if from_spec is not None else cls(spec.hf_config, spec.dtype)
+            if quantization is not None:
+                keep_ignored_layers_unquantized(model, quantization)
+            return model
     finally:
         torch.set_default_dtype(previous)
+
+
+def keep_ignored_layers_unquantized(model: nn.Module, quantization: QuantizationConfig) -> None:
+    """Give the linear layers the checkpoint leaves unquantized (by module name) the unquantized method."""
+    from infercore.layers.linear import LinearBase
+    from infercore.quantization.unquantized import UnquantizedLinearMethod
+
+    for name, module in model.named_modules():
+        if isinstance(module, LinearBase) and quantization.is_ignored(name):
+            module.use_method(UnquantizedLinearMethod())
+
+
+def process_weights_after_loading(model: nn.Module) -> None:
+    """Let every layer's quantization method turn its loaded parameters into what its kernels want."""
+    with torch.no_grad():
+        for module in model.modules():
+            method = getattr(module, "quant_method", None)
+            if isinstance(method, QuantizationMethod):
+                method.process_weights_after_loading(module)
 
 
 def check_loaded(model: nn.Module, loaded: object) -> None:

@@ -24,6 +24,8 @@ def register_attention_backends(register: RegisterFn) -> None:
 @hookimpl
 def register_custom_ops(register: RegisterFn) -> None:
     register("linear", "infercore.ops.reference:linear")
+    register("fp8_linear", "infercore.ops.reference:fp8_linear")
+    register("fp8_block_linear", "infercore.ops.reference:fp8_block_linear")
     register("rms_norm", "infercore.ops.reference:rms_norm")
     register("fused_add_rms_norm", "infercore.ops.reference:fused_add_rms_norm")
     register("rotary_embedding", "infercore.ops.reference:rotary_embedding")
@@ -35,6 +37,12 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("embedding", "infercore.ops.reference:embedding")
     register("alibi_bias", "infercore.ops.reference:alibi_bias")
     register("gumbel_argmax", "infercore.ops.reference:gumbel_argmax")
+
+
+@hookimpl
+def register_quantization_methods(register: RegisterFn) -> None:
+    register("fp8", "infercore.quantization.fp8:Fp8Config")
+    register("compressed-tensors", "infercore.quantization.compressed_tensors:CompressedTensorsConfig")
 
 
 @hookimpl

@@ -87,6 +87,16 @@ def register_executors(register: RegisterFn) -> None:
 
 
 @hookspec
+def register_quantization_methods(register: RegisterFn) -> None:
+    """Register :class:`~infercore.plugin_api.QuantizationConfig` subclasses by format name: the
+    checkpoint's ``quantization_config.quant_method`` and the ``--quantization`` value (``"fp8"``).
+
+    The config hands each linear layer a :class:`~infercore.plugin_api.QuantizationMethod` that creates
+    its parameters, prepares them after loading and runs its GEMM (added in plugin API 1.1).
+    """
+
+
+@hookspec
 def configure(config: InfercoreConfig) -> None:
     """Inspect and adjust the engine configuration before the engine starts.
 

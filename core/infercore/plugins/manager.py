@@ -27,6 +27,7 @@ KINDS: dict[str, str] = {
     "reasoning_parser": "register_reasoning_parsers",
     "structured_output_backend": "register_structured_output_backends",
     "executor": "register_executors",
+    "quantization_method": "register_quantization_methods",
 }
 
 
