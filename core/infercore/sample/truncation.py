@@ -75,9 +75,9 @@ class TopKTopP:
         values = logits.topk(width, dim=-1).values
         by_k = self.top_k > 0
         keep = _positions(width, logits.device) < torch.where(by_k, self.top_k, width).unsqueeze(1)
-        cut = by_k
+        cut, wide = by_k, None
         if self.any_top_p:
-            scale = torch.where(temperature > 0, temperature, 1.0).unsqueeze(1)
+            scale = _temperature_scale(temperature)
             tempered = (values / scale).masked_fill_(~keep, float("-inf"))
             lse = tempered.logsumexp(dim=-1)
             if self.any_top_p_only:
@@ -85,15 +85,20 @@ class TopKTopP:
             probs = (tempered - lse.unsqueeze(1)).exp_()
             keep &= _inside_nucleus(probs, self.top_p)
             cut = by_k | (self.top_p < 1)
+            if self.any_top_p_only:
+                # Top-p-only rows whose candidates hold less than top_p: the nucleus reaches past them.
+                wide = ~by_k & (self.top_p < 1) & (probs.sum(dim=-1) < self.top_p)
         threshold = values.gather(1, keep.sum(dim=-1, keepdim=True).clamp_min(1) - 1)
         threshold.masked_fill_(~cut.unsqueeze(1), float("-inf"))
-        if self.any_top_p_only:
-            # Top-p-only rows whose candidates hold less than top_p: the nucleus reaches past them.
-            wide = ~by_k & (self.top_p < 1) & (probs.sum(dim=-1) < self.top_p)
-            if bool(wide.any()):
-                rows = wide.nonzero().squeeze(1)
-                threshold[rows] = _sorted_threshold(logits[rows], scale[rows], self.top_p[rows])
+        if wide is not None and bool(wide.any()):
+            rows = wide.nonzero().squeeze(1)
+            threshold[rows] = _sorted_threshold(logits[rows], temperature[rows], self.top_p[rows])
         logits.masked_fill_(logits < threshold, float("-inf"))
+
+
+def _temperature_scale(temperature: torch.Tensor) -> torch.Tensor:
+    """[B, 1] divisors of the logits: the temperature, 1 on greedy rows."""
+    return torch.where(temperature > 0, temperature, 1.0).unsqueeze(1)
 
 
 def _positions(width: int, device: torch.device) -> torch.Tensor:
@@ -105,8 +110,8 @@ def _inside_nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return (probs.cumsum(dim=-1) - probs) < top_p.unsqueeze(1)
 
 
-def _sorted_threshold(logits: torch.Tensor, scale: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+def _sorted_threshold(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """The smallest kept logit of each top-p-only row, by a full sort (rows whose nucleus is wide)."""
     values = logits.sort(dim=-1, descending=True).values
-    keep = _inside_nucleus((values / scale).softmax(dim=-1), top_p)
+    keep = _inside_nucleus((values / _temperature_scale(temperature)).softmax(dim=-1), top_p)
     return values.gather(1, keep.sum(dim=-1, keepdim=True).clamp_min(1) - 1)
