@@ -56,6 +56,11 @@ class CompressedTensorsConfig(QuantizationConfig):
         return any(_matches(prefix, p) for p in self.ignore)
 
 
+def _strategy(args: Any) -> str:
+    """A scheme's strategy name (the package keeps it as a string enum)."""
+    return str(getattr(args.strategy, "value", args.strategy))
+
+
 def _method_of(scheme: Any) -> QuantizationMethod:
     weights, inputs = scheme.weights, scheme.input_activations
     if weights is None or weights.type != "float" or weights.num_bits != 8:
@@ -63,7 +68,7 @@ def _method_of(scheme: Any) -> QuantizationMethod:
     if inputs is None or inputs.type != "float" or inputs.num_bits != 8:
         raise ValueError(f"compressed-tensors FP8 weight-only schemes are not supported (input_activations "
                          f"{inputs}); infercore reads {_FLOAT8}")
-    strategy, act = str(weights.strategy.value), str(inputs.strategy.value)
+    strategy, act = _strategy(weights), _strategy(inputs)
     if strategy == "block":
         block_n, block_k = weights.block_structure or (128, 128)
         if not (inputs.dynamic and act == "group" and inputs.group_size == block_k):
