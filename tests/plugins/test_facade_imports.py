@@ -82,5 +82,5 @@ def test_custom_ops_listed_by_the_api_are_the_ones_core_defines() -> None:
     from infercore.plugins.manager import get_plugin_manager
 
     references = {r.name for r in get_plugin_manager().registry("custom_op").all() if "platform" not in r.metadata}
-    assert set(api.CUSTOM_OPS) == references
+    assert set(api.CUSTOM_OPS) == references, "list every custom op core registers in plugin_api.CUSTOM_OPS"
     assert all(callable(getattr(api.op_reference, name)) for name in api.CUSTOM_OPS)
