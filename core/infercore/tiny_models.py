@@ -116,6 +116,11 @@ _ARCH_CONFIGS: dict[str, dict[str, Any]] = {
     "MistralForCausalLM": {"model_type": "mistral", "rope_theta": 10000.0, "sliding_window": None},
     "Qwen2ForCausalLM": {"model_type": "qwen2", "rope_theta": 10000.0},
     "Qwen3ForCausalLM": {"model_type": "qwen3", "rope_theta": 10000.0, "head_dim": 16},
+    "Qwen3MoeForCausalLM": {"model_type": "qwen3_moe", "rope_theta": 10000.0, "head_dim": 16, "num_experts": 8,
+                            "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": True,
+                            "decoder_sparse_step": 1, "mlp_only_layers": []},
+    "MixtralForCausalLM": {"model_type": "mixtral", "rope_theta": 10000.0, "sliding_window": None,
+                           "num_local_experts": 4, "num_experts_per_tok": 2},
 }
 
 

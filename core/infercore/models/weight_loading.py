@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -16,6 +17,19 @@ class StackedParam:
     fused: str
     source: str
     shard_id: int | str
+
+
+class ExtraLoader(Protocol):
+    """Loads the checkpoint tensors of parameters that name-for-name mapping cannot (stacked experts)."""
+
+    def owns(self, param_name: str) -> bool:
+        """Whether model parameter ``param_name`` is filled by this loader."""
+
+    def load(self, name: str, tensor: torch.Tensor) -> bool:
+        """Load checkpoint tensor ``name`` if it is one of this loader's; False when it is not."""
+
+    def missing(self) -> list[str]:
+        """What of its parameters no checkpoint tensor filled."""
 
 
 def _default_loader(param: nn.Parameter, loaded: torch.Tensor) -> None:
@@ -37,16 +51,20 @@ def _checkpoint_names(params: Iterable[str], stacked: list[StackedParam]) -> set
 
 
 def load_checkpoint_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]],
-                            stacked: list[StackedParam], ignore_prefixes: tuple[str, ...] = ()) -> None:
+                            stacked: list[StackedParam], ignore_prefixes: tuple[str, ...] = (),
+                            extra: ExtraLoader | None = None) -> None:
     """Load every tensor of ``weights`` into ``model``; a tensor with no parameter, or a parameter
     no tensor fills, is an error naming it. Rotary ``inv_freq`` buffers and names starting with
-    ``ignore_prefixes`` are skipped."""
+    ``ignore_prefixes`` are skipped; ``extra`` takes the tensors it recognises first."""
     params = dict(model.named_parameters())
-    expected = _checkpoint_names(params, stacked)
+    expected = _checkpoint_names([p for p in params if extra is None or not extra.owns(p)], stacked)
     loaded: set[str] = set()
     kind = type(model).__name__
     for name, tensor in weights:
         if name.endswith("rotary_emb.inv_freq") or name.startswith(ignore_prefixes):
+            continue
+        if extra is not None and extra.load(name, tensor):
+            loaded.add(name)
             continue
         stack = next((s for s in stacked if f".{s.source}." in name), None)
         target = name.replace(f".{stack.source}.", f".{stack.fused}.") if stack else name
@@ -60,7 +78,7 @@ def load_checkpoint_weights(model: nn.Module, weights: Iterable[tuple[str, torch
             else:
                 getattr(param, "weight_loader", _default_loader)(param, tensor)
         loaded.add(name)
-    missing = sorted(expected - loaded)
+    missing = sorted(expected - loaded) + (extra.missing() if extra is not None else [])
     if missing:
         raise ValueError(f"the checkpoint lacks {len(missing)} tensor(s) {kind} needs: {', '.join(missing[:10])}"
                          f"{' …' if len(missing) > 10 else ''}; the checkpoint is incomplete or for another config")

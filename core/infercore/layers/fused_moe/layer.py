@@ -1,0 +1,95 @@
+"""The fused mixture-of-experts layer: route each token to its top-k SwiGLU experts and sum their outputs."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from infercore.layers.fused_moe.method import FusedMoEMethod, FusedMoEWeightSpec, UnquantizedFusedMoEMethod
+from infercore.layers.fused_moe.router import select_experts
+from infercore.layers.tensor_parallel import divide, get_tp_state
+from infercore.quantization import current_quantization, layout_of
+
+#: Checkpoint projection → the stacked parameter group it fills (``w1`` gate, ``w3`` up, ``w2`` down).
+SHARD_GROUP = {"w1": "w13", "w3": "w13", "w2": "w2"}
+
+
+def moe_method_for(prefix: str) -> FusedMoEMethod:
+    """The method a fused-MoE layer named ``prefix`` gets in the model being built."""
+    config = current_quantization()
+    if config is None or (prefix and config.is_ignored(prefix)):
+        return UnquantizedFusedMoEMethod()
+    method = config.moe_method(prefix)
+    if not isinstance(method, FusedMoEMethod):
+        raise TypeError(f"quantization {config.name!r} gave the fused-MoE layer {prefix!r} a "
+                        f"{type(method).__name__}, which is not a FusedMoEMethod")
+    return method
+
+
+class FusedMoE(nn.Module):
+    """``num_experts`` SwiGLU experts of which each token uses ``top_k``, chosen by router logits.
+
+    Under tensor parallelism every rank holds every expert and a share of each expert's
+    intermediate features (gate/up rows, down columns); the partial outputs are summed over the
+    group. ``renormalize`` rescales each token's top-k weights to sum to one (Mixtral; Qwen3-MoE's
+    ``norm_topk_prob``). Weights belong to ``quant_method`` (unquantized unless the model's format
+    gives one); ``weight_loader(param, loaded, shard_id, expert_id)`` loads one expert's checkpoint
+    projection (``expert_id`` None: ``loaded`` stacks every expert).
+    """
+
+    def __init__(self, num_experts: int, top_k: int, hidden_size: int, intermediate_size: int, *,
+                 renormalize: bool, quant_method: FusedMoEMethod | None = None, prefix: str = "") -> None:
+        super().__init__()
+        tp = get_tp_state()
+        self.tp_rank, self.tp_size = tp.rank, tp.size
+        self.num_experts, self.top_k, self.renormalize = num_experts, top_k, renormalize
+        if not 0 < top_k <= num_experts:
+            raise ValueError(f"num_experts_per_tok ({top_k}) must be between 1 and the number of experts "
+                             f"({num_experts}); the config is inconsistent")
+        self.intermediate_size = divide(intermediate_size, tp.size, "expert intermediate size")
+        self.quant_method = quant_method or moe_method_for(prefix)
+        self.quant_method.create_weights(self, FusedMoEWeightSpec(
+            num_experts, hidden_size, self.intermediate_size, torch.get_default_dtype(), tp.size))
+
+    def forward(self, hidden: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        """``hidden`` [T, H] and ``router_logits`` [T, E] → the weighted sum of each token's experts [T, H]."""
+        topk_weights, topk_ids = select_experts(router_logits, self.top_k, self.renormalize)
+        out = self.quant_method.apply_experts(self, hidden, topk_weights, topk_ids)
+        return get_tp_state().all_reduce(out)
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: str,
+                      expert_id: int | None = None) -> None:
+        """Copy this rank's share of projection ``shard_id`` (``w1`` gate, ``w3`` up, ``w2`` down; ``w13``
+        gate and up stacked) of expert ``expert_id`` (None: all experts, stacked on a first dimension)."""
+        if shard_id not in (*SHARD_GROUP, "w13"):
+            raise ValueError(f"unknown expert projection {shard_id!r}; expected w1, w2, w3 or w13")
+        if expert_id is None:
+            if loaded.shape[0] != self.num_experts:
+                raise ValueError(f"stacked expert tensor of shape {tuple(loaded.shape)} holds {loaded.shape[0]} "
+                                 f"experts but the config has {self.num_experts}")
+            for expert in range(self.num_experts):
+                self.weight_loader(param, loaded[expert], shard_id, expert)
+            return
+        if not 0 <= expert_id < self.num_experts:
+            raise ValueError(f"checkpoint holds expert {expert_id} but the config has {self.num_experts} experts")
+        if shard_id == "w13":
+            half = loaded.shape[0] // 2
+            self.weight_loader(param, loaded.narrow(0, 0, half), "w1", expert_id)
+            self.weight_loader(param, loaded.narrow(0, half, half), "w3", expert_id)
+            return
+        target = param.data[expert_id]
+        layout = layout_of(param)
+        if shard_id == "w2":
+            dim = None if layout.input_dim is None else layout.input_dim - 1
+        else:
+            dim = None if layout.output_dim is None else layout.output_dim - 1
+            if dim is not None:
+                rows = target.shape[dim] // 2
+                target = target.narrow(dim, 0 if shard_id == "w1" else rows, rows)
+        if dim is not None and dim < target.dim():
+            size = target.shape[dim]
+            loaded = loaded.narrow(dim, self.tp_rank * size, size)
+        if tuple(target.shape) != tuple(loaded.shape):
+            raise ValueError(f"expert {expert_id} {shard_id} tensor of shape {tuple(loaded.shape)} does not fit "
+                             f"{tuple(target.shape)}; the config does not match the weights")
+        target.copy_(loaded)

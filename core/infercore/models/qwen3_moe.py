@@ -1,0 +1,137 @@
+"""Qwen3-MoE: Qwen3's attention with a sparse mixture-of-experts block in place of the MLP.
+
+The decoder here is shared with Mixtral, which differs in its attention options and in what its
+checkpoint calls the block and its experts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+import torch
+from torch import nn
+from transformers import PretrainedConfig
+
+from infercore.layers import ParallelLMHead, RMSNorm, VocabParallelEmbedding
+from infercore.layers.fused_moe import ExpertNames, ExpertWeightLoader, FusedMoE
+from infercore.models.llama import (
+    STACKED_PARAMS,
+    DecoderOptions,
+    LlamaAttention,
+    LlamaMLP,
+    windows_from_layer_types,
+)
+from infercore.models.weight_loading import load_checkpoint_weights
+
+
+class SparseMoeBlock(nn.Module):
+    """A replicated router (``gate``) picks each token's experts; :class:`FusedMoE` runs and sums them."""
+
+    def __init__(self, config: PretrainedConfig, num_experts: int, intermediate_size: int, renormalize: bool,
+                 prefix: str) -> None:
+        super().__init__()
+        self.gate = nn.Linear(config.hidden_size, num_experts, bias=False)
+        self.experts = FusedMoE(num_experts, config.num_experts_per_tok, config.hidden_size, intermediate_size,
+                                renormalize=renormalize, prefix=f"{prefix}.experts")
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.experts(hidden, self.gate(hidden))
+
+
+class MoeDecoderLayer(nn.Module):
+    """Pre-norm attention, then the feed-forward block ``ffn_name`` (sparse MoE, or a dense MLP)."""
+
+    def __init__(self, config: PretrainedConfig, options: DecoderOptions, layer_index: int, dtype: torch.dtype,
+                 ffn: nn.Module, ffn_name: str) -> None:
+        super().__init__()
+        self.self_attn = LlamaAttention(config, options, layer_index, dtype)
+        self.ffn_name = ffn_name
+        self.add_module(ffn_name, ffn)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor,
+                residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual = hidden
+            hidden = self.input_layernorm(hidden)
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(positions, hidden)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return getattr(self, self.ffn_name)(hidden), residual
+
+
+class MoeModel(nn.Module):
+    """Embedding, decoder layers and the final norm."""
+
+    def __init__(self, config: PretrainedConfig, layers: list[MoeDecoderLayer]) -> None:
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(layers)
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        hidden = self.embed_tokens(input_ids)
+        residual = None
+        for layer in self.layers:
+            hidden, residual = layer(positions, hidden, residual)
+        hidden, _ = self.norm(hidden, residual)
+        return hidden
+
+
+class Qwen3MoeForCausalLM(nn.Module):
+    """Qwen3-MoE models (Qwen3-30B-A3B, Qwen3-235B-A22B). Layers in ``mlp_only_layers``, or off the
+    ``decoder_sparse_step`` grid, keep a dense MLP; ``norm_topk_prob`` renormalises the top-k weights."""
+
+    #: The decoder layer's attribute (and checkpoint name) for its feed-forward block.
+    ffn_name: ClassVar[str] = "mlp"
+    expert_names: ClassVar[ExpertNames] = ExpertNames()
+
+    def __init__(self, hf_config: PretrainedConfig, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.config = hf_config
+        self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
+        options = self.decoder_options(hf_config)
+        layers = [MoeDecoderLayer(hf_config, options, i, dtype, self.feed_forward(hf_config, i), self.ffn_name)
+                  for i in range(hf_config.num_hidden_layers)]
+        self.model = MoeModel(hf_config, layers)
+        self.lm_head = ParallelLMHead(hf_config.vocab_size, hf_config.hidden_size)
+        if self.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @classmethod
+    def decoder_options(cls, config: PretrainedConfig) -> DecoderOptions:
+        bias = bool(getattr(config, "attention_bias", False))
+        return DecoderOptions(qkv_bias=bias, o_bias=bias, qk_norm=True,
+                              sliding_windows=windows_from_layer_types(config))
+
+    @classmethod
+    def is_sparse(cls, config: PretrainedConfig, layer_index: int) -> bool:
+        """Whether layer ``layer_index`` has experts (HF's rule for Qwen3-MoE)."""
+        step = getattr(config, "decoder_sparse_step", 1) or 1
+        return (layer_index not in (getattr(config, "mlp_only_layers", None) or [])
+                and config.num_experts > 0 and (layer_index + 1) % step == 0)
+
+    def feed_forward(self, config: PretrainedConfig, layer_index: int) -> nn.Module:
+        """Layer ``layer_index``'s feed-forward block."""
+        if not self.is_sparse(config, layer_index):
+            return LlamaMLP(config, DecoderOptions())
+        prefix = f"model.layers.{layer_index}.{self.ffn_name}"
+        return SparseMoeBlock(config, config.num_experts, config.moe_intermediate_size,
+                              bool(getattr(config, "norm_topk_prob", False)), prefix)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Flattened tokens of all requests [T] and their positions [T] → hidden states [T, hidden]."""
+        return self.model(input_ids, positions)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Hidden states [N, hidden] → logits [N, vocab] in the model's dtype."""
+        return self.lm_head.compute_logits(hidden)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load HF-named checkpoint tensors: q/k/v and gate/up fused, experts stacked per layer."""
+        ignore = ("lm_head.",) if self.tie_word_embeddings else ()
+        load_checkpoint_weights(self, weights, STACKED_PARAMS, ignore_prefixes=ignore,
+                                extra=ExpertWeightLoader(self, self.expert_names))
