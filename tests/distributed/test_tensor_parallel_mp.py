@@ -22,3 +22,11 @@ def test_tp2_matches_tp1(tiny_model_factory, architecture: str, overrides: dict)
     got = greedy_tokens(model, tensor_parallel_size=2, distributed_executor_backend="mp")
     assert got == expected
     assert all(len(tokens) == 12 for tokens in got)
+
+
+def test_tp2_overlapped_steps_match_tp1(tiny_model_factory) -> None:
+    """Async scheduling (the default on GPUs): EngineCore launches step N+1 through the executor's
+    future before it folds in step N, on every rank."""
+    model = tiny_model_factory("Qwen3ForCausalLM")
+    expected = greedy_tokens(model)
+    assert greedy_tokens(model, tensor_parallel_size=2, async_scheduling=True) == expected

@@ -13,6 +13,7 @@ from infercore.engine.request import Request, RequestStatus
 from infercore.engine.scheduler import Scheduler
 from infercore.engine.scheduler_output import SchedulerOutput
 from infercore.executor.base import Executor, ExecutorDeadError
+from infercore.executor.step_future import StepFuture
 from infercore.platforms.selection import current_platform
 from infercore.plugins.manager import get_plugin_manager
 
@@ -63,7 +64,8 @@ class EngineCore:
             self.async_mode = self.platform.capabilities.async_scheduling and not config.model.enforce_eager
         self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, num_blocks,
                                    config.cache.block_size, self.max_num_batched_tokens)
-        self._inflight: SchedulerOutput | None = None
+        #: The step launched last in overlapped mode and the future of its output.
+        self._inflight: tuple[SchedulerOutput, StepFuture] | None = None
         self.grammars = GrammarGate(config, self.model_info.vocab_size, self.model_info.generation_stop_ids)
 
     def add_request(self, request: EngineCoreRequest) -> None:
@@ -128,26 +130,28 @@ class EngineCore:
         if not self.scheduler.has_unfinished_requests():
             return self._finish_inflight() if self._inflight is not None else EngineCoreOutputs()
         scheduler_output = self.scheduler.schedule()
-        previous, self._inflight = self._inflight, scheduler_output
+        previous = self._inflight
         try:
-            runner_output = self.executor.execute_model_async(scheduler_output)
+            future = self.executor.execute_model(scheduler_output, non_block=True)
+            self._inflight = (scheduler_output, future)
+            runner_output = previous[1].result() if previous is not None else None
         except Exception as exc:
             self._inflight = None
             return self._fail_step(exc)
         if previous is None or runner_output is None:
             return EngineCoreOutputs()
-        return self.scheduler.update_from_output(previous, runner_output)
+        return self.scheduler.update_from_output(previous[0], runner_output)
 
     def _finish_inflight(self) -> EngineCoreOutputs:
         previous, self._inflight = self._inflight, None
         assert previous is not None
         try:
-            runner_output = self.executor.finish_pending()
+            runner_output = previous[1].result()
         except Exception as exc:
             return self._fail_step(exc)
         if runner_output is None:
             return EngineCoreOutputs()
-        return self.scheduler.update_from_output(previous, runner_output)
+        return self.scheduler.update_from_output(previous[0], runner_output)
 
     def _fail_step(self, exc: Exception) -> EngineCoreOutputs:
         """A step that raised fails the requests of every step not yet folded in, not the engine."""

@@ -2,7 +2,7 @@
 
 EngineCore talks only to an executor. An executor owns one :class:`~infercore.worker.worker.Worker`
 per device and reaches them through :meth:`Executor.collective_rpc`; the step methods are that call
-with the worker method's name. Which executor runs is ``--distributed-executor-backend``; each is
+with the worker method's name, and ``execute_model(..., non_block=True)`` returns a future. Which executor runs is ``--distributed-executor-backend``; each is
 registered by name through the ``register_executors`` hook and built with keyword-free positional
 arguments ``(config, platform, model_info, max_num_batched_tokens)``.
 """
@@ -16,6 +16,7 @@ import torch
 
 from infercore.config import InfercoreConfig
 from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from infercore.executor.step_future import StepFuture
 
 
 def check_model_splits(config: InfercoreConfig) -> None:
@@ -34,6 +35,9 @@ class ExecutorDeadError(RuntimeError):
 class Executor(ABC):
     """Drives one or more workers. Registered by name through ``register_executors``."""
 
+    #: The future of the step launched last with ``non_block=True``, until its tokens come back.
+    _in_flight: StepFuture | None = None
+
     @abstractmethod
     def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """Call ``Worker.<method>(*args)`` on every rank; their results in rank order.
@@ -50,21 +54,44 @@ class Executor(ABC):
         """Allocate the KV cache on every worker."""
         self.collective_rpc("initialize_kv_cache", (num_blocks,))
 
-    def execute_model(self, scheduler_output: SchedulerOutput,
-                      grammar_bitmask: torch.Tensor | None = None) -> ModelRunnerOutput:
-        """Run one step on every worker and wait for it; rank 0's output is returned."""
-        return self.collective_rpc("execute_model", (scheduler_output, grammar_bitmask))[0]
+    def execute_model(self, scheduler_output: SchedulerOutput, grammar_bitmask: torch.Tensor | None = None,
+                      non_block: bool = False) -> ModelRunnerOutput | StepFuture:
+        """Run one step on every worker; rank 0's output is returned.
+
+        With ``non_block`` the step is launched and a :class:`StepFuture` returned at once: EngineCore
+        owns the overlap, scheduling step N+1 while step N runs and waiting for step N's tokens only
+        when it folds them in. Tokens of a step still in flight feed the next step on the device, so
+        launches may run ahead of results by one step. Steps with a grammar bitmask run blocking (the
+        bitmask needs the previous token).
+        """
+        if not non_block:
+            return self.collective_rpc("execute_model", (scheduler_output, grammar_bitmask))[0]
+        if grammar_bitmask is not None:
+            raise ValueError("a step with a grammar bitmask needs its previous tokens; run it with non_block=False")
+        try:
+            previous = self.execute_model_async(scheduler_output)
+        except BaseException:
+            self._in_flight = None  # the caller fails the steps it has not folded in
+            raise
+        if self._in_flight is not None:
+            self._in_flight.set_result(previous)
+        self._in_flight = StepFuture(self._finish_in_flight)
+        return self._in_flight
+
+    def _finish_in_flight(self) -> None:
+        """Collect the step launched last and resolve its future."""
+        future, self._in_flight = self._in_flight, None
+        output = self.finish_pending()
+        if future is not None:
+            future.set_result(output)
 
     def execute_model_async(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
-        """Launch a step; return the output of the step launched before it (None if none).
-
-        EngineCore owns the overlap: it schedules step N+1 while step N runs, then folds step N in
-        from what this returns; :meth:`finish_pending` collects the last step.
-        """
+        """Launch a step on every worker; return the output of the step launched before it (None if
+        none). The primitive under ``execute_model(non_block=True)``."""
         return self.collective_rpc("execute_model_async", (scheduler_output,))[0]
 
     def finish_pending(self) -> ModelRunnerOutput | None:
-        """Wait for the step launched last by ``execute_model_async``; return its output."""
+        """Wait for the step launched last and return its output."""
         return self.collective_rpc("finish_pending")[0]
 
     def shutdown(self) -> None:  # noqa: B027 - optional hook
