@@ -123,6 +123,7 @@ if TYPE_CHECKING:
         QuantizationMethod,
         set_layout,
     )
+    from infercore.quantization import fp8_math as fp8_reference
     from infercore.tiny_models import (
         build_model_folder,
     )
@@ -187,6 +188,7 @@ _LAZY: dict[str, str] = {
 
 _LAZY_MODULES: dict[str, str] = {
     "attention_reference": "infercore.attention.reference",
+    "fp8_reference": "infercore.quantization.fp8_math",
     "op_reference": "infercore.ops.reference",
 }
 
@@ -254,6 +256,7 @@ __all__ = [
     "attention_reference",
     "build_model_folder",
     "current_platform",
+    "fp8_reference",
     "get_op",
     "get_rope",
     "hookimpl",

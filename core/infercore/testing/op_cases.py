@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from infercore.ops import reference
+from infercore.quantization import fp8_math
 
 Inputs = Callable[[torch.device, torch.dtype, torch.Generator], tuple[Any, ...]]
 
@@ -30,6 +31,17 @@ def _positions(gen: torch.Generator, device: torch.device, n: int = 7) -> torch.
     return torch.randint(0, 64, (n,), generator=gen).to(device)
 
 
+def _fp8_weight(gen: torch.Generator, device: torch.device, n: int, k: int,
+                block: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """An FP8 weight [n, k] and its float32 scales: per block of ``block`` x ``block``, or per row."""
+    w = torch.randn(n, k, generator=gen) * 0.1
+    if block is None:
+        q, scale = fp8_math.quantize_per_token(w)
+        return q.to(device), scale.reshape(-1).to(device)
+    q, scale = fp8_math.quantize_blockwise(w, block, block)
+    return q.to(device), scale.to(device)
+
+
 #: Inputs of each op, for ``(device, dtype, generator)``. An op of ``plugin_api.CUSTOM_OPS`` missing here
 #: is not checked by the kit yet.
 OP_INPUTS: dict[str, Inputs] = {
@@ -46,6 +58,9 @@ OP_INPUTS: dict[str, Inputs] = {
     "layer_norm": lambda d, t, g: (_rand(g, d, t, 5, 64), _rand(g, d, t, 64), _rand(g, d, t, 64), 1e-5),
     "embedding": lambda d, t, g: (torch.randint(0, 40, (9,), generator=g).to(d), _rand(g, d, t, 40, 16)),
     "alibi_bias": lambda d, t, g: (torch.rand(4, generator=g).to(d), 5, 12),
+    "fp8_linear": lambda d, t, g: (_rand(g, d, t, 5, 64), *_fp8_weight(g, d, 32, 64, None), _rand(g, d, t, 32)),
+    "fp8_block_linear": lambda d, t, g: (_rand(g, d, t, 5, 256), *_fp8_weight(g, d, 256, 256, 128), 128, 128,
+                                         _rand(g, d, t, 256)),
     "gumbel_argmax": lambda d, t, g: (_rand(g, d, t, 6, 50) * 3, torch.tensor([0.0, 0.0, 0.7, 1.0, 0.0, 2.0],
                                       device=d), torch.arange(6, device=d) * 7919),
 }
@@ -57,6 +72,8 @@ OP_VARIANTS: dict[str, dict[str, dict[int, Any]]] = {
     "rotary_embedding": {"gptj": {5: False}},
     "layer_norm": {"no-bias": {2: None}},
     "linear": {"no-bias": {2: None}},
+    "fp8_linear": {"no-bias": {3: None}},
+    "fp8_block_linear": {"no-bias": {5: None}},
 }
 
 

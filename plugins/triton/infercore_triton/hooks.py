@@ -27,8 +27,18 @@ def register_attention_backends(register: RegisterFn) -> None:
     register("triton", "infercore_triton.backend:TritonAttentionBackend")
 
 
+#: FP8 GEMMs, registered for CUDA only (ROCm's FP8 is the e4m3fnuz format; each checks the GPU's
+#: compute capability and falls back to the reference without FP8 tensor cores).
+FP8_OPS = {
+    "fp8_linear": "infercore_triton.fp8_scaled_mm:fp8_linear",
+    "fp8_block_linear": "infercore_triton.fp8_block_gemm:fp8_block_linear",
+}
+
+
 @hookimpl
 def register_custom_ops(register: RegisterFn) -> None:
     for platform in TRITON_PLATFORMS:
         for name, target in CUSTOM_OPS.items():
             register(name, target, platform=platform)
+    for name, target in FP8_OPS.items():
+        register(name, target, platform="cuda")

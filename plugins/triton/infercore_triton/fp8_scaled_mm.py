@@ -1,0 +1,33 @@
+"""W8A8 GEMM with per-channel FP8 weight scales through ``torch._scaled_mm`` (cuBLASLt's FP8 path)."""
+
+from __future__ import annotations
+
+import torch
+
+from infercore.plugin_api import fp8_reference, op_reference
+from infercore_triton.fp8_support import has_rowwise_scaled_mm
+
+
+def _fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    # cuBLASLt's FP8 GEMM wants K and N in multiples of 16 and, with row-wise scales, bf16 output.
+    n, k = weight.shape
+    return (x.dtype == torch.bfloat16 and k % 16 == 0 and n % 16 == 0 and x.numel() > 0
+            and has_rowwise_scaled_mm(x.device))
+
+
+def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+               bias: torch.Tensor | None = None, input_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """Custom op ``fp8_linear`` on GPUs with row-wise scaled FP8 GEMMs; elsewhere the reference."""
+    if not _fits(x, weight):
+        return op_reference.fp8_linear(x, weight, weight_scale, bias, input_scale)
+    x2 = x.reshape(-1, x.shape[-1])
+    if input_scale is None:
+        xq, xs = fp8_reference.quantize_per_token(x2)
+    else:
+        xs = input_scale.float().reshape(1, 1).expand(x2.shape[0], 1).contiguous()
+        xq = (x2.float() / xs).clamp(-fp8_reference.FP8_MAX, fp8_reference.FP8_MAX).to(fp8_reference.FP8_DTYPE)
+    out = torch._scaled_mm(xq, weight.t(), scale_a=xs.contiguous(), scale_b=weight_scale.float().reshape(1, -1),
+                           out_dtype=x.dtype)
+    if bias is not None:
+        out = out + bias
+    return out.reshape(*x.shape[:-1], weight.shape[0])

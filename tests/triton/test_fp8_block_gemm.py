@@ -1,0 +1,42 @@
+"""The block-scaled FP8 GEMM kernel against core's W8A8 reference, through Triton's interpreter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from triton_cases import rel_err
+
+from infercore.quantization import fp8_math
+from infercore_triton.fp8_block_gemm import fp8_block_gemm, fp8_block_linear
+
+
+def _case(m: int, n: int, k: int, block: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g) * 0.1
+    wq, ws = fp8_math.quantize_blockwise(w, block, block)
+    return x, wq, ws, torch.randn(n, generator=g)
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 64, 64), (5, 96, 64), (40, 100, 80)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_kernel_matches_reference(m: int, n: int, k: int, with_bias: bool) -> None:
+    # 100 rows and 80 columns leave partial 32x32 blocks at the edges; 40 rows span three 16-row tiles.
+    x, wq, ws, bias = _case(m, n, k, 32)
+    xq, xs = fp8_math.quantize_per_group(x, 32)
+    out = fp8_block_gemm(xq, xs, wq, ws, 32, 32, bias if with_bias else None, torch.float32)
+    ref = fp8_math.fp8_block_linear(x, wq, ws, 32, 32, bias if with_bias else None)
+    assert out.shape == ref.shape == (m, n)
+    assert rel_err(out, ref) < 1e-5
+
+
+def test_bfloat16_output() -> None:
+    x, wq, ws, _ = _case(7, 64, 128, 64)
+    xq, xs = fp8_math.quantize_per_group(x.bfloat16(), 64)
+    out = fp8_block_gemm(xq, xs, wq, ws, 64, 64, None, torch.bfloat16)
+    assert out.dtype == torch.bfloat16
+    assert rel_err(out, fp8_math.fp8_block_linear(x.bfloat16(), wq, ws, 64, 64)) < 1e-2
+
+
+def test_op_without_fp8_tensor_cores_is_the_reference() -> None:
+    x, wq, ws, bias = _case(3, 64, 64, 32)
+    assert torch.equal(fp8_block_linear(x, wq, ws, 32, 32, bias), fp8_math.fp8_block_linear(x, wq, ws, 32, 32, bias))
