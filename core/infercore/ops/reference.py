@@ -12,6 +12,9 @@ import torch.nn.functional as F
 # The FP8 GEMMs are defined next to the quantization they belong to.
 from infercore.quantization.fp8_math import fp8_block_linear, fp8_linear  # noqa: F401
 
+# So is the fused-MoE op.
+from infercore.layers.fused_moe.reference import fused_moe  # noqa: F401
+
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """``weight * x / sqrt(mean(x**2) + eps)`` over the last dimension."""

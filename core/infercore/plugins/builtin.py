@@ -14,6 +14,8 @@ def register_models(register: RegisterFn) -> None:
     register("MistralForCausalLM", "infercore.models.mistral:MistralForCausalLM")
     register("Qwen2ForCausalLM", "infercore.models.qwen2:Qwen2ForCausalLM")
     register("Qwen3ForCausalLM", "infercore.models.qwen3:Qwen3ForCausalLM")
+    register("Gemma3ForCausalLM", "infercore.models.gemma3:Gemma3ForCausalLM")
+    register("Phi3ForCausalLM", "infercore.models.phi3:Phi3ForCausalLM")
     register("Qwen3MoeForCausalLM", "infercore.models.qwen3_moe:Qwen3MoeForCausalLM")
     register("MixtralForCausalLM", "infercore.models.mixtral:MixtralForCausalLM")
 
@@ -39,7 +41,7 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("embedding", "infercore.ops.reference:embedding")
     register("alibi_bias", "infercore.ops.reference:alibi_bias")
     register("gumbel_argmax", "infercore.ops.reference:gumbel_argmax")
-    register("fused_moe", "infercore.layers.fused_moe.reference:fused_moe")
+    register("fused_moe", "infercore.ops.reference:fused_moe")
 
 
 @hookimpl
