@@ -1,7 +1,9 @@
 """`infercore bench throughput`: offline generation speed on named workloads, optionally beside HF.
 
 Workloads of one model shape given together (``--workload w-gpu,w-gpu-sampling``) run one after
-another in one engine, so their figures compare like with like.
+another in one engine, so their figures compare like with like. A variant of another shape or engine
+setting (``w-gpu-8b,w-gpu-8b-fp8``) runs in an engine of its own, in a process of its own, after its
+baseline.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 from infercore.benchmarks.flops import H200_BF16_DENSE_FLOPS, generation_flops
@@ -173,7 +176,9 @@ def _workloads(text: str) -> list[Workload]:
         raise argparse.ArgumentTypeError(f"unknown workload {', '.join(unknown) or repr(text)}; "
                                          f"choose from {', '.join(sorted(WORKLOADS))}")
     workloads = [WORKLOADS[name] for name in dict.fromkeys(names)]
-    if len({w.engine_shape() for w in workloads}) > 1:
+    first = workloads[0].engine_shape()
+    given = {w.name for w in workloads}
+    if any(w.engine_shape() != first and w.variant_of not in given for w in workloads):
         raise argparse.ArgumentTypeError(f"{', '.join(names)} differ in model shape or engine settings; "
                                          "run them in separate calls")
     return workloads
@@ -203,25 +208,68 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
+
+    workloads: list[Workload] = args.workload
+    if args.num_requests:
+        workloads = [dataclasses.replace(w, num_requests=args.num_requests) for w in workloads]
+    groups: dict[tuple[str, str, int, str], list[Workload]] = {}
+    for workload in workloads:
+        groups.setdefault(workload.engine_shape(), []).append(workload)
+    if len(groups) == 1:
+        run_engine(workloads, args, {})
+        return 0
+    ours: dict[str, dict[str, Any]] = {}
+    for group in groups.values():
+        ours = run_engine_in_child(group, args, ours)
+    return 0
+
+
+def _child(queue: Any, workloads: list[Workload], args: argparse.Namespace, ours: dict[str, Any]) -> None:
+    queue.put(run_engine(workloads, args, ours))
+
+
+def run_engine_in_child(workloads: list[Workload], args: argparse.Namespace,
+                        ours: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """:func:`run_engine` in a fresh process, so the previous engine's device memory is all free."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_child, args=(queue, workloads, args, ours))
+    child.start()
+    while True:
+        try:
+            result = queue.get(timeout=5)
+            break
+        except Empty:
+            if not child.is_alive():
+                names = ", ".join(w.name for w in workloads)
+                raise RuntimeError(f"the engine of {names} exited (code {child.exitcode}) before reporting; "
+                                   "its error is above") from None
+    child.join()
+    return result
+
+
+def run_engine(workloads: list[Workload], args: argparse.Namespace,
+               ours: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Run ``workloads`` (one engine shape) in one engine, printing one JSON line each; ``ours`` holds
+    earlier results, for the fraction of a variant's baseline. Returns it with these added."""
     import gc
 
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    workloads: list[Workload] = args.workload
-    if args.num_requests:
-        workloads = [dataclasses.replace(w, num_requests=args.num_requests) for w in workloads]
 
     def report(workload: Workload, result: dict[str, Any]) -> None:
         common = {"workload": workload.name, "torch": torch.__version__, "hardware": _hardware(),
                   "peak_rss_mib": round(_peak_rss_mib(), 1), "peak_device_mib": _device_peak_mib()}
         print(json.dumps({**common, **result}), flush=True)
 
+    ours = dict(ours)
     with tempfile.TemporaryDirectory(prefix="infercore-bench-") as tmp:
         folder = workloads[0].write_model_folder(Path(tmp) / workloads[0].name)
         llm = make_llm(workloads[0], folder, args)
-        ours: dict[str, dict[str, Any]] = {}
         for workload in workloads:
             result = run_infercore(workload, llm, args)
             baseline = ours.get(workload.variant_of or "")
@@ -237,4 +285,4 @@ def run(args: argparse.Namespace) -> int:
                 theirs["ratio_infercore_over_hf"] = round(ours[workload.name]["output_tok_s"] / theirs["output_tok_s"], 2)
                 report(workload, theirs)
     sys.stdout.flush()
-    return 0
+    return ours

@@ -89,6 +89,13 @@ _W_GPU = Workload(
     dtype="bfloat16", max_model_len=4096, num_requests=256, prompt_len=(100, 1024),
     output_len=(100, 1024), token_id_max=10000, temperature=0.6, bandwidth_ceiling_tok_s=35_000)
 
+#: Qwen3-8B's shape (untied head), W-GPU's requests; the FP8 variant is the shape of its ``-FP8`` release:
+#: e4m3 weights with 128x128 block scales, activations quantized per token and 128-column group.
+_W_GPU_8B = dataclasses.replace(
+    _W_GPU, name="w-gpu-8b", bandwidth_ceiling_tok_s=None,
+    model_config={**_qwen3(151936, 4096, 12288, 36, 32, 8, 128, "bfloat16", 40960), "tie_word_embeddings": False})
+_FP8_BLOCK = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
 WORKLOADS: dict[str, Workload] = {
     "w-cpu": Workload(
         name="w-cpu", model_config=_qwen3(32000, 512, 1536, 8, 8, 4, 64, "float32", 4096), dtype="float32",
@@ -103,4 +110,8 @@ WORKLOADS: dict[str, Workload] = {
     "w-gpu-prefill": dataclasses.replace(
         _W_GPU, name="w-gpu-prefill", prompt_len=(2048, 2048), output_len=(16, 16),
         bandwidth_ceiling_tok_s=None, compute_bound=True),
+    "w-gpu-8b": _W_GPU_8B,
+    "w-gpu-8b-fp8": dataclasses.replace(
+        _W_GPU_8B, name="w-gpu-8b-fp8", variant_of="w-gpu-8b",
+        model_config={**_W_GPU_8B.model_config, "quantization_config": _FP8_BLOCK}),
 }
