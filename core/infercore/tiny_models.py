@@ -116,6 +116,16 @@ _ARCH_CONFIGS: dict[str, dict[str, Any]] = {
     "MistralForCausalLM": {"model_type": "mistral", "rope_theta": 10000.0, "sliding_window": None},
     "Qwen2ForCausalLM": {"model_type": "qwen2", "rope_theta": 10000.0},
     "Qwen3ForCausalLM": {"model_type": "qwen3", "rope_theta": 10000.0, "head_dim": 16},
+    # Three layers (sliding, sliding, global), a window shorter than most test sequences, different rope
+    # per layer kind, a query scale that differs from the head size and a final logit cap.
+    "Gemma3ForCausalLM": {"model_type": "gemma3_text", "head_dim": 16, "num_hidden_layers": 3,
+                          "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+                          "sliding_window": 8, "query_pre_attn_scalar": 24, "final_logit_softcapping": 5.0,
+                          "tie_word_embeddings": True, "rope_parameters": {
+                              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                              "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0}}},
+    "Phi3ForCausalLM": {"model_type": "phi3", "rope_theta": 10000.0, "sliding_window": None,
+                        "original_max_position_embeddings": 2048, "eos_token_id": None, "pad_token_id": None},
     "Qwen3MoeForCausalLM": {"model_type": "qwen3_moe", "rope_theta": 10000.0, "head_dim": 16, "num_experts": 8,
                             "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": True,
                             "decoder_sparse_step": 1, "mlp_only_layers": []},

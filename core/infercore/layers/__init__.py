@@ -3,7 +3,7 @@
 from infercore.layers.activation import GELU, GeGLU, SiluAndMul
 from infercore.layers.alibi import alibi_slopes
 from infercore.layers.fused_linear import MergedColumnParallelLinear, QKVParallelLinear
-from infercore.layers.layernorm import LayerNorm, RMSNorm
+from infercore.layers.layernorm import GemmaRMSNorm, LayerNorm, RMSNorm
 from infercore.layers.linear import ColumnParallelLinear, RowParallelLinear
 from infercore.layers.position_embedding import LearnedPositionEmbedding
 from infercore.layers.rotary_embedding import RotaryEmbedding, get_rope
@@ -14,6 +14,7 @@ __all__ = [
     "GELU",
     "ColumnParallelLinear",
     "GeGLU",
+    "GemmaRMSNorm",
     "LayerNorm",
     "LearnedPositionEmbedding",
     "MergedColumnParallelLinear",

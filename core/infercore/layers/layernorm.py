@@ -29,6 +29,23 @@ class RMSNorm(nn.Module):
         return self._add_norm(x, residual, self.weight, self.eps)
 
 
+class GemmaRMSNorm(RMSNorm):
+    """Gemma's RMSNorm, which scales by ``1 + weight``: the checkpoint's weight is loaded plus one
+    (computed in float32), so the forward pass is the plain RMSNorm op."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__(hidden_size, eps)
+        self.weight.weight_loader = self.weight_loader
+
+    @staticmethod
+    def weight_loader(param: nn.Parameter, loaded: torch.Tensor) -> None:
+        """Copy ``1 + loaded`` into ``param`` (the checkpoint stores the offset from one)."""
+        if param.shape != loaded.shape:
+            raise ValueError(f"checkpoint norm weight of shape {tuple(loaded.shape)} does not fit parameter of "
+                             f"shape {tuple(param.shape)}; the config does not match the weights")
+        param.data.copy_(loaded.float() + 1.0)
+
+
 class LayerNorm(nn.Module):
     """Layer norm over the last dimension with a learned scale and (optionally) bias: the custom op
     ``layer_norm`` (a platform may replace its torch reference)."""

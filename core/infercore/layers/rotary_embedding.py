@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from infercore.layers.layernorm import RMSNorm
-from infercore.layers.rope_frequencies import FREQUENCY_FUNCTIONS
+from infercore.layers.longrope import LONGROPE_TYPES, longrope_cos_sin_cache
+from infercore.layers.rope_frequencies import FREQUENCY_FUNCTIONS, base_inv_freq
 from infercore.ops import get_op
 
 
@@ -59,12 +60,16 @@ class RotaryEmbedding(nn.Module):
 def get_rope(head_size: int, rotary_dim: int, max_position: int, base: float,
              rope_scaling: dict[str, Any] | None, dtype: torch.dtype, is_neox: bool = True) -> RotaryEmbedding:
     """Build the rotary embedding for a rope scaling dict in HF's format (``rope_type`` or ``type``:
-    default, linear, llama3 or yarn). Linear and YaRN extend the cache to ``max_position * factor``."""
+    default, linear, llama3, yarn or longrope). Linear and YaRN extend the cache to ``max_position * factor``."""
     params = dict(rope_scaling or {})
     rope_type = params.get("rope_type") or params.get("type") or "default"
+    if rope_type in LONGROPE_TYPES:
+        rope = RotaryEmbedding(head_size, rotary_dim, 1, base_inv_freq(rotary_dim, base), 1.0, dtype, is_neox)
+        rope.cos_sin_cache = longrope_cos_sin_cache(rotary_dim, base, max_position, params).to(dtype)
+        return rope
     if rope_type not in FREQUENCY_FUNCTIONS:
         raise ValueError(f"rope scaling type {rope_type!r} is not supported; supported types: "
-                         f"{', '.join(sorted(FREQUENCY_FUNCTIONS))}")
+                         f"{', '.join(sorted([*FREQUENCY_FUNCTIONS, *LONGROPE_TYPES]))}")
     inv_freq, attention_factor = FREQUENCY_FUNCTIONS[rope_type](rotary_dim, base, max_position, params)
     length = max_position
     if rope_type in ("linear", "yarn") and params.get("factor"):
