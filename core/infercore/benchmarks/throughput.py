@@ -110,6 +110,17 @@ def _limits(workload: Workload, prompts: list[list[int]], output_lens: list[int]
     return {}
 
 
+def _release_device_memory() -> None:
+    """Collect what a dropped engine left and hand the GPU's cached blocks back to the driver."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def run_hf(workload: Workload, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     """HF transformers on the same workload: static batches (CPU) or ``generate_batch`` (GPU)."""
     import torch
@@ -279,6 +290,10 @@ def run_engine(workloads: list[Workload], args: argparse.Namespace,
             ours[workload.name] = result
             report(workload, result)  # printed before the next run, so a failing one loses nothing
         if args.compare_hf:
+            # HF's copy of the model needs the device memory the engine holds (a 30B MoE fits once, not twice).
+            llm.llm_engine.engine_core.shutdown()
+            del llm
+            _release_device_memory()
             for workload in workloads:
                 gc.collect()
                 theirs = run_hf(workload, folder, args)

@@ -94,6 +94,15 @@ _W_GPU = Workload(
 _W_GPU_8B = dataclasses.replace(
     _W_GPU, name="w-gpu-8b", bandwidth_ceiling_tok_s=None,
     model_config={**_qwen3(151936, 4096, 12288, 36, 32, 8, 128, "bfloat16", 40960), "tie_word_embeddings": False})
+#: Qwen3-30B-A3B's shape (every layer sparse: 128 experts, 8 per token), 256 requests of 512 prompt and
+#: 256 output tokens.
+_W_GPU_MOE = dataclasses.replace(
+    _W_GPU, name="w-gpu-moe", bandwidth_ceiling_tok_s=None, max_model_len=1024, prompt_len=(512, 512),
+    output_len=(256, 256),
+    model_config={**_qwen3(151936, 2048, 6144, 48, 32, 4, 128, "bfloat16", 40960), "tie_word_embeddings": False,
+                  "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": 128,
+                  "num_experts_per_tok": 8, "moe_intermediate_size": 768, "norm_topk_prob": True,
+                  "decoder_sparse_step": 1, "mlp_only_layers": []})
 _FP8_BLOCK = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
 
 WORKLOADS: dict[str, Workload] = {
@@ -111,6 +120,7 @@ WORKLOADS: dict[str, Workload] = {
         _W_GPU, name="w-gpu-prefill", prompt_len=(2048, 2048), output_len=(16, 16),
         bandwidth_ceiling_tok_s=None, compute_bound=True),
     "w-gpu-8b": _W_GPU_8B,
+    "w-gpu-moe": _W_GPU_MOE,
     "w-gpu-8b-fp8": dataclasses.replace(
         _W_GPU_8B, name="w-gpu-8b-fp8", variant_of="w-gpu-8b",
         model_config={**_W_GPU_8B.model_config, "quantization_config": _FP8_BLOCK}),
