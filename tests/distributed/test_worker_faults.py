@@ -6,27 +6,17 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import psutil
 import pytest
+from distributed_cases import start_server
 
 FLAGS = ["--max-model-len", "1024", "--num-gpu-blocks-override", "80", "--max-num-seqs", "4", "--cpu-threads", "1",
          "--served-model-name", "tiny", "--tensor-parallel-size", "2"]
 LONG = {"model": "tiny", "prompt": "a", "max_tokens": 1000, "ignore_eos": True, "temperature": 0, "stream": True}
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Stream(threading.Thread):
@@ -50,26 +40,6 @@ class Stream(threading.Thread):
         finally:
             self.ended_at = time.monotonic()
             self.first_chunk.set()
-
-
-def _start(model: Path, backend: str, log: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    cmd = [sys.executable, "-m", "infercore.entrypoints.cli", "serve", str(model), "--port", str(port), *FLAGS,
-           "--distributed-executor-backend", backend]
-    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError(f"server did not start:\n{log.read_text()}")
 
 
 def _worker_pids(server: psutil.Process, backend: str) -> list[int]:
@@ -100,7 +70,7 @@ def _engine_pid(server: psutil.Process) -> int:
 @pytest.mark.parametrize(("backend", "victim"), [("mp", "worker"), ("ray", "worker"), ("mp", "engine")])
 def test_killed_process_fails_request_health_503_and_everything_exits(qwen3_folder, tmp_path, backend: str,
                                                                       victim: str) -> None:
-    proc, url = _start(qwen3_folder, backend, tmp_path / "server.log")
+    proc, url = start_server(qwen3_folder, tmp_path / "server.log", *FLAGS, "--distributed-executor-backend", backend)
     try:
         server = psutil.Process(proc.pid)
         workers = _worker_pids(server, backend)
