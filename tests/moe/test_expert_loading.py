@@ -112,3 +112,16 @@ def test_intermediate_size_must_split_over_ranks(tp_rank) -> None:
     tp_rank(0, 4)
     with pytest.raises(ValueError, match=r"expert intermediate size \(6\) is not divisible"):
         FusedMoE(EXPERTS, 2, HIDDEN, INTER, renormalize=True)
+
+
+def test_expert_intermediate_size_is_checked_before_workers_start() -> None:
+    from transformers import AutoConfig
+
+    from infercore.layers.tensor_parallel import check_shardable
+
+    config = AutoConfig.for_model("qwen3_moe", num_attention_heads=16, num_key_value_heads=2, intermediate_size=64,
+                                  moe_intermediate_size=24)
+    check_shardable(config, 2)
+    with pytest.raises(ValueError, match=r"expert intermediate size \(24\) is not divisible by the tensor-parallel "
+                                         r"size \(16\)"):
+        check_shardable(config, 16)

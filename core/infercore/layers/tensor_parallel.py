@@ -47,7 +47,8 @@ def divide(numerator: int, denominator: int, what: str) -> int:
 
 def check_shardable(text_config: Any, size: int) -> None:
     """Raise (before any worker starts) if a model of this config cannot be split over ``size`` ranks:
-    attention heads, KV heads (or ranks per KV head), intermediate size and hidden size must divide."""
+    attention heads, KV heads (or ranks per KV head), intermediate size (and experts' intermediate size)
+    and hidden size must divide."""
     if size == 1:
         return
     heads = text_config.num_attention_heads
@@ -55,6 +56,9 @@ def check_shardable(text_config: Any, size: int) -> None:
     divide(heads, size, "number of attention heads")
     kv_heads_per_rank(kv_heads, size)
     divide(text_config.intermediate_size, size, "intermediate size")
+    moe_intermediate = getattr(text_config, "moe_intermediate_size", None)
+    if moe_intermediate:
+        divide(moe_intermediate, size, "expert intermediate size")
 
 
 def kv_heads_per_rank(kv_heads: int, size: int) -> int:
