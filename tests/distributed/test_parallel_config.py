@@ -50,3 +50,10 @@ def test_engine_refuses_an_unsplittable_model_before_starting_workers(qwen3_fold
     monkeypatch.setattr(multiproc.subprocess, "Popen", no_workers)
     with pytest.raises(ValueError, match="number of attention heads"):
         LLM(model=str(qwen3_folder), tensor_parallel_size=3, dtype="float32", num_gpu_blocks_override=16)
+
+
+def test_a_worker_that_cannot_start_fails_the_engine_with_its_reason(qwen3_folder) -> None:
+    # The folder has safetensors only; asking for .bin weights fails in the workers, when they load.
+    with pytest.raises(RuntimeError, match=r"worker [01] failed to start: FileNotFoundError: no weights"):
+        LLM(model=str(qwen3_folder), tensor_parallel_size=2, dtype="float32", num_gpu_blocks_override=16,
+            load_format="pt", cpu_threads=1)

@@ -14,6 +14,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 import msgspec
@@ -85,19 +86,27 @@ class MultiprocExecutor(Executor):
             assert proc.stdin is not None
             proc.stdin.write(msgspec.msgpack.encode(launch))
             proc.stdin.close()
-        errors = []
-        for rank, queue in enumerate(self.replies):
-            try:
-                reply = decode_reply(queue.read(STARTUP_TIMEOUT_S, self._all_alive))
-            except QueueTimeout:
-                raise RuntimeError(f"worker {rank} did not start: {self._failure()}; see the log above") from None
-            if reply.error:
-                errors.append(f"worker {reply.rank}: {reply.error}")
-        if errors:
-            raise RuntimeError("workers failed to start: " + "; ".join(errors))
+        self._wait_ready()
         for queue in [self.calls, *self.reply_queues]:
             queue.unlink()  # every worker has attached: no name is left to leak
         logger.info("%d worker processes ready", self.world_size)
+
+    def _wait_ready(self) -> None:
+        """Wait for every worker's ready message; the first error (or death) ends the wait, since its
+        peers may be waiting for it in the process group's rendezvous."""
+        waiting = set(range(self.world_size))
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while waiting:
+            for rank in sorted(waiting):
+                if self.replies[rank].poll():
+                    reply = decode_reply(self.replies[rank].read(timeout=1.0))
+                    if reply.error:
+                        raise RuntimeError(f"worker {rank} failed to start: {reply.error}")
+                    waiting.discard(rank)
+            if waiting and (not self._all_alive() or time.monotonic() > deadline):
+                reason = self._failure() if not self._all_alive() else f"no answer within {STARTUP_TIMEOUT_S:.0f} s"
+                raise RuntimeError(f"workers {sorted(waiting)} did not start: {reason}; see the log above")
+            time.sleep(0.01)
 
     def _all_alive(self) -> bool:
         return all(p.poll() is None for p in self.procs)
