@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import CASES, ENGINE_ARGS
+from dense_cases import CASES, ENGINE_ARGS, FREEING_WINDOW
 from transformers import AutoModelForCausalLM
 
 from infercore import LLM, SamplingParams
@@ -62,6 +62,7 @@ def test_greedy_matches_hf_with_chunked_prefill_and_prefix_hits(case_folder, cas
     folder = case_folder(case)
     llm = LLM(model=str(folder), **{**ENGINE_ARGS, "max_num_batched_tokens": CHUNK_BUDGET})
     try:
+        assert llm.llm_engine.engine_core.scheduler.kv_cache_manager.sliding_window == FREEING_WINDOW[case]
         chunked = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=MAX_NEW_TOKENS, ignore_eos=True,
                                                        logprobs=NUM_LOGPROBS, prompt_logprobs=NUM_LOGPROBS),
                                use_tqdm=False)

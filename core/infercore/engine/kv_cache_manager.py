@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from infercore.engine.block_hash import extend_block_hashes
-from infercore.engine.block_pool import BlockPool, KVBlock
+from infercore.engine.block_pool import NULL_BLOCK_ID, BlockPool, KVBlock
 from infercore.engine.request import Request
+
+
+def freeing_window(layer_windows: Iterable[int | None]) -> int | None:
+    """The window that bounds what any attention layer reads: the largest window when every layer
+    slides, None when a layer attends to the whole context (then no block can ever be freed early)."""
+    windows = list(layer_windows)
+    if not windows or any(w is None for w in windows):
+        return None
+    return max(w for w in windows if w is not None)
 
 
 class KVCacheManager:
@@ -16,15 +27,28 @@ class KVCacheManager:
     attention reads the cache. Blocks whose KV was never written leave the cache again: those past
     a request's computed tokens when it frees them (it was preempted before its step ran), and those
     of a step that failed (the scheduler takes them with :meth:`take_newly_cached` each step).
+
+    With ``sliding_window`` set (every attention layer slides, none further than it: see
+    :func:`freeing_window`), a query at position ``p`` reads keys after ``p - sliding_window`` only,
+    so a block whose last token is at or before ``num_computed_tokens - sliding_window`` is never read
+    again. Such blocks go back to the pool (keeping their prefix-cache entry) the next time the
+    request allocates; the request's table keeps the null block in their place. Backends must then
+    read no key outside a query's window (the attention kernels start at the window's first key).
     """
 
-    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True,
+                 sliding_window: int | None = None) -> None:
+        if sliding_window is not None and sliding_window <= 0:
+            raise ValueError(f"sliding_window must be positive or None, got {sliding_window}")
         self.block_size = block_size
         self.enable_caching = enable_caching
+        self.sliding_window = sliding_window
         self.pool = BlockPool(num_blocks)
         self._req_blocks: dict[str, list[KVBlock]] = {}
         #: Per request, how many of its leading blocks went through the prefix cache.
         self._num_cached_blocks: dict[str, int] = {}
+        #: Per request, how many of its leading blocks left the window and went back to the pool.
+        self._num_skipped_blocks: dict[str, int] = {}
         #: Blocks put into the prefix cache since the last :meth:`take_newly_cached`.
         self._newly_cached: list[KVBlock] = []
         #: Cumulative prefix-cache counters, in tokens.
@@ -77,6 +101,8 @@ class KVCacheManager:
         bs = self.block_size
         rid = request.request_id
         blocks = self._req_blocks.get(rid)
+        if blocks is not None and self.sliding_window is not None:
+            self._free_out_of_window(request, blocks, self.sliding_window)
         if blocks is not None and new_computed_blocks is None:
             # Decode fast path: the tokens fit the blocks held.
             num_tokens = request.num_computed_tokens + num_new_tokens
@@ -122,6 +148,20 @@ class KVCacheManager:
                 newly_cached.append(blocks[i])
         self._num_cached_blocks[rid] = num_full
 
+    def _free_out_of_window(self, request: Request, blocks: list[KVBlock], window: int) -> None:
+        """Give back the leading blocks no query of this request can read any more: the next query is
+        at position ``num_computed_tokens`` or later and reads no key before ``position - window + 1``."""
+        rid = request.request_id
+        first_needed = max(0, request.num_computed_tokens - window + 1) // self.block_size
+        start = self._num_skipped_blocks.get(rid, 0)
+        if first_needed <= start:
+            return
+        null = self.pool.blocks[NULL_BLOCK_ID]
+        gone = blocks[start:first_needed]
+        blocks[start:first_needed] = [null] * len(gone)
+        self.pool.free(gone)
+        self._num_skipped_blocks[rid] = first_needed
+
     def take_newly_cached(self) -> list[KVBlock]:
         """The blocks put into the prefix cache since the previous call: those a step is about to write."""
         taken, self._newly_cached = self._newly_cached, []
@@ -132,13 +172,14 @@ class KVCacheManager:
         the computed tokens are taken out of the prefix cache, as their KV was never written."""
         blocks = self._req_blocks.pop(request.request_id, None)
         self._num_cached_blocks.pop(request.request_id, None)
+        skipped = self._num_skipped_blocks.pop(request.request_id, 0)
         if blocks is None:
             return
         pool = self.pool
         for block in blocks[request.num_computed_tokens // self.block_size:]:
             if block.ref_cnt == 1:
                 pool.uncache_block(block)
-        pool.free(blocks)
+        pool.free(blocks[skipped:])
 
     def get_block_ids(self, request: Request) -> list[int]:
         return [b.block_id for b in self._req_blocks.get(request.request_id, ())]

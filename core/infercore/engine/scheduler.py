@@ -39,6 +39,9 @@ class Scheduler:
     The books are the same whether or not the engine schedules step N+1 before step N's tokens
     are known (async scheduling): scheduled tokens count as computed when the step is scheduled,
     and a sample the step will draw counts as a placeholder token until it is folded in.
+
+    ``sliding_window`` (set when every attention layer of the model slides) lets the KV manager give
+    back the blocks of a running request that left the window.
     """
 
     def __init__(
@@ -49,6 +52,7 @@ class Scheduler:
         num_blocks: int,
         block_size: int,
         max_num_batched_tokens: int | None = None,
+        sliding_window: int | None = None,
     ) -> None:
         self.max_model_len = max_model_len
         self.block_size = block_size
@@ -61,7 +65,8 @@ class Scheduler:
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
                 f"({max_model_len}), so without chunked prefill a long prompt could never run; "
                 "enable chunked prefill or raise max_num_batched_tokens")
-        self.kv_cache_manager = KVCacheManager(num_blocks, block_size, cache_config.enable_prefix_caching)
+        self.kv_cache_manager = KVCacheManager(num_blocks, block_size, cache_config.enable_prefix_caching,
+                                               sliding_window=sliding_window)
         blocks_per_seq = -(-max_model_len // block_size)
         if blocks_per_seq > self.kv_cache_manager.num_usable_blocks:
             raise ValueError(

@@ -12,6 +12,7 @@ import torch
 from infercore.attention.backend import AttentionBackend, AttentionRequest, CommonAttentionMetadata
 from infercore.attention.binding import bind_attention, layer_specs
 from infercore.config import InfercoreConfig
+from infercore.engine.kv_cache_manager import freeing_window
 from infercore.engine.messages import Logprobs
 from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from infercore.forward_context import ForwardContext, set_forward_context
@@ -105,6 +106,10 @@ class ModelRunner:
         self._pending: PendingSample | None = None
         self._sampled_host = torch.zeros(self.max_num_reqs, dtype=torch.long,
                                          pin_memory=self.platform.capabilities.pin_memory and not self.buffers.same)
+
+    def kv_freeing_window(self) -> int | None:
+        """The window past which no attention layer reads a request's KV (None when one reads it all)."""
+        return freeing_window(s.sliding_window for s in layer_specs(self.model))
 
     def page_size_bytes(self) -> int:
         """Bytes one block takes across all layers."""

@@ -1,0 +1,147 @@
+"""Blocks that left every layer's sliding window go back to the pool while their request runs.
+
+The rule: when every attention layer slides, a query at position ``p`` reads keys after
+``p - window`` (the largest window) only, so blocks wholly before ``num_computed_tokens - window + 1``
+are freed; a model with a global layer frees nothing early.
+"""
+
+from __future__ import annotations
+
+from sched_fakes import make_request, next_token
+
+from infercore.config import CacheConfig, SchedulerConfig
+from infercore.engine.block_pool import NULL_BLOCK_ID
+from infercore.engine.kv_cache_manager import KVCacheManager, freeing_window
+from infercore.engine.scheduler import Scheduler
+from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+
+
+def test_freeing_window_is_the_largest_window_only_when_every_layer_slides() -> None:
+    assert freeing_window([8, 4, 8]) == 8
+    assert freeing_window([8, None, 8]) is None
+    assert freeing_window([None]) is None
+    assert freeing_window([]) is None
+
+
+def _prefill(kv: KVCacheManager, request) -> list[int]:
+    ids = kv.allocate_slots(request, request.num_tokens, [])
+    assert ids is not None
+    request.num_computed_tokens = request.num_tokens
+    return ids
+
+
+def test_blocks_before_the_window_are_freed_on_the_next_allocation() -> None:
+    kv = KVCacheManager(num_blocks=12, block_size=4, sliding_window=6)
+    req = make_request("a", 20)
+    ids = _prefill(kv, req)
+    assert len(ids) == 5 and kv.num_free_blocks == 6
+    # The next query is at position 20 and reads keys 15..20: blocks 0-2 (positions 0-11) are done.
+    new = kv.allocate_slots(req, 1)
+    assert new is not None and len(new) == 1
+    assert kv.num_free_blocks == 6 + 3 - 1
+    assert kv.get_block_ids(req)[:3] == [NULL_BLOCK_ID] * 3 and kv.get_block_ids(req)[3:5] == ids[3:]
+    kv.free(req)
+    assert kv.num_free_blocks == kv.num_usable_blocks
+
+
+def test_a_block_still_in_the_window_is_kept() -> None:
+    kv = KVCacheManager(num_blocks=12, block_size=4, sliding_window=9)
+    req = make_request("a", 20)
+    ids = _prefill(kv, req)
+    # The query at 20 reads keys 12..20: blocks 0-2 go, block 3 (positions 12-15) stays.
+    kv.allocate_slots(req, 1)
+    assert kv.get_block_ids(req)[:4] == [NULL_BLOCK_ID] * 3 + [ids[3]]
+    req.num_computed_tokens = 23
+    kv.allocate_slots(req, 1)  # reads keys 15..23: position 15 keeps block 3
+    assert kv.get_block_ids(req)[3] == ids[3]
+    req.num_computed_tokens = 24
+    kv.allocate_slots(req, 1)  # reads keys 16..24
+    assert kv.get_block_ids(req)[3] == NULL_BLOCK_ID
+
+
+def test_nothing_is_freed_without_a_window() -> None:
+    kv = KVCacheManager(num_blocks=12, block_size=4)
+    req = make_request("a", 20)
+    ids = _prefill(kv, req)
+    kv.allocate_slots(req, 1)
+    assert kv.get_block_ids(req)[:5] == ids
+
+
+def test_freed_blocks_keep_their_prefix_cache_entries() -> None:
+    kv = KVCacheManager(num_blocks=12, block_size=4, sliding_window=4)
+    prompt = list(range(100, 120))
+    a = make_request("a", prompt)
+    a_ids = _prefill(kv, a)
+    kv.allocate_slots(a, 1)
+    assert kv.get_block_ids(a)[0] == NULL_BLOCK_ID
+    b = make_request("b", prompt)
+    hit, num_hit = kv.get_computed_blocks(b)
+    assert num_hit == 16 and [blk.block_id for blk in hit] == a_ids[:4]
+
+
+class WindowedRunner:
+    """Writes each scheduled token into the slot its block table names and, before sampling, checks
+    that the positions a query may still read (the last ``window``) hold the request's tokens."""
+
+    def __init__(self, block_size: int, window: int) -> None:
+        self.block_size, self.window = block_size, window
+        self.kv: dict[int, dict[int, int]] = {}
+        self.state: dict[str, tuple[list[int], list[int]]] = {}
+
+    def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        for rid in out.finished_req_ids:
+            self.state.pop(rid, None)
+        start_of: dict[str, int] = {}
+        for new in out.scheduled_new_reqs:
+            self.state[new.req_id] = (list(new.prompt_token_ids) + list(new.output_token_ids), list(new.block_ids))
+            start_of[new.req_id] = new.num_computed_tokens
+        for cached in out.scheduled_cached_reqs:
+            self.state[cached.req_id][1].extend(cached.new_block_ids)
+            start_of[cached.req_id] = cached.num_computed_tokens
+        req_ids, sampled = [], []
+        bs = self.block_size
+        for rid, num in out.num_scheduled_tokens.items():
+            tokens, blocks = self.state[rid]
+            start = start_of[rid]
+            for pos in range(start, start + num):
+                assert blocks[pos // bs] != NULL_BLOCK_ID, f"{rid} writes position {pos} into the null block"
+                self.kv.setdefault(blocks[pos // bs], {})[pos % bs] = tokens[pos]
+            new_tokens: list[int] = []
+            if start + num == len(tokens):
+                readable = range(max(0, len(tokens) - self.window), len(tokens))
+                cached = [self.kv.get(blocks[p // bs], {}).get(p % bs) for p in readable]
+                assert cached == tokens[readable.start:], f"the window of {rid} lost its tokens"
+                new_tokens = [next_token(tokens)]
+                tokens.extend(new_tokens)
+            req_ids.append(rid)
+            sampled.append(new_tokens)
+        return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, logprobs=None, prompt_logprobs=None)
+
+
+def _run(window: int | None) -> tuple[dict[str, list[int]], int]:
+    """Four requests whose whole sequences need 4 x 12 blocks in a pool of 20; window 8 needs 3-4 each."""
+    bs = 4
+    sched = Scheduler(SchedulerConfig(max_num_seqs=8), CacheConfig(block_size=bs), max_model_len=64,
+                      num_blocks=20, block_size=bs, max_num_batched_tokens=32, sliding_window=window)
+    for i in range(4):
+        sched.add_request(make_request(f"r{i}", 10 + i, max_tokens=36, ignore_eos=True))
+    runner = WindowedRunner(bs, window or 64)
+    results: dict[str, list[int]] = {}
+    for _ in range(1000):
+        if not sched.has_unfinished_requests():
+            break
+        out = sched.schedule()
+        for o in sched.update_from_output(out, runner.execute(out)).outputs:
+            results.setdefault(o.request_id, []).extend(o.new_token_ids)
+    assert not sched.has_unfinished_requests()
+    assert sched.kv_cache_manager.num_free_blocks == sched.kv_cache_manager.num_usable_blocks
+    return results, sched.num_preemptions
+
+
+def test_sliding_window_requests_run_without_preemption_where_full_attention_preempts() -> None:
+    windowed, windowed_preemptions = _run(window=8)
+    full, full_preemptions = _run(window=None)
+    assert full_preemptions > 0, "the pool should be too small for full attention"
+    assert windowed_preemptions == 0
+    assert all(len(tokens) == 36 for tokens in windowed.values()) and len(windowed) == 4
+    assert windowed == full
