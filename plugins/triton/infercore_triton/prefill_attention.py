@@ -115,9 +115,10 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
     _, num_heads, head_size = q.shape
     _, _, page, kv_heads, _ = kv_cache.shape
     head_pad = triton.next_power_of_2(head_size)
+    # BLOCK_M is a constexpr, so it must not follow the step's max_query_len: a short prefill run
+    # would build a kernel variant while serving. Rows past a short run end their program early.
     if block_m is None:
         block_m = 64 if head_pad <= 128 else 32
-    block_m = min(block_m, max(16, triton.next_power_of_2(max_query_len)))
     # 64 x 32 tiles, 4 warps, 3 stages: the best of 24 configurations on an H200 for a W-GPU prefill
     # step (16k tokens of 27 prompts, 16/8 heads of 128, bf16): 258 us, 192 TFLOP/s.
     block_n = block_n or 32
