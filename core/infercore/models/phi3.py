@@ -35,14 +35,14 @@ class Phi3ForCausalLM(LlamaForCausalLM):
         gate_up = {"gate_proj": config.intermediate_size, "up_proj": config.intermediate_size}
         for name, tensor in weights:
             if ".qkv_proj." in name:
-                yield from _split_rows(name, tensor, "qkv_proj", qkv)
+                yield from split_fused_rows(name, tensor, "qkv_proj", qkv)
             elif ".gate_up_proj." in name:
-                yield from _split_rows(name, tensor, "gate_up_proj", gate_up)
+                yield from split_fused_rows(name, tensor, "gate_up_proj", gate_up)
             else:
                 yield name, tensor
 
 
-def _split_rows(name: str, tensor: torch.Tensor, fused: str,
+def split_fused_rows(name: str, tensor: torch.Tensor, fused: str,
                 parts: dict[str, int]) -> Iterator[tuple[str, torch.Tensor]]:
     """Cut a fused checkpoint tensor along its rows into the named projections of the given sizes."""
     total = sum(parts.values())
