@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from infercore.config import (
         InfercoreConfig,
     )
+    from infercore.kv_cache import fp8 as kv_cache_fp8
     from infercore.kv_cache.spec import (
         KVCacheSpec,
     )
@@ -189,6 +190,7 @@ _LAZY: dict[str, str] = {
 _LAZY_MODULES: dict[str, str] = {
     "attention_reference": "infercore.attention.reference",
     "fp8_reference": "infercore.quantization.fp8_math",
+    "kv_cache_fp8": "infercore.kv_cache.fp8",
     "op_reference": "infercore.ops.reference",
 }
 
@@ -260,6 +262,7 @@ __all__ = [
     "get_op",
     "get_rope",
     "hookimpl",
+    "kv_cache_fp8",
     "load_checkpoint_weights",
     "model_class",
     "op_reference",

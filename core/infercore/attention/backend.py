@@ -94,7 +94,7 @@ class AttentionImpl(ABC):
     """Runs attention for one layer; built with that layer's :class:`AttentionLayerSpec`.
 
     The spec's fields are also attributes (``self.num_heads``, ``self.scale``,
-    ``self.sliding_window``…) for convenience.
+    ``self.sliding_window``, ``self.k_scale``…) for convenience.
     """
 
     def __init__(self, spec: AttentionLayerSpec, *positional: object) -> None:
@@ -109,6 +109,8 @@ class AttentionImpl(ABC):
         self.num_kv_heads = spec.num_kv_heads
         self.sliding_window = spec.sliding_window
         self.alibi_slopes = spec.alibi_slopes
+        self.k_scale = spec.k_scale
+        self.v_scale = spec.v_scale
 
     @abstractmethod
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
@@ -126,6 +128,11 @@ class AttentionImpl(ABC):
         write all tokens first, then attend; never interleave per request. Attention of a query at
         position ``p`` covers context positions ``0..p`` (within ``sliding_window`` when set, with the
         ALiBi bias when ``alibi_slopes`` is set), scaled by ``scale``.
+
+        **FP8 cache.** When ``kv_cache`` is float8_e4m3fn, write ``K / k_scale`` and ``V / v_scale``
+        saturated to +-448 and read entries back multiplied by the scale, as
+        :mod:`infercore.kv_cache.fp8` does; every query (prefill ones included) attends over the
+        stored, quantized K/V, so a token's result does not depend on whether it was cached.
         """
 
 

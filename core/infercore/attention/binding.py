@@ -34,7 +34,8 @@ def layer_specs(model: nn.Module) -> list[AttentionLayerSpec]:
 def bind_attention(model: nn.Module, backend_cls: type[AttentionBackend], kv_caches: list[torch.Tensor],
                    dtype: torch.dtype | None = None, kv_cache_dtype: torch.dtype | None = None) -> None:
     """Give every :class:`Attention` layer of ``model`` an impl of ``backend_cls`` (built with the layer's
-    spec, completed with the dtypes) and its cache, ``kv_caches[layer.layer_index]``."""
+    spec, completed with the dtypes and the layer's KV cache scales) and its cache,
+    ``kv_caches[layer.layer_index]``."""
     impl_cls = backend_cls.get_impl_cls()
     for module in attention_layers(model):
         if module.layer_index >= len(kv_caches):
@@ -42,6 +43,7 @@ def bind_attention(model: nn.Module, backend_cls: type[AttentionBackend], kv_cac
                              "caches were allocated, one per attention layer is needed")
         cache = kv_caches[module.layer_index]
         spec = dataclasses.replace(module.spec, dtype=dtype or module.spec.dtype,
-                                   kv_cache_dtype=kv_cache_dtype or cache.dtype)
+                                   kv_cache_dtype=kv_cache_dtype or cache.dtype,
+                                   k_scale=module.k_scale, v_scale=module.v_scale)
         module.impl = impl_cls(spec)
         module.kv_cache = cache

@@ -17,7 +17,8 @@ class Attention(nn.Module):
     slice of the pool) after the model is built; the model only calls ``forward(q, k, v)``. The
     layer's :attr:`spec` is how the model declares its KV cache: the runner sizes the cache from
     the specs of the model's Attention layers (heads, KV heads, head size, window), not from
-    the Hugging Face config's field names.
+    the Hugging Face config's field names. ``k_scale`` / ``v_scale`` are the per-tensor scales of an
+    fp8 KV cache, set by the weight loader from the checkpoint (1.0 when it has none).
     """
 
     def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int,
@@ -33,6 +34,8 @@ class Attention(nn.Module):
         self.num_kv_heads = num_kv_heads
         self.layer_index = layer_index
         self.sliding_window = sliding_window
+        self.k_scale = 1.0
+        self.v_scale = 1.0
         self.impl: AttentionImpl | None = None
         self.kv_cache: torch.Tensor = torch.empty(0)
 

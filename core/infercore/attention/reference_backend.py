@@ -1,7 +1,7 @@
 """The "reference" attention backend: the torch reference as a backend, for any platform.
 
 Slow (one SDPA per request, host-side loops) but complete: sliding windows, ALiBi, GQA, any
-dtype torch runs. Conformance tests compare other backends with it, and a new platform may
+dtype torch runs, fp8 caches. Conformance tests compare other backends with it, and a new platform may
 start on it before its own kernels exist.
 """
 
@@ -54,10 +54,11 @@ class ReferenceAttentionImpl(AttentionImpl):
                 metadata: Any, out: torch.Tensor) -> torch.Tensor:
         meta: ReferenceMetadata = metadata
         n = meta.num_actual_tokens
-        write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping)
+        spec = self.spec
+        write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping, spec.k_scale, spec.v_scale)
         slopes = self._slopes.to(q.device) if self._slopes is not None else None
         return paged_attention(q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_table, self.scale,
-                               out, self.sliding_window, slopes, meta.num_reqs)
+                               out, self.sliding_window, slopes, meta.num_reqs, spec.k_scale, spec.v_scale)
 
 
 class ReferenceAttentionBackend(AttentionBackend):

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from infercore.kv_cache.fp8 import validate_kv_scale
+
 
 @dataclass(frozen=True)
 class AttentionLayerSpec:
@@ -20,6 +22,10 @@ class AttentionLayerSpec:
     query at position ``p`` see keys at positions ``p - window < t <= p``; ``alibi_slopes`` (one per
     query head, None = no ALiBi) adds ``slope_h * (t - p)`` to every score of head ``h``.
     ``dtype`` is the activation dtype of ``q``/``k``/``v``, ``kv_cache_dtype`` the cache's.
+    ``k_scale`` / ``v_scale`` (plugin API 1.2) are the layer's per-tensor KV cache scales: an fp8 cache
+    (``kv_cache_dtype`` float8_e4m3fn) stores ``K / k_scale`` and ``V / v_scale`` saturated to +-448 and
+    reads them back multiplied by the scale (see :mod:`infercore.kv_cache.fp8`); caches of other dtypes
+    ignore them. A backend without fp8 support refuses such a cache in its ``validate``.
     """
 
     num_heads: int
@@ -31,6 +37,8 @@ class AttentionLayerSpec:
     alibi_slopes: tuple[float, ...] | None = None
     dtype: torch.dtype = torch.float32
     kv_cache_dtype: torch.dtype = torch.float32
+    k_scale: float = 1.0
+    v_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.num_heads <= 0 or self.num_kv_heads <= 0 or self.head_size <= 0:
@@ -45,3 +53,5 @@ class AttentionLayerSpec:
         if self.alibi_slopes is not None and len(self.alibi_slopes) != self.num_heads:
             raise ValueError(f"attention layer {self.layer_index}: {len(self.alibi_slopes)} ALiBi slopes for "
                              f"{self.num_heads} heads; give one slope per query head")
+        validate_kv_scale("k_scale", self.k_scale, self.layer_index)
+        validate_kv_scale("v_scale", self.v_scale, self.layer_index)

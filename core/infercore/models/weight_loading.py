@@ -9,6 +9,8 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from infercore.kv_cache.scales import KVScaleLoader
+
 
 @dataclass(frozen=True)
 class StackedParam:
@@ -55,11 +57,13 @@ def load_checkpoint_weights(model: nn.Module, weights: Iterable[tuple[str, torch
                             extra: ExtraLoader | None = None) -> None:
     """Load every tensor of ``weights`` into ``model``; a tensor with no parameter, or a parameter
     no tensor fills, is an error naming it. Rotary ``inv_freq`` buffers and names starting with
-    ``ignore_prefixes`` are skipped; ``extra`` takes the tensors it recognises first."""
+    ``ignore_prefixes`` are skipped; ``extra`` takes the tensors it recognises first; the attention
+    layers' KV cache scales (``self_attn.k_scale``…) set their fp8 cache's scales."""
     params = dict(model.named_parameters())
     expected = _checkpoint_names([p for p in params if extra is None or not extra.owns(p)], stacked)
     loaded: set[str] = set()
     kind = type(model).__name__
+    kv_scales = KVScaleLoader(model)
     for name, tensor in weights:
         if name.endswith("rotary_emb.inv_freq") or name.startswith(ignore_prefixes):
             continue
@@ -69,6 +73,9 @@ def load_checkpoint_weights(model: nn.Module, weights: Iterable[tuple[str, torch
         stack = next((s for s in stacked if f".{s.source}." in name), None)
         target = name.replace(f".{stack.source}.", f".{stack.fused}.") if stack else name
         param = params.get(target)
+        if param is None and kv_scales.load(name, tensor):
+            loaded.add(name)
+            continue
         if param is None:
             raise ValueError(f"checkpoint tensor {name!r} matches no parameter of {kind}; the checkpoint is "
                              "for a different architecture or config")

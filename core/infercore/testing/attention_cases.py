@@ -1,7 +1,7 @@
 """Attention conformance cases: random ragged steps over a paged cache, and the reference's answer.
 
 Each case is a named step (requests of ``(seq_len, query_len)``, optional sliding window, ALiBi, cache
-blocks shared between requests); :func:`run_case` runs a backend on it and returns the error
+blocks shared between requests, an fp8 cache); :func:`run_case` runs a backend on it and returns the error
 against the torch reference, so a failure names the case and says by how much it is off.
 """
 
@@ -15,6 +15,7 @@ import torch
 from infercore.attention.backend import AttentionBackend, AttentionRequest, CommonAttentionMetadata
 from infercore.attention.reference import paged_attention, write_kv
 from infercore.attention.spec import AttentionLayerSpec
+from infercore.kv_cache.fp8 import FP8_KV_DTYPE
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore.layers.alibi import alibi_slopes
 
@@ -33,6 +34,17 @@ class AttentionCase:
     share: dict[int, tuple[int, int]] = field(default_factory=dict)  # request -> (source request, blocks)
     #: Pad the step as a captured graph would: extra slots of -1 and longer host length tensors.
     padded: bool = False
+    #: An fp8 (e4m3) cache with these per-tensor scales instead of a cache in the activation dtype.
+    fp8_scales: tuple[float, float] | None = None
+
+    def kv_cache_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        """The cache dtype of this case when activations are ``dtype``."""
+        return FP8_KV_DTYPE if self.fp8_scales is not None else dtype
+
+    @property
+    def scales(self) -> tuple[float, float]:
+        """``(k_scale, v_scale)`` of the case's cache (1.0 unless fp8)."""
+        return self.fp8_scales or (1.0, 1.0)
 
 
 CASES: tuple[AttentionCase, ...] = (
@@ -47,6 +59,16 @@ CASES: tuple[AttentionCase, ...] = (
     AttentionCase("sliding window", ((30, 30), (17, 1), (40, 8), (70, 1), (48, 16)), sliding_window=7),
     AttentionCase("alibi", ((30, 30), (17, 1), (40, 8), (33, 2)), alibi=True),
     AttentionCase("graph padding", ((16, 1), (17, 1), (70, 1)), padded=True),
+)
+
+#: Cases over an fp8 cache, run for backends whose ``validate`` accepts one. K/V are N(0, 1): the
+#: second case's K scale saturates every |k| above 0.9 at 448, which backend and reference must share.
+FP8_CASES: tuple[AttentionCase, ...] = (
+    AttentionCase("fp8 cache, mixed step", ((30, 30), (17, 1), (40, 8), (70, 1), (33, 2)), fp8_scales=(0.5, 2.0)),
+    AttentionCase("fp8 cache, saturating scale, prefix sharing", ((40, 8), (32, 32), (48, 1)),
+                  share={0: (1, 2)}, fp8_scales=(0.002, 1.0)),
+    AttentionCase("fp8 cache, sliding window", ((30, 30), (70, 1), (48, 16)), sliding_window=7,
+                  fp8_scales=(1.0, 1.0)),
 )
 
 
@@ -73,7 +95,7 @@ def build_step(case: AttentionCase, device: torch.device, dtype: torch.dtype, se
     num_blocks = 1 + sum(_blocks(s) for s, _ in case.requests)
     free = list(range(1, num_blocks))  # block 0 is the null block
     random.Random(seed).shuffle(free)
-    cache = torch.randn(2, num_blocks, BLOCK, KV_HEADS, HEAD, generator=gen).to(dtype)
+    cache = torch.randn(2, num_blocks, BLOCK, KV_HEADS, HEAD, generator=gen).to(case.kv_cache_dtype(dtype))
     rows: list[list[int]] = [[] for _ in case.requests]
     order = sorted(range(len(case.requests)), key=lambda i: i in case.share)  # sources first
     for i in order:
@@ -99,7 +121,8 @@ def build_step(case: AttentionCase, device: torch.device, dtype: torch.dtype, se
             k[:first_cached], v[:first_cached] = context[src][0][:first_cached], context[src][1][:first_cached]
         cached = seq_len - query_len
         req_slots = _slots(rows[i], seq_len)
-        write_kv(k[first_cached:cached], v[first_cached:cached], cache, req_slots[first_cached:cached])
+        write_kv(k[first_cached:cached], v[first_cached:cached], cache, req_slots[first_cached:cached],
+                 *case.scales)
         context[i] = (k, v)
     qs, ks, vs, slots, starts = [], [], [], [], [0]
     for i, (seq_len, query_len) in enumerate(case.requests):
@@ -140,13 +163,14 @@ def layer_spec(case: AttentionCase, dtype: torch.dtype) -> AttentionLayerSpec:
     return AttentionLayerSpec(num_heads=HEADS, head_size=HEAD, num_kv_heads=KV_HEADS, scale=HEAD**-0.5,
                               sliding_window=case.sliding_window,
                               alibi_slopes=alibi_slopes(HEADS) if case.alibi else None, dtype=dtype,
-                              kv_cache_dtype=dtype)
+                              kv_cache_dtype=case.kv_cache_dtype(dtype), k_scale=case.scales[0],
+                              v_scale=case.scales[1])
 
 
 def attention_request(case: AttentionCase, dtype: torch.dtype, device_type: str) -> AttentionRequest:
     """What the case asks of a backend (for its ``validate``)."""
     return AttentionRequest(num_heads=HEADS, num_kv_heads=KV_HEADS, head_size=HEAD, dtype=dtype,
-                            kv_cache_dtype=dtype, block_size=BLOCK, device_type=device_type,
+                            kv_cache_dtype=case.kv_cache_dtype(dtype), block_size=BLOCK, device_type=device_type,
                             sliding_window=case.sliding_window, alibi=case.alibi)
 
 
@@ -161,12 +185,13 @@ def run_case(backend: type[AttentionBackend], case: AttentionCase, device: torch
     q, k, v, cache, common = build_step(case, device, dtype)
     ref_cache = cache.clone()
     n = common.num_actual_tokens
-    write_kv(k[:n], v[:n], ref_cache, common.slot_mapping)
+    write_kv(k[:n], v[:n], ref_cache, common.slot_mapping, *case.scales)
     spec = layer_spec(case, dtype)
     slopes = torch.tensor(spec.alibi_slopes, device=device) if spec.alibi_slopes else None
     expected = paged_attention(q, ref_cache, common.query_start_loc_cpu, common.seq_lens_cpu, common.block_table,
-                               spec.scale, torch.zeros_like(q), case.sliding_window, slopes, common.num_reqs)
-    kv_spec = KVCacheSpec(BLOCK, KV_HEADS, HEAD, dtype)
+                               spec.scale, torch.zeros_like(q), case.sliding_window, slopes, common.num_reqs,
+                               *case.scales)
+    kv_spec = KVCacheSpec(BLOCK, KV_HEADS, HEAD, case.kv_cache_dtype(dtype))
     builder = backend.get_builder_cls()(kv_spec, device, 64, 512)
     impl = backend.get_impl_cls()(spec)
     out = torch.zeros_like(q)

@@ -19,6 +19,7 @@ from infercore.platforms.selection import current_platform, set_current_platform
 from infercore.plugins.manager import get_plugin_manager
 from infercore.testing.attention_cases import (
     CASES,
+    FP8_CASES,
     AttentionCase,
     attention_request,
     default_layout,
@@ -157,7 +158,6 @@ def _backend(backend_name: str | None, platform: Platform, case: AttentionCase,
     return name, get_plugin_manager().registry("attention_backend").load(name)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_attention_matches_reference(backend_name: str | None, platform: Platform, check_dtype: torch.dtype,
                                      case: AttentionCase) -> None:
     name, backend = _backend(backend_name, platform, case, check_dtype)
@@ -174,6 +174,17 @@ def test_attention_matches_reference(backend_name: str | None, platform: Platfor
                                         f"reference by {result.output_error:.2e} (relative; allowed {tol:.0e})")
 
 
+def _fp8_cases(config: pytest.Config, backend_name: str | None) -> tuple[AttentionCase, ...]:
+    """The fp8-cache cases, when the backend (the platform's choice for them, by default) accepts one."""
+    platform = get_plugin_manager().registry("platform").load(_platform_name(config))()
+    caps = platform.capabilities
+    dtype = torch.float32 if torch.float32 in caps.supported_dtypes else caps.default_dtype
+    request = attention_request(FP8_CASES[0], dtype, platform.device_type)
+    name = backend_name or platform.select_attention_backend(request)
+    backend = get_plugin_manager().registry("attention_backend").load(name)
+    return FP8_CASES if not backend.validate(request) and default_layout(backend) else ()
+
+
 # -- custom ops ------------------------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Capability checks for the flags the platform sets; attention checks per backend asked for
@@ -183,7 +194,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("flag", [f for f in FLAG_CHECKS if f == "supported_dtypes" or getattr(caps, f)])
     if "backend_name" in metafunc.fixturenames:
         backends = metafunc.config.getoption("--infercore-attention-backend") or [None]
-        metafunc.parametrize("backend_name", backends, ids=[b or "platform-choice" for b in backends])
+        if "case" in metafunc.fixturenames:
+            params = [pytest.param(b, case, id=f"{b or 'platform-choice'}-{case.name}")
+                      for b in backends for case in CASES + _fp8_cases(metafunc.config, b)]
+            metafunc.parametrize(("backend_name", "case"), params)
+        else:
+            metafunc.parametrize("backend_name", backends, ids=[b or "platform-choice" for b in backends])
     if "op" not in metafunc.fixturenames:
         return
     name = _platform_name(metafunc.config)

@@ -16,6 +16,7 @@ from infercore.engine.kv_cache_manager import freeing_window
 from infercore.engine.messages import Logprobs
 from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from infercore.forward_context import ForwardContext, set_forward_context
+from infercore.kv_cache.fp8 import kv_cache_dtype
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore.platforms.interface import UNPROFILED_KV_FRACTION, Platform
 from infercore.plugins.manager import get_plugin_manager
@@ -31,8 +32,7 @@ logger = logging.getLogger(__name__)
 
 
 def _kv_dtype(config: InfercoreConfig, model_dtype: torch.dtype) -> torch.dtype:
-    name = config.cache.kv_cache_dtype
-    return model_dtype if name == "auto" else getattr(torch, name)
+    return kv_cache_dtype(config.cache.kv_cache_dtype, model_dtype)
 
 
 class ModelRunner:

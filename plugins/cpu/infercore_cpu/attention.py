@@ -3,7 +3,8 @@
 Decode requests (one query token each) are served in a few groups of similar context length: each
 group's K/V is gathered through the block table into a persistent scratch buffer (fresh large
 allocations cost page faults on every layer) and attended with one SDPA call under a length mask.
-Prefill requests run one SDPA each; a request with nothing cached uses its fresh K/V directly.
+Prefill requests run one SDPA each; a request with nothing cached uses its fresh K/V directly
+(rounded through the cache format when the cache is fp8, so it attends over what a later step reads).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from infercore.plugin_api import (
     AttentionMetadataBuilder,
     CommonAttentionMetadata,
     attention_reference,
+    kv_cache_fp8,
 )
 
 attend = attention_reference.attend
@@ -120,7 +122,7 @@ class TorchPagedAttentionImpl(AttentionImpl):
                 metadata: Any, out: torch.Tensor) -> torch.Tensor:
         meta: TorchPagedMetadata = metadata
         n = meta.num_actual_tokens
-        write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping)
+        write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
         if self.alibi_slopes is not None:
             return self._with_alibi(q, kv_cache, meta, out)
         for group in meta.decode_groups:
@@ -136,11 +138,13 @@ class TorchPagedAttentionImpl(AttentionImpl):
         for group in meta.decode_groups:
             for row, seq_len, index in zip(group.rows.tolist(), group.seq_lens.tolist(),
                                            group.request_indices.tolist(), strict=True):
-                keys, values = gather_context(kv_cache, meta.block_table[index], seq_len)
+                keys, values = gather_context(kv_cache, meta.block_table[index], seq_len, self.k_scale,
+                                              self.v_scale)
                 mask = causal_mask(1, seq_len, self.sliding_window, q.device)
                 out[row:row + 1] = attend(q[row:row + 1], keys, values, mask, self.scale, slopes)
         for req in meta.prefills:
-            keys, values = gather_context(kv_cache, meta.block_table[req.index], req.seq_len)
+            keys, values = gather_context(kv_cache, meta.block_table[req.index], req.seq_len, self.k_scale,
+                                          self.v_scale)
             mask = causal_mask(req.end - req.start, req.seq_len, self.sliding_window, q.device)
             out[req.start:req.end] = attend(q[req.start:req.end], keys, values, mask, self.scale, slopes)
         return out
@@ -151,10 +155,23 @@ class TorchPagedAttentionImpl(AttentionImpl):
         torch.index_select(cache, 0, group.blocks, out=buf)
         return buf.view(group.rows.numel(), -1, self.num_kv_heads, self.head_size).transpose(1, 2)
 
+    @staticmethod
+    def _read(entries: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+        """Cache entries as ``dtype`` values (an fp8 cache's dequantized with its scale)."""
+        if kv_cache_fp8.is_fp8_kv(entries.dtype):
+            return kv_cache_fp8.dequantize_kv(entries, scale, dtype)
+        return entries.to(dtype)
+
+    def _stored(self, x: torch.Tensor, scale: float, kv_cache: torch.Tensor) -> torch.Tensor:
+        """``x`` as the cache will give it back (quantized and dequantized when the cache is fp8)."""
+        if kv_cache_fp8.is_fp8_kv(kv_cache.dtype):
+            return kv_cache_fp8.dequantize_kv(kv_cache_fp8.quantize_kv(x, scale), scale, x.dtype)
+        return x
+
     def _decode(self, q: torch.Tensor, kv_cache: torch.Tensor, group: DecodeGroup,
                 scratch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        keys = self._gather(kv_cache[0], group, scratch[0]).to(q.dtype)
-        values = self._gather(kv_cache[1], group, scratch[1]).to(q.dtype)
+        keys = self._read(self._gather(kv_cache[0], group, scratch[0]), self.k_scale, q.dtype)
+        values = self._read(self._gather(kv_cache[1], group, scratch[1]), self.v_scale, q.dtype)
         mask = group.valid
         if self.sliding_window is not None:
             positions = torch.arange(keys.shape[2]).view(1, 1, 1, -1)
@@ -170,12 +187,14 @@ class TorchPagedAttentionImpl(AttentionImpl):
         if req.seq_len == query_len and self.sliding_window is None:
             # Nothing cached before this step: attend over the fresh K/V with a plain causal mask.
             # Batched (4-D) inputs: torch's CPU flash kernel takes those, 3-D ones fall back to math.
+            keys = self._stored(k[req.start:req.end], self.k_scale, kv_cache)
+            values = self._stored(v[req.start:req.end], self.v_scale, kv_cache)
             out = F.scaled_dot_product_attention(
-                qs.transpose(0, 1).unsqueeze(0), k[req.start:req.end].transpose(0, 1).unsqueeze(0),
-                v[req.start:req.end].transpose(0, 1).unsqueeze(0),
+                qs.transpose(0, 1).unsqueeze(0), keys.transpose(0, 1).unsqueeze(0),
+                values.transpose(0, 1).unsqueeze(0),
                 is_causal=True, scale=self.scale, enable_gqa=self.num_heads != self.num_kv_heads)
             return out.squeeze(0).transpose(0, 1)
-        keys, values = gather_context(kv_cache, block_table[req.index], req.seq_len)
+        keys, values = gather_context(kv_cache, block_table[req.index], req.seq_len, self.k_scale, self.v_scale)
         mask = causal_mask(query_len, req.seq_len, self.sliding_window, q.device)
         return attend(qs, keys, values, mask, self.scale)
 

@@ -1,4 +1,7 @@
-"""The "triton" attention backend: paged KV cache write, split-K decode and ragged prefill kernels."""
+"""The "triton" attention backend: paged KV cache write, split-K decode and ragged prefill kernels.
+
+An fp8 (e4m3) cache is quantized with saturation on write and read back with the layer's scales.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +18,10 @@ from infercore.plugin_api import (
     AttentionRequest,
     CommonAttentionMetadata,
     KVCacheSpec,
+    kv_cache_fp8,
 )
 from infercore_triton.decode_attention import DecodeConfig, decode_attention
+from infercore_triton.fp8_support import has_fp8_dot
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
 
@@ -62,6 +67,13 @@ def _multiprocessor_count(device: torch.device) -> int:
         props = torch.xpu.get_device_properties(device)
         return int(getattr(props, "gpu_subslice_count", 0) or getattr(props, "max_compute_units", 64))
     return 4
+
+
+def _converts_fp8(device_type: str) -> bool:
+    """Whether Triton converts e4m3 on this device type's current device (NVIDIA 8.9+, or the interpreter)."""
+    if device_type != "cuda" or not torch.cuda.is_available():
+        return True
+    return has_fp8_dot(torch.device("cuda", torch.cuda.current_device()))
 
 
 @dataclass
@@ -119,16 +131,19 @@ class TritonAttentionImpl(AttentionImpl):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                 metadata: Any, out: torch.Tensor) -> torch.Tensor:
         meta: TritonAttentionMetadata = metadata
-        write_kv(k, v, kv_cache, meta.slot_mapping)
+        # Scales only mean something to an fp8 cache; other caches are read as stored.
+        k_scale, v_scale = (self.k_scale, self.v_scale) if kv_cache_fp8.is_fp8_kv(kv_cache.dtype) else (1.0, 1.0)
+        write_kv(k, v, kv_cache, meta.slot_mapping, k_scale, v_scale)
         n, d = meta.num_reqs, meta.num_decodes
         if d > 0:
             decode_attention(q[:d], kv_cache, meta.seq_lens[:d], meta.block_table[:d], self.scale, out[:d],
                              num_splits=meta.num_splits, sliding_window=self.sliding_window,
-                             config=meta.decode_config)
+                             config=meta.decode_config, k_scale=k_scale, v_scale=v_scale)
         if d < n:
             # Query rows are addressed through query_start_loc, which already counts the decodes' tokens.
             prefill_attention(q, kv_cache, meta.query_start_loc[d:n + 1], meta.seq_lens[d:n], meta.block_table[d:n],
-                              self.scale, out, meta.max_query_len, sliding_window=self.sliding_window)
+                              self.scale, out, meta.max_query_len, sliding_window=self.sliding_window,
+                              k_scale=k_scale, v_scale=v_scale)
         return out
 
 
@@ -147,9 +162,14 @@ class TritonAttentionBackend(AttentionBackend):
         if request.alibi:
             reasons.append("ALiBi biases are not implemented in the Triton kernels")
         supported = (torch.float32, torch.float16, torch.bfloat16)
-        for what, dtype in (("dtype", request.dtype), ("KV cache dtype", request.kv_cache_dtype)):
-            if dtype not in supported:
-                reasons.append(f"{what} {dtype} is not one of float32, float16, bfloat16")
+        if request.dtype not in supported:
+            reasons.append(f"dtype {request.dtype} is not one of float32, float16, bfloat16")
+        if request.kv_cache_dtype not in (*supported, kv_cache_fp8.FP8_KV_DTYPE):
+            reasons.append(f"KV cache dtype {request.kv_cache_dtype} is not one of float32, float16, bfloat16, "
+                           "float8_e4m3fn")
+        elif kv_cache_fp8.is_fp8_kv(request.kv_cache_dtype) and not _converts_fp8(request.device_type):
+            reasons.append("an fp8 KV cache needs a GPU with FP8 conversions (NVIDIA compute capability 8.9+); "
+                           "use --kv-cache-dtype auto")
         return reasons
 
     @staticmethod

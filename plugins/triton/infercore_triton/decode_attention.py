@@ -47,7 +47,7 @@ def dot_precision(dtype: torch.dtype, settings: KernelSettings | None = None) ->
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr,
     out_ptr, part_out_ptr, part_lse_ptr,
-    scale, sliding_window,
+    scale, v_scale, sliding_window,
     stride_qt, stride_qh,
     stride_cb, stride_cs, stride_ch,
     stride_bt,
@@ -100,7 +100,8 @@ def _decode_split_kernel(
         m = m_new
 
     empty = denom == 0.0
-    result = acc / tl.where(empty, 1.0, denom)[:, None]
+    # An fp8 cache's V scale is applied once to the output rather than to every loaded value.
+    result = acc * (v_scale / tl.where(empty, 1.0, denom))[:, None]
     out_mask = g_mask[:, None] & d_mask[None, :]
     if NUM_SPLITS == 1:
         tl.store(out_ptr + seq * stride_ot + heads[:, None] * stride_oh + d[None, :],
@@ -137,12 +138,14 @@ def _decode_reduce_kernel(
 
 def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor,
                      scale: float, out: torch.Tensor, num_splits: int = 1, sliding_window: int | None = None,
-                     config: DecodeConfig | None = None) -> torch.Tensor:
+                     config: DecodeConfig | None = None, k_scale: float = 1.0,
+                     v_scale: float = 1.0) -> torch.Tensor:
     """Attention of one query token per sequence over its paged context.
 
     ``q``/``out`` are [num_seqs, heads, head_size] (row ``i`` is sequence ``i``'s token at position
-    ``seq_lens[i] - 1``); ``kv_cache`` is [2, blocks, block_size, kv_heads, head_size]. A sequence of
-    length 0 gets zeros. Fills ``out`` and returns it.
+    ``seq_lens[i] - 1``); ``kv_cache`` is [2, blocks, block_size, kv_heads, head_size], its entries
+    multiplied by ``k_scale`` / ``v_scale`` when read (an fp8 cache's scales; 1.0 otherwise). A
+    sequence of length 0 gets zeros. Fills ``out`` and returns it.
     """
     config = config or DecodeConfig()
     num_seqs, num_heads, head_size = q.shape
@@ -161,7 +164,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     _decode_split_kernel[(num_seqs, kv_heads, num_splits)](
         q, k_cache, v_cache, block_table, seq_lens,
         out, part_out, part_lse,
-        scale, sliding_window or NO_WINDOW,
+        scale * k_scale, float(v_scale), sliding_window or NO_WINDOW,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_table.stride(0),

@@ -46,7 +46,7 @@ def _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, ac
 @triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt"])
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
-    scale, sliding_window,
+    scale, v_scale, sliding_window,
     stride_qt, stride_qh,
     stride_cb, stride_cs, stride_ch,
     stride_bt,
@@ -96,7 +96,7 @@ def _prefill_kernel(
                                      qk_scale, sliding_window, kv_head, d, d_mask,
                                      stride_cb, stride_cs, stride_ch, PAGE, BLOCK_N, DOT_PRECISION, True)
 
-    result = acc / tl.where(denom == 0.0, 1.0, denom)[:, None]
+    result = acc * (v_scale / tl.where(denom == 0.0, 1.0, denom))[:, None]
     tl.store(out_ptr + tokens[:, None] * stride_ot + head * stride_oh + d[None, :],
              result.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
 
@@ -105,11 +105,12 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
                       seq_lens: torch.Tensor, block_table: torch.Tensor, scale: float, out: torch.Tensor,
                       max_query_len: int, sliding_window: int | None = None,
                       block_m: int | None = None, block_n: int | None = None, num_warps: int = 4,
-                      num_stages: int = 3) -> torch.Tensor:
+                      num_stages: int = 3, k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
     """Causal attention of every request's query run over its paged context.
 
     ``q``/``out`` are [num_tokens, heads, head_size]; ``query_start_loc`` has ``num_reqs + 1`` entries;
-    ``max_query_len`` bounds the query runs (it sizes the launch grid). Fills ``out`` and returns it.
+    ``max_query_len`` bounds the query runs (it sizes the launch grid). Cache entries are multiplied by
+    ``k_scale`` / ``v_scale`` when read (an fp8 cache's scales). Fills ``out`` and returns it.
     """
     num_reqs = seq_lens.shape[0]
     _, num_heads, head_size = q.shape
@@ -127,7 +128,7 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     _prefill_kernel[(num_reqs, num_heads, triton.cdiv(max_query_len, block_m))](
         q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc,
-        scale, sliding_window or NO_WINDOW,
+        scale * k_scale, float(v_scale), sliding_window or NO_WINDOW,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_table.stride(0),

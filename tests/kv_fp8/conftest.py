@@ -1,0 +1,51 @@
+"""FP8 KV cache tests: Triton kernels run through the interpreter, whose float32 -> e4m3 rounding is
+replaced by torch's (round to nearest even) so that kernels and reference can be compared bit for bit.
+
+The interpreter rounds a float32 into e4m3 by adding the first cut-off bit to the mantissa without
+carrying into the exponent, so a value that rounds up to the next power of two comes out half of it
+(1.97 -> 1.0). The GPU's conversion instruction rounds to nearest even, as torch does.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import triton.language as tl  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+from triton.runtime import interpreter  # noqa: E402
+
+_interpreted_fp_to_fp = interpreter.InterpreterBuilder.create_fp_to_fp
+
+
+def _fp_to_fp_nearest_even(self, src, dst_type, rounding_mode):  # noqa: ANN001
+    if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.float8e4nv:
+        values = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32))
+        data = values.to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+        return interpreter.TensorHandle(data, dst_type.scalar)
+    return _interpreted_fp_to_fp(self, src, dst_type, rounding_mode)
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_rounds_to_nearest_even(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_fp_to_fp", _fp_to_fp_nearest_even)
+
+
+@pytest.fixture(scope="module")
+def checkpoint_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny fp32 Qwen3 folder (2 layers, 2 KV heads of 16)."""
+    from infercore.tiny_models import build_model_folder
+
+    return build_model_folder(tmp_path_factory.mktemp("qwen3"), "Qwen3ForCausalLM")
+
+
+def with_kv_scales(src: Path, dst: Path, tensors: dict[str, torch.Tensor]) -> Path:
+    """A copy of checkpoint folder ``src`` whose safetensors also hold ``tensors`` (KV cache scales)."""
+    shutil.copytree(src, dst)
+    weights = dst / "model.safetensors"
+    save_file({**load_file(str(weights)), **tensors}, str(weights))
+    return dst
