@@ -119,12 +119,13 @@ class WindowedRunner:
 
 
 def _run(window: int | None) -> tuple[dict[str, list[int]], int]:
-    """Four requests whose whole sequences need 4 x 12 blocks in a pool of 20; window 8 needs 3-4 each."""
+    """Four requests whose whole sequences need 12 blocks each, in a pool of 19 usable blocks; with
+    window 8 each holds 3 or 4 at a time."""
     bs = 4
-    sched = Scheduler(SchedulerConfig(max_num_seqs=8), CacheConfig(block_size=bs), max_model_len=64,
+    sched = Scheduler(SchedulerConfig(max_num_seqs=8), CacheConfig(block_size=bs), max_model_len=48,
                       num_blocks=20, block_size=bs, max_num_batched_tokens=32, sliding_window=window)
     for i in range(4):
-        sched.add_request(make_request(f"r{i}", 10 + i, max_tokens=36, ignore_eos=True))
+        sched.add_request(make_request(f"r{i}", 10 + i, max_tokens=34, ignore_eos=True))
     runner = WindowedRunner(bs, window or 64)
     results: dict[str, list[int]] = {}
     for _ in range(1000):
@@ -143,5 +144,19 @@ def test_sliding_window_requests_run_without_preemption_where_full_attention_pre
     full, full_preemptions = _run(window=None)
     assert full_preemptions > 0, "the pool should be too small for full attention"
     assert windowed_preemptions == 0
-    assert all(len(tokens) == 36 for tokens in windowed.values()) and len(windowed) == 4
+    assert all(len(tokens) == 34 for tokens in windowed.values()) and len(windowed) == 4
     assert windowed == full
+
+
+def test_a_preempted_request_gives_back_its_blocks_once_and_resumes_from_the_prefix_cache() -> None:
+    kv = KVCacheManager(num_blocks=12, block_size=4, sliding_window=4)
+    req = make_request("a", 20)
+    ids = _prefill(kv, req)
+    kv.allocate_slots(req, 1)
+    assert kv.get_block_ids(req)[:4] == [NULL_BLOCK_ID] * 4
+    kv.free(req)  # preempted: the null entries are not given back, the freed ones not twice
+    assert kv.num_free_blocks == kv.num_usable_blocks
+    assert all(block.ref_cnt == 0 for block in kv.pool.blocks)
+    req.num_computed_tokens = 0
+    hit, num_hit = kv.get_computed_blocks(req)
+    assert num_hit == 16 and [blk.block_id for blk in hit] == ids[:4]
