@@ -33,10 +33,12 @@ def test_kit_passes_cpu(qwen3_folder: Path) -> None:
 
 
 def test_kit_passes_the_example_platform_and_model(gpt2_folder: Path) -> None:
-    proc = run_kit("--infercore-platform", "acme", "--infercore-model", str(gpt2_folder))
+    proc = run_kit("--infercore-platform", "acme", "--infercore-model", str(gpt2_folder), "-rs")
     assert proc.returncode == 0, _summary(proc)
-    assert "custom_op_matches_reference" not in proc.stdout  # nothing failed
-    assert re.search(r"\d+ passed", proc.stdout) and "skipped" not in proc.stdout, _summary(proc)
+    assert re.search(r"\d+ passed", proc.stdout), _summary(proc)
+    # The only cases left out are those the example backend declines in validate (an fp8 cache).
+    skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert all("backend 'acme_attention' declines case 'fp8 cache" in line for line in skips), skips
 
 
 @pytest.fixture

@@ -82,7 +82,12 @@ class AcmeAttentionBackend(AttentionBackend):
 
     @classmethod
     def validate(cls, request: AttentionRequest) -> list[str]:
-        return [] if request.device_type == "cpu" else [f"acme attention runs on the host, not {request.device_type}"]
+        reasons = []
+        if request.device_type != "cpu":
+            reasons.append(f"acme attention runs on the host, not {request.device_type}")
+        if request.kv_cache_dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            reasons.append(f"KV cache dtype {request.kv_cache_dtype} is not implemented (no scaled fp8 cache)")
+        return reasons
 
     @staticmethod
     def get_builder_cls() -> type[AttentionMetadataBuilder]:
