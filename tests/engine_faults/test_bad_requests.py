@@ -13,6 +13,7 @@ import zmq
 from infercore import SamplingParams
 from infercore.engine.core_proc import EngineLoop
 from infercore.engine.messages import EngineCoreOutputs, EngineCoreRequest
+from infercore.engine.output_sender import OutputSender
 from infercore.engine.serial import MessageKind, WireCodec, leading_request_id
 from infercore.sampling_params import StructuredOutputsParams
 
@@ -56,7 +57,8 @@ class Wire:
         self.from_engine, engine_out = self.ctx.socket(zmq.PULL), self.ctx.socket(zmq.PUSH)
         self.from_engine.bind("inproc://engine-out")
         engine_out.connect("inproc://engine-out")
-        self.loop = EngineLoop(engine, engine_in, engine_out, os.getppid())
+        self.sender = OutputSender(engine_out)
+        self.loop = EngineLoop(engine, engine_in, self.sender, os.getppid())
         self.sockets = [engine_in, engine_out, self.to_engine, self.from_engine]
         self.codec = WireCodec()
         self.tokens: dict[str, list[int]] = {}
@@ -81,6 +83,7 @@ class Wire:
         raise AssertionError(f"not done after {max_iterations} loop iterations; finished: {self.finished}")
 
     def close(self) -> None:
+        self.sender.close()
         for socket in self.sockets:
             socket.close(linger=0)
         self.ctx.term()

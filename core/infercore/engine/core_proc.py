@@ -14,13 +14,13 @@ import logging
 import os
 import signal
 import sys
-import time
 from typing import Any
 
 import zmq
 
 from infercore.config import InfercoreConfig
 from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, FinishReason
+from infercore.engine.output_sender import OutputSender
 from infercore.engine.serial import (
     AbortRequests,
     EngineFailure,
@@ -50,12 +50,16 @@ def _user_message(exc: BaseException) -> str:
 
 
 class EngineLoop:
-    """Owns the engine and the two sockets; ``run`` returns the process exit code."""
+    """Owns the engine, the input socket and the output IO thread; ``run`` returns the process exit code.
 
-    def __init__(self, engine: Any, input_socket: zmq.Socket, output_socket: zmq.Socket, parent_pid: int) -> None:
+    The loop never writes to the output socket itself: each step's outputs go to ``sender``, whose
+    thread encodes and sends them while the next step runs.
+    """
+
+    def __init__(self, engine: Any, input_socket: zmq.Socket, sender: OutputSender, parent_pid: int) -> None:
         self.engine = engine
         self.input = input_socket
-        self.output = output_socket
+        self.sender = sender
         self.parent_pid = parent_pid
         self.codec = WireCodec()
         #: Whether an idle step should report the emptied queues and freed KV blocks.
@@ -111,9 +115,7 @@ class EngineLoop:
         return changed
 
     def _send(self, outputs: EngineCoreOutputs) -> None:
-        if not outputs.timestamp:
-            outputs.timestamp = time.time()
-        self.output.send_multipart(self.codec.encode(outputs))
+        self.sender.send(outputs)
 
     def run_once(self) -> None:
         """Take the waiting messages (waiting a little for one while idle), then step if there is work."""
@@ -160,11 +162,14 @@ def run_engine_core(config_json: str, input_address: str, output_address: str, p
             output_socket.send_multipart(codec.encode(EngineFailure(_user_message(exc)), MessageKind.STARTUP_FAILED))
             return
         output_socket.send_multipart(codec.encode(ready))
+        sender = OutputSender(output_socket)
         try:
-            code = EngineLoop(engine, input_socket, output_socket, parent_pid).run()
+            code = EngineLoop(engine, input_socket, sender, parent_pid).run()
         except Exception as exc:
             logger.exception("engine step failed")
-            output_socket.send_multipart(codec.encode(EngineFailure(_user_message(exc)), MessageKind.ENGINE_DEAD))
+            sender.send_message(EngineFailure(_user_message(exc)), MessageKind.ENGINE_DEAD)
+        finally:
+            sender.close()
     finally:
         if engine is not None:
             engine.shutdown()
