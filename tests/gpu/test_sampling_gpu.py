@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from gpu_marks import requires_gpu
@@ -14,6 +15,7 @@ from gumbel_cases import (
 from seeded_batch_cases import check_seeded_rows_ignore_their_neighbours, sample_steps
 
 from infercore.sample import Sampler
+from infercore.sample.row_state import SamplingRowState
 from infercore.sampling_params import SamplingParams
 from infercore_triton.sampling import gumbel_argmax
 
@@ -72,6 +74,32 @@ def test_a_full_batch_of_seeded_requests_draws_as_each_would_alone() -> None:
     alone = [sample_steps(sampler, [p], 3, VOCAB, device)[0] for p in params]
     assert batch == alone
     assert len({tuple(tokens) for tokens in alone}) > BATCH // 2
+
+
+def test_sampling_options_never_wait_for_the_device() -> None:
+    """Penalties, top-k and top-p (top-p alone too), min-p, biases and logprobs at the serving shape,
+    from the runner's per-row state: the step is queued without one device-to-host sync."""
+    options = [SamplingParams(seed=1, top_p=0.9, top_k=50, repetition_penalty=1.1, presence_penalty=0.5),
+               SamplingParams(top_p=0.8), SamplingParams(min_p=0.1, logprobs=5), SamplingParams(temperature=0),
+               SamplingParams(logit_bias={7: 1.0}, min_tokens=4, frequency_penalty=0.2)]
+    device = torch.device("cuda")
+    state = SamplingRowState(BATCH, VOCAB, device, pin_memory=True)
+    for row in range(BATCH):
+        state.add(row, options[row % len(options)], list(range(row, row + 100)), [], eos_token_id=2)
+    sampler, rows = Sampler(), np.arange(BATCH)
+    logits = (torch.randn(BATCH, VOCAB, device=device) * 3).bfloat16()
+    sampler(logits.clone(), state.gather(rows, np.zeros(BATCH, dtype=np.int64)))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for step in range(1, 4):
+            out = sampler(logits.clone(), state.gather(rows, np.full(BATCH, step, dtype=np.int64)))
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert out.sampled_token_ids.shape == (BATCH,) and out.logprobs is not None
+    assert state.penalty_tables is not None
+    # Four steps, each counted on the device in every row of the batch.
+    assert torch.equal(state.penalty_tables.output_counts.sum(dim=1), torch.full((BATCH,), 4.0, device=device))
 
 
 def test_sampling_options_build_no_kernel_variants_mid_run(tiny_model_factory) -> None:

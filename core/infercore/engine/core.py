@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
 import time
@@ -71,8 +72,10 @@ class EngineCore:
         self.grammars = GrammarGate(config, self.model_info.vocab_size, self.model_info.generation_stop_ids)
         # What start-up built (model, caches, registries, compiled kernels) lives as long as the engine:
         # frozen, the cyclic collector no longer walks it on every collection while serving.
+        # Unfrozen at exit, so the interpreter's last collection still finalises them.
         gc.collect()
         gc.freeze()
+        atexit.register(gc.unfreeze)
 
     def add_request(self, request: EngineCoreRequest) -> None:
         """Queue a request; raises ValueError (changing nothing) if it cannot be taken."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from infercore.sample.transfer import to_device
@@ -21,22 +23,23 @@ class SparseLogitBias:
     @classmethod
     def build(
         cls,
-        params: list[SamplingParams],
-        output_token_ids: list[list[int]],
-        eos_token_ids: list[int | None],
+        params: Sequence[tuple[int, SamplingParams, int | None]],
+        num_output_tokens: np.ndarray,
         device: torch.device,
     ) -> SparseLogitBias | None:
-        """Collect every request's biases and min_tokens stop masks, or None when there are none."""
+        """Collect the biases and min_tokens stop masks of ``params``: (batch row, its request's
+        parameters, its EOS token) for the rows that may have either; ``num_output_tokens`` [B] are the
+        tokens each batch row has produced so far. None when there are none."""
         rows: list[int] = []
         token_ids: list[int] = []
         values: list[float] = []
-        for row, p in enumerate(params):
+        for row, p, eos_token_id in params:
             for token, bias in (p.logit_bias or {}).items():
                 rows.append(row)
                 token_ids.append(int(token))
                 values.append(float(bias))
-            if len(output_token_ids[row]) < p.min_tokens:
-                stops = _stop_token_ids(p, eos_token_ids[row])
+            if num_output_tokens[row] < p.min_tokens:
+                stops = _stop_token_ids(p, eos_token_id)
                 rows.extend([row] * len(stops))
                 token_ids.extend(stops)
                 values.extend([float("-inf")] * len(stops))

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from infercore.sample.gumbel import fresh_seeds, step_seed
 from infercore.sample.logit_bias import SparseLogitBias
 from infercore.sample.penalties import PenaltyTensors
-from infercore.sample.transfer import to_device
 from infercore.sample.truncation import TopKTopP
 from infercore.sampling_params import SamplingParams
 
@@ -43,10 +40,11 @@ class SamplingMetadata:
 
     @property
     def needs_float32(self) -> bool:
-        """Whether the sampler must work on float32 logits (anything but temperature and the draw)."""
+        """Whether the sampler must work on float32 logits: logprobs and the steps that change logit
+        values. Min-p, top-k and top-p only compare logits with thresholds taken from them, so they
+        mask the logits in the model's dtype."""
         return (self.max_num_logprobs is not None or self.grammar_bitmask is not None
-                or self.logit_bias is not None or self.penalties is not None
-                or self.min_p_margin is not None or self.top_k_top_p is not None)
+                or self.logit_bias is not None or self.penalties is not None)
 
     @classmethod
     def build(
@@ -60,41 +58,19 @@ class SamplingMetadata:
         eos_token_ids: list[int | None] | None = None,
         seed_source: np.random.Generator | None = None,
     ) -> SamplingMetadata:
-        """Batch the parameters of the requests in row order.
+        """Batch the parameters of the requests in row order, through a row state of their own.
 
         ``output_token_ids[i]`` are the tokens request ``i`` has produced so far (for penalties,
         ``min_tokens`` and its row seed); ``eos_token_ids[i]`` is its EOS token, masked until
         ``min_tokens`` outputs. Rows without a seed get fresh seeds from ``seed_source`` (torch's
-        default generator when None).
+        default generator when None). The model runner keeps one ``SamplingRowState`` for all steps.
         """
-        greedy = [p.greedy for p in params]
-        sampled = [p for p, g in zip(params, greedy) if not g]
-        temperature = seeds = min_p_margin = top_k_top_p = None
-        if sampled:
-            temperature = to_device([0.0 if g else p.temperature for p, g in zip(params, greedy)],
-                                    torch.float32, device)
-            row_seeds = fresh_seeds(len(params), seed_source)
-            seeded = [i for i, (p, g) in enumerate(zip(params, greedy)) if p.seed is not None and not g]
-            for i in seeded:
-                row_seeds[i] = step_seed(params[i].seed or 0, len(output_token_ids[i]))
-            seeds = torch.from_numpy(row_seeds).to(device, non_blocking=True)
-            if any(p.min_p > 0 for p in sampled):
-                min_p_margin = to_device(
-                    [p.temperature * math.log(p.min_p) if p.min_p > 0 and not g else -math.inf
-                     for p, g in zip(params, greedy)], torch.float32, device).unsqueeze(1)
-            top_k_top_p = TopKTopP.build(params, greedy, vocab_size, device)
-        requested = [p.logprobs for p in params if p.logprobs is not None]
-        return cls(
-            all_greedy=not sampled,
-            temperature=temperature,
-            seeds=seeds,
-            min_p_margin=min_p_margin,
-            top_k_top_p=top_k_top_p,
-            penalties=PenaltyTensors.build(params, prompt_token_ids, output_token_ids, vocab_size, device),
-            logit_bias=SparseLogitBias.build(
-                params, output_token_ids, eos_token_ids or [None] * len(params), device),
-            grammar_bitmask=grammar_bitmask,
-            max_num_logprobs=max(vocab_size if n < 0 else min(n, vocab_size) for n in requested)
-            if requested else None,
-        )
+        # Imported here: the row state builds this class's instances.
+        from infercore.sample.row_state import SamplingRowState
 
+        state = SamplingRowState(len(params), vocab_size, device)
+        eos = eos_token_ids or [None] * len(params)
+        for row, p in enumerate(params):
+            state.add(row, p, prompt_token_ids[row], output_token_ids[row], eos[row])
+        num_outputs = np.array([len(tokens) for tokens in output_token_ids], dtype=np.int64)
+        return state.gather(np.arange(len(params)), num_outputs, grammar_bitmask, seed_source)

@@ -1,85 +1,68 @@
-"""Presence, frequency and repetition penalties (vLLM semantics).
+"""Presence, frequency and repetition penalties (vLLM semantics), from per-row tables on the device.
 
 Repetition divides positive logits (multiplies negative ones) of every token seen in the prompt or
 the output; presence subtracts a constant from tokens seen in the output; frequency subtracts a
-constant per occurrence in the output. Only seen tokens change, so the penalties are applied to the
-(row, token) pairs of the prompts and outputs rather than to whole [B, V] rows.
+constant per occurrence in the output. What each row has seen lives in two [rows, V] tables kept on
+the device for the request's lifetime (:class:`PenaltyTables`): its prompt tokens, written once when
+the request joins, and its output token counts, bumped on the device by every sampled token. No
+step re-sends or re-pads token histories, and nothing here waits for the device.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 from infercore.sample.transfer import to_device
-from infercore.sampling_params import SamplingParams
+
+
+class PenaltyTables:
+    """Per-row seen-token tables on the device: ``prompt`` [R, V] bool and ``output_counts`` [R, V]
+    float32. Allocated when the first penalised request joins, so engines whose requests use no
+    penalty spend no memory on them."""
+
+    def __init__(self, num_rows: int, vocab_size: int, device: torch.device) -> None:
+        self.prompt = torch.zeros((num_rows, vocab_size), dtype=torch.bool, device=device)
+        self.output_counts = torch.zeros((num_rows, vocab_size), dtype=torch.float32, device=device)
+
+    def fill_row(self, row: int, prompt_token_ids: Sequence[int], output_token_ids: Sequence[int]) -> None:
+        """Reset ``row`` to a request's prompt and the outputs it already has (a resumed request)."""
+        device = self.prompt.device
+        self.prompt[row].zero_()
+        self.output_counts[row].zero_()
+        if prompt_token_ids:
+            self.prompt[row].index_fill_(0, to_device(prompt_token_ids, torch.int64, device), True)
+        if output_token_ids:
+            ids = to_device(output_token_ids, torch.int64, device)
+            self.output_counts[row].index_add_(0, ids, torch.ones(len(output_token_ids), device=device))
 
 
 @dataclass
 class PenaltyTensors:
-    """One entry per (row, token) occurrence in a penalised request's prompt or output.
+    """One step's penalties: the batch's rows in the tables and each row's three penalties [B, 1].
 
-    A token that occurs several times has several identical entries; writing them back is idempotent.
+    Rows without penalties carry repetition 1 and presence and frequency 0, so they are unchanged.
     """
 
+    tables: PenaltyTables
+    #: [B] int64 rows of the batch in ``tables``.
     rows: torch.Tensor
-    token_ids: torch.Tensor
     repetition: torch.Tensor
-    #: presence (if the token is in the output) + frequency * its count in the output.
-    subtract: torch.Tensor
-
-    @classmethod
-    def build(
-        cls,
-        params: list[SamplingParams],
-        prompt_token_ids: list[list[int]],
-        output_token_ids: list[list[int]],
-        vocab_size: int,
-        device: torch.device,
-    ) -> PenaltyTensors | None:
-        """Gather the penalised rows' seen tokens, or None when no request has a penalty."""
-        rows = [i for i, p in enumerate(params) if _has_penalty(p)]
-        if not rows:
-            return None
-        chosen = [params[i] for i in rows]
-        outputs = _padded([output_token_ids[i] for i in rows], vocab_size, device)
-        seen = torch.cat([_padded([prompt_token_ids[i] for i in rows], vocab_size, device), outputs], dim=1)
-        valid = seen < vocab_size
-
-        def column(values: list[float]) -> torch.Tensor:
-            return to_device(values, torch.float32, device).unsqueeze(1).expand_as(seen)
-
-        subtract = torch.zeros(seen.shape, device=device)
-        if any(p.presence_penalty != 0 or p.frequency_penalty != 0 for p in chosen):
-            counts = torch.zeros(len(rows), vocab_size + 1, device=device)
-            counts.scatter_add_(1, outputs, torch.ones_like(outputs, dtype=counts.dtype))
-            seen_counts = counts.gather(1, seen)
-            presence = column([p.presence_penalty for p in chosen])
-            frequency = column([p.frequency_penalty for p in chosen])
-            subtract = frequency * seen_counts + presence * (seen_counts > 0)
-        batch_rows = to_device(rows, torch.int64, device).unsqueeze(1).expand_as(seen)
-        return cls(
-            rows=batch_rows[valid],
-            token_ids=seen[valid],
-            repetition=column([p.repetition_penalty for p in chosen])[valid],
-            subtract=subtract[valid],
-        )
+    presence: torch.Tensor
+    frequency: torch.Tensor
 
     def apply(self, logits: torch.Tensor) -> None:
-        """Penalise ``logits`` [B, V] in place."""
-        index = (self.rows, self.token_ids)
-        values = logits[index]
-        values = torch.where(values > 0, values / self.repetition, values * self.repetition) - self.subtract
-        logits.index_put_(index, values)
+        """Penalise ``logits`` [B, V] (float32) in place."""
+        counts = self.tables.output_counts.index_select(0, self.rows)
+        in_output = counts > 0
+        seen = self.tables.prompt.index_select(0, self.rows) | in_output
+        repeated = torch.where(logits > 0, logits / self.repetition, logits * self.repetition)
+        logits.copy_(torch.where(seen, repeated, logits))
+        logits.sub_(self.frequency * counts + self.presence * in_output)
 
-
-def _has_penalty(p: SamplingParams) -> bool:
-    return p.presence_penalty != 0 or p.frequency_penalty != 0 or p.repetition_penalty != 1
-
-
-def _padded(token_ids: list[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
-    """[R, L] token ids padded with ``pad_id`` (the extra, discarded column of the [R, V + 1] counts)."""
-    tensors = [torch.tensor(ids, dtype=torch.int64) for ids in token_ids]
-    return pad_sequence(tensors, batch_first=True, padding_value=pad_id).to(device, non_blocking=True)
+    def record(self, sampled_token_ids: torch.Tensor) -> None:
+        """Count this step's sampled tokens [B] in their rows' output counts, on the device."""
+        ones = torch.ones(sampled_token_ids.shape, dtype=torch.float32, device=sampled_token_ids.device)
+        self.tables.output_counts.index_put_((self.rows, sampled_token_ids), ones, accumulate=True)

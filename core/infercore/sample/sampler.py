@@ -31,8 +31,8 @@ class Sampler(nn.Module):
     """Turns [B, V] logits into tokens.
 
     Order (as in vLLM): grammar bitmask, logit bias and min_tokens, penalties, min-p, top-k and
-    top-p (these as -inf masks on float32 logits); greedy rows take the argmax of the result; sampled
-    rows divide by their temperature and take a Gumbel-max draw. Temperature, draw and argmax
+    top-p (these as -inf masks; on float32 logits where values change); greedy rows take the argmax
+    of the result; sampled rows divide by their temperature and take a Gumbel-max draw. Temperature, draw and argmax
     (greedy rows included) are one ``gumbel_argmax`` custom op that reads the logits once, in the
     model's dtype when nothing else needs float32. Every batch draws through that op, so a row's
     token depends on its own logits, options and seed, never on which options its neighbours use.
@@ -56,6 +56,8 @@ class Sampler(nn.Module):
             raw_logprobs = torch.log_softmax(logits, dim=-1)
         self._adjust(logits, metadata)
         sampled = self._sample(logits, metadata)
+        if metadata.penalties is not None:
+            metadata.penalties.record(sampled)
         logprobs = None
         if raw_logprobs is not None and metadata.max_num_logprobs is not None:
             logprobs = gather_logprobs(raw_logprobs, sampled, metadata.max_num_logprobs)

@@ -7,18 +7,19 @@ tokens left are sampled by the same seeded ``gumbel_argmax`` draw as rows withou
 Top-k and top-p look only at the ``C`` most likely tokens found by ``torch.topk`` (``C`` is the
 largest top-k in the batch, or at least 1024 when a row has top-p without top-k). A row with top-k
 (and top-p inside its top-k) has its cut among them. A top-p-only row whose ``C`` tokens already hold ``top_p``
-of the probability has its nucleus among them too; only the rows where that fails pay for a full
-sort, and only batches with such rows wait for the device to find out.
+of the probability has its nucleus among them too; for the rows where that fails the cut comes from
+a full sort of the top-p-only rows (which rows those are is known on the host), chosen on the
+device, so no batch waits for the device to find out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from infercore.sample.transfer import to_device
-from infercore.sampling_params import SamplingParams
 
 _TOP_P_CANDIDATES = 1024
 
@@ -42,26 +43,33 @@ class TopKTopP:
     top_p: torch.Tensor
     max_top_k: int
     any_top_p: bool
-    #: Whether some row has top-p without top-k: its nucleus is measured against its whole row.
-    any_top_p_only: bool
+    #: [R] int64 batch rows with top-p but no top-k (their nucleus is measured against the whole
+    #: row), or None when there are none.
+    top_p_only_rows: torch.Tensor | None
+
+    @property
+    def any_top_p_only(self) -> bool:
+        """Whether some row has top-p without top-k."""
+        return self.top_p_only_rows is not None
 
     @classmethod
-    def build(
-        cls, params: list[SamplingParams], greedy: list[bool], vocab_size: int, device: torch.device
-    ) -> TopKTopP | None:
-        """None when no sampled row restricts its tokens; greedy rows get top-k 1 (their argmax and
-        every token tied with it, of which ``gumbel_argmax`` takes the first, as ``torch.argmax``)."""
-        top_k = [1 if g else (p.top_k if 0 < p.top_k < vocab_size else 0) for p, g in zip(params, greedy)]
-        top_p = [1.0 if g else p.top_p for p, g in zip(params, greedy)]
-        any_top_p = any(p < 1 for p in top_p)
-        if not any_top_p and not any(k > 0 and not g for k, g in zip(top_k, greedy)):
+    def from_rows(cls, top_k: np.ndarray, top_p: np.ndarray, greedy: np.ndarray, top_k_device: torch.Tensor,
+                  top_p_device: torch.Tensor) -> TopKTopP | None:
+        """None when no sampled row restricts its tokens. ``top_k``/``top_p`` are the batch's values on
+        the host (greedy rows: top-k 1, their argmax and every token tied with it, of which
+        ``gumbel_argmax`` takes the first, as ``torch.argmax``; top-p 1) and ``*_device`` the same on
+        the logits' device: the host copies decide the shapes, so nothing waits for the device."""
+        any_top_p = bool((top_p < 1).any())
+        if not any_top_p and not bool(((top_k > 0) & ~greedy).any()):
             return None
+        top_p_only = np.flatnonzero((top_p < 1) & (top_k == 0))
         return cls(
-            top_k=to_device(top_k, torch.int64, device),
-            top_p=to_device(top_p, torch.float32, device),
-            max_top_k=max(top_k),
+            top_k=top_k_device,
+            top_p=top_p_device,
+            max_top_k=int(top_k.max()),
             any_top_p=any_top_p,
-            any_top_p_only=any(p < 1 and k == 0 for k, p in zip(top_k, top_p)),
+            top_p_only_rows=to_device(top_p_only.tolist(), torch.int64, top_k_device.device)
+            if len(top_p_only) else None,
         )
 
     def apply(self, logits: torch.Tensor, temperature: torch.Tensor) -> None:
@@ -90,9 +98,13 @@ class TopKTopP:
                 wide = ~by_k & (self.top_p < 1) & (probs.sum(dim=-1) < self.top_p)
         threshold = values.gather(1, keep.sum(dim=-1, keepdim=True).clamp_min(1) - 1)
         threshold.masked_fill_(~cut.unsqueeze(1), float("-inf"))
-        if wide is not None and bool(wide.any()):
-            rows = wide.nonzero().squeeze(1)
-            threshold[rows] = _sorted_threshold(logits[rows], temperature[rows], self.top_p[rows])
+        if wide is not None and self.top_p_only_rows is not None:
+            rows = self.top_p_only_rows
+            sorted_cut = _sorted_threshold(logits.index_select(0, rows), temperature.index_select(0, rows),
+                                           self.top_p.index_select(0, rows))
+            candidate_cut = threshold.index_select(0, rows)
+            threshold.index_copy_(0, rows, torch.where(wide.index_select(0, rows).unsqueeze(1),
+                                                        sorted_cut, candidate_cut))
         logits.masked_fill_(logits < threshold, float("-inf"))
 
 

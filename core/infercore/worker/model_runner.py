@@ -21,6 +21,7 @@ from infercore.kv_cache.spec import KVCacheSpec
 from infercore.platforms.interface import UNPROFILED_KV_FRACTION, Platform
 from infercore.plugins.manager import get_plugin_manager
 from infercore.sample import Sampler, SamplingMetadata, compute_prompt_logprobs
+from infercore.sample.row_state import SamplingRowState
 from infercore.sampling_params import SamplingParams
 from infercore.worker.batch_layout import BatchLayout, make_layout
 from infercore.worker.decode_graphs import DecodeGraphs, capture_sizes
@@ -106,6 +107,9 @@ class ModelRunner:
         self._pending: PendingSample | None = None
         self._sampled_host = torch.zeros(self.max_num_reqs, dtype=torch.long,
                                          pin_memory=self.platform.capabilities.pin_memory and not self.buffers.same)
+        #: Each row's sampling parameters (and penalty tables on the device), written when a request joins.
+        self.sampling_state = SamplingRowState(self.max_num_reqs, self.vocab_size, self.device,
+                                               self.platform.capabilities.pin_memory and not self.buffers.same)
 
     def kv_freeing_window(self) -> int | None:
         """The window past which no attention layer reads a request's KV (None when one reads it all)."""
@@ -200,10 +204,11 @@ class ModelRunner:
 
     @torch.inference_mode()
     def _warm_up_sampler(self) -> None:
-        """Sample a greedy and a random row of dummy logits, in the model's dtype and (with top-k) in
-        float32, so the sampler's kernels are built before the first request. Its seeds come from a
+        """Sample a greedy and a random row of dummy logits, in the model's dtype and (with a penalty)
+        in float32, so the sampler's kernels are built before the first request. Its seeds come from a
         generator of its own: the engine's stream of seeds for unseeded requests is left as it was."""
-        for random_row in (SamplingParams(temperature=1.0), SamplingParams(temperature=1.0, top_k=2)):
+        for random_row in (SamplingParams(temperature=1.0, top_k=2),
+                           SamplingParams(temperature=1.0, top_k=2, repetition_penalty=1.1)):
             params = [SamplingParams(temperature=0.0), random_row]
             logits = torch.zeros((len(params), self.vocab_size), dtype=self.dtype, device=self.device)
             metadata = SamplingMetadata.build(params, [[0]] * len(params), [[] for _ in params],
@@ -242,6 +247,7 @@ class ModelRunner:
             self.requests[new.req_id] = RequestState(
                 new.req_id, row, list(new.prompt_token_ids), list(new.output_token_ids), params,
                 len(new.block_ids))
+            self.sampling_state.add(row, params, new.prompt_token_ids, new.output_token_ids, self.eos_token_id)
         for cached in so.scheduled_cached_reqs:
             state = self.requests[cached.req_id]
             n = len(cached.new_block_ids)
@@ -391,11 +397,9 @@ class ModelRunner:
         n = len(states)
         self.buffers.np_sample_index[:n] = layout.query_start_loc[1:][sampled_idx] - 1
         logits = self.model.compute_logits(hidden[self.buffers.to_device("sample_index", n)])
-        metadata = SamplingMetadata.build(
-            [s.sampling_params for s in states], [s.prompt_token_ids for s in states],
-            [s.output_token_ids for s in states],
-            self.vocab_size, self.device, grammar_bitmask=grammar_bitmask,
-            eos_token_ids=[self.eos_token_id] * n, seed_source=self.sampler.seed_source)
+        num_outputs = np.fromiter((len(s.output_token_ids) for s in states), dtype=np.int64, count=n)
+        metadata = self.sampling_state.gather(layout.rows[sampled_idx], num_outputs, grammar_bitmask,
+                                              self.sampler.seed_source)
         out = self.sampler(logits, metadata)
         pending.tokens = out.sampled_token_ids
         pending.logprobs = out.logprobs
