@@ -10,15 +10,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import random
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+#: Above this share of one core, a client process may be slowing the load it measures.
+CLIENT_BUSY = 0.8
 _WORDS = ["the", "model", "engine", "token", "cache", "block", "request", "server", "stream", "batch", "prompt", "output", "latency", "kernel", "device", "memory", "schedule", "decode", "prefill", "sample"]
 
 
@@ -111,20 +115,40 @@ async def _model_name(client: httpx.AsyncClient, base_url: str, headers: dict[st
     return response.json()["data"][0]["id"]
 
 
-async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the benchmark described by ``args`` and return its summary."""
+@dataclass
+class ShareResult:
+    """What one client process measured: its requests, its CPU seconds and its wall-clock span."""
+
+    results: list[RequestResult]
+    cpu_s: float
+    start: float
+    end: float
+
+
+def _share_of(items: list[Any], worker: int, num_workers: int) -> list[Any]:
+    return items[worker::num_workers]
+
+
+def _split(total: int | None, worker: int, num_workers: int) -> int | None:
+    """Worker ``worker``'s part of ``total`` (None stays None); parts differ by at most one."""
+    if total is None:
+        return None
+    return total // num_workers + (1 if worker < total % num_workers else 0)
+
+
+async def _run_share(args: argparse.Namespace, model: str, prompts: list[Any], concurrency: int | None,
+                     rate: float, seed: int, show_progress: bool) -> ShareResult:
+    """Send ``prompts`` with at most ``concurrency`` in flight at ``rate`` requests/s; time each."""
     from tqdm import tqdm
 
     base_url = args.base_url.rstrip("/")
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    prompts = make_prompts(args.num_prompts, args.input_len, args.prompt_type == "token-ids", args.vocab_size,
-                           args.seed)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    cpu_start, wall_start = time.process_time(), time.time()
     async with httpx.AsyncClient(timeout=httpx.Timeout(args.timeout), limits=limits) as client:
-        model = args.model or await _model_name(client, base_url, headers)
-        semaphore = asyncio.Semaphore(args.max_concurrency) if args.max_concurrency else None
-        progress = tqdm(total=len(prompts), disable=args.no_progress, file=sys.stderr, desc="requests")
-        rng = random.Random(args.seed)
+        semaphore = asyncio.Semaphore(concurrency) if concurrency else None
+        progress = tqdm(total=len(prompts), disable=not show_progress, file=sys.stderr, desc="requests")
+        rng = random.Random(seed)
 
         async def send(prompt: Any) -> RequestResult:
             body = {"model": model, "prompt": prompt, "max_tokens": args.output_len, "temperature": 0.0,
@@ -137,21 +161,81 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             progress.update(1)
             return result
 
-        start = time.perf_counter()
         tasks = []
         for prompt in prompts:
             tasks.append(asyncio.create_task(send(prompt)))
-            if args.request_rate != float("inf"):
-                await asyncio.sleep(rng.expovariate(args.request_rate))
+            if rate != float("inf"):
+                await asyncio.sleep(rng.expovariate(rate))
         results = await asyncio.gather(*tasks)
-        duration = time.perf_counter() - start
         progress.close()
-    summary = summarize(list(results), duration)
-    rate = args.request_rate if args.request_rate != float("inf") else "inf"  # JSON has no Infinity
-    summary.update(base_url=base_url, model=model, num_prompts=args.num_prompts, request_rate=rate,
+    return ShareResult(list(results), time.process_time() - cpu_start, wall_start, time.time())
+
+
+def _worker(args: argparse.Namespace, model: str, prompts: list[Any], concurrency: int | None, rate: float,
+            seed: int) -> ShareResult:
+    """A client process's entry (importable for the spawn context)."""
+    return asyncio.run(_run_share(args, model, prompts, concurrency, rate, seed, show_progress=False))
+
+
+def _run_shares(args: argparse.Namespace, model: str, prompts: list[Any], rate: float) -> list[ShareResult]:
+    """Run the load in ``--num-workers`` client processes (in this one when it is 1)."""
+    n = args.num_workers
+    if n == 1:
+        return [asyncio.run(_run_share(args, model, prompts, args.max_concurrency, rate, args.seed,
+                                       show_progress=not args.no_progress))]
+    shares = [(_share_of(prompts, w, n), _split(args.max_concurrency, w, n), rate / n, args.seed + w)
+              for w in range(n)]
+    picklable = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "func"})
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=n, mp_context=context) as pool:
+        futures = [pool.submit(_worker, picklable, model, share, concurrency, share_rate, seed)
+                   for share, concurrency, share_rate, seed in shares if share]
+        return [future.result() for future in futures]
+
+
+def _client_cpu(shares: list[ShareResult], duration: float) -> dict[str, Any]:
+    """The client's own CPU use: total seconds and the busiest process's share of one core."""
+    busiest = max((s.cpu_s / max(s.end - s.start, 1e-9) for s in shares), default=0.0)
+    return {"num_workers": len(shares), "client_cpu_s": sum(s.cpu_s for s in shares),
+            "client_cpu_busiest_worker": round(busiest, 3),
+            "client_cpu_util": sum(s.cpu_s for s in shares) / duration / len(shares) if duration else 0.0}
+
+
+def _model_name_sync(base_url: str, api_key: str | None, timeout: float) -> str:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    response = httpx.get(f"{base_url.rstrip('/')}/v1/models", headers=headers, timeout=timeout)
+    response.raise_for_status()
+    return response.json()["data"][0]["id"]
+
+
+def run_benchmark(args: argparse.Namespace, rate: float | None = None) -> dict[str, Any]:
+    """Run the benchmark described by ``args`` (at ``rate``, default its first ``--request-rate``) and
+    return its summary."""
+    rate = args.request_rate[0] if rate is None else rate
+    prompts = make_prompts(args.num_prompts, args.input_len, args.prompt_type == "token-ids", args.vocab_size,
+                           args.seed)
+    model = args.model or _model_name_sync(args.base_url, args.api_key, args.timeout)
+    shares = _run_shares(args, model, prompts, rate)
+    duration = max(s.end for s in shares) - min(s.start for s in shares)
+    summary = summarize([r for s in shares for r in s.results], duration)
+    summary |= _client_cpu(shares, duration)
+    if summary["client_cpu_busiest_worker"] > CLIENT_BUSY:
+        print(f"infercore bench serve: a client process was {summary['client_cpu_busiest_worker']:.0%} busy; "
+              "the client may be the bottleneck, raise --num-workers", file=sys.stderr)
+    summary.update(base_url=args.base_url.rstrip("/"), model=model, num_prompts=args.num_prompts,
+                   request_rate=rate if rate != float("inf") else "inf",  # JSON has no Infinity
                    max_concurrency=args.max_concurrency, input_len=args.input_len, output_len=args.output_len,
                    prompt_type=args.prompt_type)
     return summary
+
+
+def sweep_table(summaries: list[dict[str, Any]]) -> str:
+    """A markdown table of a request-rate sweep: throughput and TTFT / TPOT p50 / p99 per rate."""
+    rows = ["| req/s | completed | output tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms |", "|---|---|---|---|---|"]
+    for s in summaries:
+        rows.append(f"| {s['request_rate']} | {s['completed']} | {s['output_throughput_tok_s']:,.0f} | "
+                    f"{s['ttft_p50_ms']:.1f} / {s['ttft_p99_ms']:.1f} | {s['tpot_p50_ms']:.2f} / {s['tpot_p99_ms']:.2f} |")
+    return "\n".join(rows)
 
 
 def add_bench_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -162,9 +246,13 @@ def add_bench_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--model", default=None, help="model name to send (default: the server's first model)")
     parser.add_argument("--api-key", default=None, help="bearer key, if the server needs one")
     parser.add_argument("--num-prompts", type=int, default=100, help="requests to send")
-    parser.add_argument("--request-rate", type=float, default=float("inf"),
-                        help="mean requests per second (Poisson arrivals); inf sends all at once")
+    parser.add_argument("--request-rate", type=float, nargs="+", default=[float("inf")], metavar="RATE",
+                        help="mean requests per second (Poisson arrivals); inf sends all at once; several "
+                             "rates run a sweep (one JSON line each, and a table on stderr)")
     parser.add_argument("--max-concurrency", type=int, default=None, help="most requests in flight at once")
+    parser.add_argument("--num-workers", type=int, default=1,
+                        help="client processes sharing the load (and the concurrency), so the client is "
+                             "never the bottleneck it measures")
     parser.add_argument("--input-len", type=int, default=32, help="prompt length in tokens (or words)")
     parser.add_argument("--output-len", type=int, default=32, help="tokens to generate per request")
     parser.add_argument("--prompt-type", choices=["token-ids", "text"], default="token-ids",
@@ -172,24 +260,56 @@ def add_bench_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--vocab-size", type=int, default=256, help="token ids are drawn below this")
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts and arrival times")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before one request fails")
+    parser.add_argument("--offline-model", default=None,
+                        help="also run the same requests offline through LLM.generate on this model (after the "
+                             "online run, in this process) and report online tok/s as a fraction of offline")
+    parser.add_argument("--offline-engine-args", default=None, metavar="JSON",
+                        help='engine arguments of the offline run, e.g. \'{"load_format": "dummy"}\'')
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_bench_serve)
     return parser
 
 
-def run_bench_serve(args: argparse.Namespace) -> int:
-    """Entry of ``infercore bench serve``: print the summary as one JSON line; non-zero if all failed."""
+def _check_args(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments, as a sentence; None if nothing."""
     if args.num_prompts < 1 or (args.max_concurrency is not None and args.max_concurrency < 1):
-        print("infercore bench serve: --num-prompts and --max-concurrency must be at least 1", file=sys.stderr)
+        return "--num-prompts and --max-concurrency must be at least 1"
+    if any(rate <= 0 for rate in args.request_rate):
+        return "--request-rate must be positive (or inf)"
+    if args.num_workers < 1:
+        return "--num-workers must be at least 1"
+    if args.max_concurrency is not None and args.max_concurrency < args.num_workers:
+        return "--max-concurrency must be at least --num-workers (each client process gets a share)"
+    return None
+
+
+def run_bench_serve(args: argparse.Namespace) -> int:
+    """Entry of ``infercore bench serve``: print each run's summary as one JSON line; non-zero if all failed."""
+    problem = _check_args(args)
+    if problem:
+        print(f"infercore bench serve: {problem}", file=sys.stderr)
         return 2
-    if args.request_rate <= 0:
-        print("infercore bench serve: --request-rate must be positive (or inf)", file=sys.stderr)
-        return 2
+    summaries = []
     try:
-        summary = asyncio.run(run_benchmark(args))
+        for rate in args.request_rate:
+            summaries.append(run_benchmark(args, rate))
+            if args.offline_model is None:
+                print(json.dumps(summaries[-1]), flush=True)
     except httpx.HTTPError as exc:
         print(f"infercore bench serve: could not reach {args.base_url} ({exc}); start a server with "
               "`infercore serve` or point --base-url at one", file=sys.stderr)
         return 1
-    print(json.dumps(summary))
-    return 0 if summary["completed"] else 1
+    if len(summaries) > 1:
+        print(sweep_table(summaries), file=sys.stderr)
+    if args.offline_model is not None:
+        from infercore.benchmarks.serve_offline import run_offline
+
+        prompts = make_prompts(args.num_prompts, args.input_len, args.prompt_type == "token-ids", args.vocab_size,
+                               args.seed)
+        offline = run_offline(args.offline_model, args.offline_engine_args, prompts, args.output_len)
+        for summary in summaries:
+            summary |= offline
+            summary["online_over_offline"] = (summary["output_throughput_tok_s"]
+                                              / max(offline["offline_output_throughput_tok_s"], 1e-9))
+            print(json.dumps(summary), flush=True)
+    return 0 if all(s["completed"] for s in summaries) else 1

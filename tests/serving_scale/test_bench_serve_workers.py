@@ -1,0 +1,70 @@
+"""`infercore bench serve` spreads its load over client processes, reports its own CPU use, sweeps
+request rates into a table, and runs the same requests offline in the same call."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from infercore.benchmarks.serve import _split
+
+NUM_PROMPTS = 10
+OUTPUT_LEN = 6
+
+
+def _bench(url: str, *flags: str) -> tuple[list[dict], str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "infercore.entrypoints.cli", "bench", "serve", "--base-url", url,
+         "--num-prompts", str(NUM_PROMPTS), "--input-len", "12", "--output-len", str(OUTPUT_LEN), "--no-progress",
+         *flags], capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")], result.stderr
+
+
+@pytest.fixture(scope="module")
+def server(start):
+    return start()
+
+
+def test_concurrency_is_shared_between_workers() -> None:
+    assert [_split(5, w, 2) for w in range(2)] == [3, 2]
+    assert [_split(64, w, 3) for w in range(3)] == [22, 21, 21]
+    assert _split(None, 0, 4) is None
+
+
+def test_two_workers_complete_every_request_and_report_cpu(server) -> None:
+    [summary], _ = _bench(server.url, "--num-workers", "2", "--max-concurrency", "4")
+    assert summary["completed"] == NUM_PROMPTS and summary["failed"] == 0
+    assert summary["total_output_tokens"] == NUM_PROMPTS * OUTPUT_LEN
+    assert summary["num_workers"] == 2
+    assert summary["client_cpu_s"] > 0 and summary["client_cpu_busiest_worker"] > 0
+    assert summary["ttft_p50_ms"] > 0 and summary["tpot_p50_ms"] > 0
+
+
+def test_rate_sweep_prints_a_line_per_rate_and_a_table(server) -> None:
+    summaries, stderr = _bench(server.url, "--request-rate", "20", "80", "--num-workers", "2")
+    assert [s["request_rate"] for s in summaries] == [20.0, 80.0]
+    assert all(s["completed"] == NUM_PROMPTS for s in summaries)
+    table = [line for line in stderr.splitlines() if line.startswith("|")]
+    assert table[0].startswith("| req/s") and len(table) == 2 + 2
+    assert table[2].startswith("| 20.0 |") and table[3].startswith("| 80.0 |")
+
+
+def test_offline_run_uses_the_same_requests(server, tiny_folder) -> None:
+    engine_args = json.dumps({"dtype": "float32", "max_model_len": 256, "num_gpu_blocks_override": 64,
+                              "cpu_threads": 1})
+    [summary], _ = _bench(server.url, "--max-concurrency", "4", "--offline-model", str(tiny_folder),
+                          "--offline-engine-args", engine_args)
+    assert summary["offline_total_output_tokens"] == summary["total_output_tokens"] == NUM_PROMPTS * OUTPUT_LEN
+    assert summary["online_over_offline"] == pytest.approx(
+        summary["output_throughput_tok_s"] / summary["offline_output_throughput_tok_s"])
+
+
+def test_bad_worker_count_is_refused_with_a_reason(server) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "infercore.entrypoints.cli", "bench", "serve", "--base-url", server.url,
+         "--num-workers", "4", "--max-concurrency", "2"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "at least --num-workers" in result.stderr
