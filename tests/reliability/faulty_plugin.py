@@ -35,7 +35,8 @@ def _explodes(request: ToolRequest) -> bool:
 class FaultyToolParser(ToolParser):
     """Raises from every method for requests offering the ``explode`` tool; else text is content."""
 
-    def extract_tool_calls(self, model_output: str, request: ToolRequest) -> ExtractedToolCalls:
+    def extract_tool_calls(self, model_output: str, request: ToolRequest, *,
+                           truncated: bool = False) -> ExtractedToolCalls:
         if _explodes(request):
             raise InjectedFault("tool parser failed on purpose")
         return ExtractedToolCalls(tools_called=False, content=model_output)
@@ -46,7 +47,7 @@ class FaultyToolParser(ToolParser):
             raise InjectedFault("streaming tool parser failed on purpose")
         return DeltaMessage(content=delta_text) if delta_text else None
 
-    def flush(self, request: ToolRequest) -> DeltaMessage | None:
+    def flush(self, request: ToolRequest, *, truncated: bool = False) -> DeltaMessage | None:
         if _explodes(request):
             raise InjectedFault("tool parser flush failed on purpose")
         return None

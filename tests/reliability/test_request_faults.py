@@ -15,7 +15,7 @@ import pytest
 from faulty_plugin import EXPLODE_ACCEPT, EXPLODE_MASK, EXPLODE_TOOL
 
 HERE = Path(__file__).resolve().parent
-NEIGHBOUR = {"model": "tiny", "prompt": "hello there", "max_tokens": 120, "ignore_eos": True, "temperature": 0,
+NEIGHBOUR = {"model": "tiny", "prompt": "hello there", "max_tokens": 96, "ignore_eos": True, "temperature": 0,
              "stream": True, "stream_options": {"include_usage": True}}
 TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
          for name in (EXPLODE_TOOL, "harmless")]
@@ -48,7 +48,7 @@ class Neighbour(threading.Thread):
 
     def run(self) -> None:
         try:
-            with httpx.stream("POST", self.url + "/v1/completions", json=NEIGHBOUR, timeout=120) as response:
+            with httpx.stream("POST", self.url + "/v1/completions", json=NEIGHBOUR, timeout=300) as response:
                 for line in response.iter_lines():
                     if line:
                         self.lines.append(line)
@@ -70,7 +70,8 @@ def _while_neighbours_run(server, send) -> list[httpx.Response | list[str]]:
     assert all(n.first_chunk.wait(60) for n in neighbours)
     replies = [send(stream) for stream in (False, True, False)]
     for neighbour in neighbours:
-        neighbour.join(120)
+        neighbour.join(300)
+        assert not neighbour.is_alive(), "a neighbour's stream did not end"
         assert neighbour.completion_tokens() == NEIGHBOUR["max_tokens"]
     assert httpx.get(server.url + "/health").status_code == 200
     assert server.engine_pid() == engine
@@ -101,6 +102,8 @@ def test_a_raising_tool_parser_fails_only_its_request(server) -> None:
     replies = _while_neighbours_run(server, lambda stream: _send(server, "/v1/chat/completions", body, stream))
     for reply in replies:
         _failed_alone(reply)
+        text = reply.text if isinstance(reply, httpx.Response) else "\n".join(reply)
+        assert "InjectedFault" in text, text[-2000:]  # it failed of the injected fault, not of something else
 
 
 def test_a_harmless_constraint_and_tool_work_beside_the_faults(server) -> None:

@@ -168,9 +168,18 @@ def _gauge(metrics: str, name: str) -> float:
     return float(match.group(1))
 
 
+def _rss_mb(process: psutil.Process) -> float:
+    """RSS of a process and its descendants (an engine's workers, when it has any)."""
+    total = process.memory_info().rss
+    for child in process.children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += child.memory_info().rss
+    return total / 2**20
+
+
 def _sample(url: str, api: psutil.Process, engine: psutil.Process, start: float) -> Sample:
     metrics = httpx.get(url + "/metrics", timeout=10).text
-    return Sample(time.monotonic() - start, api.memory_info().rss / 2**20, engine.memory_info().rss / 2**20,
+    return Sample(time.monotonic() - start, api.memory_info().rss / 2**20, _rss_mb(engine),
                   _gauge(metrics, "kv_cache_usage_perc"), _gauge(metrics, "num_requests_running"),
                   _gauge(metrics, "num_requests_waiting"))
 
