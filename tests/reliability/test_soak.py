@@ -24,6 +24,8 @@ import pytest
 SOAK_SECONDS = float(os.environ.get("INFERCORE_SOAK_SECONDS", "180"))
 CLIENTS = 6
 SAMPLE_EVERY_S = 1.0
+#: Longest a client waits for a reply; a slow machine stretches replies, a hung engine shows at the end.
+CLIENT_TIMEOUT_S = 180.0
 #: Most growth of either process's RSS allowed between the middle and the end of the run.
 RSS_GROWTH_LIMIT_MB = 40.0
 FLAGS = ["--max-model-len", "512", "--num-gpu-blocks-override", "160", "--max-num-seqs", "8"]
@@ -152,7 +154,7 @@ MIX: list[tuple[float, Callable[[httpx.Client, random.Random], tuple[str, str | 
 def _client_loop(url: str, seed: int, stop: threading.Event, tally: Tally) -> None:
     rng = random.Random(seed)
     weights, actions = [w for w, _ in MIX], [a for _, a in MIX]
-    with httpx.Client(base_url=url, timeout=60) as client:
+    with httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S) as client:
         while not stop.is_set():
             action = rng.choices(actions, weights)[0]
             try:
@@ -203,7 +205,7 @@ def _growth(samples: list[Sample], attr: str) -> float:
 
 
 @pytest.mark.heavy
-@pytest.mark.timeout(SOAK_SECONDS + 300)
+@pytest.mark.timeout(SOAK_SECONDS + CLIENT_TIMEOUT_S + 300)
 def test_mixed_load_keeps_memory_and_kv_flat_and_ends_idle(start) -> None:
     server = start(None, *FLAGS)
     api, engine = psutil.Process(server.proc.pid), psutil.Process(server.engine_pid())
@@ -221,7 +223,7 @@ def test_mixed_load_keeps_memory_and_kv_flat_and_ends_idle(start) -> None:
         time.sleep(SAMPLE_EVERY_S)
     stop.set()
     for client in clients:
-        client.join(90)
+        client.join(CLIENT_TIMEOUT_S + 30)
     kv = _wait_idle(server.url)
     end_sample = _sample(server.url, api, engine, begin)
     growth = {attr: _growth(samples, attr) for attr in ("api_rss_mb", "engine_rss_mb")}
