@@ -50,11 +50,13 @@ def test_gemma_norm_loads_one_plus_the_checkpoint_weight() -> None:
     assert norm.weight.tolist() == [1.0, 1.5, 0.0, 3.0]
 
 
-def test_gemma3_refuses_attention_logit_soft_capping() -> None:
+@pytest.mark.parametrize(("field", "value"), [("attn_logit_softcapping", 50.0),
+                                              ("use_bidirectional_attention", True)])
+def test_gemma3_refuses_what_it_does_not_compute(field: str, value: object) -> None:
     from infercore.models.gemma3 import Gemma3ForCausalLM
 
-    config = tiny_config("Gemma3ForCausalLM", vocab_size=64, attn_logit_softcapping=50.0)
-    with pytest.raises(ValueError, match="attn_logit_softcapping"):
+    config = tiny_config("Gemma3ForCausalLM", vocab_size=64, **{field: value})
+    with pytest.raises(ValueError, match=field):
         Gemma3ForCausalLM(config, torch.float32)
 
 

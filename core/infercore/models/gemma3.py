@@ -142,6 +142,9 @@ class Gemma3ForCausalLM(nn.Module):
             # HF's Gemma 3 never applies it either; a checkpoint that sets it expects Gemma 2 semantics.
             raise ValueError("this Gemma 3 config sets attn_logit_softcapping, which Gemma 3 does not use; "
                              "set it to null in config.json (Gemma 3 checkpoints leave it unset)")
+        if getattr(hf_config, "use_bidirectional_attention", False):
+            raise ValueError("this Gemma 3 config sets use_bidirectional_attention (an embedding model); "
+                             "infercore generates text with causal attention only: serve a causal Gemma 3 model")
         self.config = hf_config
         self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", True))
         self.final_logit_softcapping = getattr(hf_config, "final_logit_softcapping", None)
