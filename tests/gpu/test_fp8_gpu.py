@@ -62,6 +62,16 @@ def test_per_channel_scaled_mm_matches_the_reference(m: int, n: int, k: int, sta
     assert rel_err(out, fp8_math.fp8_linear(x, w, scale, None, input_scale)) < BOUND
 
 
+@pytest.mark.parametrize(("m", "k", "group"), [(1, 4096, 128), (300, 12288, 128), (64, 4096, 4096)])
+def test_activation_quantizer_is_the_reference(m: int, k: int, group: int) -> None:
+    from infercore_triton.fp8_quant import quantize_groups
+
+    x = torch.randn(m, k, device="cuda").bfloat16()
+    q, scale = quantize_groups(x, group)
+    ref_q, ref_scale = fp8_math.quantize_per_group(x, group)
+    assert torch.equal(scale, ref_scale) and torch.equal(q.float(), ref_q.float())
+
+
 def test_the_cuda_platform_runs_the_fp8_kernels() -> None:
     from infercore.ops import get_op
     from infercore_triton.fp8_block_gemm import fp8_block_linear

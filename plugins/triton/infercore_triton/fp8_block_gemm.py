@@ -7,7 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
-from infercore.plugin_api import fp8_reference, op_reference
+from infercore.plugin_api import op_reference
+from infercore_triton.fp8_quant import quantize_groups
 from infercore_triton.fp8_support import has_fp8_dot
 
 
@@ -81,6 +82,6 @@ def fp8_block_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: to
     if not (has_fp8_dot(x.device) and _kernel_fits(block_n, block_k)):
         return op_reference.fp8_block_linear(x, weight, weight_scale_inv, block_n, block_k, bias)
     x2 = x.reshape(-1, x.shape[-1])
-    xq, xs = fp8_reference.quantize_per_group(x2, block_k)
+    xq, xs = quantize_groups(x2, block_k)
     out = fp8_block_gemm(xq, xs, weight, weight_scale_inv, block_n, block_k, bias, x.dtype)
     return out.reshape(*x.shape[:-1], weight.shape[0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from infercore.plugin_api import fp8_reference, op_reference
+from infercore_triton.fp8_quant import quantize_groups
 from infercore_triton.fp8_support import has_rowwise_scaled_mm
 
 
@@ -22,7 +23,7 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor
         return op_reference.fp8_linear(x, weight, weight_scale, bias, input_scale)
     x2 = x.reshape(-1, x.shape[-1])
     if input_scale is None:
-        xq, xs = fp8_reference.quantize_per_token(x2)
+        xq, xs = quantize_groups(x2, x2.shape[1])
     else:
         xs = input_scale.float().reshape(1, 1).expand(x2.shape[0], 1).contiguous()
         xq = (x2.float() / xs).clamp(-fp8_reference.FP8_MAX, fp8_reference.FP8_MAX).to(fp8_reference.FP8_DTYPE)
