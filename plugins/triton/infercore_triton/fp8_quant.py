@@ -17,8 +17,9 @@ def _quantize_groups_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, st
     cols = group * GROUP + tl.arange(0, BLOCK)
     mask = (tl.arange(0, BLOCK) < GROUP) & (cols < K)
     x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-    scale = tl.maximum(tl.max(tl.abs(x), axis=0) / fp8_max, min_scale)
-    q = tl.clamp(x / scale, -fp8_max, fp8_max)
+    scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), axis=0), fp8_max), min_scale)
+    # Correctly rounded division, as torch divides: a faster approximate one moves values across fp8 steps.
+    q = tl.clamp(tl.math.div_rn(x, scale), -fp8_max, fp8_max)
     tl.store(q_ptr + row * stride_qm + cols, q.to(q_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
     tl.store(scale_ptr + row * stride_sm + group, scale)
 
