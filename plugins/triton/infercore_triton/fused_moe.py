@@ -16,7 +16,8 @@ from infercore_triton.activation import silu_and_mul
 from infercore_triton.fused_moe_align import ExpertAlignment, align_slots_to_experts
 
 
-@triton.jit(do_not_specialize=["num_slots"])
+# The slot counts change with every batch; specializing on them would build kernels while serving.
+@triton.jit(do_not_specialize=["num_slots", "capacity"])
 def _grouped_gemm_kernel(a_ptr, b_ptr, c_ptr, weights_ptr, sorted_slots_ptr, block_experts_ptr, num_padded_ptr,
                          N, K, num_slots, capacity, stride_am, stride_be, stride_bn, stride_bk, stride_cm,
                          ROWS_PER_A: tl.constexpr, MUL_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr,

@@ -8,6 +8,7 @@ from torch import nn
 from infercore.layers.fused_moe.method import FusedMoEMethod, FusedMoEWeightSpec, UnquantizedFusedMoEMethod
 from infercore.layers.fused_moe.router import select_experts
 from infercore.layers.tensor_parallel import divide, get_tp_state
+from infercore.models.checkpoint_slice import materialize
 from infercore.quantization import current_quantization, layout_of
 
 #: Checkpoint projection → the stacked parameter group it fills (``w1`` gate, ``w3`` up, ``w2`` down).
@@ -67,8 +68,10 @@ class FusedMoE(nn.Module):
             if loaded.shape[0] != self.num_experts:
                 raise ValueError(f"stacked expert tensor of shape {tuple(loaded.shape)} holds {loaded.shape[0]} "
                                  f"experts but the config has {self.num_experts}")
+            # Read a lazy checkpoint slice once, not once per expert.
+            stacked = materialize(loaded)
             for expert in range(self.num_experts):
-                self.weight_loader(param, loaded[expert], shard_id, expert)
+                self.weight_loader(param, stacked[expert], shard_id, expert)
             return
         if not 0 <= expert_id < self.num_experts:
             raise ValueError(f"checkpoint holds expert {expert_id} but the config has {self.num_experts} experts")
