@@ -3,6 +3,10 @@
 Prints one JSON line (and, with ``--sweep``, a table of launch configurations first). Workload:
 batch 256 x context 1024, 16 query / 8 KV heads of 128, bf16, blocks of 16 tokens in shuffled order.
 The ceiling is the 4.3 TB/s device-to-device copy bandwidth measured on an H200 (BENCHMARKS.md).
+
+``--kv-cache-dtype fp8`` stores the cache as e4m3 (written by the cache-write kernel with k/v scales):
+the bytes counted are the fp8 cache's (half of bf16's), and the reference is SDPA over the
+dequantized cache.
 """
 
 from __future__ import annotations
@@ -21,8 +25,31 @@ import triton.testing
 
 from infercore_triton.backend import choose_num_splits
 from infercore_triton.decode_attention import DecodeConfig, decode_attention
+from infercore_triton.kv_cache_write import write_kv
 
 CEILING_BYTES_PER_S = 4.3e12
+#: Per-tensor scales of the fp8 cache: values of N(0, 1) K/V stored at about 1/0.02 of their size.
+FP8_K_SCALE, FP8_V_SCALE = 0.02, 0.03
+
+
+def _make_cache(shape: tuple[int, ...], kv_dtype: str, dev: str) -> tuple[torch.Tensor, float, float]:
+    """A random bf16 cache, or the same values quantized into an fp8 cache (with their k/v scales)."""
+    values = torch.randn(shape, dtype=torch.bfloat16, device=dev)
+    if kv_dtype != "fp8":
+        return values, 1.0, 1.0
+    cache = torch.empty(shape, dtype=torch.float8_e4m3fn, device=dev)
+    slots = torch.arange(shape[1] * shape[2], device=dev)
+    # Through the cache-write kernel, as the engine fills it.
+    write_kv(values[0].reshape(-1, shape[-2], shape[-1]), values[1].reshape(-1, shape[-2], shape[-1]), cache,
+             slots, FP8_K_SCALE, FP8_V_SCALE)
+    return cache, FP8_K_SCALE, FP8_V_SCALE
+
+
+def _dequantized(cache: torch.Tensor, k_scale: float, v_scale: float) -> torch.Tensor:
+    """The cache as bf16 values (an fp8 cache multiplied back by its scales)."""
+    if cache.dtype != torch.float8_e4m3fn:
+        return cache
+    return torch.stack([cache[0].float() * k_scale, cache[1].float() * v_scale]).to(torch.bfloat16)
 
 
 def _median_us(fn) -> float:  # noqa: ANN001
@@ -37,6 +64,8 @@ def main() -> None:
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-size", type=int, default=128)
     parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--kv-cache-dtype", choices=["bfloat16", "fp8"], default="bfloat16",
+                        help="cache entries: bf16, or e4m3 with per-tensor k/v scales")
     parser.add_argument("--sweep", action="store_true", help="time several launch configurations first")
     parser.add_argument("--ragged", default=None, metavar="LOW:HIGH:WIDTH",
                         help="instead: uniform random lengths in [LOW, HIGH] with a block table WIDTH tokens "
@@ -53,7 +82,7 @@ def main() -> None:
     b, ctx, h, kvh, d, bs = args.batch, args.context, args.heads, args.kv_heads, args.head_size, args.block_size
     blocks_per_seq = triton.cdiv(ctx, bs)
     num_blocks = b * blocks_per_seq
-    kv_cache = torch.randn((2, num_blocks, bs, kvh, d), dtype=dtype, device=dev)
+    kv_cache, k_scale, v_scale = _make_cache((2, num_blocks, bs, kvh, d), args.kv_cache_dtype, dev)
     block_table = torch.randperm(num_blocks, device=dev).view(b, blocks_per_seq).to(torch.int32)
     seq_lens = torch.full((b,), ctx, dtype=torch.int32, device=dev)
     q = torch.randn((b, h, d), dtype=dtype, device=dev)
@@ -64,7 +93,8 @@ def main() -> None:
 
     def run(config: DecodeConfig, num_splits: int = splits) -> float:
         return _median_us(lambda: decode_attention(q, kv_cache, seq_lens, block_table, scale, out,
-                                                   num_splits=num_splits, config=config))
+                                                   num_splits=num_splits, config=config, k_scale=k_scale,
+                                                   v_scale=v_scale))
 
     best = DecodeConfig()
     if args.sweep:
@@ -82,23 +112,28 @@ def main() -> None:
 
     # Reference: one SDPA over the same K/V made contiguous (the gather is timed apart).
     idx = block_table.long()
-    k_dense = kv_cache[0][idx].view(b, ctx, kvh, d).transpose(1, 2).contiguous()
-    v_dense = kv_cache[1][idx].view(b, ctx, kvh, d).transpose(1, 2).contiguous()
+    dense_cache = _dequantized(kv_cache, k_scale, v_scale)
+    k_dense = dense_cache[0][idx].view(b, ctx, kvh, d).transpose(1, 2).contiguous()
+    v_dense = dense_cache[1][idx].view(b, ctx, kvh, d).transpose(1, 2).contiguous()
     qs = q.unsqueeze(2)
     sdpa_us = _median_us(lambda: F.scaled_dot_product_attention(qs, k_dense, v_dense, scale=scale, enable_gqa=True))
-    gather_us = _median_us(lambda: (kv_cache[0][idx], kv_cache[1][idx]))
+    raw = kv_cache.view(torch.uint8) if kv_cache.element_size() == 1 else kv_cache  # the bytes, whatever dtype
+    gather_us = _median_us(lambda: (raw[0][idx], raw[1][idx]))
     ref = F.scaled_dot_product_attention(qs.float(), k_dense.float(), v_dense.float(), scale=scale,
                                          enable_gqa=True).squeeze(2)
-    decode_attention(q, kv_cache, seq_lens, block_table, scale, out, num_splits=splits, config=best)
+    decode_attention(q, kv_cache, seq_lens, block_table, scale, out, num_splits=splits, config=best,
+                     k_scale=k_scale, v_scale=v_scale)
     err = ((out.float() - ref).norm() / ref.norm()).item()
 
     print(json.dumps({
         "benchmark": "decode_attention", "batch": b, "context": ctx, "heads": h, "kv_heads": kvh, "head_size": d,
-        "block_size": bs, "dtype": "bfloat16", "kv_bytes": kv_bytes, "num_splits": splits,
+        "block_size": bs, "dtype": "bfloat16", "kv_cache_dtype": args.kv_cache_dtype, "kv_bytes": kv_bytes, "num_splits": splits,
         "config": {"block_n": best.block_n, "num_warps": best.num_warps, "num_stages": best.num_stages},
         "triton_us": round(triton_us, 1), "triton_us_one_split": round(unsplit_us, 1), "triton_TBps": round(kv_bytes / triton_us / 1e6, 3),
         "triton_fraction_of_4.3TBps": round(kv_bytes / triton_us / 1e6 / (CEILING_BYTES_PER_S / 1e12), 3),
-        "sdpa_dense_us": round(sdpa_us, 1), "sdpa_TBps": round(kv_bytes / sdpa_us / 1e6, 3),
+        # SDPA reads the bf16 (dequantized) values: its bytes are twice the fp8 cache's.
+        "sdpa_dense_us": round(sdpa_us, 1), "sdpa_TBps": round(dense_cache.element_size() / kv_cache.element_size()
+                                                               * kv_bytes / sdpa_us / 1e6, 3),
         "sdpa_plus_gather_us": round(sdpa_us + gather_us, 1),
         "speedup_vs_sdpa_dense": round(sdpa_us / triton_us, 2),
         "speedup_vs_sdpa_plus_gather": round((sdpa_us + gather_us) / triton_us, 2),

@@ -42,10 +42,13 @@ def gather_context(kv_cache: torch.Tensor, block_row: torch.Tensor, seq_len: int
     cache's entries dequantized to float32 with ``k_scale`` / ``v_scale``)."""
     block_size = kv_cache.shape[2]
     blocks = block_row[: -(-seq_len // block_size)].long()
-    k = kv_cache[0, blocks].flatten(0, 1)[:seq_len]
-    v = kv_cache[1, blocks].flatten(0, 1)[:seq_len]
-    if is_fp8_kv(kv_cache.dtype):
-        return dequantize_kv(k, k_scale), dequantize_kv(v, v_scale)
+    fp8 = is_fp8_kv(kv_cache.dtype)
+    # Gather an fp8 cache's bytes: not every device indexes float8 tensors.
+    source = kv_cache.view(torch.uint8) if fp8 else kv_cache
+    k = source[0, blocks].flatten(0, 1)[:seq_len]
+    v = source[1, blocks].flatten(0, 1)[:seq_len]
+    if fp8:
+        return dequantize_kv(k.view(kv_cache.dtype), k_scale), dequantize_kv(v.view(kv_cache.dtype), v_scale)
     return k, v
 
 
