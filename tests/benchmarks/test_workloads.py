@@ -105,8 +105,8 @@ def test_workloads_of_one_shape_run_in_one_engine_with_their_own_figures(
 
 
 @pytest.mark.parametrize(("names", "message"), [
-    ("w-gpu,w-typo", "unknown workload w-typo; choose from w-cpu, w-gpu, w-gpu-8b, w-gpu-8b-fp8, w-gpu-moe, "
-                    "w-gpu-prefill, w-gpu-sampling"),
+    ("w-gpu,w-typo", "unknown workload w-typo; choose from w-cpu, w-gpu, w-gpu-8b, w-gpu-8b-fp8, w-gpu-fp8kv, "
+                    "w-gpu-moe, w-gpu-prefill, w-gpu-sampling"),
     ("w-cpu,w-gpu-sampling", "differ in model shape or engine settings; run them in separate calls"),
 ])
 def test_workload_lists_that_cannot_run_together_are_refused(

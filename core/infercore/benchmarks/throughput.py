@@ -59,6 +59,8 @@ def make_llm(workload: Workload, folder: Path, args: argparse.Namespace) -> Any:
         kwargs["max_num_seqs"] = args.max_num_seqs
     if args.max_num_batched_tokens:
         kwargs["max_num_batched_tokens"] = args.max_num_batched_tokens
+    if args.kv_cache_dtype and "kv_cache_dtype" not in workload.engine_kwargs:
+        kwargs["kv_cache_dtype"] = args.kv_cache_dtype
     return LLM(**kwargs)
 
 
@@ -207,6 +209,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--kv-cache-dtype", choices=["auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3"],
+                   default=None, help="KV cache dtype of workloads that do not set their own (w-gpu-fp8kv is "
+                   "W-GPU with fp8, reported as a fraction of w-gpu when both run in one call)")
     p.add_argument("--sync-scheduling", action="store_true", help="turn async scheduling off")
     p.add_argument("--profile", action="store_true", help="print where the host time goes (cProfile) to stderr")
     p.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
