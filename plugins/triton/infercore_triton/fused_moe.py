@@ -78,7 +78,8 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, align: ExpertAlignment, rows_
         align.num_padded, n, k, align.num_slots, capacity, a.stride(0), b.stride(0), b.stride(1), b.stride(2),
         out.stride(0), ROWS_PER_A=rows_per_a, MUL_WEIGHT=weights is not None, BLOCK_M=align.block_m,
         BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8,
-        PRECISION="ieee" if a.dtype == torch.float32 else "tf32", num_warps=4, num_stages=3,
+        # float32 models get exact products (as their reference does), not TF32's 10-bit mantissas.
+        PRECISION="ieee" if a.dtype == torch.float32 else None, num_warps=4, num_stages=3,
     )
     return out
 
