@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
-
-# The Triton kernel tests here run in Triton's interpreter on CPU tensors; the switch must precede
-# the kernels' import (``triton.jit`` reads it when it wraps each kernel).
-os.environ["TRITON_INTERPRET"] = "1"
 
 #: Small engine settings (one torch thread: the CI machine has two cores).
 ENGINE_ARGS: dict[str, Any] = {"dtype": "float32", "max_model_len": 256, "num_gpu_blocks_override": 160,

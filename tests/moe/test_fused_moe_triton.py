@@ -1,6 +1,9 @@
-"""The Triton fused-MoE kernel and its sort/align step against the torch reference, in the interpreter."""
+"""The Triton fused-MoE kernel and its sort/align step against the torch reference: in Triton's
+interpreter on CPU tensors where there is no GPU (the root conftest switches it on), on the GPU otherwise."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -11,9 +14,11 @@ from infercore.plugins import get_plugin_manager
 from infercore_triton.fused_moe import block_sizes, fused_moe
 from infercore_triton.fused_moe_align import align_slots_to_experts
 
+DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available() else "cuda"
+
 
 def test_alignment_groups_slots_by_expert_in_whole_blocks() -> None:
-    topk_ids = torch.tensor([[2, 0], [2, 1], [0, 2], [2, 3]], dtype=torch.int32)
+    topk_ids = torch.tensor([[2, 0], [2, 1], [0, 2], [2, 3]], dtype=torch.int32, device=DEVICE)
     align = align_slots_to_experts(topk_ids, num_experts=5, block_m=4)
     slots = align.sorted_slots.tolist()
     # Expert 0: slots 1, 4; expert 1: slot 3; expert 2: slots 0, 2, 5, 6; expert 3: slot 7; expert 4: none.
@@ -26,7 +31,7 @@ def test_alignment_groups_slots_by_expert_in_whole_blocks() -> None:
 
 
 def test_alignment_skips_experts_no_slot_chose() -> None:
-    topk_ids = torch.tensor([[3], [3], [1]], dtype=torch.int32)
+    topk_ids = torch.tensor([[3], [3], [1]], dtype=torch.int32, device=DEVICE)
     align = align_slots_to_experts(topk_ids, num_experts=4, block_m=16)
     assert int(align.num_padded) == 32
     assert align.block_experts[:2].tolist() == [1, 3]
@@ -39,7 +44,7 @@ def test_alignment_skips_experts_no_slot_chose() -> None:
     (40, 64, 32, 8, 2),    # more slots than 16 per expert: the prefill block size
 ])
 def test_triton_fused_moe_matches_reference(tokens: int, hidden: int, inter: int, experts: int, top_k: int) -> None:
-    x, w13, w2, weights, ids = random_case(tokens, hidden, inter, experts, top_k, seed=tokens)
+    x, w13, w2, weights, ids = (t.to(DEVICE) for t in random_case(tokens, hidden, inter, experts, top_k, seed=tokens))
     ours = fused_moe(x, w13, w2, weights, ids)
     ref = reference_fused_moe(x, w13, w2, weights, ids)
     assert ours.shape == ref.shape and ours.dtype == ref.dtype
