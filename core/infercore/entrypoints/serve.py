@@ -13,6 +13,7 @@ import signal
 import sys
 import types
 import typing
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal
 
 import uvicorn
@@ -172,6 +173,15 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
         await engine.shutdown()
 
 
+def _event_loop_runner() -> Callable[[Coroutine[Any, Any, int]], int]:
+    """``uvloop.run`` where uvloop is installed (a faster event loop for the HTTP path), else ``asyncio.run``."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
+
+
 def run_serve(args: argparse.Namespace, engine_factory: str = DEFAULT_ENGINE_FACTORY) -> int:
     """Entry of ``infercore serve``."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -183,4 +193,4 @@ def run_serve(args: argparse.Namespace, engine_factory: str = DEFAULT_ENGINE_FAC
     except ValueError as exc:  # ConfigError, or a parser name no plugin registers
         print(f"infercore serve: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(serve(config, engine_factory))
+    return _event_loop_runner()(serve(config, engine_factory))

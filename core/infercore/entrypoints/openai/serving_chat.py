@@ -38,6 +38,7 @@ from infercore.entrypoints.openai.serving_base import (
     until_disconnected,
 )
 from infercore.entrypoints.openai.serving_completion import prompt_logprobs_answer
+from infercore.entrypoints.openai.stream_chunks import chat_chunk
 from infercore.outputs import CompletionOutput, Logprob, RequestOutput
 from infercore.sampling_params import StructuredOutputsParams
 
@@ -208,21 +209,27 @@ class OpenAIServingChat(OpenAIServing):
 
     def _chunk(self, request_id: str, index: int, delta: DeltaMessage, finish_reason: str | None = None,
                logprobs: list[TokenLogprob] | None = None, stop_reason: int | str | None = None,
-               usage: UsageInfo | None = None) -> str:
-        """One SSE chunk; ``usage`` (the counts so far) only with ``continuous_usage_stats``."""
+               usage: UsageInfo | None = None) -> bytes:
+        """One SSE chunk; ``usage`` (the counts so far) only with ``continuous_usage_stats``. A delta of
+        role and content alone, without logprobs or usage, takes the lean encoder."""
+        if logprobs is None and usage is None and _role_and_content_only(delta):
+            return chat_chunk(request_id, self.model_name, index, delta.role, delta.content, finish_reason,
+                              stop_reason)
         choice = ChatChunkChoice(index=index, delta=delta, finish_reason=finish_reason, stop_reason=stop_reason,
                                  logprobs=ChatLogprobs(content=logprobs) if logprobs else None)
         chunk = ChatCompletionChunk(id=request_id, model=self.model_name, choices=[choice], usage=usage)
-        return sse(chunk.model_dump(exclude=None if usage else {"usage"}, exclude_none=True))
+        return sse(chunk.model_dump(exclude=None if usage else {"usage"}, exclude_none=True)).encode()
 
     async def _stream(self, req: ChatCompletionRequest, request_id: str, first: RequestOutput,
-                      rest: AsyncIterator[RequestOutput], echo: str) -> AsyncIterator[str]:
+                      rest: AsyncIterator[RequestOutput], echo: str) -> AsyncIterator[bytes]:
+        """SSE events: every chunk ready for the request at one moment goes out in one write."""
         options = req.stream_options
         include_usage = bool(options and options.include_usage)
         continuous_usage = include_usage and bool(options and options.continuous_usage_stats)
         choices: dict[int, _Choice] = {}
         prompt_tokens = len(first.prompt_token_ids)
         cached_tokens = 0
+        batch: list[bytes] = []
         try:
             out: RequestOutput | None = first
             while out is not None:
@@ -233,20 +240,23 @@ class OpenAIServingChat(OpenAIServing):
                     usage = _usage(prompt_tokens, cached_tokens, choices) if continuous_usage else None
                     if not choice.started:
                         choice.started = True
-                        yield self._chunk(request_id, o.index, DeltaMessage(role="assistant", content=echo),
-                                          usage=usage)
-                    for chunk in self._step_chunks(req, request_id, choice, o, usage):
-                        yield chunk
+                        batch.append(self._chunk(request_id, o.index, DeltaMessage(role="assistant", content=echo),
+                                                 usage=usage))
+                    batch.extend(self._step_chunks(req, request_id, choice, o, usage))
+                if batch:
+                    yield b"".join(batch)
+                    batch.clear()
                 out = await anext(rest, None)
             if include_usage:
-                yield sse(ChatCompletionChunk(id=request_id, model=self.model_name, choices=[],
-                                              usage=_usage(prompt_tokens, cached_tokens, choices)))
+                batch.append(sse(ChatCompletionChunk(id=request_id, model=self.model_name, choices=[],
+                                                     usage=_usage(prompt_tokens, cached_tokens, choices))).encode())
         except Exception as exc:
-            yield sse_error(exc)
-        yield SSE_DONE
+            batch.append(sse_error(exc).encode())
+        batch.append(SSE_DONE.encode())
+        yield b"".join(batch)
 
     def _step_chunks(self, req: ChatCompletionRequest, request_id: str, choice: _Choice,
-                     o: CompletionOutput, usage: UsageInfo | None = None) -> list[str]:
+                     o: CompletionOutput, usage: UsageInfo | None = None) -> list[bytes]:
         """The chunks one engine step of a choice streams: its parsed delta, and at the end what the
         parsers held back with the finish reason."""
         parser = choice.parser
@@ -262,6 +272,11 @@ class OpenAIServingChat(OpenAIServing):
         if tail is None:
             return [self._chunk(request_id, o.index, delta or DeltaMessage(), finish, logprobs, o.stop_reason, usage)]
         return [*step, self._chunk(request_id, o.index, tail, finish, None, o.stop_reason, usage)]
+
+
+def _role_and_content_only(delta: DeltaMessage) -> bool:
+    """Whether nothing but the role and content of ``delta`` is set (no tool calls, no reasoning)."""
+    return all(value is None for name, value in delta if name not in ("role", "content"))
 
 
 def _usage(prompt_tokens: int, cached_tokens: int, choices: dict[int, _Choice]) -> UsageInfo:

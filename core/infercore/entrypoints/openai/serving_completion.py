@@ -34,6 +34,7 @@ from infercore.entrypoints.openai.serving_base import (
     to_api_error,
     until_disconnected,
 )
+from infercore.entrypoints.openai.stream_chunks import completion_chunk
 from infercore.outputs import Logprob, RequestOutput
 
 #: JSON has no -inf; a token the model rules out gets this logprob instead (as vLLM does).
@@ -221,12 +222,14 @@ class OpenAIServingCompletion(OpenAIServing):
                      for i, c in sorted(choices.items())])
 
     async def _stream(self, req: CompletionRequest, request_id: str, n: int, first: tuple[int, RequestOutput],
-                      rest: AsyncIterator[tuple[int, RequestOutput]]) -> AsyncIterator[str]:
+                      rest: AsyncIterator[tuple[int, RequestOutput]]) -> AsyncIterator[bytes]:
+        """SSE events: every chunk ready for the request at one moment goes out in one write."""
         options = req.stream_options
         include_usage = bool(options and options.include_usage)
         continuous_usage = include_usage and bool(options and options.continuous_usage_stats)
         choices: dict[int, _Choice] = {}
         prompts: dict[int, _Prompt] = {}
+        batch: list[bytes] = []
         try:
             item: tuple[int, RequestOutput] | None = first
             while item is not None:
@@ -244,16 +247,25 @@ class OpenAIServingCompletion(OpenAIServing):
                     choice = choices[index]
                     choice.num_tokens += len(o.token_ids)
                     self._add_generated(req, choice, o.token_ids, o.logprobs)
-                    if text or o.finish_reason is not None or choice.logprobs is not None:
-                        chunk = CompletionResponse(id=request_id, model=self.model_name, choices=[CompletionChoice(
-                            index=index, text=text, logprobs=choice.logprobs, finish_reason=o.finish_reason,
-                            stop_reason=o.stop_reason, prompt_logprobs=prompt_logprobs)],
-                            usage=self._usage(prompts, choices) if continuous_usage else None)
-                        yield sse(chunk.model_dump(exclude=None if continuous_usage else {"usage"}))
+                    if not (text or o.finish_reason is not None or choice.logprobs is not None):
+                        continue
+                    if choice.logprobs is None and prompt_logprobs is None and not continuous_usage:
+                        batch.append(completion_chunk(request_id, self.model_name, index, text, o.finish_reason,
+                                                      o.stop_reason))
+                        continue
+                    chunk = CompletionResponse(id=request_id, model=self.model_name, choices=[CompletionChoice(
+                        index=index, text=text, logprobs=choice.logprobs, finish_reason=o.finish_reason,
+                        stop_reason=o.stop_reason, prompt_logprobs=prompt_logprobs)],
+                        usage=self._usage(prompts, choices) if continuous_usage else None)
+                    batch.append(sse(chunk.model_dump(exclude=None if continuous_usage else {"usage"})).encode())
+                if batch:
+                    yield b"".join(batch)
+                    batch.clear()
                 item = await anext(rest, None)
             if include_usage:
-                yield sse(CompletionResponse(id=request_id, model=self.model_name, choices=[],
-                                             usage=self._usage(prompts, choices)))
+                batch.append(sse(CompletionResponse(id=request_id, model=self.model_name, choices=[],
+                                                    usage=self._usage(prompts, choices))).encode())
         except Exception as exc:
-            yield sse_error(exc)
-        yield SSE_DONE
+            batch.append(sse_error(exc).encode())
+        batch.append(SSE_DONE.encode())
+        yield b"".join(batch)
