@@ -3,13 +3,16 @@ against an unquantized cache (loose)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from fp8_cases import UNQUANTIZED_BOUND, relative_error, unquantized_output
 
+from infercore.attention.spec import AttentionLayerSpec
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore.testing.attention_cases import FP8_CASES, build_step, layer_spec, run_case
-from infercore_cpu.attention import TorchPagedAttentionBackend
+from infercore_cpu.attention import TorchPagedAttentionBackend, TorchPagedAttentionImpl
 
 TIGHT = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 
@@ -32,3 +35,24 @@ def test_cpu_fp8_stays_near_the_unquantized_cache(case) -> None:
     n = common.num_actual_tokens
     error = relative_error(out[:n], unquantized_output(case, torch.float32))
     assert 1e-4 < error < UNQUANTIZED_BOUND, f"fp8 against unquantized: {error:.3f}"
+
+
+class _ScaleBlindImpl(TorchPagedAttentionImpl):
+    """Stores and reads the fp8 cache as if every scale were 1.0."""
+
+    def __init__(self, spec: AttentionLayerSpec) -> None:
+        super().__init__(dataclasses.replace(spec, k_scale=1.0, v_scale=1.0))
+
+
+class _ScaleBlindBackend(TorchPagedAttentionBackend):
+    name = "scale_blind"
+
+    @staticmethod
+    def get_impl_cls() -> type[TorchPagedAttentionImpl]:
+        return _ScaleBlindImpl
+
+
+@pytest.mark.parametrize("case", [c for c in FP8_CASES if c.scales != (1.0, 1.0)], ids=lambda c: c.name)
+def test_the_kit_fails_a_backend_that_ignores_the_scales(case) -> None:
+    result = run_case(_ScaleBlindBackend, case, torch.device("cpu"), torch.float32)
+    assert result.cache_error > 0.1 and result.output_error > 0.1
