@@ -25,8 +25,9 @@ _ONEDNN = _onednn_linear_available()
 
 #: Entries kept by oneDNN's primitive cache and torch's ideep LRU cache. Each distinct token count of a
 #: linear costs about 0.3 MB in each; their default of 1,024 entries let a serving engine whose steps
-#: take many token counts grow by hundreds of MB. 256 keeps every decode shape hot.
-ONEDNN_CACHE_ENTRIES = 256
+#: take many token counts grow by hundreds of MB. With the row buckets below, a model's linears need
+#: about 60 entries each up to 4,096 rows.
+ONEDNN_CACHE_ENTRIES = 512
 
 
 def bound_onednn_caches(entries: int = ONEDNN_CACHE_ENTRIES) -> None:
@@ -36,9 +37,28 @@ def bound_onednn_caches(entries: int = ONEDNN_CACHE_ENTRIES) -> None:
         os.environ.setdefault(name, str(entries))
 
 
+def row_bucket(rows: int) -> int:
+    """The row count a linear of ``rows`` rows runs at: exact up to 16, then rounded up to a multiple of
+    16, or of 1/16 of the enclosing power of two when that is larger (so padding adds under 1/8 above
+    256 rows). oneDNN builds and caches a kernel per row count; the token counts of mixed serving
+    steps would otherwise fill its cache without end, while these ~8 sizes per octave stay in it.
+    Small products are bound by reading the weight, so their padding rows cost little."""
+    if rows <= 16:
+        return rows
+    step = max(16, (1 << (rows - 1).bit_length()) // 16)
+    return -(-rows // step) * step
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x @ weight.T + bias``; float32 CPU tensors through oneDNN, anything else through ``F.linear``."""
     if (not _ONEDNN or x.dtype != torch.float32 or weight.dtype != torch.float32 or x.numel() == 0
             or (bias is not None and bias.dtype != torch.float32)):
         return F.linear(x, weight, bias)
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    rows = x.numel() // x.shape[-1]
+    padded = row_bucket(rows)
+    if padded == rows:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    flat = x.new_zeros(padded, x.shape[-1])
+    flat[:rows] = x.reshape(rows, x.shape[-1])
+    out = torch.ops.mkldnn._linear_pointwise(flat, weight, bias, "none", [], "")
+    return out[:rows].view(*x.shape[:-1], weight.shape[0])
