@@ -7,7 +7,6 @@ carrying into the exponent, so a value that rounds up to the next power of two c
 """
 
 import os
-import shutil
 from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"
@@ -16,7 +15,6 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
 from triton.runtime import interpreter  # noqa: E402
 
 _interpreted_fp_to_fp = interpreter.InterpreterBuilder.create_fp_to_fp
@@ -41,11 +39,3 @@ def checkpoint_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from infercore.tiny_models import build_model_folder
 
     return build_model_folder(tmp_path_factory.mktemp("qwen3"), "Qwen3ForCausalLM")
-
-
-def with_kv_scales(src: Path, dst: Path, tensors: dict[str, torch.Tensor]) -> Path:
-    """A copy of checkpoint folder ``src`` whose safetensors also hold ``tensors`` (KV cache scales)."""
-    shutil.copytree(src, dst)
-    weights = dst / "model.safetensors"
-    save_file({**load_file(str(weights)), **tensors}, str(weights))
-    return dst

@@ -1,10 +1,13 @@
-"""Helpers of the fp8 KV tests: a case's step over an fp8 cache, and the same step over a plain cache."""
+"""Helpers of the fp8 KV tests: a case's step over a plain cache, errors, checkpoints with KV scales."""
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from infercore.attention.reference import paged_attention, write_kv
 from infercore.testing.attention_cases import AttentionCase, build_step, layer_spec
@@ -28,3 +31,11 @@ def unquantized_output(case: AttentionCase, dtype: torch.dtype) -> torch.Tensor:
 def relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
     """Largest absolute difference over the largest magnitude of ``expected``."""
     return float((out.float() - expected.float()).abs().max()) / float(expected.float().abs().max())
+
+
+def with_kv_scales(src: Path, dst: Path, tensors: dict[str, torch.Tensor]) -> Path:
+    """A copy of checkpoint folder ``src`` whose safetensors also hold ``tensors`` (KV cache scales)."""
+    shutil.copytree(src, dst)
+    weights = dst / "model.safetensors"
+    save_file({**load_file(str(weights)), **tensors}, str(weights))
+    return dst

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import with_kv_scales
+from fp8_cases import with_kv_scales
 
 from infercore.attention.binding import attention_layers, bind_attention
 from infercore.attention.reference_backend import ReferenceAttentionBackend
