@@ -81,3 +81,6 @@ def test_backend_accepts_an_fp8_cache_and_names_what_it_refuses() -> None:
     odd = AttentionRequest(num_heads=4, num_kv_heads=2, head_size=32, dtype=torch.bfloat16,
                            kv_cache_dtype=torch.float8_e5m2, block_size=16, device_type="cpu")
     assert any("float8_e4m3fn" in reason for reason in TritonAttentionBackend.validate(odd))
+    on_xpu = AttentionRequest(num_heads=4, num_kv_heads=2, head_size=32, dtype=torch.bfloat16,
+                              kv_cache_dtype=FP8_KV_DTYPE, block_size=16, device_type="xpu")
+    assert any("compute capability 8.9" in reason for reason in TritonAttentionBackend.validate(on_xpu))

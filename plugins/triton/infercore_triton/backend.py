@@ -70,10 +70,12 @@ def _multiprocessor_count(device: torch.device) -> int:
 
 
 def _converts_fp8(device_type: str) -> bool:
-    """Whether Triton converts e4m3 on this device type's current device (NVIDIA 8.9+, or the interpreter)."""
-    if device_type != "cuda" or not torch.cuda.is_available():
+    """Whether Triton converts e4m3 on this device type's current device: an NVIDIA GPU of capability 8.9+,
+    or the host (Triton's interpreter). ROCm's and Intel's fp8 paths are untested, so they are refused."""
+    if device_type == "cpu":
         return True
-    return has_fp8_dot(torch.device("cuda", torch.cuda.current_device()))
+    return (device_type == "cuda" and torch.cuda.is_available()
+            and has_fp8_dot(torch.device("cuda", torch.cuda.current_device())))
 
 
 @dataclass
@@ -168,7 +170,7 @@ class TritonAttentionBackend(AttentionBackend):
             reasons.append(f"KV cache dtype {request.kv_cache_dtype} is not one of float32, float16, bfloat16, "
                            "float8_e4m3fn")
         elif kv_cache_fp8.is_fp8_kv(request.kv_cache_dtype) and not _converts_fp8(request.device_type):
-            reasons.append("an fp8 KV cache needs a GPU with FP8 conversions (NVIDIA compute capability 8.9+); "
+            reasons.append("an fp8 KV cache needs an NVIDIA GPU of compute capability 8.9+ (FP8 conversions); "
                            "use --kv-cache-dtype auto")
         return reasons
 
