@@ -4,7 +4,7 @@ requests' grammars are dropped, and the engine goes on (async scheduling include
 from __future__ import annotations
 
 import pytest
-from conftest import fail_next_launch
+from step_faults import fail_next_launch
 
 from infercore import SamplingParams
 from infercore.entrypoints.llm import GenerationError

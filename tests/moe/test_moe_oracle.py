@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ENGINE_ARGS, MOE_CASES
+from moe_cases import ENGINE_ARGS, MOE_CASES
 from transformers import AutoModelForCausalLM
 
 from infercore import LLM, SamplingParams

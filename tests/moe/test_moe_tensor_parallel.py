@@ -4,7 +4,7 @@ intermediate features, give the greedy tokens of one."""
 from __future__ import annotations
 
 import pytest
-from conftest import ENGINE_ARGS, MOE_CASES
+from moe_cases import ENGINE_ARGS, MOE_CASES
 
 from infercore import LLM, SamplingParams
 

@@ -1,4 +1,4 @@
-"""Tiny mixture-of-experts model folders and small engines over them."""
+"""Tiny mixture-of-experts cases: engine settings and the model configurations the MoE tests share."""
 
 from __future__ import annotations
 
