@@ -70,3 +70,15 @@ def test_chat_stream_concatenates_to_the_whole_reply(server) -> None:
     assert "".join(d.get("content") or "" for d in deltas) == whole["choices"][0]["message"]["content"]
     assert events[-2]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
     assert _counts(events[-1]["usage"]) == _counts(whole["usage"])
+
+
+def test_stream_without_tokenizer_sends_a_chunk_per_step(start) -> None:
+    """With --skip-tokenizer-init there is no text, yet the steps' tokens still reach the client as
+    chunks (empty text) while the request runs, not all at its end."""
+    server = start("--skip-tokenizer-init")
+    body = {"model": "tiny", "prompt": [5, 17, 29], "max_tokens": 16, "temperature": 0.0, "ignore_eos": True}
+    events = _streamed(server.url, "/v1/completions", body)
+    chunks = [event for event in events if event["choices"]]
+    assert len(chunks) >= 2, "the whole answer arrived as one chunk"
+    assert all(chunk["choices"][0]["text"] == "" for chunk in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length" and events[-1]["usage"]["completion_tokens"] == 16

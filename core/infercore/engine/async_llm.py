@@ -101,7 +101,8 @@ class AsyncLLM:
                     listener: StatsListener | None = None) -> AsyncLLM:
         """Start the engine process and wait for it; raises EngineStartupError with the engine's reason."""
         client = make_engine_client(config, engine_factory)
-        tokenizer_task = asyncio.get_running_loop().run_in_executor(None, get_tokenizer, config.model)
+        load = (lambda _: None) if config.model.skip_tokenizer_init else get_tokenizer
+        tokenizer_task = asyncio.get_running_loop().run_in_executor(None, load, config.model)
         try:
             model_info = await client.start()
             tokenizer = await tokenizer_task

@@ -247,7 +247,9 @@ class OpenAIServingCompletion(OpenAIServing):
                     choice = choices[index]
                     choice.num_tokens += len(o.token_ids)
                     self._add_generated(req, choice, o.token_ids, o.logprobs)
-                    if not (text or o.finish_reason is not None or choice.logprobs is not None):
+                    # Without a tokenizer there is no text: new tokens still make a chunk, so clients see progress.
+                    progress = text or (self.tokenizer is None and o.token_ids)
+                    if not (progress or o.finish_reason is not None or choice.logprobs is not None):
                         continue
                     if choice.logprobs is None and prompt_logprobs is None and not continuous_usage:
                         batch.append(completion_chunk(request_id, self.model_name, index, text, o.finish_reason,
