@@ -97,7 +97,8 @@ def test_workloads_of_one_shape_run_in_one_engine_with_their_own_figures(
     assert plain["prompt_tokens"] == prefill["prompt_tokens"] == sum(len(p) for p in prompts)
     assert sampling["baseline"] == "t"
     assert sampling["fraction_of_baseline"] == round(sampling["output_tok_s"] / plain["output_tok_s"], 3)
-    assert prefill["prompt_tok_s"] == pytest.approx(prefill["prompt_tokens"] / prefill["wall_s"], rel=0.01)
+    # wall_s is rounded to the millisecond, which is coarse for these tiny runs: compare times, not rates.
+    assert prefill["prompt_tokens"] / prefill["prompt_tok_s"] == pytest.approx(prefill["wall_s"], rel=0.01, abs=6e-4)
     flops = generation_flops(tiny.model_config, [len(p) for p in prompts], [2] * 3)
     assert prefill["fraction_of_compute_limit"] == pytest.approx(
         flops / H200_BF16_DENSE_FLOPS / prefill["wall_s"], rel=0.01, abs=1e-3)

@@ -49,6 +49,7 @@ def test_fused_moe_replays_in_a_cuda_graph() -> None:
     x, w13, w2, weights, ids = case(32, torch.bfloat16)
     expected = fused_moe(x, w13, w2, weights, ids)
     stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())  # the inputs were made on the default stream
     with torch.cuda.stream(stream):
         fused_moe(x, w13, w2, weights, ids)  # warm-up outside capture builds the kernels
     torch.cuda.current_stream().wait_stream(stream)

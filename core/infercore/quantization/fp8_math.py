@@ -15,19 +15,27 @@ FP8_MAX = float(torch.finfo(FP8_DTYPE).max)
 MIN_SCALE = 1e-12
 
 
+def _scale_of(amax: torch.Tensor) -> torch.Tensor:
+    """``amax / FP8_MAX`` correctly rounded, floored at MIN_SCALE. Dividing by a tensor, not the Python
+    float: torch on CUDA multiplies by the float's reciprocal instead, one ulp away from the kernels'
+    (and the CPU's) division."""
+    amax = amax.float()
+    return (amax / torch.full_like(amax, FP8_MAX)).clamp(min=MIN_SCALE)
+
+
 def _to_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
 
 
 def quantize_per_tensor(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``x`` as fp8 and its one float32 scale (shape [1])."""
-    scale = (x.abs().amax().float() / FP8_MAX).clamp(min=MIN_SCALE).reshape(1)
+    scale = _scale_of(x.abs().amax()).reshape(1)
     return _to_fp8(x, scale), scale
 
 
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of ``x`` [M, K] as fp8, and one float32 scale per row [M, 1]."""
-    scale = (x.abs().amax(dim=-1, keepdim=True).float() / FP8_MAX).clamp(min=MIN_SCALE)
+    scale = _scale_of(x.abs().amax(dim=-1, keepdim=True))
     return _to_fp8(x, scale), scale
 
 
@@ -36,7 +44,7 @@ def quantize_per_group(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch
     m, k = x.shape
     groups = -(-k // group)
     padded = torch.nn.functional.pad(x.float(), (0, groups * group - k)).view(m, groups, group)
-    scale = (padded.abs().amax(dim=-1).float() / FP8_MAX).clamp(min=MIN_SCALE)
+    scale = _scale_of(padded.abs().amax(dim=-1))
     q = _to_fp8(padded, scale.unsqueeze(-1)).view(m, groups * group)[:, :k]
     return q, scale
 
@@ -52,7 +60,7 @@ def quantize_blockwise(w: torch.Tensor, block_n: int, block_k: int) -> tuple[tor
     bn, bk = -(-n // block_n), -(-k // block_k)
     padded = torch.nn.functional.pad(w.float(), (0, bk * block_k - k, 0, bn * block_n - n))
     blocks = padded.view(bn, block_n, bk, block_k)
-    scale = (blocks.abs().amax(dim=(1, 3)) / FP8_MAX).clamp(min=MIN_SCALE)
+    scale = _scale_of(blocks.abs().amax(dim=(1, 3)))
     return _to_fp8(w, expand_blocks(scale, n, k, block_n, block_k)), scale
 
 
