@@ -111,3 +111,22 @@ def test_sampling_never_waits_for_the_device(params: list[SamplingParams], monke
     rows = np.arange(len(params))
     out = Sampler()(step_logits(0, len(params)), state.gather(rows, np.ones(len(params), dtype=np.int64)))
     assert out.sampled_token_ids.shape == (len(params),)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7])
+def test_every_gathered_field_starts_16_byte_aligned(n: int) -> None:
+    """Triton specialises pointer arguments on 16-byte alignment: a field at an odd offset into the
+    upload would make a step of odd batch size build a kernel variant mid-run."""
+    state = SamplingRowState(8, VOCAB, CPU)
+    for row in range(n):
+        state.add(row, PARAMS[0], [1, 2], [], None)
+    metadata = state.gather(np.arange(n), np.zeros(n, dtype=np.int64))
+    fields = [metadata.temperature, metadata.seeds, metadata.min_p_margin]
+    penalties = metadata.penalties
+    if penalties is not None:
+        fields += [penalties.repetition, penalties.presence, penalties.frequency]
+    for field in fields:
+        if field is not None:
+            assert field.data_ptr() % 16 == 0
+    assert metadata.temperature is not None and metadata.temperature.shape == (n,)
+    assert torch.allclose(metadata.temperature, torch.full((n,), PARAMS[0].temperature))

@@ -32,6 +32,12 @@ _FLOAT_FIELDS = 6
 _ROW_BYTES = 8 * _INT_FIELDS + 4 * _FLOAT_FIELDS
 
 
+def _stride(n: int) -> int:
+    """Entries per field of an ``n``-row step, a multiple of 4: every field starts 16-byte aligned, so
+    kernels that take a field never meet a pointer alignment they were not built for."""
+    return -(-n // 4) * 4
+
+
 class SamplingRowState:
     """Per-row sampling parameters of up to ``num_rows`` requests (host arrays), their penalty tables
     on ``device``, and two alternating pinned staging buffers for the per-step copy."""
@@ -60,8 +66,9 @@ class SamplingRowState:
         self.eos_token_ids: list[int | None] = [None] * num_rows
         self.penalty_tables: PenaltyTables | None = None
         pin = pin_memory and device.type != "cpu"
-        self._staging = [torch.empty(num_rows * _ROW_BYTES, dtype=torch.uint8, pin_memory=pin) for _ in range(2)]
-        self._on_device = torch.empty(num_rows * _ROW_BYTES, dtype=torch.uint8, device=device)
+        capacity = _stride(num_rows) * _ROW_BYTES
+        self._staging = [torch.empty(capacity, dtype=torch.uint8, pin_memory=pin) for _ in range(2)]
+        self._on_device = torch.empty(capacity, dtype=torch.uint8, device=device)
         self._next = 0
 
     def add(self, row: int, params: SamplingParams, prompt_token_ids: Sequence[int],
@@ -103,8 +110,9 @@ class SamplingRowState:
         all_greedy = bool(greedy.all())
         stage = self._staging[self._next].numpy()
         self._next ^= 1
-        ints = stage[: 8 * _INT_FIELDS * n].view(np.int64).reshape(_INT_FIELDS, n)
-        floats = stage[8 * _INT_FIELDS * n: _ROW_BYTES * n].view(np.float32).reshape(_FLOAT_FIELDS, n)
+        s = _stride(n)
+        ints = stage[: 8 * _INT_FIELDS * s].view(np.int64).reshape(_INT_FIELDS, s)[:, :n]
+        floats = stage[8 * _INT_FIELDS * s: _ROW_BYTES * s].view(np.float32).reshape(_FLOAT_FIELDS, s)[:, :n]
         if not all_greedy:
             ints[0] = self._row_seeds(rows, num_output_tokens, seed_source)
         ints[1] = self.top_k[rows]
@@ -113,8 +121,8 @@ class SamplingRowState:
                                         self.presence, self.frequency)):
             floats[field] = values[rows]
         on_device = self._upload(n)
-        dev_ints = on_device[: 8 * _INT_FIELDS * n].view(torch.int64).view(_INT_FIELDS, n)
-        dev_floats = on_device[8 * _INT_FIELDS * n:].view(torch.float32).view(_FLOAT_FIELDS, n)
+        dev_ints = on_device[: 8 * _INT_FIELDS * s].view(torch.int64).view(_INT_FIELDS, s)[:, :n]
+        dev_floats = on_device[8 * _INT_FIELDS * s:].view(torch.float32).view(_FLOAT_FIELDS, s)[:, :n]
         temperature = seeds = min_p_margin = top_k_top_p = None
         if not all_greedy:
             temperature, seeds = dev_floats[0], dev_ints[0]
@@ -146,7 +154,7 @@ class SamplingRowState:
 
     def _upload(self, n: int) -> torch.Tensor:
         """Send the staged ``n`` rows to the device; the copy is queued without waiting for it."""
-        size = _ROW_BYTES * n
+        size = _ROW_BYTES * _stride(n)
         on_device = self._on_device[:size]
         on_device.copy_(self._staging[self._next ^ 1][:size], non_blocking=True)
         return on_device
