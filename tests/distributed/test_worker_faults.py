@@ -102,3 +102,34 @@ def test_killed_process_fails_request_health_503_and_everything_exits(qwen3_fold
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("backend", ["mp", "ray"])
+def test_api_process_killed_engine_and_workers_exit(qwen3_folder, tmp_path, backend: str) -> None:
+    """RELIABILITY line 10 under a multi-process executor: SIGKILL of the API process mid-generation
+    leaves no engine or worker behind within 30 s."""
+    proc, url = start_server(qwen3_folder, tmp_path / "server.log", *FLAGS, "--distributed-executor-backend", backend)
+    rest: set[int] = set()
+    try:
+        server = psutil.Process(proc.pid)
+        workers = _worker_pids(server, backend)
+        assert len(workers) == 2, (workers, (tmp_path / "server.log").read_text())
+        rest |= {p.pid for p in server.children(recursive=True)} | set(workers)
+        stream = Stream(url)
+        stream.start()
+        assert stream.first_chunk.wait(30) and "data: {" in stream.text
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_running(p) for p in rest):
+            time.sleep(0.2)
+        left = [p for p in rest if _running(p)]
+        assert not left, f"still running 30 s after the API process was killed: {left}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in rest:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
