@@ -21,6 +21,9 @@ from infercore.plugins.manager import get_plugin_manager
 
 logger = logging.getLogger(__name__)
 
+#: Longest a step with only grammar compiles left waits for one (bounds how late new input is read).
+_IDLE_COMPILE_WAIT_S = 0.01
+
 
 def resolve_token_budget(config: InfercoreConfig, max_model_len: int, profile_memory: bool) -> int:
     """Tokens per step: the configured budget, or a default that suits the platform."""
@@ -97,6 +100,9 @@ class EngineCore:
 
     def step(self) -> EngineCoreOutputs:
         """One engine iteration; outputs only for requests with something new."""
+        if self.grammars.pending and self._inflight is None and not self.scheduler.has_unfinished_requests():
+            # Only compiles are left: wait for one briefly rather than spin beside the compile threads.
+            self.grammars.wait_for_compiles(_IDLE_COMPILE_WAIT_S)
         failed = self.grammars.admit_ready(self.scheduler) if self.grammars.pending else []
         if self.async_mode and not self.grammars.has_requests():
             outputs = self._step_overlapped()

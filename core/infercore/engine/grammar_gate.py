@@ -66,6 +66,12 @@ class GrammarGate:
         """Whether any constrained request is waiting or running (they need synchronous steps)."""
         return bool(self.pending) or (self.manager is not None and self.manager.num_requests > 0)
 
+    def wait_for_compiles(self, timeout: float) -> None:
+        """Block until a pending request's grammar is compiled (or ``timeout`` passes): an engine with
+        nothing else to do waits here instead of spinning beside the compile threads."""
+        if self.pending and self.manager is not None:
+            self.manager.wait_for_any(list(self.pending), timeout)
+
     def admit_ready(self, scheduler: Scheduler) -> list[EngineCoreOutput]:
         """Move compiled requests into the scheduler; error outputs for failed compiles."""
         failed: list[EngineCoreOutput] = []

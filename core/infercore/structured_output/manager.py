@@ -6,7 +6,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -142,6 +142,13 @@ class StructuredOutputManager:
         if entry.error is not None:
             return GrammarStatus("failed", entry.error)
         return GrammarStatus("ready" if entry.matcher is not None else "pending")
+
+    def wait_for_any(self, request_ids: list[str], timeout: float) -> None:
+        """Block until one of these requests' compiles is done, or ``timeout`` seconds pass."""
+        futures = [entry.compile.future for rid in request_ids
+                   if (entry := self._requests.get(rid)) is not None and entry.matcher is None]
+        if futures:
+            wait(futures, timeout=timeout, return_when=FIRST_COMPLETED)
 
     @property
     def num_requests(self) -> int:
