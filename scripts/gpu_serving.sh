@@ -1,46 +1,208 @@
 #!/usr/bin/env bash
-# On the GPU machine (after scripts/device_run.sh has installed everything): `infercore serve` on the
-# W-GPU model shape (dummy weights, bf16) loaded by `infercore bench serve`, next to the offline engine
-# on the same requests, in one call. JSON lines go to stdout and $OUT/serving.jsonl, logs beside it.
-#   run: bash scripts/device_run.sh bash scripts/gpu_serving.sh        (about 6 minutes on an H200)
-# API_SERVERS=N serves with --api-server-count N where that flag exists.
+# Issue 16's serving acceptance in one call: `infercore serve` on the W-GPU model shape (dummy weights)
+# loaded by `infercore bench serve`, next to the offline engine on the same requests. Every run's JSON
+# line goes to stdout and $OUT/serving.jsonl (labels c1, c64, c256, sweep), logs beside it; at the end
+# scripts/serving_verdict.py prints one JSON line with each criterion's ratio and pass flag.
+#   GPU: bash scripts/device_run.sh bash scripts/gpu_serving.sh          (about 6 minutes on an H200)
+#   CPU dry run (tiny sizes, a few minutes): CPU_DRY_RUN=1 bash scripts/gpu_serving.sh
+# Every step is bounded by `timeout` and by the whole run's budget (BUDGET_S); the server is always stopped.
+# Knobs (environment): WORKLOAD, MODEL (a config-only folder), DTYPE, INPUT_LEN, OUTPUT_LEN, MAX_MODEL_LEN,
+# N1/N64/N256 (requests at concurrency 1/C64/C256), C64, C256, SWEEP_RATES, SWEEP_N, PROBES (offline
+# prefill probes), GPU_UTIL, SERVE_EXTRA (more serve flags), ENGINE_EXTRA (more offline engine args, JSON
+# members), API_SERVERS (--api-server-count), LATENCY=0 / THROUGHPUT=0 to skip those references,
+# PYSPY=1 (py-spy profiles of the server's processes under a concurrency-C256 load; PYSPY_SECONDS,
+# PYSPY_NATIVE=1 for native frames).
 set -uo pipefail
+cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/infercore-gpu}
 mkdir -p "$OUT"
 RES="$OUT/serving.jsonl"
+: >"$RES"
+if [[ "${CPU_DRY_RUN:-0}" == 1 ]]; then
+    # The same steps at toy sizes on the CPU platform: the W-CPU shape, short prompts, few requests.
+    : "${WORKLOAD:=w-cpu}" "${DTYPE:=float32}" "${INPUT_LEN:=64}" "${OUTPUT_LEN:=8}" "${MAX_MODEL_LEN:=256}"
+    : "${N1:=3}" "${N64:=16}" "${N256:=32}" "${C64:=4}" "${C256:=8}" "${SWEEP_N:=6}" "${PROBES:=3}"
+    : "${WARM_N:=4}" "${THROUGHPUT:=0}" "${PYSPY_SECONDS:=4}" "${PYSPY_DELAY:=1}"
+    : "${SERVE_EXTRA:=--num-gpu-blocks-override 256 --cpu-threads 1 --max-num-seqs 16}"
+    : "${ENGINE_EXTRA:=\"num_gpu_blocks_override\": 256, \"cpu_threads\": 1, \"max_num_seqs\": 16}"
+fi
+BUDGET_S=${BUDGET_S:-530}
+END=$((SECONDS + BUDGET_S))
+WORKLOAD=${WORKLOAD:-w-gpu}
+MODEL=${MODEL:-$OUT/$WORKLOAD-model}
+DTYPE=${DTYPE:-bfloat16}
+INPUT_LEN=${INPUT_LEN:-512}
+OUTPUT_LEN=${OUTPUT_LEN:-256}
+MAX_MODEL_LEN=${MAX_MODEL_LEN:-1024}
+N1=${N1:-20}; N64=${N64:-256}; N256=${N256:-1024}; C64=${C64:-64}; C256=${C256:-256}
+WARM_N=${WARM_N:-32}; SWEEP_N=${SWEEP_N:-128}; SWEEP_RATES=${SWEEP_RATES:-4 16 64}; PROBES=${PROBES:-20}
+GPU_UTIL=${GPU_UTIL:-0.45}
 PORT=${PORT:-8123}
 URL="http://127.0.0.1:$PORT"
-MODEL="$OUT/w-gpu-model"
-step() { local limit=$1; shift; echo "== $*" >&2; timeout "$limit" "$@"; echo "== exit $?" >&2; }
-python3 -c "from pathlib import Path; from infercore.benchmarks.workloads import WORKLOADS; \
-WORKLOADS['w-gpu'].write_model_folder(Path('$MODEL'))"
+PYSPY=${PYSPY:-0}; PYSPY_SECONDS=${PYSPY_SECONDS:-15}; PYSPY_DELAY=${PYSPY_DELAY:-3}
+SERVER=""
+PYSPY_PIDS=()
+
+# step NAME LIMIT CMD...: run CMD for at most LIMIT seconds and never past the budget (less a reserve
+# for stopping the server and the verdict); skipped when the budget is spent. Its own process group
+# (timeout's default) means a step's client processes die with it.
+step() {
+    local name=$1 limit=$2; shift 2
+    local left=$((END - SECONDS - 20))
+    if ((left < 10)); then echo "== skip $name: the ${BUDGET_S}s budget is spent" >&2; return 124; fi
+    ((limit > left)) && limit=$left
+    echo "== $name (at most ${limit}s)" >&2
+    timeout -k 10 "$limit" "$@"
+    local rc=$?
+    echo "== $name: exit $rc after $((SECONDS))s" >&2
+    return $rc
+}
+
+stop_server() {
+    [[ -z "$SERVER" ]] && return 0
+    kill -INT "$SERVER" 2>/dev/null
+    for _ in $(seq 30); do kill -0 "$SERVER" 2>/dev/null || break; sleep 1; done
+    # Whatever is left of its process group (the engine, API server processes) is killed outright.
+    kill -KILL -- "-$SERVER" 2>/dev/null
+    wait "$SERVER" 2>/dev/null
+    SERVER=""
+}
+
+cleanup() {
+    for pid in "${PYSPY_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+    stop_server
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+healthy() {
+    python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "$URL/health" \
+        2>/dev/null
+}
+
+# The server's processes: its own and every python process of its process group (setsid made it the
+# leader), less multiprocessing's resource tracker.
+server_pids() {
+    local stat pid rest _state _ppid pgrp
+    for stat in /proc/[0-9]*/stat; do
+        pid=${stat#/proc/}; pid=${pid%/stat}
+        # The fields after the parenthesised command name (which may hold spaces): state, ppid, pgrp.
+        rest=$(sed 's/^.*) //' "$stat" 2>/dev/null) || continue
+        read -r _state _ppid pgrp _ <<<"$rest"
+        [[ "$pgrp" == "$SERVER" ]] || continue
+        grep -qa resource_tracker "/proc/$pid/cmdline" 2>/dev/null && continue
+        grep -qa python "/proc/$pid/cmdline" 2>/dev/null && echo "$pid"
+    done
+}
+
+PYSPY_BIN=$(command -v py-spy || true)
+[[ -z "$PYSPY_BIN" && -x /tmp/site/bin/py-spy ]] && PYSPY_BIN=/tmp/site/bin/py-spy
+
+# Record every server process for PYSPY_SECONDS (speedscope JSON), after PYSPY_DELAY seconds of load;
+# a process py-spy can't record (ptrace denied, ...) gets a `py-spy dump` attempt instead. Never fails.
+start_profiles() {
+    local native=() pid role
+    [[ "${PYSPY_NATIVE:-0}" == 1 ]] && native=(--native)
+    for pid in $(server_pids); do
+        role=child; [[ "$pid" == "$SERVER" ]] && role=main
+        (
+            sleep "$PYSPY_DELAY"
+            prefix="$OUT/pyspy-$role-$pid"
+            timeout -k 5 $((PYSPY_SECONDS + 30)) "$PYSPY_BIN" record --pid "$pid" --rate 100 \
+                --duration "$PYSPY_SECONDS" --format speedscope --output "$prefix.speedscope.json" \
+                "${native[@]}" >"$prefix.log" 2>&1 ||
+                timeout -k 5 20 "$PYSPY_BIN" dump --pid "$pid" >"$prefix.dump.txt" 2>>"$prefix.log"
+        ) &
+        PYSPY_PIDS+=($!)
+    done
+}
+
+echo "== model: $WORKLOAD shape in $MODEL, $DTYPE; prompts $INPUT_LEN, outputs $OUTPUT_LEN" >&2
+if [[ ! -f "$MODEL/config.json" ]]; then
+    python3 -c "import sys; from pathlib import Path; from infercore.benchmarks.workloads import WORKLOADS; \
+WORKLOADS[sys.argv[1]].write_model_folder(Path(sys.argv[2]))" "$WORKLOAD" "$MODEL" || exit 1
+fi
 
 # Half the GPU for the server, so the offline engine of --offline-model fits beside it.
-SERVE_FLAGS=(--load-format dummy --dtype bfloat16 --max-model-len 1024 --skip-tokenizer-init
-             --gpu-memory-utilization 0.45 --port "$PORT" --served-model-name w-gpu --disable-log-requests)
+# shellcheck disable=SC2206  # SERVE_EXTRA is a list of flags
+SERVE_FLAGS=(--load-format dummy --dtype "$DTYPE" --max-model-len "$MAX_MODEL_LEN" --skip-tokenizer-init
+             --gpu-memory-utilization "$GPU_UTIL" --port "$PORT" --served-model-name "$WORKLOAD"
+             --disable-log-requests ${SERVE_EXTRA:-})
 if [[ -n "${API_SERVERS:-}" ]]; then SERVE_FLAGS+=(--api-server-count "$API_SERVERS"); fi
-infercore serve "$MODEL" "${SERVE_FLAGS[@]}" >"$OUT/serve.log" 2>&1 &
+setsid infercore serve "$MODEL" "${SERVE_FLAGS[@]}" >"$OUT/serve.log" 2>&1 &
 SERVER=$!
-trap 'kill -INT $SERVER 2>/dev/null; wait $SERVER' EXIT
-for _ in $(seq 240); do
-    curl -sf "$URL/health" >/dev/null && break
-    kill -0 $SERVER 2>/dev/null || { echo "server exited:"; tail -30 "$OUT/serve.log"; exit 1; }
+STARTUP_S=${STARTUP_S:-240}
+ready=0
+for _ in $(seq "$STARTUP_S"); do
+    healthy && { ready=1; break; }
+    kill -0 "$SERVER" 2>/dev/null || break
+    ((SECONDS < END - 60)) || break
     sleep 1
 done
+if ((ready == 0)); then
+    echo "server did not become healthy (log: $OUT/serve.log):" >&2
+    tail -40 "$OUT/serve.log" >&2
+    exit 1
+fi
+echo "== server ready after ${SECONDS}s" >&2
 
-BENCH=(infercore bench serve --base-url "$URL" --input-len 512 --output-len 256 --vocab-size 10000 --no-progress)
-OFFLINE_ARGS='{"load_format": "dummy", "dtype": "bfloat16", "max_model_len": 1024, "skip_tokenizer_init": true, "gpu_memory_utilization": 0.45}'
+BENCH=(infercore bench serve --base-url "$URL" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN"
+       --vocab-size "${VOCAB:-10000}" --no-progress)
+OFFLINE_ARGS="{\"load_format\": \"dummy\", \"dtype\": \"$DTYPE\", \"max_model_len\": $MAX_MODEL_LEN, \
+\"skip_tokenizer_init\": true, \"gpu_memory_utilization\": $GPU_UTIL${ENGINE_EXTRA:+, $ENGINE_EXTRA}}"
+workers() { local c=$1 w=$2; ((w > c)) && w=$c; echo "$w"; }
+
 # Warm-up (CUDA graphs, allocator), not reported.
-step 60 "${BENCH[@]}" --num-prompts 32 --max-concurrency 32 >/dev/null 2>"$OUT/warmup.err"
-step 60 "${BENCH[@]}" --num-prompts 20 --max-concurrency 1 2>"$OUT/c1.err" | tee -a "$RES"
-step 90 "${BENCH[@]}" --num-prompts 256 --max-concurrency 64 --num-workers 2 2>"$OUT/c64.err" | tee -a "$RES"
-# Concurrency 256 next to the same 1,024 requests through LLM.generate (online_over_offline >= 0.9).
-step 240 "${BENCH[@]}" --num-prompts 1024 --max-concurrency 256 --num-workers 4 --offline-model "$MODEL" \
-    --offline-engine-args "$OFFLINE_ARGS" 2>"$OUT/c256.err" | tee -a "$RES"
-# The Poisson sweep; its table is the last lines of sweep.err.
-step 120 "${BENCH[@]}" --num-prompts 128 --request-rate 4 16 64 --num-workers 2 2>"$OUT/sweep.err" | tee -a "$RES"
-grep '^|' "$OUT/sweep.err"
-kill -INT $SERVER; wait $SERVER; trap - EXIT
-# Offline references: batch-1 prefill and decode time of the same prompt length, and the W-GPU throughput run.
-step 90 infercore bench latency --workload w-gpu --input-len 512 --output-len 256 2>"$OUT/latency.err" | tee -a "$RES"
-step 120 infercore bench throughput --workload w-gpu --no-progress 2>"$OUT/throughput.err" | tee -a "$RES"
+step warmup 60 "${BENCH[@]}" --num-prompts "$WARM_N" --max-concurrency "$WARM_N" >/dev/null 2>"$OUT/warmup.err"
+# (c) single stream: TTFT and TPOT of one request at a time.
+step c1 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 --label c1 2>"$OUT/c1.err" | tee -a "$RES"
+# (b) concurrency 64: ITL p99 against TPOT p50.
+step c64 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" --num-workers "$(workers "$C64" 2)" \
+    --label c64 2>"$OUT/c64.err" | tee -a "$RES"
+# (a) concurrency 256 next to the same requests through LLM.generate, whose engine then also times the
+# batch-1 prefill of PROBES other prompts of the same length (the reference of c1's TTFT).
+step c256 240 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" --num-workers "$(workers "$C256" 4)" \
+    --offline-model "$MODEL" --offline-engine-args "$OFFLINE_ARGS" --offline-prefill-probes "$PROBES" \
+    --label c256 2>"$OUT/c256.err" | tee -a "$RES"
+# Profiles of the server's processes under the same load (a run of its own, so the profiler's pauses
+# never touch a measured figure).
+if [[ "$PYSPY" == 1 ]]; then
+    if [[ -z "$PYSPY_BIN" ]]; then
+        echo "== PYSPY=1 but py-spy is not installed; no profiles" >&2
+    else
+        start_profiles
+        step c256-profiled 120 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" \
+            --num-workers "$(workers "$C256" 4)" --label c256-profiled 2>"$OUT/c256-profiled.err" | tee -a "$RES"
+        for pid in "${PYSPY_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+        PYSPY_PIDS=()
+    fi
+fi
+# (d) the Poisson sweep, one line per rate.
+# shellcheck disable=SC2086  # SWEEP_RATES is a list
+step sweep 150 "${BENCH[@]}" --num-prompts "$SWEEP_N" --request-rate $SWEEP_RATES --num-workers "$(workers "$SWEEP_N" 2)" \
+    --label sweep 2>"$OUT/sweep.err" | tee -a "$RES"
+stop_server
+
+# Offline references: batch-1 decode time per token of the same prompt length; the W-GPU throughput run.
+if [[ "${LATENCY:-1}" == 1 ]]; then
+    step latency 90 infercore bench latency --workload "$WORKLOAD" --input-len "$INPUT_LEN" \
+        --output-len "$OUTPUT_LEN" 2>"$OUT/latency.err" | tee -a "$RES"
+fi
+if [[ "${THROUGHPUT:-1}" == 1 ]]; then
+    step throughput 120 infercore bench throughput --workload "$WORKLOAD" --no-progress 2>"$OUT/throughput.err" \
+        | tee -a "$RES"
+fi
+
+if [[ "$PYSPY" == 1 ]]; then
+    shopt -s nullglob
+    profiles=("$OUT"/pyspy-*.speedscope.json)
+    if ((${#profiles[@]})); then
+        python3 scripts/pyspy_summary.py "${profiles[@]}" >"$OUT/pyspy-summary.txt" 2>&1
+        cat "$OUT/pyspy-summary.txt"
+    else
+        echo "== no py-spy profile was written; see $OUT/pyspy-*.log and any $OUT/pyspy-*.dump.txt" >&2
+        tail -5 "$OUT"/pyspy-*.log >&2 2>/dev/null
+    fi
+fi
+python3 scripts/serving_verdict.py "$RES" | tee -a "$RES"
+echo "== done after ${SECONDS}s; results in $RES" >&2

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from infercore.benchmarks.serve import _split
+from infercore.benchmarks.serve import PROBE_SEED_OFFSET, _split, make_prompts
 
 NUM_PROMPTS = 10
 OUTPUT_LEN = 6
@@ -57,10 +57,20 @@ def test_offline_run_uses_the_same_requests(server, tiny_folder) -> None:
     engine_args = json.dumps({"dtype": "float32", "max_model_len": 256, "num_gpu_blocks_override": 64,
                               "cpu_threads": 1})
     [summary], _ = _bench(server.url, "--max-concurrency", "4", "--offline-model", str(tiny_folder),
-                          "--offline-engine-args", engine_args)
+                          "--offline-engine-args", engine_args, "--offline-prefill-probes", "3", "--label", "c4")
     assert summary["offline_total_output_tokens"] == summary["total_output_tokens"] == NUM_PROMPTS * OUTPUT_LEN
     assert summary["online_over_offline"] == pytest.approx(
         summary["output_throughput_tok_s"] / summary["offline_output_throughput_tok_s"])
+    # The batch-1 prefill reference of TTFT, timed on the offline engine after the run.
+    assert summary["offline_prefill_probes"] == 3
+    assert 0 < summary["offline_prefill_min_ms"] <= summary["offline_prefill_p50_ms"]
+    assert summary["label"] == "c4"
+
+
+def test_prefill_probes_share_no_prefix_with_the_run() -> None:
+    run = make_prompts(50, 16, True, 10000, seed=0)
+    probes = make_prompts(5, 16, True, 10000, seed=PROBE_SEED_OFFSET)
+    assert not {tuple(p) for p in run} & {tuple(p) for p in probes}
 
 
 def test_bad_worker_count_is_refused_with_a_reason(server) -> None:
@@ -68,3 +78,10 @@ def test_bad_worker_count_is_refused_with_a_reason(server) -> None:
         [sys.executable, "-m", "infercore.entrypoints.cli", "bench", "serve", "--base-url", server.url,
          "--num-workers", "4", "--max-concurrency", "2"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "at least --num-workers" in result.stderr
+
+
+def test_prefill_probes_without_an_offline_model_are_refused(server) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "infercore.entrypoints.cli", "bench", "serve", "--base-url", server.url,
+         "--offline-prefill-probes", "4"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "needs --offline-model" in result.stderr

@@ -23,6 +23,8 @@ import httpx
 
 #: Above this share of one core, a client process may be slowing the load it measures.
 CLIENT_BUSY = 0.8
+#: Added to --seed for the offline prefill probes' prompts, so they differ from the run's.
+PROBE_SEED_OFFSET = 7919
 _WORDS = ["the", "model", "engine", "token", "cache", "block", "request", "server", "stream", "batch", "prompt", "output", "latency", "kernel", "device", "memory", "schedule", "decode", "prefill", "sample"]
 
 
@@ -226,6 +228,8 @@ def run_benchmark(args: argparse.Namespace, rate: float | None = None) -> dict[s
                    request_rate=rate if rate != float("inf") else "inf",  # JSON has no Infinity
                    max_concurrency=args.max_concurrency, input_len=args.input_len, output_len=args.output_len,
                    prompt_type=args.prompt_type)
+    if args.label is not None:
+        summary["label"] = args.label
     return summary
 
 
@@ -265,6 +269,11 @@ def add_bench_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "online run, in this process) and report online tok/s as a fraction of offline")
     parser.add_argument("--offline-engine-args", default=None, metavar="JSON",
                         help='engine arguments of the offline run, e.g. \'{"load_format": "dummy"}\'')
+    parser.add_argument("--offline-prefill-probes", type=int, default=0, metavar="N",
+                        help="with --offline-model, also time N prompts of --input-len prefilled alone (one "
+                             "output token each, prompts unlike the run's so no cached prefix helps): the "
+                             "offline batch-1 prefill time that TTFT at concurrency 1 is judged against")
+    parser.add_argument("--label", default=None, help="a name for this run, copied into its JSON line")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_bench_serve)
     return parser
@@ -280,6 +289,8 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return "--num-workers must be at least 1"
     if args.max_concurrency is not None and args.max_concurrency < args.num_workers:
         return "--max-concurrency must be at least --num-workers (each client process gets a share)"
+    if args.offline_prefill_probes < 0 or (args.offline_prefill_probes and args.offline_model is None):
+        return "--offline-prefill-probes needs --offline-model and a count of at least 0"
     return None
 
 
@@ -304,9 +315,12 @@ def run_bench_serve(args: argparse.Namespace) -> int:
     if args.offline_model is not None:
         from infercore.benchmarks.serve_offline import run_offline
 
-        prompts = make_prompts(args.num_prompts, args.input_len, args.prompt_type == "token-ids", args.vocab_size,
-                               args.seed)
-        offline = run_offline(args.offline_model, args.offline_engine_args, prompts, args.output_len)
+        token_ids = args.prompt_type == "token-ids"
+        prompts = make_prompts(args.num_prompts, args.input_len, token_ids, args.vocab_size, args.seed)
+        # Another seed's prompts: of the same length, sharing no cached block with the run's.
+        probes = make_prompts(args.offline_prefill_probes, args.input_len, token_ids, args.vocab_size,
+                              args.seed + PROBE_SEED_OFFSET)
+        offline = run_offline(args.offline_model, args.offline_engine_args, prompts, args.output_len, probes)
         for summary in summaries:
             summary |= offline
             summary["online_over_offline"] = (summary["output_throughput_tok_s"]

@@ -11,8 +11,31 @@ import time
 from typing import Any
 
 
-def run_offline(model: str, engine_args_json: str | None, prompts: list[Any], output_len: int) -> dict[str, Any]:
-    """Generate ``output_len`` tokens (EOS ignored, greedy) for each prompt offline; output tok/s and time."""
+def _prefill_times_ms(llm: Any, prompts: list[Any]) -> list[float]:
+    """Wall time of each prompt's prefill alone: one request at a time, one output token."""
+    from infercore import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+    times = []
+    for prompt in prompts:
+        start = time.perf_counter()
+        llm.generate([_as_input(prompt)], params, use_tqdm=False)
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def _as_input(prompt: Any) -> Any:
+    return {"prompt_token_ids": prompt} if isinstance(prompt, list) else prompt
+
+
+def run_offline(model: str, engine_args_json: str | None, prompts: list[Any], output_len: int,
+                prefill_prompts: list[Any] | None = None) -> dict[str, Any]:
+    """Generate ``output_len`` tokens (EOS ignored, greedy) for each prompt offline; output tok/s and time.
+
+    ``prefill_prompts`` (prompts of the same length that share no prefix with ``prompts``, so no cached
+    block shortens them) are then prefilled one at a time: the batch-1 prefill time that a server's TTFT at
+    concurrency 1 is judged against.
+    """
     from infercore import LLM, SamplingParams
 
     engine_args = json.loads(engine_args_json) if engine_args_json else {}
@@ -20,11 +43,16 @@ def run_offline(model: str, engine_args_json: str | None, prompts: list[Any], ou
         raise ValueError("--offline-engine-args must be a JSON object, e.g. '{\"load_format\": \"dummy\"}'")
     llm = LLM(model=model, **engine_args)
     params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
-    inputs = [{"prompt_token_ids": p} if isinstance(p, list) else p for p in prompts]
+    inputs = [_as_input(p) for p in prompts]
     llm.generate(inputs[:1], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True), use_tqdm=False)
     start = time.perf_counter()
     outputs = llm.generate(inputs, params, use_tqdm=False)
     duration = time.perf_counter() - start
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-    return {"offline_duration_s": duration, "offline_total_output_tokens": tokens,
-            "offline_output_throughput_tok_s": tokens / duration if duration else 0.0}
+    result: dict[str, Any] = {"offline_duration_s": duration, "offline_total_output_tokens": tokens,
+                              "offline_output_throughput_tok_s": tokens / duration if duration else 0.0}
+    if prefill_prompts:
+        times = sorted(_prefill_times_ms(llm, prefill_prompts))
+        result |= {"offline_prefill_probes": len(times), "offline_prefill_min_ms": times[0],
+                   "offline_prefill_p50_ms": times[len(times) // 2]}
+    return result
