@@ -5,6 +5,10 @@ client per engine. Each request goes to the least-loaded engine (the most runnin
 requests this client has sent it and not seen finish), its aborts go to that engine, outputs are
 read from every engine as they come, and the stats sent on with each batch are the sum over the
 engines (so ``/metrics`` shows the whole server).
+
+With several API server processes (``--api-server-count``) the launcher starts the engines and every
+API server has a DataParallelClient of its own whose per-engine clients use that server's sockets
+(``endpoints``): every API server reaches every engine, and balances its own requests over them.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections import defaultdict
 import msgspec
 
 from infercore.config import InfercoreConfig
-from infercore.engine.core_client import EngineCoreClient
+from infercore.engine.core_client import EngineCoreClient, EngineEndpoint
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
 from infercore.engine.messages import EngineCoreOutputs, EngineCoreRequest, SchedulerStats
 from infercore.engine.model_info import ModelInfo
@@ -37,16 +41,21 @@ def merge_stats(stats: list[SchedulerStats]) -> SchedulerStats:
 
 
 class DataParallelClient:
-    """One :class:`EngineCoreClient` per data-parallel rank, used as one."""
+    """One :class:`EngineCoreClient` per data-parallel rank, used as one.
 
-    def __init__(self, config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY) -> None:
+    ``endpoints`` (one per rank, in rank order) reach engines the launcher started; without them each
+    client starts its own engine."""
+
+    def __init__(self, config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
+                 endpoints: list[EngineEndpoint] | None = None) -> None:
         self.config = config
+        size = config.parallel.data_parallel_size
+        if endpoints is not None and len(endpoints) != size:
+            raise ValueError(f"{len(endpoints)} engine endpoints for data_parallel_size {size}")
         self.clients: list[EngineCoreClient] = []
-        for rank in range(config.parallel.data_parallel_size):
-            engine_config = config.model_copy(deep=True)
-            engine_config.parallel.data_parallel_rank = rank
-            self.clients.append(EngineCoreClient(engine_config, engine_factory))
-        size = len(self.clients)
+        for rank in range(size):
+            self.clients.append(EngineCoreClient(rank_config(config, rank), engine_factory,
+                                                 endpoints[rank] if endpoints is not None else None))
         self.model_info: ModelInfo | None = None
         self.initial_stats: SchedulerStats | None = None
         self.stats = [SchedulerStats() for _ in range(size)]
@@ -132,9 +141,19 @@ class DataParallelClient:
             client.close(timeout)
 
 
-def make_engine_client(config: InfercoreConfig,
-                       engine_factory: str = DEFAULT_ENGINE_FACTORY) -> EngineCoreClient | DataParallelClient:
-    """The client for ``config``: one engine, or one per data-parallel rank."""
+def rank_config(config: InfercoreConfig, rank: int) -> InfercoreConfig:
+    """The configuration of data-parallel engine ``rank``."""
+    engine_config = config.model_copy(deep=True)
+    engine_config.parallel.data_parallel_rank = rank
+    return engine_config
+
+
+def make_engine_client(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
+                       endpoints: list[EngineEndpoint] | None = None) -> EngineCoreClient | DataParallelClient:
+    """The client for ``config``: one engine, or one per data-parallel rank; ``endpoints`` (one per
+    rank) reach engines the launcher started instead of starting them."""
     if config.parallel.data_parallel_size > 1:
-        return DataParallelClient(config, engine_factory)
-    return EngineCoreClient(config, engine_factory)
+        return DataParallelClient(config, engine_factory, endpoints)
+    if endpoints is not None and len(endpoints) != 1:
+        raise ValueError(f"{len(endpoints)} engine endpoints for one engine")
+    return EngineCoreClient(config, engine_factory, endpoints[0] if endpoints is not None else None)

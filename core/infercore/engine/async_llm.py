@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infercore.config import InfercoreConfig
-from infercore.distributed.dp_client import make_engine_client
+from infercore.distributed.dp_client import DataParallelClient, make_engine_client
 from infercore.engine.core_client import EngineCoreClient, EngineDeadError
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
 from infercore.engine.input_processor import InputProcessor
@@ -98,9 +98,11 @@ class AsyncLLM:
 
     @classmethod
     async def start(cls, config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
-                    listener: StatsListener | None = None) -> AsyncLLM:
-        """Start the engine process and wait for it; raises EngineStartupError with the engine's reason."""
-        client = make_engine_client(config, engine_factory)
+                    listener: StatsListener | None = None,
+                    client: EngineCoreClient | DataParallelClient | None = None) -> AsyncLLM:
+        """Start the engine process (or, given a ``client`` of engines another process started, reach
+        them) and wait for it; raises EngineStartupError with the engine's reason."""
+        client = client or make_engine_client(config, engine_factory)
         load = (lambda _: None) if config.model.skip_tokenizer_init else get_tokenizer
         tokenizer_task = asyncio.get_running_loop().run_in_executor(None, load, config.model)
         try:

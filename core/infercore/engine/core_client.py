@@ -1,4 +1,10 @@
-"""The API process's side of the engine wire: start the EngineCore process and talk to it over ZMQ."""
+"""The API process's side of the engine wire: start the EngineCore process and talk to it over ZMQ.
+
+With one API process the client starts its engine itself. With several (``--api-server-count``) the
+launcher starts the engine and tells each API process's client where to reach it (an
+:class:`EngineEndpoint`); the client binds its own socket pair there, tags its request ids with its
+server's prefix (the engine routes outputs by id) and watches the engine by its pid.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,11 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import zmq
 import zmq.asyncio
 
@@ -49,9 +58,17 @@ def remove_stale_socket_dirs(parent: str | None = None) -> list[str]:
     return removed
 
 
-def _run_engine(socket_dir: str, config_json: str, input_address: str, output_address: str, parent_pid: int,
-                engine_factory: str) -> None:
-    """The engine process's entry: run the engine, and remove the socket folder if the API process that
+def make_socket_dir() -> str:
+    """A private (0700) folder for ipc sockets, named after this process (see remove_stale_socket_dirs)."""
+    remove_stale_socket_dirs()
+    folder = tempfile.mkdtemp(prefix=f"{_SOCKET_DIR_PREFIX}{os.getpid()}-")
+    os.chmod(folder, 0o700)
+    return folder
+
+
+def run_engine(socket_dir: str, config_json: str, input_address: str | Sequence[str],
+               output_address: str | Sequence[str], parent_pid: int, engine_factory: str) -> None:
+    """The engine process's entry: run the engine, and remove the socket folder if the process that
     owns it died first (killed, it could not)."""
     try:
         run_engine_core(config_json, input_address, output_address, parent_pid, engine_factory)
@@ -68,23 +85,67 @@ class EngineDeadError(RuntimeError):
     """The engine process died while serving."""
 
 
+@dataclass(frozen=True)
+class EngineEndpoint:
+    """Where an API server process reaches an engine that the launcher started.
+
+    The API server binds ``input_address`` and ``output_address`` (the engine connects to them),
+    prefixes every request id it sends with ``id_prefix`` (ids must be unique across the API servers
+    that share the engine) and knows the engine is gone when process ``engine_pid`` ends.
+    """
+
+    input_address: str
+    output_address: str
+    engine_pid: int
+    id_prefix: str
+
+
+async def wait_pid_exit(pid: int) -> None:
+    """Return once process ``pid`` (not necessarily a child of this one) has ended."""
+    loop = asyncio.get_running_loop()
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except (AttributeError, OSError):  # no pidfd on this platform: poll
+        while _pid_alive(pid):
+            await asyncio.sleep(0.2)
+        return
+    gone = loop.create_future()
+    loop.add_reader(fd, lambda: gone.done() or gone.set_result(None))
+    try:
+        await gone
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
 class EngineCoreClient:
     """Starts the EngineCore process, sends it requests and aborts, and receives its outputs.
 
     Both sockets are ``ipc://`` files in a private (0700) temporary folder, bound here; the engine
     connects to them. Whoever outlives the other removes the folder; folders left by processes killed
     together are removed when the next client starts.
+
+    Given an ``endpoint``, the client starts no engine: it binds the endpoint's addresses (in the
+    launcher's folder, which the launcher removes), waits for the ready message of the engine the
+    launcher started, and on ``close`` only closes its sockets.
     """
 
-    def __init__(self, config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY) -> None:
+    def __init__(self, config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
+                 endpoint: EngineEndpoint | None = None) -> None:
         self.config = config
         self.engine_factory = engine_factory
+        self.endpoint = endpoint
         self.codec = WireCodec()
-        remove_stale_socket_dirs()
-        self._dir = tempfile.mkdtemp(prefix=f"{_SOCKET_DIR_PREFIX}{os.getpid()}-")
-        os.chmod(self._dir, 0o700)
-        self.input_address = f"ipc://{self._dir}/input"
-        self.output_address = f"ipc://{self._dir}/output"
+        if endpoint is None:
+            self._dir: str | None = make_socket_dir()
+            self.input_address = f"ipc://{self._dir}/input"
+            self.output_address = f"ipc://{self._dir}/output"
+        else:
+            self._dir = None
+            self.input_address, self.output_address = endpoint.input_address, endpoint.output_address
+        self._prefix = endpoint.id_prefix if endpoint is not None else ""
         self.ctx = zmq.asyncio.Context()
         self.input = self.ctx.socket(zmq.PUSH)
         self.output = self.ctx.socket(zmq.PULL)
@@ -96,21 +157,23 @@ class EngineCoreClient:
         self._closed = False
 
     async def start(self, timeout: float | None = None) -> ModelInfo:
-        """Spawn the engine and wait for its ready message; raise EngineStartupError with its reason."""
-        ctx = multiprocessing.get_context("spawn")
-        self.process = ctx.Process(
-            target=_run_engine, name="infercore-engine-core", daemon=True,
-            args=(self._dir, self.config.model_dump_json(), self.input_address, self.output_address, os.getpid(),
-                  self.engine_factory),
-        )
-        self.process.start()
+        """Spawn the engine (unless the launcher did) and wait for its ready message; raise
+        EngineStartupError with its reason."""
+        if self.endpoint is None:
+            ctx = multiprocessing.get_context("spawn")
+            self.process = ctx.Process(
+                target=run_engine, name="infercore-engine-core", daemon=True,
+                args=(self._dir, self.config.model_dump_json(), self.input_address, self.output_address,
+                      os.getpid(), self.engine_factory),
+            )
+            self.process.start()
         receive = asyncio.ensure_future(self.output.recv_multipart())
         died = asyncio.ensure_future(self.wait_dead())
         done, _ = await asyncio.wait({receive, died}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if receive not in done:
             receive.cancel()
             died.cancel()
-            code = self.process.exitcode
+            code = self.process.exitcode if self.process is not None else None
             self.close()
             if not done:
                 raise EngineStartupError(f"the engine did not start within {timeout} seconds")
@@ -128,7 +191,10 @@ class EngineCoreClient:
         return message.model_info
 
     async def wait_dead(self) -> int | None:
-        """Return (the exit code) once the engine process has ended."""
+        """Return (the exit code, when the engine is this process's child) once the engine has ended."""
+        if self.endpoint is not None:
+            await wait_pid_exit(self.endpoint.engine_pid)
+            return None
         assert self.process is not None
         loop = asyncio.get_running_loop()
         dead = loop.create_future()
@@ -142,11 +208,16 @@ class EngineCoreClient:
         return self.process.exitcode
 
     async def add_request(self, request: EngineCoreRequest) -> None:
+        if self._prefix:
+            request = msgspec.structs.replace(
+                request, request_id=self._prefix + request.request_id,
+                parent_id=None if request.parent_id is None else self._prefix + request.parent_id)
         await self.input.send_multipart(self.codec.encode(request))
 
     async def abort_requests(self, request_ids: list[str]) -> None:
         if request_ids:
-            await self.input.send_multipart(self.codec.encode(AbortRequests(list(request_ids))))
+            ids = [self._prefix + request_id for request_id in request_ids]
+            await self.input.send_multipart(self.codec.encode(AbortRequests(ids)))
 
     async def get_outputs(self) -> EngineCoreOutputs:
         """The next batch of outputs; raises EngineDeadError if the engine reported a fatal error."""
@@ -155,10 +226,15 @@ class EngineCoreClient:
             raise EngineDeadError(message.message)
         if kind is not MessageKind.OUTPUTS:
             raise EngineDeadError(f"unexpected {kind.name} message from the engine")
+        if self._prefix:
+            cut = len(self._prefix)
+            for output in message.outputs:
+                output.request_id = output.request_id[cut:]
         return message
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the engine (SIGTERM, then SIGKILL after ``timeout``) and remove the sockets."""
+        """Stop the engine this client started (SIGTERM, then SIGKILL after ``timeout``) and remove the
+        sockets."""
         if self._closed:
             return
         self._closed = True
@@ -171,5 +247,6 @@ class EngineCoreClient:
         self.input.close(linger=0)
         self.output.close(linger=0)
         self.ctx.term()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
 

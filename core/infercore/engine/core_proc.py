@@ -1,8 +1,11 @@
 """The EngineCore process: build the engine, then loop over requests in, steps, outputs out.
 
-It is started by :class:`infercore.engine.core_client.EngineCoreClient` with the multiprocessing
-spawn context, connects to the two sockets the API process bound, sends a ready message (or the
+It is started by :class:`infercore.engine.core_client.EngineCoreClient` (or, with several API
+server processes, by the launcher of ``infercore serve``) with the multiprocessing spawn context,
+connects to the input and output socket of every API process, sends each a ready message (or the
 startup error) and serves until told to stop, until its parent disappears or until a step fails.
+With several API processes it polls all their input sockets and the output sender returns each
+request's outputs to the API process that sent it.
 A message it cannot decode or a request it cannot take fails that request alone (an error output
 for its id), never the engine.
 """
@@ -14,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import zmq
@@ -50,15 +54,22 @@ def _user_message(exc: BaseException) -> str:
 
 
 class EngineLoop:
-    """Owns the engine, the input socket and the output IO thread; ``run`` returns the process exit code.
+    """Owns the engine, the input sockets and the output IO thread; ``run`` returns the process exit code.
 
-    The loop never writes to the output socket itself: each step's outputs go to ``sender``, whose
-    thread encodes and sends them while the next step runs.
+    ``inputs`` is one socket, or one per API server process (index ``i`` pairs with the sender's
+    output socket ``i``). The loop never writes to an output socket itself: each step's outputs go
+    to ``sender``, whose thread encodes and sends them while the next step runs.
     """
 
-    def __init__(self, engine: Any, input_socket: zmq.Socket, sender: OutputSender, parent_pid: int) -> None:
+    def __init__(self, engine: Any, inputs: zmq.Socket | Sequence[zmq.Socket], sender: OutputSender,
+                 parent_pid: int) -> None:
         self.engine = engine
-        self.input = input_socket
+        self.inputs = list(inputs) if isinstance(inputs, Sequence) else [inputs]
+        self._poller: zmq.Poller | None = None
+        if len(self.inputs) > 1:
+            self._poller = zmq.Poller()
+            for socket in self.inputs:
+                self._poller.register(socket, zmq.POLLIN)
         self.sender = sender
         self.parent_pid = parent_pid
         self.codec = WireCodec()
@@ -68,14 +79,15 @@ class EngineLoop:
     def _parent_alive(self) -> bool:
         return os.getppid() == self.parent_pid
 
-    def _handle(self, frames: list[bytes]) -> bool:
-        """Apply one message; returns True when it changed the set of requests."""
+    def _handle(self, frames: list[bytes], client: int = 0) -> bool:
+        """Apply one message from API server ``client``; returns True when it changed the set of requests."""
         try:
             kind, message = self.codec.decode(frames)
         except Exception as exc:  # whatever a peer sent, the engine lives on
-            self._refuse_undecodable(frames, exc)
+            self._refuse_undecodable(frames, exc, client)
             return False
         if kind is MessageKind.ADD:
+            self.sender.route(message.request_id, client)
             try:
                 self.engine.add_request(message)
             except Exception as exc:  # a request the engine cannot take fails alone
@@ -84,10 +96,11 @@ class EngineLoop:
             return True
         if isinstance(message, AbortRequests):
             self.engine.abort_requests(message.request_ids)
+            self.sender.forget(message.request_ids)
             return True
         return False
 
-    def _refuse_undecodable(self, frames: list[bytes], exc: Exception) -> None:
+    def _refuse_undecodable(self, frames: list[bytes], exc: Exception, client: int) -> None:
         """Fail the request a message we cannot decode was adding, if its id can be read; else drop it."""
         request_id = None
         if len(frames) == 2 and bytes(frames[0]) == MessageKind.ADD.value:
@@ -97,6 +110,7 @@ class EngineLoop:
             logger.warning("dropped a message the engine could not decode: %s", reason)
             return
         logger.warning("request %s could not be decoded: %s", request_id, reason)
+        self.sender.route(request_id, client)
         self._fail_request(request_id, f"the engine could not decode the request: {reason}")
 
     def _fail_request(self, request_id: str, message: str) -> None:
@@ -104,14 +118,20 @@ class EngineLoop:
             EngineCoreOutput(request_id, [], finish_reason=FinishReason.ERROR, error=message)]))
 
     def _drain_input(self, timeout_ms: int) -> bool:
+        if self._poller is None:
+            ready = [0] if self.inputs[0].poll(timeout_ms) else []
+        else:
+            events = dict(self._poller.poll(timeout_ms))
+            ready = [i for i, socket in enumerate(self.inputs) if socket in events]
         changed = False
-        if self.input.poll(timeout_ms):
+        for client in ready:
+            socket = self.inputs[client]
             while True:
                 try:
-                    frames = self.input.recv_multipart(zmq.NOBLOCK)
+                    frames = socket.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                changed |= self._handle(frames)
+                changed |= self._handle(frames, client)
         return changed
 
     def _send(self, outputs: EngineCoreOutputs) -> None:
@@ -136,18 +156,31 @@ class EngineLoop:
         return 1
 
 
-def run_engine_core(config_json: str, input_address: str, output_address: str, parent_pid: int,
-                    engine_factory: str = DEFAULT_ENGINE_FACTORY) -> None:
-    """Process entry point (must be importable for the spawn context)."""
+def _addresses(value: str | Sequence[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def run_engine_core(config_json: str, input_address: str | Sequence[str], output_address: str | Sequence[str],
+                    parent_pid: int, engine_factory: str = DEFAULT_ENGINE_FACTORY) -> None:
+    """Process entry point (must be importable for the spawn context).
+
+    ``input_address`` and ``output_address`` are one address each, or one per API server process
+    (paired by position)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the API process, which stops us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    inputs, outputs = _addresses(input_address), _addresses(output_address)
+    if len(inputs) != len(outputs):
+        raise ValueError(f"{len(inputs)} input addresses but {len(outputs)} output addresses; give one pair "
+                         "per API server")
     ctx = zmq.Context()
-    input_socket = ctx.socket(zmq.PULL)
-    output_socket = ctx.socket(zmq.PUSH)
-    output_socket.setsockopt(zmq.LINGER, 1000)
-    input_socket.connect(input_address)
-    output_socket.connect(output_address)
+    input_sockets = [ctx.socket(zmq.PULL) for _ in inputs]
+    output_sockets = [ctx.socket(zmq.PUSH) for _ in outputs]
+    for socket, address in zip(input_sockets, inputs, strict=True):
+        socket.connect(address)
+    for socket, address in zip(output_sockets, outputs, strict=True):
+        socket.setsockopt(zmq.LINGER, 1000)
+        socket.connect(address)
     codec = WireCodec()
     engine = None
     code = 1
@@ -159,12 +192,15 @@ def run_engine_core(config_json: str, input_address: str, output_address: str, p
             ready = EngineReady(model_info=engine.model_info, pid=os.getpid(), stats=engine.step().stats)
         except Exception as exc:
             logger.exception("engine startup failed")
-            output_socket.send_multipart(codec.encode(EngineFailure(_user_message(exc)), MessageKind.STARTUP_FAILED))
+            failure = codec.encode(EngineFailure(_user_message(exc)), MessageKind.STARTUP_FAILED)
+            for socket in output_sockets:
+                socket.send_multipart(failure)
             return
-        output_socket.send_multipart(codec.encode(ready))
-        sender = OutputSender(output_socket)
+        for socket in output_sockets:
+            socket.send_multipart(codec.encode(ready))
+        sender = OutputSender(*output_sockets)
         try:
-            code = EngineLoop(engine, input_socket, sender, parent_pid).run()
+            code = EngineLoop(engine, input_sockets, sender, parent_pid).run()
         except Exception as exc:
             logger.exception("engine step failed")
             sender.send_message(EngineFailure(_user_message(exc)), MessageKind.ENGINE_DEAD)
@@ -173,7 +209,9 @@ def run_engine_core(config_json: str, input_address: str, output_address: str, p
     finally:
         if engine is not None:
             engine.shutdown()
-        input_socket.close(linger=0)
-        output_socket.close()
+        for socket in input_sockets:
+            socket.close(linger=0)
+        for socket in output_sockets:
+            socket.close()
         ctx.term()
         sys.exit(code)

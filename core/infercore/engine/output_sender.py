@@ -1,9 +1,16 @@
-"""The engine process's IO thread: encode and send outputs off the step loop.
+"""The engine process's IO thread: encode and send outputs off the step loop, each to its API server.
 
 The step loop hands each step's :class:`EngineCoreOutputs` to :meth:`OutputSender.send`, which only
 puts it on a queue; a thread encodes it with msgpack and writes it to the output socket. A step
 therefore never waits on encoding or on a slow API process (ZMQ's own buffers absorb the rest), and
-the socket is used by that one thread alone (ZMQ sockets are not thread-safe).
+the sockets are used by that one thread alone (ZMQ sockets are not thread-safe).
+
+With several output sockets (``--api-server-count N``: one per API server process) every request's
+outputs go only to the socket of the API server that sent it. The loop records that with
+:meth:`OutputSender.route` before the engine sees the request; the IO thread drops the entry when it
+sends the request's last output, and :meth:`OutputSender.forget` (queued behind the outputs before it)
+drops the entries of aborted requests. Request ids must therefore be unique across API servers (each
+server prefixes its own). The engine's stats go to every socket.
 """
 
 from __future__ import annotations
@@ -16,24 +23,45 @@ from typing import Any
 
 import zmq
 
-from infercore.engine.messages import EngineCoreOutputs
+from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs
 from infercore.engine.serial import MessageKind, WireCodec
 
 logger = logging.getLogger("infercore.engine")
 
 #: Put on the queue by ``close`` so the thread sends what came before it and then returns.
 _STOP = object()
+#: Marks a queued ``forget``: the request ids whose routes to drop.
+_FORGET = object()
 
 
 class OutputSender:
-    """Owns the output socket once started; ``send`` queues, the IO thread encodes and writes."""
+    """Owns the output sockets once started; ``send`` queues, the IO thread routes, encodes and writes."""
 
-    def __init__(self, socket: zmq.Socket) -> None:
-        self.socket = socket
+    def __init__(self, *sockets: zmq.Socket) -> None:
+        if not sockets:
+            raise ValueError("OutputSender needs at least one output socket")
+        self.sockets = list(sockets)
         self.codec = WireCodec()
+        #: Request id → index of the socket (API server) its outputs go to; used with several sockets.
+        self._routes: dict[str, int] = {}
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="infercore-engine-output", daemon=True)
         self._thread.start()
+
+    @property
+    def num_routes(self) -> int:
+        """Requests whose outputs are still routed to an API server."""
+        return len(self._routes)
+
+    def route(self, request_id: str, client: int) -> None:
+        """Send ``request_id``'s outputs to socket ``client``; call before the engine can produce any."""
+        if len(self.sockets) > 1:
+            self._routes[request_id] = client
+
+    def forget(self, request_ids: list[str]) -> None:
+        """Drop the routes of aborted requests once the outputs queued before this call are sent."""
+        if len(self.sockets) > 1 and request_ids:
+            self._queue.put((list(request_ids), _FORGET))
 
     def send(self, outputs: EngineCoreOutputs) -> None:
         """Queue one batch of outputs for the IO thread (never blocks); stamps it if unstamped."""
@@ -42,7 +70,8 @@ class OutputSender:
         self._queue.put((outputs, None))
 
     def send_message(self, message: Any, kind: MessageKind) -> None:
-        """Queue any other wire message (e.g. the engine's death notice), after the outputs before it."""
+        """Queue any other wire message (e.g. the engine's death notice) for every socket, after the
+        outputs before it."""
         self._queue.put((message, kind))
 
     def pending(self) -> int:
@@ -60,13 +89,52 @@ class OutputSender:
             if item is _STOP:
                 return
             message, kind = item
-            try:
-                frames = self.codec.encode(message, kind)
-            except Exception:  # one batch that cannot be encoded must not silence the rest
-                logger.exception("the engine could not encode an output message")
+            if kind is _FORGET:
+                for request_id in message:
+                    self._routes.pop(request_id, None)
                 continue
-            try:
-                self.socket.send_multipart(frames)
-            except zmq.ZMQError as exc:  # the socket is closing: nothing more can be delivered
-                logger.warning("the engine could not send its outputs: %s", exc)
-                return
+            if kind is None and len(self.sockets) > 1:
+                batches = self._split(message)
+            else:
+                batches = [(socket, message, kind, False) for socket in self.sockets]
+            for socket, batch, batch_kind, droppable in batches:
+                if not self._write(socket, batch, batch_kind, droppable):
+                    return
+
+    def _split(self, outputs: EngineCoreOutputs) -> list[tuple[zmq.Socket, Any, MessageKind | None, bool]]:
+        """One batch per socket: the outputs of that API server's requests, and the stats for all.
+
+        A batch with stats only may be dropped when its socket cannot take it at once (an API server
+        that has drained and gone must not hold up the others; the next stats supersede it)."""
+        per_client: list[list[EngineCoreOutput]] = [[] for _ in self.sockets]
+        for output in outputs.outputs:
+            client = self._routes.pop(output.request_id, None) if output.finished else \
+                self._routes.get(output.request_id)
+            if client is None:  # aborted by its API server after this step ran: nobody waits for it
+                continue
+            per_client[client].append(output)
+        batches: list[tuple[zmq.Socket, Any, MessageKind | None, bool]] = []
+        for socket, mine in zip(self.sockets, per_client, strict=True):
+            if mine or outputs.stats is not None:
+                batch = EngineCoreOutputs(outputs=mine, stats=outputs.stats, timestamp=outputs.timestamp)
+                batches.append((socket, batch, None, not mine))
+        return batches
+
+    def _write(self, socket: zmq.Socket, message: Any, kind: MessageKind | None, droppable: bool) -> bool:
+        """Encode and send one message; False once the socket is closing (nothing more can be delivered)."""
+        try:
+            frames = self.codec.encode(message, kind)
+        except Exception:  # one batch that cannot be encoded must not silence the rest
+            logger.exception("the engine could not encode an output message")
+            return True
+        try:
+            if droppable:
+                socket.send_multipart(frames, zmq.NOBLOCK)
+            else:
+                socket.send_multipart(frames)
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            logger.warning("the engine could not send its outputs: %s", exc)
+            return False
+        return True

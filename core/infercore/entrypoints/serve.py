@@ -2,6 +2,9 @@
 
 Every configuration field is a flag (``max_model_len`` → ``--max-model-len``), grouped by section,
 with the field's description as help. Flags not given fall back to ``INFERCORE_<FIELD>`` variables.
+With ``--api-server-count N`` (N > 1) this process becomes the launcher of
+:mod:`infercore.entrypoints.api_server_procs`, and each of its N API server processes runs
+:func:`serve` with its :class:`~infercore.entrypoints.api_server_procs.ApiServerSlot`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Coroutine
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import uvicorn
 from pydantic.fields import FieldInfo
@@ -24,6 +27,9 @@ from infercore.engine.async_llm import AsyncLLM
 from infercore.engine.core_client import EngineStartupError
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
 from infercore.engine.model_info import resolve_demo_model
+
+if TYPE_CHECKING:
+    from infercore.entrypoints.api_server_procs import ApiServerSlot
 
 logger = logging.getLogger("infercore.server")
 
@@ -92,13 +98,19 @@ def config_from_args(args: argparse.Namespace) -> InfercoreConfig:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn with a draining SIGTERM/SIGINT (503 for new requests, wait for in-flight ones) and an exit code."""
+    """uvicorn with a draining SIGTERM/SIGINT (503 for new requests, wait for in-flight ones) and an exit code.
 
-    def __init__(self, config: uvicorn.Config, app_state: Any, engine: AsyncLLM, shutdown_timeout: float) -> None:
+    One of several API server processes (``only_sigterm``) ignores SIGINT: Ctrl-C reaches the whole
+    process group, and the launcher turns it into the SIGTERM that starts every server's drain.
+    """
+
+    def __init__(self, config: uvicorn.Config, app_state: Any, engine: AsyncLLM, shutdown_timeout: float,
+                 only_sigterm: bool = False) -> None:
         super().__init__(config)
         self.app_state = app_state
         self.engine = engine
         self.shutdown_timeout = shutdown_timeout
+        self.only_sigterm = only_sigterm
         self.exit_code = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -107,6 +119,8 @@ class _Server(uvicorn.Server):
         await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: types.FrameType | None) -> None:
+        if self.only_sigterm and sig == signal.SIGINT:
+            return
         drain = self.app_state.drain
         if drain.draining or self._loop is None:
             super().handle_exit(sig, frame)  # a second signal: stop now
@@ -138,9 +152,15 @@ class _Server(uvicorn.Server):
             self._loop.call_later(1.0, lambda: setattr(self, "should_exit", True))
 
 
-async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY) -> int:
-    """Run the server until it is stopped; returns the process exit code."""
+async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
+                slot: ApiServerSlot | None = None) -> int:
+    """Run the server until it is stopped; returns the process exit code.
+
+    Without ``slot`` this process starts the engine and listens on ``--host``/``--port``; with one it
+    is one of several API server processes: it reaches the engines the launcher started through the
+    slot's endpoints and serves on the slot's (shared) listening socket."""
     from infercore.demo import DEMO_NOTICE
+    from infercore.distributed.dp_client import make_engine_client
     from infercore.entrypoints.openai.app import build_app
     from infercore.entrypoints.openai.http_protocol import bounded_h11_protocol
     from infercore.entrypoints.openai.metrics import ServerMetrics
@@ -149,9 +169,10 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
         logger.warning(DEMO_NOTICE)
     resolve_demo_model(config)
     model_name = config.model.served_model_name or config.model.model
-    metrics = ServerMetrics(model_name)
+    metrics = ServerMetrics(model_name, api_server=slot.index if slot is not None else None)
     try:
-        engine = await AsyncLLM.start(config, engine_factory, listener=metrics)
+        client = make_engine_client(config, engine_factory, slot.endpoints) if slot is not None else None
+        engine = await AsyncLLM.start(config, engine_factory, listener=metrics, client=client)
     except (EngineStartupError, ValueError) as exc:
         logger.error("the engine failed to start: %s", exc)
         return 1
@@ -161,11 +182,13 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
         uv_config = uvicorn.Config(app, host=config.serve.host, port=config.serve.port, http=protocol,
                                    log_level=config.serve.uvicorn_log_level, timeout_graceful_shutdown=2,
                                    access_log=not config.serve.disable_log_requests, h11_max_incomplete_event_size=65536)
-        server = _Server(uv_config, app.state.server, engine, config.serve.shutdown_timeout)
+        server = _Server(uv_config, app.state.server, engine, config.serve.shutdown_timeout,
+                         only_sigterm=slot is not None)
         engine.on_engine_dead = server.engine_died
-        logger.info("serving %s (max_model_len %d) on http://%s:%d", model_name, engine.model_info.max_model_len,
-                    config.serve.host, config.serve.port)
-        await server.serve()
+        where = f"API server {slot.index} " if slot is not None else ""
+        logger.info("%sserving %s (max_model_len %d) on http://%s:%d", where, model_name,
+                    engine.model_info.max_model_len, config.serve.host, config.serve.port)
+        await server.serve(sockets=[slot.sock] if slot is not None else None)
         if not server.started and server.exit_code == 0:
             return 1
         return server.exit_code
@@ -173,7 +196,7 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
         await engine.shutdown()
 
 
-def _event_loop_runner() -> Callable[[Coroutine[Any, Any, int]], int]:
+def event_loop_runner() -> Callable[[Coroutine[Any, Any, int]], int]:
     """``uvloop.run`` where uvloop is installed (a faster event loop for the HTTP path), else ``asyncio.run``."""
     try:
         import uvloop
@@ -193,4 +216,8 @@ def run_serve(args: argparse.Namespace, engine_factory: str = DEFAULT_ENGINE_FAC
     except ValueError as exc:  # ConfigError, or a parser name no plugin registers
         print(f"infercore serve: {exc}", file=sys.stderr)
         return 2
-    return _event_loop_runner()(serve(config, engine_factory))
+    if config.serve.api_server_count > 1:
+        from infercore.entrypoints.api_server_procs import launch
+
+        return launch(config, engine_factory)
+    return event_loop_runner()(serve(config, engine_factory))
