@@ -35,11 +35,14 @@ FP8_OPS = {
     "fp8_block_linear": "infercore_triton.fp8_block_gemm:fp8_block_linear",
 }
 
+#: Ops tuned for NVIDIA GPUs only: the skinny GEMM of decode batches (``F.linear`` for other shapes).
+NVIDIA_OPS = {"linear": "infercore_triton.skinny_gemm:linear"}
+
 
 @hookimpl
 def register_custom_ops(register: RegisterFn) -> None:
     for platform in TRITON_PLATFORMS:
         for name, target in CUSTOM_OPS.items():
             register(name, target, platform=platform)
-    for name, target in FP8_OPS.items():
+    for name, target in {**FP8_OPS, **NVIDIA_OPS}.items():
         register(name, target, platform="cuda")

@@ -1,0 +1,222 @@
+"""Skinny GEMM for decode batches: ``out[M, N] = x[M, K] @ w[N, K]^T (+ bias)`` for M of 1 to 16.
+
+At decode a linear layer reads its whole weight to multiply a handful of rows, so the GEMM is a
+matrix-vector product bound by weight bandwidth; cuBLAS picks tiles built for large M there and reaches
+a quarter of the bandwidth on some shapes. Each program here streams ``BLOCK_N`` rows of the weight
+through ``BLOCK_K``-wide vector loads. Up to 4 rows of ``x`` it multiplies elementwise and sums (no
+tensor-core tile to fill); above that it pads ``x`` to 16 rows and uses ``tl.dot``. Shapes with few
+weight rows split K over several programs, whose float32 partials a second kernel sums.
+
+Launch settings come from :data:`TUNED` (filled from ``benchmarks/skinny_gemm.py --sweep``) or else
+from :func:`default_config`. Nothing here syncs with the host or compiles per batch size: M is a
+runtime argument and only its bucket (1, 2, 4 or 16 rows) is a compile-time constant, so the op is
+safe to capture in CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+#: The most rows of ``x`` the ``linear`` op sends to the kernel; larger batches go to ``F.linear``.
+SKINNY_MAX_M = 8
+#: The most rows the kernel takes at all.
+KERNEL_MAX_M = 16
+#: Up to this many rows the kernel multiplies elementwise; above it, with ``tl.dot`` on 16 padded rows.
+ELEMENTWISE_MAX_M = 4
+_DOT_ROWS = 16
+#: Products ``M_PAD * BLOCK_N * BLOCK_K`` per step of the elementwise path in the default settings
+#: (64 float32 registers a thread at 4 warps).
+_ELEMENTWISE_TILE = 8192
+#: Device types :func:`linear` sends to the kernel.
+_KERNEL_DEVICES = ("cuda",)
+_HALF_DTYPES = (torch.bfloat16, torch.float16)
+_KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@dataclass(frozen=True)
+class SkinnyConfig:
+    """Launch settings of one GEMM: the weight tile a program reads per step (``block_n`` rows by
+    ``block_k`` columns), Triton's ``num_warps``/``num_stages``, how many programs share K
+    (``split_k``), and whether to use ``tl.dot`` (``None``: above :data:`ELEMENTWISE_MAX_M` rows)."""
+
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+    num_stages: int = 3
+    split_k: int = 1
+    dot: bool | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("block_n", "block_k", "num_warps"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"SkinnyConfig.{name} must be a power of two, got {value}")
+        if self.split_k < 1 or self.num_stages < 1:
+            raise ValueError(f"SkinnyConfig needs split_k >= 1 and num_stages >= 1, got {self}")
+
+    def uses_dot(self, m: int) -> bool:
+        """Whether ``m`` rows run through ``tl.dot`` (which needs tiles of at least 16 in every dimension)."""
+        return self.dot if self.dot is not None else m > ELEMENTWISE_MAX_M
+
+
+def m_bucket(m: int) -> int:
+    """The tuning bucket of ``m`` rows: the next power of two (1, 2, 4, 8 or 16)."""
+    if not 1 <= m <= KERNEL_MAX_M:
+        raise ValueError(f"the skinny GEMM takes 1 to {KERNEL_MAX_M} rows, got {m}; use F.linear for more")
+    return triton.next_power_of_2(m)
+
+
+#: Measured settings by ``(m_bucket(M), N, K)``; shapes not listed use :func:`default_config`.
+TUNED: dict[tuple[int, int, int], SkinnyConfig] = {}
+
+
+@functools.lru_cache(maxsize=256)
+def default_config(m: int, n: int, k: int, num_sms: int = 132) -> SkinnyConfig:
+    """Settings that keep at least two programs per SM busy: narrow weight tiles for the elementwise
+    path (at most :data:`_ELEMENTWISE_TILE` products per step, so they stay in registers), 16-row
+    weight tiles for ``tl.dot``, and K split while there are still too few programs."""
+    target = 2 * num_sms
+    if m > ELEMENTWISE_MAX_M:
+        block_n, block_k = 16 if n <= 8192 else 32, 128
+    else:
+        block_k = min(512, max(16, triton.next_power_of_2(k)))
+        block_n = min(16, max(1, _ELEMENTWISE_TILE // (block_k * triton.next_power_of_2(m))))
+        while block_n > 1 and triton.cdiv(n, block_n) < target:
+            block_n //= 2
+    split_k = 1
+    while triton.cdiv(n, block_n) * split_k < target and triton.cdiv(k, block_k * split_k * 2) >= 2:
+        split_k *= 2
+    return SkinnyConfig(block_n=block_n, block_k=block_k, split_k=split_k)
+
+
+def config_for(m: int, n: int, k: int, num_sms: int = 132) -> SkinnyConfig:
+    """The settings for an ``m`` x ``n`` x ``k`` product: :data:`TUNED`'s entry or the default."""
+    return TUNED.get((m_bucket(m), n, k)) or default_config(m, n, k, num_sms)
+
+
+@functools.cache
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132
+
+
+# M changes from step to step; it is not specialised on (Triton would compile a variant for M == 1).
+@triton.jit(do_not_specialize=["M"])
+def _skinny_gemm_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, part_ptr, M, N, K, stride_xm, stride_om, k_per_split,
+                        M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        SPLIT_K: tl.constexpr, USE_DOT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                        DOT_PRECISION: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = tl.arange(0, M_PAD)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    row_ok = rows < M
+    col_ok = cols < N
+    w_rows = w_ptr + cols.to(tl.int64)[:, None] * K
+    x_rows = x_ptr + rows[:, None] * stride_xm
+    k_lo = pid_k * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, K)
+    acc = tl.zeros((M_PAD, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        k = k0 + ks
+        k_ok = k < k_hi
+        w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+        x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        if USE_DOT:
+            acc += tl.dot(x, tl.trans(w), input_precision=DOT_PRECISION)
+        else:
+            acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+    mask = row_ok[:, None] & col_ok[None, :]
+    if SPLIT_K > 1:
+        # Partials [SPLIT_K, M, N] in float32; the reduce kernel adds the bias and rounds once.
+        tl.store(part_ptr + (pid_k * M + rows[:, None]) * N + cols[None, :], acc, mask=mask)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _split_k_reduce_kernel(part_ptr, bias_ptr, out_ptr, M, N, stride_om,
+                           SPLIT_K: tl.constexpr, BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr):
+    row = tl.program_id(1)
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    col_ok = cols < N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for split in tl.static_range(SPLIT_K):
+        acc += tl.load(part_ptr + (split * M + row) * N + cols, mask=col_ok, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_om + cols, acc.to(out_ptr.dtype.element_ty), mask=col_ok)
+
+
+def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"skinny_gemm multiplies x [M, K] by weight [N, K]; got {tuple(x.shape)} and "
+                         f"{tuple(weight.shape)}")
+    if not 1 <= x.shape[0] <= KERNEL_MAX_M:
+        raise ValueError(f"skinny_gemm takes 1 to {KERNEL_MAX_M} rows, got {x.shape[0]}; use F.linear for more")
+    if x.dtype not in _KERNEL_DTYPES or weight.dtype != x.dtype:
+        raise ValueError(f"skinny_gemm needs x and weight of one dtype among {_KERNEL_DTYPES}; got {x.dtype} "
+                         f"and {weight.dtype}")
+    if x.stride(1) != 1 or not weight.is_contiguous():
+        raise ValueError("skinny_gemm needs x's last dimension contiguous and a contiguous weight")
+    if bias is not None and (bias.shape != (weight.shape[0],) or not bias.is_contiguous()):
+        raise ValueError(f"bias must be a contiguous [{weight.shape[0]}] vector, got {tuple(bias.shape)}")
+
+
+def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                config: SkinnyConfig | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias`` for ``x`` [M, K] with 1 <= M <= 16 (rows may be strided) and ``weight``
+    [N, K] contiguous, accumulated in float32, returned in ``x``'s dtype. ``config`` overrides the
+    launch settings (:func:`config_for`)."""
+    _check(x, weight, bias)
+    m, k = x.shape
+    n = weight.shape[0]
+    cfg = config or config_for(m, n, k, _num_sms(x.device))
+    use_dot = cfg.uses_dot(m)
+    if use_dot and min(cfg.block_n, cfg.block_k) < 16:
+        raise ValueError(f"tl.dot needs block_n and block_k of at least 16, got {cfg}")
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    # Each split covers whole BLOCK_K chunks so that no chunk straddles two splits.
+    k_per_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k
+    split_k = triton.cdiv(k, k_per_split)
+    part = torch.empty((split_k, m, n), dtype=torch.float32, device=x.device) if split_k > 1 else out
+    bias_arg = bias if bias is not None else out
+    grid = (triton.cdiv(n, cfg.block_n), split_k)
+    _skinny_gemm_kernel[grid](
+        x, weight, bias_arg, out, part, m, n, k, x.stride(0), out.stride(0), k_per_split,
+        M_PAD=_DOT_ROWS if use_dot else triton.next_power_of_2(m), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        SPLIT_K=split_k, USE_DOT=use_dot, HAS_BIAS=bias is not None,
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if split_k > 1:
+        block = min(1024, triton.next_power_of_2(n))
+        _split_k_reduce_kernel[(triton.cdiv(n, block), m)](part, bias_arg, out, m, n, out.stride(0),
+                                                           SPLIT_K=split_k, BLOCK=block, HAS_BIAS=bias is not None)
+    return out
+
+
+def uses_kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    """Whether :func:`linear` sends this product to the kernel rather than ``F.linear``."""
+    if x.dim() != 2 or weight.dim() != 2 or x.device.type not in _KERNEL_DEVICES:
+        return False
+    bias_ok = bias is None or (bias.dtype == x.dtype and bias.shape == weight.shape[:1] and bias.is_contiguous())
+    return (x.dtype in _HALF_DTYPES and weight.dtype == x.dtype and 1 <= x.shape[0] <= SKINNY_MAX_M
+            and x.shape[1] == weight.shape[1] and x.stride(1) == 1 and weight.is_contiguous() and bias_ok)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Custom op ``linear`` on CUDA: the skinny GEMM for decode-sized bf16/fp16 batches, ``F.linear``
+    (the reference) for everything else."""
+    if uses_kernel(x, weight, bias):
+        return skinny_gemm(x, weight, bias)
+    return F.linear(x, weight, bias)
