@@ -5,19 +5,20 @@
 # scripts/serving_verdict.py prints one JSON line with each criterion's ratio and pass flag.
 #   GPU: bash scripts/device_run.sh bash scripts/gpu_serving.sh          (about 6 minutes on an H200)
 #   CPU dry run (tiny sizes, a few minutes): CPU_DRY_RUN=1 bash scripts/gpu_serving.sh
-# Every step is bounded by `timeout` and by the whole run's budget (BUDGET_S); the server is always stopped.
+# Every step is bounded by `timeout` and by the whole run's budget (BUDGET_S, default 500 s); the server is always stopped.
 # Knobs (environment): WORKLOAD, MODEL (a config-only folder), DTYPE, INPUT_LEN, OUTPUT_LEN, MAX_MODEL_LEN,
 # N1/N64/N256 (requests at concurrency 1/C64/C256), C64, C256, SWEEP_RATES, SWEEP_N, PROBES (offline
 # prefill probes), GPU_UTIL, SERVE_EXTRA (more serve flags), ENGINE_EXTRA (more offline engine args, JSON
 # members), API_SERVERS (--api-server-count), LATENCY=0 / THROUGHPUT=0 to skip those references,
 # PYSPY=1 (py-spy profiles of the server's processes under a concurrency-C256 load; PYSPY_SECONDS,
-# PYSPY_NATIVE=1 for native frames).
+# PYSPY_NATIVE=0 for Python frames only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/infercore-gpu}
 mkdir -p "$OUT"
 RES="$OUT/serving.jsonl"
 : >"$RES"
+rm -f "$OUT"/pyspy-*
 if [[ "${CPU_DRY_RUN:-0}" == 1 ]]; then
     # The same steps at toy sizes on the CPU platform: the W-CPU shape, short prompts, few requests.
     : "${WORKLOAD:=w-cpu}" "${DTYPE:=float32}" "${INPUT_LEN:=64}" "${OUTPUT_LEN:=8}" "${MAX_MODEL_LEN:=256}"
@@ -26,8 +27,9 @@ if [[ "${CPU_DRY_RUN:-0}" == 1 ]]; then
     : "${SERVE_EXTRA:=--num-gpu-blocks-override 256 --cpu-threads 1 --max-num-seqs 16}"
     : "${ENGINE_EXTRA:=\"num_gpu_blocks_override\": 256, \"cpu_threads\": 1, \"max_num_seqs\": 16}"
 fi
-BUDGET_S=${BUDGET_S:-530}
-END=$((SECONDS + BUDGET_S))
+BUDGET_S=${BUDGET_S:-500}
+# shellcheck source=scripts/serving_lib.sh
+source scripts/serving_lib.sh
 WORKLOAD=${WORKLOAD:-w-gpu}
 MODEL=${MODEL:-$OUT/$WORKLOAD-model}
 DTYPE=${DTYPE:-bfloat16}
@@ -40,80 +42,25 @@ GPU_UTIL=${GPU_UTIL:-0.45}
 PORT=${PORT:-8123}
 URL="http://127.0.0.1:$PORT"
 PYSPY=${PYSPY:-0}; PYSPY_SECONDS=${PYSPY_SECONDS:-15}; PYSPY_DELAY=${PYSPY_DELAY:-3}
-SERVER=""
-PYSPY_PIDS=()
-
-# step NAME LIMIT CMD...: run CMD for at most LIMIT seconds and never past the budget (less a reserve
-# for stopping the server and the verdict); skipped when the budget is spent. Its own process group
-# (timeout's default) means a step's client processes die with it.
-step() {
-    local name=$1 limit=$2; shift 2
-    local left=$((END - SECONDS - 20))
-    if ((left < 10)); then echo "== skip $name: the ${BUDGET_S}s budget is spent" >&2; return 124; fi
-    ((limit > left)) && limit=$left
-    echo "== $name (at most ${limit}s)" >&2
-    timeout -k 10 "$limit" "$@"
-    local rc=$?
-    echo "== $name: exit $rc after $((SECONDS))s" >&2
-    return $rc
-}
-
-stop_server() {
-    [[ -z "$SERVER" ]] && return 0
-    kill -INT "$SERVER" 2>/dev/null
-    for _ in $(seq 30); do kill -0 "$SERVER" 2>/dev/null || break; sleep 1; done
-    # Whatever is left of its process group (the engine, API server processes) is killed outright.
-    kill -KILL -- "-$SERVER" 2>/dev/null
-    wait "$SERVER" 2>/dev/null
-    SERVER=""
-}
-
-cleanup() {
-    for pid in "${PYSPY_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-    stop_server
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-healthy() {
-    python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "$URL/health" \
-        2>/dev/null
-}
-
-# The server's processes: its own and every python process of its process group (setsid made it the
-# leader), less multiprocessing's resource tracker.
-server_pids() {
-    local stat pid rest _state _ppid pgrp
-    for stat in /proc/[0-9]*/stat; do
-        pid=${stat#/proc/}; pid=${pid%/stat}
-        # The fields after the parenthesised command name (which may hold spaces): state, ppid, pgrp.
-        rest=$(sed 's/^.*) //' "$stat" 2>/dev/null) || continue
-        read -r _state _ppid pgrp _ <<<"$rest"
-        [[ "$pgrp" == "$SERVER" ]] || continue
-        grep -qa resource_tracker "/proc/$pid/cmdline" 2>/dev/null && continue
-        grep -qa python "/proc/$pid/cmdline" 2>/dev/null && echo "$pid"
-    done
-}
-
 PYSPY_BIN=$(command -v py-spy || true)
 [[ -z "$PYSPY_BIN" && -x /tmp/site/bin/py-spy ]] && PYSPY_BIN=/tmp/site/bin/py-spy
 
-# Record every server process for PYSPY_SECONDS (speedscope JSON), after PYSPY_DELAY seconds of load;
-# a process py-spy can't record (ptrace denied, ...) gets a `py-spy dump` attempt instead. Never fails.
+# Record every server process for PYSPY_SECONDS (speedscope JSON, native frames too: the API server's time
+# inside uvloop and the C extensions shows only so) after PYSPY_DELAY seconds of load. A process py-spy
+# can't record that way is recorded without native frames, then gets a `py-spy dump` attempt (ptrace
+# denied, ...). Never fails the run; each recorder is a process group the EXIT trap kills if still there.
 start_profiles() {
-    local native=() pid role
-    [[ "${PYSPY_NATIVE:-0}" == 1 ]] && native=(--native)
+    local pid role
     for pid in $(server_pids); do
         role=child; [[ "$pid" == "$SERVER" ]] && role=main
-        (
-            sleep "$PYSPY_DELAY"
-            prefix="$OUT/pyspy-$role-$pid"
-            timeout -k 5 $((PYSPY_SECONDS + 30)) "$PYSPY_BIN" record --pid "$pid" --rate 100 \
-                --duration "$PYSPY_SECONDS" --format speedscope --output "$prefix.speedscope.json" \
-                "${native[@]}" >"$prefix.log" 2>&1 ||
-                timeout -k 5 20 "$PYSPY_BIN" dump --pid "$pid" >"$prefix.dump.txt" 2>>"$prefix.log"
-        ) &
-        PYSPY_PIDS+=($!)
+        # shellcheck disable=SC2016  # expanded by the inner shell
+        setsid bash -c 'sleep "$1"; secs=$2; bin=$3; pid=$4; out=$5
+            record() { timeout --foreground -k 5 $((secs + 30)) "$bin" record --pid "$pid" --rate 100 \
+                --duration "$secs" --format speedscope --output "$out.speedscope.json" "$@" >>"$out.log" 2>&1; }
+            if [[ "$6" == 1 ]]; then record --native || record; else record; fi ||
+                timeout --foreground -k 5 20 "$bin" dump --pid "$pid" >"$out.dump.txt" 2>>"$out.log"' \
+            profile "$PYSPY_DELAY" "$PYSPY_SECONDS" "$PYSPY_BIN" "$pid" "$OUT/pyspy-$role-$pid" "${PYSPY_NATIVE:-1}" &
+        BACKGROUND_PIDS+=($!)
     done
 }
 
@@ -129,28 +76,12 @@ SERVE_FLAGS=(--load-format dummy --dtype "$DTYPE" --max-model-len "$MAX_MODEL_LE
              --gpu-memory-utilization "$GPU_UTIL" --port "$PORT" --served-model-name "$WORKLOAD"
              --disable-log-requests ${SERVE_EXTRA:-})
 if [[ -n "${API_SERVERS:-}" ]]; then SERVE_FLAGS+=(--api-server-count "$API_SERVERS"); fi
-setsid infercore serve "$MODEL" "${SERVE_FLAGS[@]}" >"$OUT/serve.log" 2>&1 &
-SERVER=$!
-STARTUP_S=${STARTUP_S:-240}
-ready=0
-for _ in $(seq "$STARTUP_S"); do
-    healthy && { ready=1; break; }
-    kill -0 "$SERVER" 2>/dev/null || break
-    ((SECONDS < END - 60)) || break
-    sleep 1
-done
-if ((ready == 0)); then
-    echo "server did not become healthy (log: $OUT/serve.log):" >&2
-    tail -40 "$OUT/serve.log" >&2
-    exit 1
-fi
-echo "== server ready after ${SECONDS}s" >&2
+start_server "$URL" "$OUT/serve.log" "$MODEL" "${SERVE_FLAGS[@]}" || exit 1
 
 BENCH=(infercore bench serve --base-url "$URL" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN"
        --vocab-size "${VOCAB:-10000}" --no-progress)
 OFFLINE_ARGS="{\"load_format\": \"dummy\", \"dtype\": \"$DTYPE\", \"max_model_len\": $MAX_MODEL_LEN, \
 \"skip_tokenizer_init\": true, \"gpu_memory_utilization\": $GPU_UTIL${ENGINE_EXTRA:+, $ENGINE_EXTRA}}"
-workers() { local c=$1 w=$2; ((w > c)) && w=$c; echo "$w"; }
 
 # Warm-up (CUDA graphs, allocator), not reported.
 step warmup 60 "${BENCH[@]}" --num-prompts "$WARM_N" --max-concurrency "$WARM_N" >/dev/null 2>"$OUT/warmup.err"
@@ -173,8 +104,8 @@ if [[ "$PYSPY" == 1 ]]; then
         start_profiles
         step c256-profiled 120 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" \
             --num-workers "$(workers "$C256" 4)" --label c256-profiled 2>"$OUT/c256-profiled.err" | tee -a "$RES"
-        for pid in "${PYSPY_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
-        PYSPY_PIDS=()
+        for pid in "${BACKGROUND_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+        BACKGROUND_PIDS=()
     fi
 fi
 # (d) the Poisson sweep, one line per rate.
