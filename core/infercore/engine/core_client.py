@@ -177,7 +177,8 @@ class EngineCoreClient:
             self.close()
             if not done:
                 raise EngineStartupError(f"the engine did not start within {timeout} seconds")
-            raise EngineStartupError(f"the engine process exited during startup (exit code {code}); see its log above")
+            how = f" (exit code {code})" if code is not None else ""
+            raise EngineStartupError(f"the engine process exited during startup{how}; see its log above")
         died.cancel()
         kind, message = self.codec.decode(receive.result())
         if kind is MessageKind.STARTUP_FAILED:

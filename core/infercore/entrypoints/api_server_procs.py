@@ -181,6 +181,7 @@ def launch(config: InfercoreConfig, engine_factory: str) -> int:
     except OSError as exc:
         logger.error("%s", exc)
         return 1
+    port = sock.getsockname()[1]
     socket_dir = make_socket_dir()
     metrics_dir = os.path.join(socket_dir, "metrics")
     os.mkdir(metrics_dir, 0o700)
@@ -192,7 +193,7 @@ def launch(config: InfercoreConfig, engine_factory: str) -> int:
     try:
         launcher.start(sock, socket_dir)
         sock.close()  # the API servers hold their duplicates; the port is free once they all have stopped
-        logger.info("serving on http://%s:%d with %d API server processes", config.serve.host, config.serve.port,
+        logger.info("serving on http://%s:%d with %d API server processes", config.serve.host, port,
                     config.serve.api_server_count)
         ended = launcher.watch()
         if ended is not None:
