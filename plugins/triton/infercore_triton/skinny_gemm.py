@@ -111,7 +111,7 @@ def _num_sms(device: torch.device) -> int:
 @triton.jit(do_not_specialize=["M"])
 def _skinny_gemm_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, part_ptr, M, N, K, stride_xm, stride_om, k_per_split,
                         M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        SPLIT_K: tl.constexpr, USE_DOT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                        SPLIT: tl.constexpr, USE_DOT: tl.constexpr, HAS_BIAS: tl.constexpr,
                         DOT_PRECISION: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -135,7 +135,7 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, part_ptr, M, N, K, stri
         else:
             acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
     mask = row_ok[:, None] & col_ok[None, :]
-    if SPLIT_K > 1:
+    if SPLIT:
         # Partials [SPLIT_K, M, N] in float32; the reduce kernel adds the bias and rounds once.
         tl.store(part_ptr + (pid_k * M + rows[:, None]) * N + cols[None, :], acc, mask=mask)
     else:
@@ -195,7 +195,7 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     _skinny_gemm_kernel[grid](
         x, weight, bias_arg, out, part, m, n, k, x.stride(0), out.stride(0), k_per_split,
         M_PAD=_DOT_ROWS if use_dot else triton.next_power_of_2(m), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        SPLIT_K=split_k, USE_DOT=use_dot, HAS_BIAS=bias is not None,
+        SPLIT=split_k > 1, USE_DOT=use_dot, HAS_BIAS=bias is not None,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split_k > 1:

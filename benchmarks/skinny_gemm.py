@@ -1,0 +1,212 @@
+"""Skinny GEMMs of decode batches: the Triton kernel against ``F.linear`` (cuBLAS), as weight bytes per second.
+
+For M in 1, 2, 4, 8, 16 rows and the projections of Qwen3-0.6B (the W-GPU model) and Qwen3-8B, prints
+one JSON line per (shape, M): microseconds per call from ``triton.testing.do_bench`` (L2 flushed before
+each call) and from a CUDA graph of 28 back-to-back calls (how decode runs: one call per layer, each on
+its own weight), the TB/s of weight bytes those imply, the launch settings used and the kernel's
+largest relative difference from ``F.linear``.
+
+``--sweep`` first times candidate settings per (shape, M) in the CUDA graph and reports the fastest,
+with a ``tuned`` entry ready for ``infercore_triton.skinny_gemm.TUNED``. The candidates depend only on
+the row bucket, so each compiles once and serves every shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.testing
+
+from infercore_triton.skinny_gemm import ELEMENTWISE_MAX_M, SkinnyConfig, config_for, m_bucket, skinny_gemm
+
+ROWS = (1, 2, 4, 8, 16)
+#: Layers per decode step of both models' graphs (Qwen3-8B has 36; 28 back-to-back calls suffice).
+GRAPH_CALLS = 28
+#: Products per thread-step the elementwise candidates may hold (``M_PAD * BLOCK_N * BLOCK_K`` per 128 threads).
+MAX_ELEMENTWISE_TILE = 16384
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One projection: ``N`` output features by ``K`` input features."""
+
+    model: str
+    name: str
+    n: int
+    k: int
+
+    def weight_bytes(self, dtype: torch.dtype = torch.bfloat16) -> int:
+        """Bytes of the [N, K] weight, which every call reads once."""
+        return self.n * self.k * torch.empty((), dtype=dtype).element_size()
+
+
+def _projections(model: str, hidden: int, intermediate: int, heads: int, kv_heads: int, head: int,
+                 vocab: int) -> list[Shape]:
+    return [Shape(model, "qkv_proj", (heads + 2 * kv_heads) * head, hidden),
+            Shape(model, "o_proj", hidden, heads * head),
+            Shape(model, "gate_up_proj", 2 * intermediate, hidden),
+            Shape(model, "down_proj", hidden, intermediate),
+            Shape(model, "lm_head", vocab, hidden)]
+
+
+SHAPES = (_projections("qwen3-0.6b", 1024, 3072, 16, 8, 128, 151936)
+          + _projections("qwen3-8b", 4096, 12288, 32, 8, 128, 151936))
+
+
+def weight_copies(weight_bytes: int, l2_bytes: int) -> int:
+    """How many distinct weights the graph cycles through so that no call finds its weight in L2:
+    at least eight L2s' worth of bytes, at most one per call, and never fewer than two."""
+    return max(2, min(GRAPH_CALLS, math.ceil(8 * l2_bytes / weight_bytes)))
+
+
+#: Elementwise candidates as (block_n, block_k, num_warps): narrow tiles for N of about a thousand, wide
+#: ones for large N; those over :data:`MAX_ELEMENTWISE_TILE` products at a row bucket are left out.
+ELEMENTWISE_TILES = ((1, 1024, 4), (2, 512, 4), (2, 1024, 4), (4, 512, 4), (4, 1024, 8), (8, 256, 4),
+                     (8, 512, 8), (16, 256, 8), (16, 512, 8))
+#: ``tl.dot`` candidates as (block_n, block_k, num_warps, num_stages).
+DOT_TILES = ((16, 128, 4, 4), (16, 256, 4, 3), (32, 128, 4, 4), (32, 256, 8, 3))
+
+
+def sweep_configs(m: int) -> list[SkinnyConfig]:
+    """Candidate settings for row bucket ``m``: elementwise tiles up to 8 rows, ``tl.dot`` tiles from 4
+    rows up, each unsplit and split four ways. About a dozen per bucket: each compiles once (~0.5 s)."""
+    bucket = m_bucket(m)
+    candidates: list[SkinnyConfig] = []
+    if bucket <= 8:
+        for block_n, block_k, warps in ELEMENTWISE_TILES:
+            if bucket * block_n * block_k <= MAX_ELEMENTWISE_TILE:
+                candidates += [SkinnyConfig(block_n, block_k, warps, 3, split, dot=False) for split in (1, 4)]
+    if bucket >= ELEMENTWISE_MAX_M:
+        for block_n, block_k, warps, stages in DOT_TILES:
+            candidates += [SkinnyConfig(block_n, block_k, warps, stages, split, dot=True) for split in (1, 4)]
+    return candidates
+
+
+def fits(config: SkinnyConfig, shape: Shape, num_sms: int) -> bool:
+    """Whether a candidate is worth timing on ``shape``: every split gets at least one full K block,
+    and there is at least one program per SM."""
+    if config.split_k > 1 and shape.k < 2 * config.split_k * config.block_k:
+        return False
+    return triton.cdiv(shape.n, config.block_n) * config.split_k >= num_sms
+
+
+def tb_per_s(weight_bytes: int, us: float) -> float:
+    """Terabytes of weight read per second at ``us`` microseconds per call."""
+    return weight_bytes / us / 1e6
+
+
+def graph_us(calls: list[Callable[[], object]], budget_s: float = 0.05) -> float:
+    """Microseconds per call of ``calls`` captured back to back in one CUDA graph: the median of as many
+    replays (3 to 20) as fit in ``budget_s`` after warm-up."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()
+    first = time.perf_counter()
+    graph.replay()
+    torch.cuda.synchronize()
+    reps = max(3, min(20, int(budget_s / (time.perf_counter() - first))))
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(calls))
+    return sorted(times)[len(times) // 2]
+
+
+def bench_us(fn: Callable[[], object]) -> float:
+    """Median microseconds of one call, L2 flushed before each (``triton.testing.do_bench``)."""
+    return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3
+
+
+def _in_graph(x: torch.Tensor, weights: list[torch.Tensor], gemm: Callable[..., torch.Tensor]) -> float:
+    return graph_us([lambda w=weights[i % len(weights)]: gemm(x, w) for i in range(GRAPH_CALLS)])
+
+
+def _sweep(x: torch.Tensor, weights: list[torch.Tensor], shape: Shape, num_sms: int) -> SkinnyConfig | None:
+    timed: list[tuple[float, SkinnyConfig]] = []
+    for config in sweep_configs(x.shape[0]):
+        if not fits(config, shape, num_sms):
+            continue
+        try:
+            timed.append((_in_graph(x, weights, lambda a, w, c=config: skinny_gemm(a, w, config=c)), config))
+        except Exception as error:  # noqa: BLE001 - a setting the GPU cannot run is skipped, not fatal
+            print(f"# {shape.name} M={x.shape[0]} {config}: {type(error).__name__}", file=sys.stderr)
+    return min(timed, key=lambda t: t[0])[1] if timed else None
+
+
+def run_shape(shape: Shape, m: int, weights: list[torch.Tensor], sweep: bool, num_sms: int) -> dict:
+    """One JSON record: the kernel (default or swept settings) against ``F.linear`` on ``shape`` at ``m`` rows."""
+    x = torch.randn(m, shape.k, device="cuda", dtype=weights[0].dtype)
+    default = config_for(m, shape.n, shape.k, num_sms)
+    best = (_sweep(x, weights, shape, num_sms) if sweep else None) or default
+    w = weights[0]
+    ref = F.linear(x.float(), w.float())
+    error = float((skinny_gemm(x, w, config=best).float() - ref).abs().max() / ref.abs().max())
+    timings = {
+        "triton_us": bench_us(lambda: skinny_gemm(x, w, config=best)),
+        "torch_us": bench_us(lambda: F.linear(x, w)),
+        "triton_graph_us": _in_graph(x, weights, lambda a, b: skinny_gemm(a, b, config=best)),
+        "torch_graph_us": _in_graph(x, weights, F.linear),
+    }
+    if sweep and best != default:
+        timings["default_graph_us"] = _in_graph(x, weights, lambda a, b: skinny_gemm(a, b, config=default))
+    nbytes = shape.weight_bytes(w.dtype)
+    record = {"model": shape.model, "shape": shape.name, "n": shape.n, "k": shape.k, "m": m,
+              "weight_mb": round(nbytes / 2**20, 2), **{key: round(us, 2) for key, us in timings.items()}}
+    record.update({key.replace("_us", "_tb_s"): round(tb_per_s(nbytes, us), 3) for key, us in timings.items()})
+    record["graph_speedup"] = round(timings["torch_graph_us"] / timings["triton_graph_us"], 3)
+    record["max_rel_err"] = float(f"{error:.3g}")
+    record["config"] = dataclasses.asdict(best)
+    record["tuned"] = [[m_bucket(m), shape.n, shape.k], dataclasses.asdict(best)]
+    return record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sweep", action="store_true", help="time candidate settings per shape and M first")
+    parser.add_argument("--rows", type=int, nargs="+", default=list(ROWS), help="values of M (1 to 16)")
+    parser.add_argument("--model", choices=sorted({s.model for s in SHAPES}), default=None,
+                        help="only this model's shapes")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("this benchmark needs a GPU that torch can see")
+    started = time.perf_counter()
+    torch.manual_seed(0)
+    props = torch.cuda.get_device_properties(0)
+    for shape in SHAPES:
+        if args.model and shape.model != args.model:
+            continue
+        copies = weight_copies(shape.weight_bytes(), props.L2_cache_size)
+        weights = [torch.randn(shape.n, shape.k, device="cuda", dtype=torch.bfloat16) * shape.k**-0.5
+                   for _ in range(copies)]
+        for m in args.rows:
+            print(json.dumps(run_shape(shape, m, weights, args.sweep, props.multi_processor_count)), flush=True)
+        del weights
+        torch.cuda.empty_cache()
+    print(f"# {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
+          f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
