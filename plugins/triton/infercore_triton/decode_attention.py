@@ -9,6 +9,7 @@ launch (a graph-stable choice) while each sequence's ranges follow its own lengt
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +33,13 @@ class DecodeConfig:
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 3
+    #: Over an fp8 cache, do the dots in fp16 rather than bf16: e4m3 converts to fp16 in one instruction
+    #: per pair of values (to bf16 it takes several), and every e4m3 value is exact in fp16.
+    fp8_via_fp16: bool = True
+    #: On CUDA, convert fp8 entries with inline PTX rather than Triton's conversion: the compiler moves its
+    #: own conversion behind the tile's trip through shared memory (fp8 there, read back byte by byte)
+    #: and keeps more registers live. 2.79 against 2.38 TB/s on an H200 (batch 256 x context 1024).
+    fp8_inline_ptx: bool = True
 
 
 def dot_precision(dtype: torch.dtype, settings: KernelSettings | None = None) -> str:
@@ -39,6 +47,15 @@ def dot_precision(dtype: torch.dtype, settings: KernelSettings | None = None) ->
     current platform's by default): AMD's and Intel's Triton backends refuse tf32 where NVIDIA's takes it."""
     settings = settings or current_platform().capabilities.kernel
     return settings.dot_precision(dtype == torch.float32)
+
+
+@triton.jit
+def _e4m3_ptx_to_fp16(raw):
+    """e4m3 bytes (as uint8) to fp16 with the hardware's paired conversion (sm_89 and newer), as inline
+    PTX: Triton's own conversion of the same tile held 248 registers against these 162, and ran 15% slower."""
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        constraints="=r,=r,r", args=[raw], dtype=tl.float16, is_pure=True, pack=4)
 
 
 # Arguments that change from step to step (the block table's width, views at an offset into the
@@ -56,6 +73,7 @@ def _decode_split_kernel(
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -75,6 +93,9 @@ def _decode_split_kernel(
     d_mask = d < HEAD
     q = tl.load(q_ptr + seq * stride_qt + heads[:, None] * stride_qh + d[None, :],
                 mask=g_mask[:, None] & d_mask[None, :], other=0.0)
+    if FP16_MATH:
+        # Clamped to fp16's range first: an outsized query value saturates instead of becoming inf.
+        q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
     # Scores live in base 2 (exp2 is the cheap exponential); the merge kernel stays in base 2 too.
     qk_scale = scale * 1.4426950408889634
 
@@ -88,8 +109,12 @@ def _decode_split_kernel(
         page = tl.load(table + n // PAGE, mask=valid, other=0).to(tl.int64)
         offs = page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
         kv_mask = valid[:, None] & d_mask[None, :]
-        k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        if FP8_PTX:
+            k = _e4m3_ptx_to_fp16(tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0))
+            v = _e4m3_ptx_to_fp16(tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0))
+        else:
+            k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
         s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
@@ -136,6 +161,14 @@ def _decode_reduce_kernel(
     tl.store(out_ptr + seq * stride_ot + head * stride_oh + d, result.to(out_ptr.dtype.element_ty), mask=d < HEAD)
 
 
+def _runs_ptx(x: torch.Tensor) -> bool:
+    """Whether kernels on ``x``'s device compile to PTX with fp8 conversions (an NVIDIA GPU of compute
+    capability 8.9 or newer; not ROCm, not the interpreter)."""
+    if not x.is_cuda or torch.version.hip is not None or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return False
+    return torch.cuda.get_device_capability(x.device) >= (8, 9)
+
+
 def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor,
                      scale: float, out: torch.Tensor, num_splits: int = 1, sliding_window: int | None = None,
                      config: DecodeConfig | None = None, k_scale: float = 1.0,
@@ -151,6 +184,10 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     num_seqs, num_heads, head_size = q.shape
     _, _, page, kv_heads, _ = kv_cache.shape
     group = num_heads // kv_heads
+    fp16_math = config.fp8_via_fp16 and kv_cache.element_size() == 1 and q.dtype == torch.bfloat16
+    fp8_ptx = fp16_math and config.fp8_inline_ptx and _runs_ptx(q)
+    if fp8_ptx:
+        kv_cache = kv_cache.view(torch.uint8)
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     head_pad = triton.next_power_of_2(head_size)
     if num_seqs == 0:
@@ -173,6 +210,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         part_lse.stride(0), part_lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
         PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits, DOT_PRECISION=dot_precision(q.dtype),
+        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:
