@@ -30,9 +30,13 @@ def model_class(architecture: str) -> type[nn.Module]:
 
 
 def init_dummy_weights(model: nn.Module, seed: int) -> None:
-    """Random weights, the same for a seed whatever the device: norm scales 1 and norm biases 0,
-    quantization scales their layout's ``dummy_value``, the rest uniform."""
-    generator = torch.Generator().manual_seed(seed)
+    """Random weights, the same for a seed on one kind of device: norm scales 1 and norm biases 0,
+    quantization scales their layout's ``dummy_value``, the rest uniform.
+
+    Values are drawn where the parameters live (a 30B-parameter model fills in seconds on a GPU, where
+    drawing on the host took minutes), so a GPU's weights differ from a CPU's for the same seed.
+    """
+    generators: dict[torch.device, torch.Generator] = {}
     with torch.no_grad():
         for module in model.modules():
             for name, param in module.named_parameters(recurse=False):
@@ -41,8 +45,10 @@ def init_dummy_weights(model: nn.Module, seed: int) -> None:
                 elif layout_of(param).dummy_value is not None:
                     param.fill_(layout_of(param).dummy_value)
                 else:
-                    values = torch.rand(param.shape, generator=generator) * 2 - 1
-                    param.copy_(values * DUMMY_WEIGHT_RANGE)
+                    if param.device not in generators:
+                        generators[param.device] = torch.Generator(param.device).manual_seed(seed)
+                    values = torch.rand(param.shape, generator=generators[param.device], device=param.device)
+                    param.copy_((values * 2 - 1) * DUMMY_WEIGHT_RANGE)
 
 
 def load_model(config: InfercoreConfig, device: torch.device, dtype: torch.dtype) -> nn.Module:
