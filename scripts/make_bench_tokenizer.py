@@ -34,7 +34,7 @@ def fill_vocab(document: dict, vocab_size: int) -> dict:
     model = document["model"]
     vocab: dict[str, int] = model["vocab"]
     added = {token["content"]: token["id"] for token in document.get("added_tokens", [])}
-    special = {content for content, _ in added.items()}
+    special = set(added)
     taken = set(vocab.values()) | set(added.values())
     needed = vocab_size - len(taken)
     if needed < 0:
