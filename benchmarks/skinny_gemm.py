@@ -6,9 +6,10 @@ each call) and from a CUDA graph of 28 back-to-back calls (how decode runs: one 
 its own weight), the TB/s of weight bytes those imply, the launch settings used and the kernel's
 largest relative difference from ``F.linear``.
 
-``--sweep`` first times candidate settings per (shape, M) in the CUDA graph and reports the fastest,
-with a ``tuned`` entry ready for ``infercore_triton.skinny_gemm.TUNED``. The candidates depend only on
-the row bucket, so each compiles once and serves every shape.
+``--sweep`` first times candidate settings per (shape, M) in the CUDA graph, in two rounds (tiles, then
+K split, warps and prefetch around the best tile), and reports the fastest with a ``tuned`` entry
+ready for ``infercore_triton.skinny_gemm.TUNED``. The tiles depend only on the row bucket, so most
+variants compile once and serve every shape.
 """
 
 from __future__ import annotations
@@ -27,12 +28,19 @@ import torch.nn.functional as F
 import triton
 import triton.testing
 
-from infercore_triton.skinny_gemm import ELEMENTWISE_MAX_M, SkinnyConfig, config_for, m_bucket, skinny_gemm
+from infercore_triton.skinny_gemm import (
+    ELEMENTWISE_MAX_M,
+    SkinnyConfig,
+    config_for,
+    m_bucket,
+    skinny_gemm,
+    split_to_fill,
+)
 
 ROWS = (1, 2, 4, 8, 16)
 #: Layers per decode step of both models' graphs (Qwen3-8B has 36; 28 back-to-back calls suffice).
 GRAPH_CALLS = 28
-#: Products per thread-step the elementwise candidates may hold (``M_PAD * BLOCK_N * BLOCK_K`` per 128 threads).
+#: Most products ``M_PAD * BLOCK_N * BLOCK_K`` of an elementwise candidate's tile (at 8 warps, 64 a thread).
 MAX_ELEMENTWISE_TILE = 16384
 
 
@@ -69,35 +77,44 @@ def weight_copies(weight_bytes: int, l2_bytes: int) -> int:
     return max(2, min(GRAPH_CALLS, math.ceil(8 * l2_bytes / weight_bytes)))
 
 
-#: Elementwise candidates as (block_n, block_k, num_warps): narrow tiles for N of about a thousand, wide
-#: ones for large N; those over :data:`MAX_ELEMENTWISE_TILE` products at a row bucket are left out.
-ELEMENTWISE_TILES = ((1, 1024, 4), (2, 512, 4), (2, 1024, 4), (4, 512, 4), (4, 1024, 8), (8, 256, 4),
-                     (8, 512, 8), (16, 256, 8), (16, 512, 8))
+#: Elementwise candidates as (block_n, block_k): narrow tiles for N of about a thousand, wide ones for
+#: large N; those over :data:`MAX_ELEMENTWISE_TILE` products at a row bucket are left out.
+ELEMENTWISE_TILES = ((1, 1024), (2, 512), (2, 1024), (4, 512), (4, 1024), (8, 256), (8, 512), (16, 256),
+                     (16, 512))
 #: ``tl.dot`` candidates as (block_n, block_k, num_warps, num_stages).
 DOT_TILES = ((16, 128, 4, 4), (16, 256, 4, 3), (32, 128, 4, 4), (32, 256, 8, 3))
 
 
-def sweep_configs(m: int) -> list[SkinnyConfig]:
-    """Candidate settings for row bucket ``m``: elementwise tiles up to 8 rows, ``tl.dot`` tiles from 4
-    rows up, each unsplit and split four ways. About a dozen per bucket: each compiles once (~0.5 s)."""
+def sweep_configs(m: int, shape: Shape, num_sms: int = 132) -> list[SkinnyConfig]:
+    """First-round candidates for row bucket ``m`` on ``shape``: elementwise tiles up to 8 rows, ``tl.dot``
+    tiles from 4 rows up, each with K split just enough to fill the GPU. A dozen or fewer per bucket,
+    shared by every shape (each compiles once, ~0.5 s)."""
     bucket = m_bucket(m)
     candidates: list[SkinnyConfig] = []
     if bucket <= 8:
-        for block_n, block_k, warps in ELEMENTWISE_TILES:
-            if bucket * block_n * block_k <= MAX_ELEMENTWISE_TILE:
-                candidates += [SkinnyConfig(block_n, block_k, warps, 3, split, dot=False) for split in (1, 4)]
+        for block_n, block_k in ELEMENTWISE_TILES:
+            products = bucket * block_n * block_k
+            if products <= MAX_ELEMENTWISE_TILE:
+                # 64 float32 products a thread (a thread holds its share of the tile in registers).
+                warps = min(8, max(4, products // 2048))
+                split = split_to_fill(shape.n, shape.k, block_n, block_k, num_sms)
+                candidates.append(SkinnyConfig(block_n, block_k, warps, 3, split, dot=False))
     if bucket >= ELEMENTWISE_MAX_M:
         for block_n, block_k, warps, stages in DOT_TILES:
-            candidates += [SkinnyConfig(block_n, block_k, warps, stages, split, dot=True) for split in (1, 4)]
+            split = split_to_fill(shape.n, shape.k, block_n, block_k, num_sms)
+            candidates.append(SkinnyConfig(block_n, block_k, warps, stages, split, dot=True))
     return candidates
 
 
-def fits(config: SkinnyConfig, shape: Shape, num_sms: int) -> bool:
-    """Whether a candidate is worth timing on ``shape``: every split gets at least one full K block,
-    and there is at least one program per SM."""
-    if config.split_k > 1 and shape.k < 2 * config.split_k * config.block_k:
-        return False
-    return triton.cdiv(shape.n, config.block_n) * config.split_k >= num_sms
+def refinements(best: SkinnyConfig, shape: Shape) -> list[SkinnyConfig]:
+    """Second-round candidates around the first round's best: half and twice its K split (while each
+    split keeps a whole ``block_k`` chunk), the other warp count, and without prefetching."""
+    variants = [dataclasses.replace(best, split_k=split) for split in (best.split_k // 2, best.split_k * 2)
+                if split >= 1 and shape.k >= split * best.block_k]
+    variants.append(dataclasses.replace(best, num_warps=8 if best.num_warps == 4 else 4))
+    if not best.dot:
+        variants.append(dataclasses.replace(best, prefetch=False))
+    return variants
 
 
 def tb_per_s(weight_bytes: int, us: float) -> float:
@@ -143,16 +160,23 @@ def _in_graph(x: torch.Tensor, weights: list[torch.Tensor], gemm: Callable[..., 
     return graph_us([lambda w=weights[i % len(weights)]: gemm(x, w) for i in range(GRAPH_CALLS)])
 
 
-def _sweep(x: torch.Tensor, weights: list[torch.Tensor], shape: Shape, num_sms: int) -> SkinnyConfig | None:
-    timed: list[tuple[float, SkinnyConfig]] = []
-    for config in sweep_configs(x.shape[0]):
-        if not fits(config, shape, num_sms):
-            continue
+def _time_each(x: torch.Tensor, weights: list[torch.Tensor], shape: Shape,
+               configs: list[SkinnyConfig]) -> list[tuple[float, SkinnyConfig]]:
+    timed = []
+    for config in configs:
         try:
             timed.append((_in_graph(x, weights, lambda a, w, c=config: skinny_gemm(a, w, config=c)), config))
         except Exception as error:  # noqa: BLE001 - a setting the GPU cannot run is skipped, not fatal
             print(f"# {shape.name} M={x.shape[0]} {config}: {type(error).__name__}", file=sys.stderr)
-    return min(timed, key=lambda t: t[0])[1] if timed else None
+    return timed
+
+
+def _sweep(x: torch.Tensor, weights: list[torch.Tensor], shape: Shape, num_sms: int) -> SkinnyConfig | None:
+    timed = _time_each(x, weights, shape, sweep_configs(x.shape[0], shape, num_sms))
+    if not timed:
+        return None
+    timed += _time_each(x, weights, shape, refinements(min(timed, key=lambda t: t[0])[1], shape))
+    return min(timed, key=lambda t: t[0])[1]
 
 
 def run_shape(shape: Shape, m: int, weights: list[torch.Tensor], sweep: bool, num_sms: int) -> dict:

@@ -40,6 +40,7 @@ def test_model_shapes_match_a_float32_product(m: int, shape: tuple[int, int]) ->
 
 CONFIGS = [sg.SkinnyConfig(block_n=1, block_k=1024, num_warps=8, split_k=1, dot=False),
            sg.SkinnyConfig(block_n=4, block_k=256, num_warps=4, num_stages=4, split_k=4, dot=False),
+           sg.SkinnyConfig(block_n=8, block_k=512, num_warps=8, split_k=1, dot=False, prefetch=False),
            sg.SkinnyConfig(block_n=16, block_k=128, num_warps=4, split_k=8, dot=True),
            sg.SkinnyConfig(block_n=32, block_k=256, num_warps=8, num_stages=2, split_k=3, dot=True)]
 

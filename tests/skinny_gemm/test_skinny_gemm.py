@@ -49,6 +49,7 @@ CONFIGS = {
     "split-k-elementwise": sg.SkinnyConfig(block_n=4, block_k=16, split_k=3, dot=False),
     "split-k-dot": sg.SkinnyConfig(block_n=16, block_k=16, split_k=2, dot=True),
     "one-row-tiles": sg.SkinnyConfig(block_n=1, block_k=128, dot=False),
+    "no-prefetch": sg.SkinnyConfig(block_n=8, block_k=32, split_k=2, dot=False, prefetch=False),
 }
 
 

@@ -33,20 +33,26 @@ def test_shapes_are_the_projections_of_qwen3_0_6b_and_8b() -> None:
 
 @pytest.mark.parametrize("m", [1, 3, 8, 16])
 def test_every_swept_setting_computes_the_product(m: int) -> None:
+    # A small GPU (8 SMs) so that the narrow shape still splits K for some tiles.
+    shape = bench.Shape("tiny", "proj", 40, 600)
     gen = torch.Generator().manual_seed(m)
-    x, w = torch.randn(m, 200, generator=gen), torch.randn(24, 200, generator=gen)
-    configs = bench.sweep_configs(m)
-    assert len(configs) == len(set(configs)) and 8 <= len(configs) <= 24
-    for config in configs:
+    x, w = torch.randn(m, shape.k, generator=gen), torch.randn(shape.n, shape.k, generator=gen)
+    first = bench.sweep_configs(m, shape, num_sms=8)
+    assert len(first) == len(set(first)) and 4 <= len(first) <= 12
+    assert any(c.split_k > 1 for c in first) and all(c.split_k == 1 or shape.k >= c.split_k * c.block_k for c in first)
+    for config in first + bench.refinements(first[-1], shape):
         out = skinny_gemm(x, w, config=config)
         assert float((out - F.linear(x, w)).abs().max()) < 1e-4 * float(out.abs().max()), config
 
 
-def test_fits_keeps_full_k_blocks_per_split_and_a_program_per_sm() -> None:
-    o_proj = bench.Shape("m", "o_proj", 1024, 2048)
-    assert bench.fits(bench.SkinnyConfig(4, 256, split_k=4), o_proj, 132)
-    assert not bench.fits(bench.SkinnyConfig(4, 512, split_k=4), o_proj, 132)
-    assert not bench.fits(bench.SkinnyConfig(16, 256), o_proj, 132)
+def test_refinements_vary_split_warps_and_prefetch_around_the_best() -> None:
+    best = bench.SkinnyConfig(4, 512, num_warps=4, split_k=2, dot=False)
+    variants = bench.refinements(best, bench.Shape("m", "o_proj", 1024, 2048))
+    assert {(v.split_k, v.num_warps, v.prefetch) for v in variants} == {(1, 4, True), (4, 4, True), (2, 8, True),
+                                                                       (2, 4, False)}
+    dot = bench.SkinnyConfig(16, 256, num_warps=8, split_k=8, dot=True)
+    assert {(v.split_k, v.num_warps) for v in bench.refinements(dot, bench.Shape("m", "o_proj", 1024, 2048))} == {
+        (4, 8), (8, 4)}
 
 
 def test_weight_copies_outrun_the_l2_within_one_per_call() -> None:

@@ -43,7 +43,9 @@ _KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 class SkinnyConfig:
     """Launch settings of one GEMM: the weight tile a program reads per step (``block_n`` rows by
     ``block_k`` columns), Triton's ``num_warps``/``num_stages``, how many programs share K
-    (``split_k``), and whether to use ``tl.dot`` (``None``: above :data:`ELEMENTWISE_MAX_M` rows)."""
+    (``split_k``), whether to use ``tl.dot`` (``None``: above :data:`ELEMENTWISE_MAX_M` rows), and
+    whether the elementwise path loads the next tile before multiplying this one (``prefetch``;
+    ``tl.dot``'s loads are pipelined by Triton over ``num_stages`` instead)."""
 
     block_n: int
     block_k: int
@@ -51,6 +53,7 @@ class SkinnyConfig:
     num_stages: int = 3
     split_k: int = 1
     dot: bool | None = None
+    prefetch: bool = True
 
     def __post_init__(self) -> None:
         for name in ("block_n", "block_k", "num_warps"):
@@ -76,23 +79,29 @@ def m_bucket(m: int) -> int:
 TUNED: dict[tuple[int, int, int], SkinnyConfig] = {}
 
 
+def split_to_fill(n: int, k: int, block_n: int, block_k: int, num_sms: int = 132) -> int:
+    """The fewest ways (a power of two) to split K so that there are two programs per SM, without
+    giving any split less than one ``block_k`` chunk."""
+    split_k = 1
+    while triton.cdiv(n, block_n) * split_k < 2 * num_sms and k >= 2 * split_k * block_k:
+        split_k *= 2
+    return split_k
+
+
 @functools.lru_cache(maxsize=256)
 def default_config(m: int, n: int, k: int, num_sms: int = 132) -> SkinnyConfig:
-    """Settings that keep at least two programs per SM busy: narrow weight tiles for the elementwise
-    path (at most :data:`_ELEMENTWISE_TILE` products per step, so they stay in registers), 16-row
-    weight tiles for ``tl.dot``, and K split while there are still too few programs."""
-    target = 2 * num_sms
+    """Settings that keep two programs per SM busy. Elementwise: chunks of up to 1024 columns (a
+    program keeps two in flight) and as many weight rows as :data:`_ELEMENTWISE_TILE` products allow,
+    halved until there are enough programs. ``tl.dot``: 16 or 32 weight rows by 128 columns. K is
+    split only when the tiles alone are too few, since the split's reduce is a second launch."""
     if m > ELEMENTWISE_MAX_M:
         block_n, block_k = 16 if n <= 8192 else 32, 128
     else:
-        block_k = min(512, max(16, triton.next_power_of_2(k)))
+        block_k = min(1024, max(16, triton.next_power_of_2(k)))
         block_n = min(16, max(1, _ELEMENTWISE_TILE // (block_k * triton.next_power_of_2(m))))
-        while block_n > 1 and triton.cdiv(n, block_n) < target:
+        while block_n > 1 and triton.cdiv(n, block_n) < 2 * num_sms:
             block_n //= 2
-    split_k = 1
-    while triton.cdiv(n, block_n) * split_k < target and triton.cdiv(k, block_k * split_k * 2) >= 2:
-        split_k *= 2
-    return SkinnyConfig(block_n=block_n, block_k=block_k, split_k=split_k)
+    return SkinnyConfig(block_n=block_n, block_k=block_k, split_k=split_to_fill(n, k, block_n, block_k, num_sms))
 
 
 def config_for(m: int, n: int, k: int, num_sms: int = 132) -> SkinnyConfig:
@@ -107,33 +116,84 @@ def _num_sms(device: torch.device) -> int:
     return 132
 
 
+@triton.jit
+def _elementwise_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
+                         M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         PREFETCH: tl.constexpr):
+    """``x[:, k_lo:k_hi] @ w[cols, k_lo:k_hi]^T`` [M_PAD, BLOCK_N] by multiply and sum. Everything lives in
+    one [M_PAD, BLOCK_N, BLOCK_K] layout (x broadcast over the weight rows), and the products are
+    summed over K once after the loop: no shuffles, barriers or layout changes inside it."""
+    rows = tl.arange(0, M_PAD)[:, None, None]
+    cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :, None]
+    ks = tl.arange(0, BLOCK_K)[None, None, :]
+    row_ok = rows < M
+    col_ok = cols < N
+    w_rows = w_ptr + cols.to(tl.int64) * K
+    # x's pointers span the weight rows too (the repeats hit L1): a load of the same shape as the
+    # weight's gets the same layout, so neither is converted to the other's inside the loop.
+    x_rows = x_ptr + rows * stride_xm + cols * 0
+    acc = tl.zeros((M_PAD, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    if PREFETCH:
+        # Plain loads are not software-pipelined (only those feeding tl.dot are): the next chunk is
+        # loaded before this one is multiplied, so a program keeps two chunks of weight in flight.
+        k = k_lo + ks
+        w_next = tl.load(w_rows + k, mask=col_ok & (k < k_hi), other=0.0)
+        x_next = tl.load(x_rows + k, mask=row_ok & (k < k_hi), other=0.0)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            w = w_next
+            x = x_next
+            k = k0 + BLOCK_K + ks
+            w_next = tl.load(w_rows + k, mask=col_ok & (k < k_hi), other=0.0)
+            x_next = tl.load(x_rows + k, mask=row_ok & (k < k_hi), other=0.0)
+            acc += x.to(tl.float32) * w.to(tl.float32)
+    else:
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            k = k0 + ks
+            w = tl.load(w_rows + k, mask=col_ok & (k < k_hi), other=0.0)
+            x = tl.load(x_rows + k, mask=row_ok & (k < k_hi), other=0.0)
+            acc += x.to(tl.float32) * w.to(tl.float32)
+    return tl.sum(acc, axis=2)
+
+
+@triton.jit
+def _dot_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
+                 M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """The same product through ``tl.dot`` on ``x`` padded to M_PAD (16) rows; Triton pipelines its loads."""
+    rows = tl.arange(0, M_PAD)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    w_rows = w_ptr + cols.to(tl.int64)[:, None] * K
+    x_rows = x_ptr + rows[:, None] * stride_xm
+    acc = tl.zeros((M_PAD, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        k = k0 + ks
+        k_ok = (k < k_hi)[None, :]
+        w = tl.load(w_rows + k[None, :], mask=(cols < N)[:, None] & k_ok, other=0.0)
+        x = tl.load(x_rows + k[None, :], mask=(rows < M)[:, None] & k_ok, other=0.0)
+        acc += tl.dot(x, tl.trans(w), input_precision=DOT_PRECISION)
+    return acc
+
+
 # M changes from step to step; it is not specialised on (Triton would compile a variant for M == 1).
 @triton.jit(do_not_specialize=["M"])
 def _skinny_gemm_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, part_ptr, M, N, K, stride_xm, stride_om, k_per_split,
                         M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        SPLIT: tl.constexpr, USE_DOT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                        DOT_PRECISION: tl.constexpr):
+                        SPLIT: tl.constexpr, USE_DOT: tl.constexpr, PREFETCH: tl.constexpr,
+                        HAS_BIAS: tl.constexpr, DOT_PRECISION: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    rows = tl.arange(0, M_PAD)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
-    row_ok = rows < M
-    col_ok = cols < N
-    w_rows = w_ptr + cols.to(tl.int64)[:, None] * K
-    x_rows = x_ptr + rows[:, None] * stride_xm
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
-    acc = tl.zeros((M_PAD, BLOCK_N), dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        k = k0 + ks
-        k_ok = k < k_hi
-        w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
-        x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        if USE_DOT:
-            acc += tl.dot(x, tl.trans(w), input_precision=DOT_PRECISION)
-        else:
-            acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+    if USE_DOT:
+        acc = _dot_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n, M_PAD, BLOCK_N, BLOCK_K,
+                           DOT_PRECISION)
+    else:
+        acc = _elementwise_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n, M_PAD, BLOCK_N, BLOCK_K,
+                                   PREFETCH)
+    rows = tl.arange(0, M_PAD)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
     mask = row_ok[:, None] & col_ok[None, :]
     if SPLIT:
         # Partials [SPLIT_K, M, N] in float32; the reduce kernel adds the bias and rounds once.
@@ -195,7 +255,7 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     _skinny_gemm_kernel[grid](
         x, weight, bias_arg, out, part, m, n, k, x.stride(0), out.stride(0), k_per_split,
         M_PAD=_DOT_ROWS if use_dot else triton.next_power_of_2(m), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        SPLIT=split_k > 1, USE_DOT=use_dot, HAS_BIAS=bias is not None,
+        SPLIT=split_k > 1, USE_DOT=use_dot, PREFETCH=cfg.prefetch, HAS_BIAS=bias is not None,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split_k > 1:
