@@ -4,20 +4,21 @@
 # shape is served with a tokenizer written here (scripts/make_bench_tokenizer.py: aiperf needs one and can't
 # download it); aiperf comes from the .whl-aiperf/ wheelhouse (scripts/build_device_wheelhouse.sh aiperf),
 # installed into a folder of its own. Two JSON lines (client "aiperf" and "infercore") go to stdout and
-# $OUT/crosscheck.jsonl.
+# $WORK/crosscheck.jsonl; where OUT is set, it and an archive of WORK (aiperf's files, logs) are copied there.
 #   GPU: bash scripts/device_run.sh bash scripts/aiperf_crosscheck.sh      (carry .whl and .whl-aiperf)
 #   CPU dry run: CPU_DRY_RUN=1 bash scripts/aiperf_crosscheck.sh  (aiperf from AIPERF_SITE, or on PATH)
 # Knobs: WORKLOAD, DTYPE, INPUT_LEN, OUTPUT_LEN, MAX_MODEL_LEN, CONCURRENCY, NUM (requests), SERVE_EXTRA,
-# AIPERF_SITE (where aiperf is installed), BUDGET_S.
+# AIPERF_SITE (where aiperf is installed), AIPERF_WHEELS (its wheelhouse; empty: install nothing), BUDGET_S.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/infercore-aiperf}
-mkdir -p "$OUT"
-RES="$OUT/crosscheck.jsonl"
+WORK=${WORK:-/tmp/infercore-aiperf}
+DELIVER=(crosscheck.jsonl)
+mkdir -p "$WORK"
+RES="$WORK/crosscheck.jsonl"
 : >"$RES"
 if [[ "${CPU_DRY_RUN:-0}" == 1 ]]; then
     : "${WORKLOAD:=w-cpu}" "${DTYPE:=float32}" "${INPUT_LEN:=64}" "${OUTPUT_LEN:=8}" "${MAX_MODEL_LEN:=256}"
-    : "${CONCURRENCY:=4}" "${NUM:=16}"
+    : "${CONCURRENCY:=4}" "${NUM:=16}" "${AIPERF_WHEELS=}"  # aiperf from AIPERF_SITE: the wheels are py3.12
     : "${SERVE_EXTRA:=--num-gpu-blocks-override 256 --cpu-threads 1 --max-num-seqs 16}"
 fi
 BUDGET_S=${BUDGET_S:-500}
@@ -32,15 +33,16 @@ CONCURRENCY=${CONCURRENCY:-64}
 NUM=${NUM:-256}
 PORT=${PORT:-8124}
 URL="http://127.0.0.1:$PORT"
-MODEL="$OUT/$WORKLOAD-model"
-TOKENIZER="$OUT/$WORKLOAD-tokenizer"
+MODEL="$WORK/$WORKLOAD-model"
+TOKENIZER="$WORK/$WORKLOAD-tokenizer"
 AIPERF_SITE=${AIPERF_SITE:-/tmp/aiperf-site}
 
 # aiperf and what the image lacks of its needs, apart from our own packages (--no-deps: the image's
 # versions of what it already has stay in use).
-if [[ -d .whl-aiperf ]]; then
+AIPERF_WHEELS=${AIPERF_WHEELS-.whl-aiperf}
+if [[ -n "$AIPERF_WHEELS" && -d "$AIPERF_WHEELS" ]]; then
     step aiperf-install 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$AIPERF_SITE" .whl-aiperf/*.whl || exit 1
+        --target "$AIPERF_SITE" "$AIPERF_WHEELS"/*.whl || exit 1
 fi
 AIPERF=(env PYTHONPATH="$AIPERF_SITE" python3 -m aiperf)
 if ! "${AIPERF[@]}" --version >/dev/null 2>&1; then
@@ -58,20 +60,20 @@ step tokenizer 120 python3 scripts/make_bench_tokenizer.py "$TOKENIZER" --vocab-
 # shellcheck disable=SC2206  # SERVE_EXTRA is a list of flags
 SERVE_FLAGS=(--tokenizer "$TOKENIZER" --load-format dummy --dtype "$DTYPE" --max-model-len "$MAX_MODEL_LEN"
              --port "$PORT" --served-model-name "$WORKLOAD" --disable-log-requests ${SERVE_EXTRA:-})
-start_server "$URL" "$OUT/serve.log" "$MODEL" "${SERVE_FLAGS[@]}" || exit 1
+start_server "$URL" "$WORK/serve.log" "$MODEL" "${SERVE_FLAGS[@]}" || exit 1
 
 BENCH=(infercore bench serve --base-url "$URL" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" --no-progress)
 step warmup 90 "${BENCH[@]}" --num-prompts "$CONCURRENCY" --max-concurrency "$CONCURRENCY" >/dev/null \
-    2>"$OUT/warmup.err"
-rm -rf "$OUT/aiperf"
+    2>"$WORK/warmup.err"
+rm -rf "$WORK/aiperf"
 step aiperf 240 "${AIPERF[@]}" profile --model "$WORKLOAD" --url "$URL" --endpoint-type completions --streaming \
     --tokenizer "$TOKENIZER" --use-server-token-count --concurrency "$CONCURRENCY" --request-count "$NUM" \
     --synthetic-input-tokens-mean "$INPUT_LEN" --synthetic-input-tokens-stddev 0 \
     --output-tokens-mean "$OUTPUT_LEN" --output-tokens-stddev 0 --extra-inputs ignore_eos:true \
-    --random-seed 0 --ui-type none --no-server-metrics --no-gpu-telemetry --output-artifact-dir "$OUT/aiperf" \
-    >"$OUT/aiperf.log" 2>&1
+    --random-seed 0 --ui-type none --no-server-metrics --no-gpu-telemetry --output-artifact-dir "$WORK/aiperf" \
+    >"$WORK/aiperf.log" 2>&1
 # The summary aiperf exported, as one JSON line of the figures bench serve reports too.
-python3 - "$OUT/aiperf" <<'EOF' | tee -a "$RES"
+python3 - "$WORK/aiperf" <<'EOF' | tee -a "$RES"
 import json
 import sys
 from pathlib import Path
@@ -103,8 +105,8 @@ line["input_tokens_mean"] = stat("input_sequence_length", "avg")
 print(json.dumps(line))
 EOF
 step bench-serve 240 "${BENCH[@]}" --num-prompts "$NUM" --max-concurrency "$CONCURRENCY" \
-    --num-workers "$(workers "$CONCURRENCY" 2)" --vocab-size 10000 --label crosscheck 2>"$OUT/bench.err" \
+    --num-workers "$(workers "$CONCURRENCY" 2)" --vocab-size 10000 --label crosscheck 2>"$WORK/bench.err" \
     | python3 -c "import json, sys; [print(json.dumps({'client': 'infercore', **json.loads(l)})) for l in sys.stdin]" \
     | tee -a "$RES"
 stop_server
-echo "== done after ${SECONDS}s; results in $RES (aiperf's own files under $OUT/aiperf)" >&2
+echo "== done after ${SECONDS}s; results in $RES (aiperf's own files under $WORK/aiperf)" >&2

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 16's serving acceptance in one call: `infercore serve` on the W-GPU model shape (dummy weights)
 # loaded by `infercore bench serve`, next to the offline engine on the same requests. Every run's JSON
-# line goes to stdout and $OUT/serving.jsonl (labels c1, c64, c256, sweep), logs beside it; at the end
-# scripts/serving_verdict.py prints one JSON line with each criterion's ratio and pass flag.
+# line goes to stdout and $WORK/serving.jsonl (labels c1, c64, c256, sweep), logs beside it; at the end
+# scripts/serving_verdict.py prints one JSON line with each criterion's ratio and pass flag. Where OUT is
+# set (the GPU machine sets it), serving.jsonl, pyspy-summary.txt and an archive of WORK are copied there.
 #   GPU: bash scripts/device_run.sh bash scripts/gpu_serving.sh          (about 6 minutes on an H200)
 #   CPU dry run (tiny sizes, a few minutes): CPU_DRY_RUN=1 bash scripts/gpu_serving.sh
 # Every step is bounded by `timeout` and by the whole run's budget (BUDGET_S, default 500 s); the server is always stopped.
@@ -14,11 +15,12 @@
 # PYSPY_NATIVE=0 for Python frames only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/infercore-gpu}
-mkdir -p "$OUT"
-RES="$OUT/serving.jsonl"
+WORK=${WORK:-/tmp/infercore-serving}
+DELIVER=(serving.jsonl pyspy-summary.txt)
+mkdir -p "$WORK"
+RES="$WORK/serving.jsonl"
 : >"$RES"
-rm -f "$OUT"/pyspy-*
+rm -f "$WORK"/pyspy-*
 if [[ "${CPU_DRY_RUN:-0}" == 1 ]]; then
     # The same steps at toy sizes on the CPU platform: the W-CPU shape, short prompts, few requests.
     : "${WORKLOAD:=w-cpu}" "${DTYPE:=float32}" "${INPUT_LEN:=64}" "${OUTPUT_LEN:=8}" "${MAX_MODEL_LEN:=256}"
@@ -31,7 +33,7 @@ BUDGET_S=${BUDGET_S:-500}
 # shellcheck source=scripts/serving_lib.sh
 source scripts/serving_lib.sh
 WORKLOAD=${WORKLOAD:-w-gpu}
-MODEL=${MODEL:-$OUT/$WORKLOAD-model}
+MODEL=${MODEL:-$WORK/$WORKLOAD-model}
 DTYPE=${DTYPE:-bfloat16}
 INPUT_LEN=${INPUT_LEN:-512}
 OUTPUT_LEN=${OUTPUT_LEN:-256}
@@ -59,7 +61,7 @@ start_profiles() {
                 --duration "$secs" --format speedscope --output "$out.speedscope.json" "$@" >>"$out.log" 2>&1; }
             if [[ "$6" == 1 ]]; then record --native || record; else record; fi ||
                 timeout --foreground -k 5 20 "$bin" dump --pid "$pid" >"$out.dump.txt" 2>>"$out.log"' \
-            profile "$PYSPY_DELAY" "$PYSPY_SECONDS" "$PYSPY_BIN" "$pid" "$OUT/pyspy-$role-$pid" "${PYSPY_NATIVE:-1}" &
+            profile "$PYSPY_DELAY" "$PYSPY_SECONDS" "$PYSPY_BIN" "$pid" "$WORK/pyspy-$role-$pid" "${PYSPY_NATIVE:-1}" &
         BACKGROUND_PIDS+=($!)
     done
 }
@@ -76,7 +78,7 @@ SERVE_FLAGS=(--load-format dummy --dtype "$DTYPE" --max-model-len "$MAX_MODEL_LE
              --gpu-memory-utilization "$GPU_UTIL" --port "$PORT" --served-model-name "$WORKLOAD"
              --disable-log-requests ${SERVE_EXTRA:-})
 if [[ -n "${API_SERVERS:-}" ]]; then SERVE_FLAGS+=(--api-server-count "$API_SERVERS"); fi
-start_server "$URL" "$OUT/serve.log" "$MODEL" "${SERVE_FLAGS[@]}" || exit 1
+start_server "$URL" "$WORK/serve.log" "$MODEL" "${SERVE_FLAGS[@]}" || exit 1
 
 BENCH=(infercore bench serve --base-url "$URL" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN"
        --vocab-size "${VOCAB:-10000}" --no-progress)
@@ -84,17 +86,17 @@ OFFLINE_ARGS="{\"load_format\": \"dummy\", \"dtype\": \"$DTYPE\", \"max_model_le
 \"skip_tokenizer_init\": true, \"gpu_memory_utilization\": $GPU_UTIL${ENGINE_EXTRA:+, $ENGINE_EXTRA}}"
 
 # Warm-up (CUDA graphs, allocator), not reported.
-step warmup 60 "${BENCH[@]}" --num-prompts "$WARM_N" --max-concurrency "$WARM_N" >/dev/null 2>"$OUT/warmup.err"
+step warmup 60 "${BENCH[@]}" --num-prompts "$WARM_N" --max-concurrency "$WARM_N" >/dev/null 2>"$WORK/warmup.err"
 # (c) single stream: TTFT and TPOT of one request at a time.
-step c1 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 --label c1 2>"$OUT/c1.err" | tee -a "$RES"
+step c1 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 --label c1 2>"$WORK/c1.err" | tee -a "$RES"
 # (b) concurrency 64: ITL p99 against TPOT p50.
 step c64 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" --num-workers "$(workers "$C64" 2)" \
-    --label c64 2>"$OUT/c64.err" | tee -a "$RES"
+    --label c64 2>"$WORK/c64.err" | tee -a "$RES"
 # (a) concurrency 256 next to the same requests through LLM.generate, whose engine then also times the
 # batch-1 prefill of PROBES other prompts of the same length (the reference of c1's TTFT).
 step c256 240 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" --num-workers "$(workers "$C256" 4)" \
     --offline-model "$MODEL" --offline-engine-args "$OFFLINE_ARGS" --offline-prefill-probes "$PROBES" \
-    --label c256 2>"$OUT/c256.err" | tee -a "$RES"
+    --label c256 2>"$WORK/c256.err" | tee -a "$RES"
 # Profiles of the server's processes under the same load (a run of its own, so the profiler's pauses
 # never touch a measured figure).
 if [[ "$PYSPY" == 1 ]]; then
@@ -103,7 +105,7 @@ if [[ "$PYSPY" == 1 ]]; then
     else
         start_profiles
         step c256-profiled 120 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" \
-            --num-workers "$(workers "$C256" 4)" --label c256-profiled 2>"$OUT/c256-profiled.err" | tee -a "$RES"
+            --num-workers "$(workers "$C256" 4)" --label c256-profiled 2>"$WORK/c256-profiled.err" | tee -a "$RES"
         for pid in "${BACKGROUND_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
         BACKGROUND_PIDS=()
     fi
@@ -111,28 +113,28 @@ fi
 # (d) the Poisson sweep, one line per rate.
 # shellcheck disable=SC2086  # SWEEP_RATES is a list
 step sweep 150 "${BENCH[@]}" --num-prompts "$SWEEP_N" --request-rate $SWEEP_RATES --num-workers "$(workers "$SWEEP_N" 2)" \
-    --label sweep 2>"$OUT/sweep.err" | tee -a "$RES"
+    --label sweep 2>"$WORK/sweep.err" | tee -a "$RES"
 stop_server
 
 # Offline references: batch-1 decode time per token of the same prompt length; the W-GPU throughput run.
 if [[ "${LATENCY:-1}" == 1 ]]; then
     step latency 90 infercore bench latency --workload "$WORKLOAD" --input-len "$INPUT_LEN" \
-        --output-len "$OUTPUT_LEN" 2>"$OUT/latency.err" | tee -a "$RES"
+        --output-len "$OUTPUT_LEN" 2>"$WORK/latency.err" | tee -a "$RES"
 fi
 if [[ "${THROUGHPUT:-1}" == 1 ]]; then
-    step throughput 120 infercore bench throughput --workload "$WORKLOAD" --no-progress 2>"$OUT/throughput.err" \
+    step throughput 120 infercore bench throughput --workload "$WORKLOAD" --no-progress 2>"$WORK/throughput.err" \
         | tee -a "$RES"
 fi
 
 if [[ "$PYSPY" == 1 ]]; then
     shopt -s nullglob
-    profiles=("$OUT"/pyspy-*.speedscope.json)
+    profiles=("$WORK"/pyspy-*.speedscope.json)
     if ((${#profiles[@]})); then
-        python3 scripts/pyspy_summary.py "${profiles[@]}" >"$OUT/pyspy-summary.txt" 2>&1
-        cat "$OUT/pyspy-summary.txt"
+        python3 scripts/pyspy_summary.py "${profiles[@]}" >"$WORK/pyspy-summary.txt" 2>&1
+        cat "$WORK/pyspy-summary.txt"
     else
-        echo "== no py-spy profile was written; see $OUT/pyspy-*.log and any $OUT/pyspy-*.dump.txt" >&2
-        tail -5 "$OUT"/pyspy-*.log >&2 2>/dev/null
+        echo "== no py-spy profile was written; see $WORK/pyspy-*.log and any $WORK/pyspy-*.dump.txt" >&2
+        tail -5 "$WORK"/pyspy-*.log >&2 2>/dev/null
     fi
 fi
 python3 scripts/serving_verdict.py "$RES" | tee -a "$RES"

@@ -1,6 +1,9 @@
 # Sourced by the serving scripts (gpu_serving.sh, aiperf_crosscheck.sh): bounded steps and a server that
-# is always stopped. Set BUDGET_S (the whole run's seconds) before sourcing; call start_server with the
-# `infercore serve` arguments; the EXIT trap stops it and kills whatever is listed in BACKGROUND_PIDS.
+# is always stopped. Set BUDGET_S (the whole run's seconds), WORK (their folder) and DELIVER (the files of
+# WORK worth reading first) before sourcing; call start_server with the `infercore serve` arguments. The
+# EXIT trap stops the server, kills whatever is listed in BACKGROUND_PIDS and, when OUT names another
+# folder (the GPU machine's folder of results, which takes only a few files), copies DELIVER there with
+# the rest of WORK as one archive, less model and tokenizer folders: also after a failed start.
 
 END=$((SECONDS + ${BUDGET_S:-530}))
 # Progress lines go to the stderr of the script, also from a step whose stderr goes to a file.
@@ -55,10 +58,20 @@ stop_server() {
     SERVER=""
 }
 
+deliver() {
+    [[ -z "${OUT:-}" || "$OUT" -ef "$WORK" ]] && return 0
+    mkdir -p "$OUT"
+    local file
+    for file in "${DELIVER[@]}"; do [[ -f "$WORK/$file" ]] && cp "$WORK/$file" "$OUT/"; done
+    tar -czf "$OUT/$(basename "$WORK")-files.tar.gz" -C "$WORK" --exclude='*-model' --exclude='*-tokenizer' \
+        --exclude='*.whl' . 2>/dev/null
+}
+
 cleanup() {
     local pid
     for pid in "${BACKGROUND_PIDS[@]}"; do kill -KILL -- "-$pid" "$pid" 2>/dev/null; done
     stop_server
+    deliver
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
