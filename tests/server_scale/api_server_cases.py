@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,3 +94,12 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return status.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def assert_nothing_left(launcher_pid: int, pids: dict[str, int]) -> None:
+    """Within 10 s of the launcher's exit, none of its children runs and its socket folder is gone."""
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [name for name, pid in pids.items() if alive(pid)]
+    assert not list(Path(tempfile.gettempdir()).glob(f"infercore-ipc-{launcher_pid}-*"))
