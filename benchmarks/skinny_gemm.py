@@ -4,7 +4,8 @@ For M in 1, 2, 4, 8, 16 rows and the projections of Qwen3-0.6B (the W-GPU model)
 one JSON line per (shape, M): microseconds per call from ``triton.testing.do_bench`` (L2 flushed before
 each call) and from a CUDA graph of 28 back-to-back calls (how decode runs: one call per layer, each on
 its own weight), the TB/s of weight bytes those imply, the launch settings used and the kernel's
-largest relative difference from ``F.linear``.
+largest relative difference from ``F.linear``. Last, one ``decode_step_gemms`` line per model and M:
+the graph times summed over one decode step's calls (each projection once per layer, the LM head once).
 
 ``--sweep`` first times candidate settings per (shape, M) in the CUDA graph, in two rounds (tiles, then
 K split, warps and prefetch around the best tile), and reports the fastest with a ``tuned`` entry
@@ -52,23 +53,45 @@ class Shape:
     name: str
     n: int
     k: int
+    #: Calls per decode step: one per layer, one for the LM head.
+    per_step: int = 1
 
     def weight_bytes(self, dtype: torch.dtype = torch.bfloat16) -> int:
         """Bytes of the [N, K] weight, which every call reads once."""
         return self.n * self.k * torch.empty((), dtype=dtype).element_size()
 
 
-def _projections(model: str, hidden: int, intermediate: int, heads: int, kv_heads: int, head: int,
+def _projections(model: str, layers: int, hidden: int, intermediate: int, heads: int, kv_heads: int, head: int,
                  vocab: int) -> list[Shape]:
-    return [Shape(model, "qkv_proj", (heads + 2 * kv_heads) * head, hidden),
-            Shape(model, "o_proj", hidden, heads * head),
-            Shape(model, "gate_up_proj", 2 * intermediate, hidden),
-            Shape(model, "down_proj", hidden, intermediate),
+    return [Shape(model, "qkv_proj", (heads + 2 * kv_heads) * head, hidden, layers),
+            Shape(model, "o_proj", hidden, heads * head, layers),
+            Shape(model, "gate_up_proj", 2 * intermediate, hidden, layers),
+            Shape(model, "down_proj", hidden, intermediate, layers),
             Shape(model, "lm_head", vocab, hidden)]
 
 
-SHAPES = (_projections("qwen3-0.6b", 1024, 3072, 16, 8, 128, 151936)
-          + _projections("qwen3-8b", 4096, 12288, 32, 8, 128, 151936))
+SHAPES = (_projections("qwen3-0.6b", 28, 1024, 3072, 16, 8, 128, 151936)
+          + _projections("qwen3-8b", 36, 4096, 12288, 32, 8, 128, 151936))
+
+
+def step_summaries(records: list[dict]) -> list[dict]:
+    """Per model and M, the GEMM time of one decode step in CUDA graphs (every projection times its
+    calls per step), Triton's against ``F.linear``'s; models missing a shape are left out."""
+    per_step = {(s.model, s.name): s.per_step for s in SHAPES}
+    names = {s.model: {t.name for t in SHAPES if t.model == s.model} for s in SHAPES}
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for record in records:
+        groups.setdefault((record["model"], record["m"]), []).append(record)
+    summaries = []
+    for (model, m), group in groups.items():
+        if {r["shape"] for r in group} != names[model]:
+            continue
+        step = {key: sum(r[key] * per_step[(model, r["shape"])] for r in group)
+                for key in ("triton_graph_us", "torch_graph_us")}
+        summaries.append({"summary": "decode_step_gemms", "model": model, "m": m,
+                          **{key: round(us, 1) for key, us in step.items()},
+                          "saved_us": round(step["torch_graph_us"] - step["triton_graph_us"], 1)})
+    return summaries
 
 
 def weight_copies(weight_bytes: int, l2_bytes: int) -> int:
@@ -108,11 +131,13 @@ def sweep_configs(m: int, shape: Shape, num_sms: int = 132) -> list[SkinnyConfig
 
 def refinements(best: SkinnyConfig, shape: Shape) -> list[SkinnyConfig]:
     """Second-round candidates around the first round's best: half and twice its K split (while each
-    split keeps a whole ``block_k`` chunk), the other warp count, and without prefetching."""
+    split keeps a whole ``block_k`` chunk), then without prefetching (elementwise; its warps follow from
+    the tile) or with the other warp count (``tl.dot``)."""
     variants = [dataclasses.replace(best, split_k=split) for split in (best.split_k // 2, best.split_k * 2)
                 if split >= 1 and shape.k >= split * best.block_k]
-    variants.append(dataclasses.replace(best, num_warps=8 if best.num_warps == 4 else 4))
-    if not best.dot:
+    if best.dot:
+        variants.append(dataclasses.replace(best, num_warps=8 if best.num_warps == 4 else 4))
+    else:
         variants.append(dataclasses.replace(best, prefetch=False))
     return variants
 
@@ -153,7 +178,7 @@ def graph_us(calls: list[Callable[[], object]], budget_s: float = 0.05) -> float
 
 def bench_us(fn: Callable[[], object]) -> float:
     """Median microseconds of one call, L2 flushed before each (``triton.testing.do_bench``)."""
-    return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3
+    return triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median") * 1e3
 
 
 def _in_graph(x: torch.Tensor, weights: list[torch.Tensor], gemm: Callable[..., torch.Tensor]) -> float:
@@ -181,7 +206,7 @@ def _sweep(x: torch.Tensor, weights: list[torch.Tensor], shape: Shape, num_sms: 
 
 def run_shape(shape: Shape, m: int, weights: list[torch.Tensor], sweep: bool, num_sms: int) -> dict:
     """One JSON record: the kernel (default or swept settings) against ``F.linear`` on ``shape`` at ``m`` rows."""
-    x = torch.randn(m, shape.k, device="cuda", dtype=weights[0].dtype)
+    x = torch.randn(m, shape.k, device=weights[0].device, dtype=weights[0].dtype)
     default = config_for(m, shape.n, shape.k, num_sms)
     best = (_sweep(x, weights, shape, num_sms) if sweep else None) or default
     w = weights[0]
@@ -218,6 +243,7 @@ def main() -> None:
     started = time.perf_counter()
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
+    records = []
     for shape in SHAPES:
         if args.model and shape.model != args.model:
             continue
@@ -225,9 +251,12 @@ def main() -> None:
         weights = [torch.randn(shape.n, shape.k, device="cuda", dtype=torch.bfloat16) * shape.k**-0.5
                    for _ in range(copies)]
         for m in args.rows:
-            print(json.dumps(run_shape(shape, m, weights, args.sweep, props.multi_processor_count)), flush=True)
+            records.append(run_shape(shape, m, weights, args.sweep, props.multi_processor_count))
+            print(json.dumps(records[-1]), flush=True)
         del weights
         torch.cuda.empty_cache()
+    for summary in step_summaries(records):
+        print(json.dumps(summary))
     print(f"# {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
           f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
 

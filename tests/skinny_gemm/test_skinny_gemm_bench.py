@@ -4,6 +4,7 @@ sweeps computes the right product (through the interpreter), and its copy and ba
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -45,11 +46,10 @@ def test_every_swept_setting_computes_the_product(m: int) -> None:
         assert float((out - F.linear(x, w)).abs().max()) < 1e-4 * float(out.abs().max()), config
 
 
-def test_refinements_vary_split_warps_and_prefetch_around_the_best() -> None:
+def test_refinements_vary_split_and_prefetch_or_warps_around_the_best() -> None:
     best = bench.SkinnyConfig(4, 512, num_warps=4, split_k=2, dot=False)
     variants = bench.refinements(best, bench.Shape("m", "o_proj", 1024, 2048))
-    assert {(v.split_k, v.num_warps, v.prefetch) for v in variants} == {(1, 4, True), (4, 4, True), (2, 8, True),
-                                                                       (2, 4, False)}
+    assert {(v.split_k, v.num_warps, v.prefetch) for v in variants} == {(1, 4, True), (4, 4, True), (2, 4, False)}
     dot = bench.SkinnyConfig(16, 256, num_warps=8, split_k=8, dot=True)
     assert {(v.split_k, v.num_warps) for v in bench.refinements(dot, bench.Shape("m", "o_proj", 1024, 2048))} == {
         (4, 8), (8, 4)}
@@ -64,3 +64,37 @@ def test_weight_copies_outrun_the_l2_within_one_per_call() -> None:
 
 def test_bandwidth_is_weight_bytes_per_microsecond() -> None:
     assert bench.tb_per_s(8 * 2**20, 2.0) == pytest.approx(8 * 2**20 / 2e-6 / 1e12)
+
+
+def test_step_summary_counts_each_projection_once_per_layer() -> None:
+    records = [{"model": s.model, "shape": s.name, "m": 1, "triton_graph_us": 2.0, "torch_graph_us": 5.0}
+               for s in bench.SHAPES if s.model == "qwen3-0.6b"]
+    partial = [{**r, "model": "qwen3-8b"} for r in records[:2]]
+    [summary] = bench.step_summaries(records + partial)
+    # Four projections in each of 28 layers, plus the LM head once.
+    assert summary["model"] == "qwen3-0.6b" and summary["triton_graph_us"] == 2.0 * (4 * 28 + 1)
+    assert summary["saved_us"] == 3.0 * (4 * 28 + 1)
+
+
+def test_a_swept_record_names_its_settings_and_is_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Timers that run each call once (interpreted) and favour elementwise, unprefetched, narrow-K settings.
+    def fake_time_each(x, weights, shape, configs):  # noqa: ANN001, ANN202
+        for config in configs:
+            skinny_gemm(x, weights[0], config=config)
+        return [(10.0 * bool(c.dot) + c.prefetch + c.block_k / 1e4, c) for c in configs]
+
+    def fake_graph_us(calls: list) -> float:  # noqa: ANN001
+        calls[0]()
+        return 1.0
+
+    monkeypatch.setattr(bench, "_time_each", fake_time_each)
+    monkeypatch.setattr(bench, "graph_us", fake_graph_us)
+    monkeypatch.setattr(bench, "bench_us", lambda fn: (fn(), 2.0)[1])
+    shape = bench.Shape("tiny", "proj", 40, 600)
+    weights = [torch.randn(shape.n, shape.k).to(torch.bfloat16) for _ in range(2)]
+    record = bench.run_shape(shape, 3, weights, sweep=True, num_sms=8)
+    assert json.loads(json.dumps(record)) == record
+    assert (record["config"]["block_k"], record["config"]["dot"], record["config"]["prefetch"]) == (256, False, False)
+    assert record["tuned"] == [[4, 40, 600], record["config"]] and record["max_rel_err"] < 1e-2
+    assert record["triton_us"] == 2.0 and record["triton_graph_us"] == 1.0 and "default_graph_us" in record
+    assert record["triton_graph_tb_s"] == pytest.approx(bench.tb_per_s(shape.weight_bytes(), 1.0), rel=1e-2)
