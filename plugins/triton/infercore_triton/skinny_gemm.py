@@ -3,14 +3,15 @@
 At decode a linear layer reads its whole weight to multiply a handful of rows, so the GEMM is a
 matrix-vector product bound by weight bandwidth; cuBLAS picks tiles built for large M there and reaches
 a quarter of the bandwidth on some shapes. Each program here streams ``BLOCK_N`` rows of the weight
-through ``BLOCK_K``-wide vector loads. Up to 4 rows of ``x`` it multiplies elementwise and sums (no
-tensor-core tile to fill); above that it pads ``x`` to 16 rows and uses ``tl.dot``. Shapes with few
-weight rows split K over several programs, whose float32 partials a second kernel sums.
+through ``BLOCK_K``-wide vector loads. Up to 4 rows of ``x`` it multiplies elementwise and sums over K
+once at the end (no tensor-core tile to fill); above that it pads ``x`` to 16 rows and uses ``tl.dot``.
+Shapes with few weight rows split K over several programs, whose float32 partials a second kernel sums.
 
 Launch settings come from :data:`TUNED` (filled from ``benchmarks/skinny_gemm.py --sweep``) or else
 from :func:`default_config`. Nothing here syncs with the host or compiles per batch size: M is a
-runtime argument and only its bucket (1, 2, 4 or 16 rows) is a compile-time constant, so the op is
-safe to capture in CUDA graphs.
+runtime argument and only the rows it is padded to (the next power of two, 16 for ``tl.dot``) are a
+compile-time constant; the only allocations are the output and, with split K, its float32 partials,
+both through the caching allocator. So the op is safe to capture in CUDA graphs.
 """
 
 from __future__ import annotations
