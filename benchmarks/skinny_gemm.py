@@ -161,6 +161,7 @@ def graph_us(calls: list[Callable[[], object]], budget_s: float = 0.05) -> float
         for call in calls:
             call()
     graph.replay()
+    torch.cuda.synchronize()
     first = time.perf_counter()
     graph.replay()
     torch.cuda.synchronize()
