@@ -44,6 +44,8 @@ if [[ -n "$AIPERF_WHEELS" && -d "$AIPERF_WHEELS" ]]; then
     step aiperf-install 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$AIPERF_SITE" "$AIPERF_WHEELS"/*.whl || exit 1
 fi
+# Only its own folder and the image's packages. A local tokenizer folder keeps it off the hub; don't set
+# HF_HUB_OFFLINE: aiperf 0.13 then takes the folder for a repo id and fails.
 AIPERF=(env PYTHONPATH="$AIPERF_SITE" python3 -m aiperf)
 if ! "${AIPERF[@]}" --version >/dev/null 2>&1; then
     echo "aiperf does not start from $AIPERF_SITE; build .whl-aiperf with scripts/build_device_wheelhouse.sh aiperf" \
@@ -109,4 +111,17 @@ step bench-serve 240 "${BENCH[@]}" --num-prompts "$NUM" --max-concurrency "$CONC
     | python3 -c "import json, sys; [print(json.dumps({'client': 'infercore', **json.loads(l)})) for l in sys.stdin]" \
     | tee -a "$RES"
 stop_server
+# How far the two clients agree: aiperf's figure over ours, per metric.
+python3 - "$RES" <<'EOF' | tee -a "$RES"
+import json
+import sys
+
+lines = {r.get("client"): r for r in map(json.loads, open(sys.argv[1])) if isinstance(r, dict)}
+theirs, ours = lines.get("aiperf", {}), lines.get("infercore", {})
+ratios = {}
+for key in ("output_throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "itl_p50_ms", "itl_p99_ms"):
+    a, b = theirs.get(key), ours.get(key)
+    ratios[f"{key}_aiperf_over_infercore"] = a / b if isinstance(a, (int, float)) and b else None
+print(json.dumps({"client": "crosscheck", **ratios}))
+EOF
 echo "== done after ${SECONDS}s; results in $RES (aiperf's own files under $WORK/aiperf)" >&2
