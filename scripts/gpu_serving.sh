@@ -131,11 +131,14 @@ if [[ "$PYSPY" == 1 ]]; then
     profiles=("$WORK"/pyspy-*.speedscope.json)
     if ((${#profiles[@]})); then
         python3 scripts/pyspy_summary.py "${profiles[@]}" >"$WORK/pyspy-summary.txt" 2>&1
-        cat "$WORK/pyspy-summary.txt"
+        echo "== py-spy: ${#profiles[@]} profiles; top functions in pyspy-summary.txt" >&2
+        head -12 "$WORK/pyspy-summary.txt" >&2
     else
         echo "== no py-spy profile was written; see $WORK/pyspy-*.log and any $WORK/pyspy-*.dump.txt" >&2
         tail -5 "$WORK"/pyspy-*.log >&2 2>/dev/null
     fi
 fi
 python3 scripts/serving_verdict.py "$RES" | tee -a "$RES"
+verdict=${PIPESTATUS[0]}
 echo "== done after ${SECONDS}s; results in $RES" >&2
+exit "$verdict"
