@@ -56,7 +56,7 @@ def test_tile_and_split_settings_compute_the_same_product(config: sg.SkinnyConfi
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_linear_op_replays_in_a_cuda_graph(dtype: torch.dtype) -> None:
-    x, w, b = _inputs(4, 6144, 1024, dtype)
+    x, w, b = _inputs(4, 1024, 3072, dtype)
     assert sg.uses_kernel(x, w, b)
     static_x = x.clone()
     stream = torch.cuda.Stream()
@@ -68,7 +68,7 @@ def test_linear_op_replays_in_a_cuda_graph(dtype: torch.dtype) -> None:
     with torch.cuda.graph(graph):
         static_out = sg.linear(static_x, w, b)
     for seed in (1, 2):
-        fresh = torch.randn(4, 1024, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed))
+        fresh = torch.randn(4, 3072, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed))
         static_x.copy_(fresh.to(dtype))
         graph.replay()
         torch.cuda.synchronize()

@@ -130,7 +130,7 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("m", [1, 8])
+@pytest.mark.parametrize("m", [1, sg.SKINNY_MAX_M])
 def test_linear_sends_decode_batches_to_the_kernel(kernel_calls: list[int], m: int) -> None:
     x, w, b = _inputs(m, torch.bfloat16, seed=40 + m, row_stride=K + 3)
     out = sg.linear(x, w, b)
@@ -142,6 +142,7 @@ def test_linear_falls_back_to_f_linear_outside_the_kernels_reach(kernel_calls: l
     x, w, b = _inputs(sg.SKINNY_MAX_M + 1, torch.bfloat16, seed=50)
     cases = {
         "more rows than SKINNY_MAX_M": (x, w, b),
+        "more features than SKINNY_MAX_N": _inputs(2, torch.bfloat16, seed=51, n=sg.SKINNY_MAX_N + 1, k=8),
         "float32": (x[:2].float(), w.float(), b.float()),
         "3-D x": (x[:2].unsqueeze(0), w, b),
         "no rows": (x[:0], w, b),
