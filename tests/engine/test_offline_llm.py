@@ -34,3 +34,16 @@ def test_stats_before_and_after_steps(make_llm) -> None:
     llm.llm_engine.step()
     stats = llm.llm_engine.last_stats
     assert stats.num_running == 1 and stats.num_free_blocks < 49 and stats.prefix_cache_queries > 0
+
+
+def test_reset_prefix_cache_makes_the_next_run_compute_its_prompts(make_llm) -> None:
+    llm = make_llm(enable_prefix_caching=True)
+    prompt = {"prompt_token_ids": list(range(5, 45))}
+    params = SamplingParams(max_tokens=4, temperature=0.0)
+    first = llm.generate([prompt], params, use_tqdm=False)[0]
+    again = llm.generate([prompt], params, use_tqdm=False)[0]
+    assert first.num_cached_tokens == 0 and again.num_cached_tokens > 0
+    assert llm.reset_prefix_cache()
+    fresh = llm.generate([prompt], params, use_tqdm=False)[0]
+    assert fresh.num_cached_tokens == 0
+    assert fresh.outputs[0].token_ids == first.outputs[0].token_ids

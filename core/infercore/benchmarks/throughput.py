@@ -65,7 +65,8 @@ def make_llm(workload: Workload, folder: Path, args: argparse.Namespace) -> Any:
 
 
 def run_infercore(workload: Workload, llm: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """Warm up on four of the workload's requests, then time all of them ``args.repeat`` times."""
+    """Warm up on four of the workload's requests, then time all of them ``args.repeat`` times, each run
+    from an empty prefix cache (a repeat would otherwise find every prompt cached)."""
     prompts, max_tokens = workload.requests(args.seed)
     params = workload.sampling_params(max_tokens, args.seed)
     llm.generate([{"prompt_token_ids": p} for p in prompts[:4]], params[:4], use_tqdm=False)  # warm-up
@@ -78,6 +79,7 @@ def run_infercore(workload: Workload, llm: Any, args: argparse.Namespace) -> dic
     walls = []
     with JitBuildCounter() as builds:
         for _ in range(args.repeat):
+            llm.reset_prefix_cache()
             start = time.perf_counter()
             outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params,
                                    use_tqdm=not args.no_progress)

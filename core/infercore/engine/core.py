@@ -94,6 +94,14 @@ class EngineCore:
         self.grammars.abort(request_ids)
         self.scheduler.abort_requests(request_ids)
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix (so the next requests compute their prompts in full); refused
+        (False) while requests are unfinished."""
+        if self.has_unfinished_requests():
+            return False
+        self.scheduler.kv_cache_manager.reset_prefix_cache()
+        return True
+
     def has_unfinished_requests(self) -> bool:
         return (bool(self.grammars.pending) or self.scheduler.has_unfinished_requests()
                 or self._inflight is not None)

@@ -58,6 +58,10 @@ class LLMEngine:
             engine_ids.extend(self.output_processor.abort_request(request_id) or [request_id])
         self.engine_core.abort_requests(engine_ids)
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix; False (nothing done) while requests are unfinished."""
+        return self.engine_core.reset_prefix_cache()
+
     def take_step_error(self) -> Exception | None:
         """The exception of the latest failed model step, once (None when no step failed since)."""
         error = getattr(self.engine_core, "last_step_error", None)

@@ -34,6 +34,11 @@ class LLM:
         self.llm_engine = LLMEngine(self.config)
         self._counter = itertools.count()
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix, so that the next ``generate`` computes every prompt in full (a
+        benchmark repeating its requests measures prefill, not cache hits). Returns True when done."""
+        return self.llm_engine.reset_prefix_cache()
+
     def get_tokenizer(self) -> Any:
         return self.llm_engine.tokenizer
 
