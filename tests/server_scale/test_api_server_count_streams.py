@@ -49,6 +49,10 @@ def test_four_api_servers_stream_what_one_does_and_metrics_count_all(four, refer
     assert finished == {'finished_reason="length",model_name="tiny"': COUNT * ROUNDS}
     [tokens] = metric_samples(metrics, "infercore:generation_tokens_total").values()
     assert tokens == 10 * COUNT * ROUNDS
+    # Engine totals are counted once, not once per API server: every prompt token was looked up once.
+    [prompt_tokens] = metric_samples(metrics, "infercore:prompt_tokens_total").values()
+    [looked_up] = metric_samples(metrics, "infercore:prefix_cache_queries_total").values()
+    assert looked_up == prompt_tokens
 
 
 def test_a_killed_api_server_stops_the_server_with_an_error(four) -> None:
