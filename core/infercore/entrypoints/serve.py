@@ -186,8 +186,9 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
                          only_sigterm=slot is not None)
         engine.on_engine_dead = server.engine_died
         where = f"API server {slot.index} " if slot is not None else ""
+        port = slot.sock.getsockname()[1] if slot is not None else config.serve.port
         logger.info("%sserving %s (max_model_len %d) on http://%s:%d", where, model_name,
-                    engine.model_info.max_model_len, config.serve.host, config.serve.port)
+                    engine.model_info.max_model_len, config.serve.host, port)
         await server.serve(sockets=[slot.sock] if slot is not None else None)
         if not server.started and server.exit_code == 0:
             return 1
