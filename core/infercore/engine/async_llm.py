@@ -109,6 +109,8 @@ class AsyncLLM:
             model_info = await client.start()
             tokenizer = await tokenizer_task
         except BaseException:
+            # The tokenizer's own failure, if it comes, is not the error to report: take it quietly.
+            tokenizer_task.add_done_callback(lambda task: task.cancelled() or task.exception())
             client.close()
             raise
         llm = cls(config, client, model_info, tokenizer, listener)
