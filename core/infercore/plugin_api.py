@@ -53,6 +53,9 @@ if TYPE_CHECKING:
     from infercore.attention.layer import (
         Attention,
     )
+    from infercore.attention.qk_norm_rotary import (
+        QKNormRotary,
+    )
     from infercore.attention.reference_backend import (
         ReferenceAttentionBackend,
     )
@@ -166,6 +169,7 @@ _LAZY: dict[str, str] = {
     "ParamLayout": "infercore.quantization",
     "PluginError": "infercore.plugins.manager",
     "ProbeResult": "infercore.platforms.interface",
+    "QKNormRotary": "infercore.attention.qk_norm_rotary",
     "QKVParallelLinear": "infercore.layers",
     "QuantizationConfig": "infercore.quantization",
     "QuantizationMethod": "infercore.quantization",
@@ -243,6 +247,7 @@ __all__ = [
     "PlatformCapabilities",
     "PluginError",
     "ProbeResult",
+    "QKNormRotary",
     "QKVParallelLinear",
     "QuantizationConfig",
     "QuantizationMethod",

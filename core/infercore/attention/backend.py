@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from infercore.attention.qk_norm_rotary import QKNormRotary
 from infercore.attention.spec import AttentionLayerSpec
 from infercore.kv_cache.spec import KVCacheSpec
 
@@ -95,7 +96,15 @@ class AttentionImpl(ABC):
 
     The spec's fields are also attributes (``self.num_heads``, ``self.scale``,
     ``self.sliding_window``, ``self.k_scale``…) for convenience.
+
+    An implementation that sets :attr:`fuses_qk_norm_rotary` also implements
+    :meth:`forward_qk_norm_rotary`, which the layer then calls for Qwen3-style attention instead of
+    norming and rotating q and k itself before :meth:`forward`.
     """
+
+    #: Whether :meth:`forward_qk_norm_rotary` is implemented (optional; default: the layer norms and
+    #: rotates q and k with the platform's ``qk_norm_rotary`` op and calls :meth:`forward`).
+    fuses_qk_norm_rotary: ClassVar[bool] = False
 
     def __init__(self, spec: AttentionLayerSpec, *positional: object) -> None:
         # ``*positional`` only catches impls constructed the pre-1.0 way, to say what changed.
@@ -134,6 +143,18 @@ class AttentionImpl(ABC):
         :mod:`infercore.kv_cache.fp8` does; every query (prefill ones included) attends over the
         stored, quantized K/V, so a token's result does not depend on whether it was cached.
         """
+
+    def forward_qk_norm_rotary(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
+                               metadata: Any, out: torch.Tensor, qk_norm_rotary: QKNormRotary) -> torch.Tensor:
+        """:meth:`forward` for ``q`` and ``k`` not yet normed and rotated: apply ``qk_norm_rotary`` first.
+
+        Called only when :attr:`fuses_qk_norm_rotary` is set, so that the backend can do it in the same
+        pass as its KV cache write. The result, the K/V stored in the cache and the same-step and fp8
+        contracts are those of :meth:`forward` after the custom op ``qk_norm_rotary``; ``q`` and ``k`` may
+        be overwritten (their values afterwards are unspecified).
+        """
+        raise NotImplementedError(f"{type(self).__name__} sets fuses_qk_norm_rotary but does not implement "
+                                  "forward_qk_norm_rotary; implement it or leave the flag False")
 
 
 class AttentionBackend(ABC):

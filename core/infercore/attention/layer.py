@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from infercore.attention.backend import AttentionImpl
+from infercore.attention.qk_norm_rotary import QKNormRotary
 from infercore.attention.spec import AttentionLayerSpec
 from infercore.forward_context import get_forward_context
+
+if TYPE_CHECKING:
+    from infercore.layers import RMSNorm, RotaryEmbedding
 
 
 class Attention(nn.Module):
@@ -45,13 +51,41 @@ class Attention(nn.Module):
         Inputs may be row-strided (column slices of the fused QKV output) with a contiguous last
         dimension; the backend receives them as such views.
         """
+        impl = self._bound_impl()
+        n = q.shape[0]
+        q, k, v = self._heads(q, k, v)
+        out = torch.empty_like(q)
+        impl.forward(q, k, v, self.kv_cache, get_forward_context().attn_metadata, out)
+        return out.view(n, self.num_heads * self.head_size)
+
+    def forward_qk_norm_rotary(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               rotary: RotaryEmbedding, q_norm: RMSNorm, k_norm: RMSNorm) -> torch.Tensor:
+        """:meth:`forward` of ``q`` and ``k`` before their per-head RMSNorm and rotary (Qwen3's attention).
+
+        A backend whose impl sets ``fuses_qk_norm_rotary`` does the norms and rotary in the pass that
+        writes the KV cache; otherwise they run as ``rotary.forward_with_qk_norm`` before :meth:`forward`.
+        ``q`` and ``k`` (as in :meth:`forward`, possibly column slices of the QKV output) may be
+        overwritten.
+        """
+        impl = self._bound_impl()
+        if not (impl.fuses_qk_norm_rotary and rotary.is_full and q_norm.eps == k_norm.eps):
+            q, k = rotary.forward_with_qk_norm(positions, q, k, q_norm, k_norm)
+            return self.forward(q, k, v)
+        n = q.shape[0]
+        q, k, v = self._heads(q, k, v)
+        out = torch.empty_like(q)
+        prologue = QKNormRotary(positions=positions, q_weight=q_norm.weight, k_weight=k_norm.weight, eps=q_norm.eps,
+                                cos_sin_cache=rotary.cos_sin_cache, is_neox=rotary.is_neox)
+        impl.forward_qk_norm_rotary(q, k, v, self.kv_cache, get_forward_context().attn_metadata, out, prologue)
+        return out.view(n, self.num_heads * self.head_size)
+
+    def _bound_impl(self) -> AttentionImpl:
         if self.impl is None:
             raise RuntimeError("Attention layer has no backend bound; build the model through the model runner")
-        ctx = get_forward_context()
+        return self.impl
+
+    def _heads(self, q: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n = q.shape[0]
-        q = q.view(n, self.num_heads, self.head_size)
-        k = k.view(n, self.num_kv_heads, self.head_size)
-        v = v.view(n, self.num_kv_heads, self.head_size)
-        out = torch.empty_like(q)
-        self.impl.forward(q, k, v, self.kv_cache, ctx.attn_metadata, out)
-        return out.view(n, self.num_heads * self.head_size)
+        return (q.view(n, self.num_heads, self.head_size), k.view(n, self.num_kv_heads, self.head_size),
+                v.view(n, self.num_kv_heads, self.head_size))

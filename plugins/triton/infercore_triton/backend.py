@@ -18,12 +18,14 @@ from infercore.plugin_api import (
     AttentionRequest,
     CommonAttentionMetadata,
     KVCacheSpec,
+    QKNormRotary,
     kv_cache_fp8,
 )
 from infercore_triton.decode_attention import DecodeConfig, decode_attention
 from infercore_triton.fp8_support import has_fp8_dot
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
+from infercore_triton.qk_norm_rotary_kv_write import qk_norm_rotary_write_kv
 
 #: Fewest context tokens worth a split of their own: below this the merge costs more than it saves.
 MIN_TOKENS_PER_SPLIT = 256
@@ -135,14 +137,37 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
 
 class TritonAttentionImpl(AttentionImpl):
     """Writes the step's K/V into the cache, then runs the decode kernel on the leading one-token
-    queries and the prefill kernel on the rest."""
+    queries and the prefill kernel on the rest.
+
+    Qwen3-style q/k norms and rotary run in the kernel that writes the cache
+    (:mod:`infercore_triton.qk_norm_rotary_kv_write`): the attention kernels read keys only from the
+    cache, so the rotated k is stored there and nowhere else.
+    """
+
+    fuses_qk_norm_rotary = True
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                 metadata: Any, out: torch.Tensor) -> torch.Tensor:
         meta: TritonAttentionMetadata = metadata
-        # Scales only mean something to an fp8 cache; other caches are read as stored.
-        k_scale, v_scale = (self.k_scale, self.v_scale) if kv_cache_fp8.is_fp8_kv(kv_cache.dtype) else (1.0, 1.0)
+        k_scale, v_scale = self._scales(kv_cache)
         write_kv(k, v, kv_cache, meta.slot_mapping, k_scale, v_scale)
+        return self._attend(q, kv_cache, meta, out, k_scale, v_scale)
+
+    def forward_qk_norm_rotary(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
+                               metadata: Any, out: torch.Tensor, qk_norm_rotary: QKNormRotary) -> torch.Tensor:
+        meta: TritonAttentionMetadata = metadata
+        k_scale, v_scale = self._scales(kv_cache)
+        p = qk_norm_rotary
+        qk_norm_rotary_write_kv(p.positions, q, k, v, p.q_weight, p.k_weight, p.eps, p.cos_sin_cache, kv_cache,
+                                meta.slot_mapping, k_scale, v_scale, p.is_neox)
+        return self._attend(q, kv_cache, meta, out, k_scale, v_scale)
+
+    def _scales(self, kv_cache: torch.Tensor) -> tuple[float, float]:
+        # Scales only mean something to an fp8 cache; other caches are read as stored.
+        return (self.k_scale, self.v_scale) if kv_cache_fp8.is_fp8_kv(kv_cache.dtype) else (1.0, 1.0)
+
+    def _attend(self, q: torch.Tensor, kv_cache: torch.Tensor, meta: TritonAttentionMetadata, out: torch.Tensor,
+                k_scale: float, v_scale: float) -> torch.Tensor:
         n, d = meta.num_reqs, meta.num_decodes
         if d > 0:
             decode_attention(q[:d], kv_cache, meta.seq_lens[:d], meta.block_table[:d], self.scale, out[:d],
