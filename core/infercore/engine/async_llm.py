@@ -94,6 +94,8 @@ class AsyncLLM:
         self._requests: dict[str, _Tracked] = {}
         self._num_sequences = 0
         self._accepting = True
+        #: Sequences this process sent since the engine's latest stats (which count every API server's).
+        self._sent_since_stats = 0
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
@@ -131,12 +133,17 @@ class AsyncLLM:
         self._accepting = False
 
     def check_capacity(self, num_sequences: int) -> None:
-        """Raise QueueFullError if ``num_sequences`` more would queue past ``--max-num-queued-requests``."""
+        """Raise QueueFullError if ``num_sequences`` more would queue past ``--max-num-queued-requests``.
+
+        The queue is the engine's, shared by every API server: its latest reported waiting count plus what
+        this process sent since counts, as does this process's own count past ``max_num_seqs`` running.
+        """
         limit = self.config.scheduler.max_num_queued_requests
         if limit is None:
             return
-        waiting = self._num_sequences + num_sequences - self.config.scheduler.max_num_seqs
-        if waiting > limit:
+        own = self._num_sequences + num_sequences - self.config.scheduler.max_num_seqs
+        server_wide = self.stats.num_waiting + self._sent_since_stats + num_sequences
+        if max(own, server_wide) > limit:
             raise QueueFullError(
                 f"the server's queue is full ({limit} waiting requests, each of n counting once); retry later")
 
@@ -157,6 +164,7 @@ class AsyncLLM:
         self.output_processor.add_request(processed, RequestOutputKind.DELTA, queue=tracked.stream)
         self._requests[request_id] = tracked
         self._num_sequences += len(tracked.engine_ids)
+        self._sent_since_stats += len(tracked.engine_ids)
         finished = False
         try:
             for engine_request in processed.engine_requests:
@@ -207,6 +215,7 @@ class AsyncLLM:
                 outputs = await self.client.get_outputs()
                 if outputs.stats is not None:
                     self.stats = outputs.stats
+                    self._sent_since_stats = 0
                     self.listener.on_engine_stats(outputs.stats)
                 if outputs.outputs:
                     processed = self.output_processor.process_outputs(outputs.outputs)
