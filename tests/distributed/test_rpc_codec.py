@@ -16,7 +16,7 @@ from infercore.distributed.rpc_codec import (
 )
 from infercore.engine.messages import Logprobs
 from infercore.engine.scheduler_output import (
-    CachedRequestData,
+    CachedRequests,
     ModelRunnerOutput,
     NewRequestData,
     SchedulerOutput,
@@ -27,7 +27,8 @@ from infercore.worker.worker import RPC_METHODS, Worker
 
 def _scheduler_output() -> SchedulerOutput:
     new = NewRequestData("a", [1, 2, 3], SamplingParams(temperature=0.5, seed=7, max_tokens=4), [1, 2], 0)
-    return SchedulerOutput([new], [CachedRequestData("b", [5], 9)], {"a": 3, "b": 1}, 4, {"c", "d"})
+    cached = CachedRequests(["b", "e"], [9, 4], [1], [0, 2], [5, 6])
+    return SchedulerOutput([new], cached, [1, 2, 3], 6, {"c", "d"})
 
 
 def test_execute_model_arguments_round_trip_typed() -> None:
@@ -38,6 +39,7 @@ def test_execute_model_arguments_round_trip_typed() -> None:
     assert got_so == so
     assert isinstance(got_so.scheduled_new_reqs[0].sampling_params, SamplingParams)
     assert got_so.finished_req_ids == {"c", "d"}
+    assert got_so.req_ids == ["b", "e", "a"] and list(got_so.scheduled_cached_reqs.new_blocks()) == [(1, [5, 6])]
     assert got_mask.dtype == torch.int32 and torch.equal(got_mask, bitmask)
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from infercore.engine.scheduler_output import CachedRequests, ModelRunnerOutput, SchedulerOutput
 from infercore.executor.base import Executor
 
 
@@ -33,7 +33,7 @@ class ScriptedExecutor(Executor):
 
 
 def _step(n: int) -> SchedulerOutput:
-    return SchedulerOutput([], [], {}, n, set())
+    return SchedulerOutput([], CachedRequests(), [], n, set())
 
 
 def test_next_launch_resolves_the_previous_future() -> None:

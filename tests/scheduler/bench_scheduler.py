@@ -37,7 +37,7 @@ def main() -> None:
         sched.add_request(Request(f"req-{i}", prompt, sp, eos_token_id=2, arrival_time=float(i)))
 
     def runner_output(out):
-        req_ids = list(out.num_scheduled_tokens)
+        req_ids = out.req_ids
         return ModelRunnerOutput(req_ids, [[17] for _ in req_ids], None, None)
 
     out = sched.schedule()  # the prefill step

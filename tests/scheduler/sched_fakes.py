@@ -46,12 +46,15 @@ class FakeRunner:
     """Follows SchedulerOutputs the way a model runner does and checks the block tables.
 
     Each computed position writes its token into the slot its block table names; before sampling,
-    every position of the request is read back from the cache and compared with its tokens, so a
-    wrong block table, a stale prefix-cache hit or a lost block fails the check.
+    every position of the request (the last ``window`` ones, with a sliding window) is read back from
+    the cache and compared with its tokens, so a wrong block table, a stale prefix-cache hit or a lost
+    block fails the check.
     """
 
-    def __init__(self, block_size: int, sampler=next_token, tokens_per_step: int = 1) -> None:
+    def __init__(self, block_size: int, sampler=next_token, tokens_per_step: int = 1,
+                 window: int | None = None) -> None:
         self.block_size = block_size
+        self.window = window
         self.sampler = sampler
         self.tokens_per_step = tokens_per_step
         self.kv: dict[int, dict[int, int]] = {}
@@ -66,13 +69,15 @@ class FakeRunner:
             tokens = list(new.prompt_token_ids) + list(new.output_token_ids)
             self.state[new.req_id] = (tokens, list(new.block_ids), len(new.prompt_token_ids))
             computed[new.req_id] = new.num_computed_tokens
-        for cached in out.scheduled_cached_reqs:
-            self.state[cached.req_id][1].extend(cached.new_block_ids)
-            computed[cached.req_id] = cached.num_computed_tokens
-        assert set(computed) == set(out.num_scheduled_tokens)
-        assert sum(out.num_scheduled_tokens.values()) == out.total_num_scheduled_tokens
+        cached = out.scheduled_cached_reqs
+        for i, block_ids in cached.new_blocks():
+            self.state[cached.req_ids[i]][1].extend(block_ids)
+        computed.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
+        assert len(out.req_ids) == len(set(out.req_ids)) == len(out.num_scheduled_tokens) == len(computed)
+        assert set(computed) == set(out.req_ids)
+        assert sum(out.num_scheduled_tokens) == out.total_num_scheduled_tokens
         req_ids, sampled = [], []
-        for rid, num in out.num_scheduled_tokens.items():
+        for rid, num in scheduled(out).items():
             tokens, blocks, _ = self.state[rid]
             start = computed[rid]
             assert num > 0 and start + num <= len(tokens)
@@ -81,9 +86,10 @@ class FakeRunner:
                 self.kv.setdefault(blocks[pos // self.block_size], {})[pos % self.block_size] = tokens[pos]
             new_tokens: list[int] = []
             if start + num == len(tokens):
+                first = 0 if self.window is None else max(0, len(tokens) - self.window)
                 cached = [self.kv.get(blocks[p // self.block_size], {}).get(p % self.block_size)
-                          for p in range(len(tokens))]
-                assert cached == tokens, f"KV cache of {rid} does not hold its tokens"
+                          for p in range(first, len(tokens))]
+                assert cached == tokens[first:], f"KV cache of {rid} does not hold its tokens"
                 context = list(tokens)
                 for _ in range(self.tokens_per_step):
                     context.append(self.sampler(context))
@@ -92,6 +98,11 @@ class FakeRunner:
             req_ids.append(rid)
             sampled.append(new_tokens)
         return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, logprobs=None, prompt_logprobs=None)
+
+
+def scheduled(out: SchedulerOutput) -> dict[str, int]:
+    """Tokens scheduled per request id, in batch order."""
+    return dict(zip(out.req_ids, out.num_scheduled_tokens, strict=True))
 
 
 def run_to_completion(scheduler: Scheduler, runner: FakeRunner, max_steps: int = 10_000,

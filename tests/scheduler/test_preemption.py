@@ -44,7 +44,7 @@ def test_tiny_pool_preempts_and_resumes_with_outputs():
         out = sched.schedule()
         if "new" in out.finished_req_ids and "new" in sched.requests:
             seen_preempted = True
-            assert "new" not in out.num_scheduled_tokens
+            assert "new" not in out.req_ids
         for n in out.scheduled_new_reqs:
             if n.req_id == "new" and n.output_token_ids:
                 resumed = n

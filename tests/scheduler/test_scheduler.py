@@ -3,7 +3,7 @@
 import random
 
 import pytest
-from sched_fakes import FakeRunner, make_request, make_scheduler, run_to_completion
+from sched_fakes import FakeRunner, make_request, make_scheduler, run_to_completion, scheduled
 
 from infercore.engine.messages import Logprobs
 from infercore.engine.request import RequestStatus
@@ -36,14 +36,14 @@ def test_chunked_prefill_splits_a_long_prompt():
     chunks = []
     for _ in range(2):
         out, outputs = _step(sched, runner)
-        chunks.append(out.num_scheduled_tokens["a"])
+        chunks.append(scheduled(out)["a"])
         assert outputs.outputs == []
     out, outputs = _step(sched, runner)
-    assert chunks == [16, 16] and out.num_scheduled_tokens == {"a": 8}
+    assert chunks == [16, 16] and scheduled(out) == {"a": 8}
     assert [o.new_token_ids for o in outputs.outputs] == [[runner.state["a"][0][-1]]]
     out, _ = _step(sched, runner)
-    assert out.num_scheduled_tokens == {"a": 1} and out.scheduled_new_reqs == []
-    assert out.scheduled_cached_reqs[0].num_computed_tokens == 40
+    assert scheduled(out) == {"a": 1} and out.scheduled_new_reqs == []
+    assert out.scheduled_cached_reqs.num_computed_tokens == [40]
 
 
 def test_without_chunked_prefill_prompts_run_whole():
@@ -52,9 +52,9 @@ def test_without_chunked_prefill_prompts_run_whole():
     sched.add_request(make_request("a", 40, max_tokens=3))
     sched.add_request(make_request("b", 40, max_tokens=3))
     out, _ = _step(sched, runner)
-    assert out.num_scheduled_tokens == {"a": 40}
+    assert scheduled(out) == {"a": 40}
     out, _ = _step(sched, runner)
-    assert out.num_scheduled_tokens == {"a": 1, "b": 40}  # b did not fit in the first step's leftover
+    assert scheduled(out) == {"a": 1, "b": 40}  # b did not fit in the first step's leftover
     with pytest.raises(ValueError, match="chunked prefill"):
         make_scheduler(budget=32, max_model_len=64, chunked=False)
 
@@ -67,7 +67,7 @@ def test_decodes_are_scheduled_with_prefills():
     _step(sched, runner)
     sched.add_request(make_request("long", 40))
     out, outputs = _step(sched, runner)
-    assert out.num_scheduled_tokens == {"a": 1, "b": 1, "long": 14}
+    assert scheduled(out) == {"a": 1, "b": 1, "long": 14}
     assert [o.request_id for o in outputs.outputs] == ["a", "b"]
 
 
@@ -79,9 +79,9 @@ def test_new_then_cached_request_data():
     (new,) = out.scheduled_new_reqs
     assert len(new.block_ids) == 2 and new.num_computed_tokens == 0 and new.output_token_ids == []
     out, _ = _step(sched, runner)  # position 7 fits block 2
-    assert out.scheduled_cached_reqs[0].new_block_ids == []
+    assert out.scheduled_cached_reqs.new_block_ids == []
     out, _ = _step(sched, runner)  # position 8 needs a third block
-    assert len(out.scheduled_cached_reqs[0].new_block_ids) == 1
+    assert len(out.scheduled_cached_reqs.new_block_ids) == 1
 
 
 def test_prefix_hit_sets_computed_tokens_and_shares_blocks():
@@ -93,7 +93,7 @@ def test_prefix_hit_sets_computed_tokens_and_shares_blocks():
     sched.add_request(make_request("b", prompt + [7, 8], max_tokens=3))
     out, _ = _step(sched, runner)
     (new,) = out.scheduled_new_reqs
-    assert new.num_computed_tokens == 20 and out.num_scheduled_tokens["b"] == 2
+    assert new.num_computed_tokens == 20 and scheduled(out)["b"] == 2
     kv = sched.kv_cache_manager
     a_blocks, b_blocks = (kv.get_blocks(sched.requests[r]) for r in "ab")
     assert b_blocks[:5] == a_blocks[:5] and all(b.ref_cnt == 2 for b in b_blocks[:5])
@@ -202,7 +202,7 @@ def test_prompt_logprobs_are_concatenated_over_chunks():
     rows = []
     for step in range(3):
         out = sched.schedule()
-        n = out.num_scheduled_tokens["a"]
+        n = scheduled(out)["a"]
         lp = Logprobs(token_ids=[[step]] * n, logprobs=[[-1.0]] * n, ranks=[1] * n)
         rows.extend([[step]] * n)
         done = step == 2

@@ -95,12 +95,13 @@ class WindowedRunner:
         for new in out.scheduled_new_reqs:
             self.state[new.req_id] = (list(new.prompt_token_ids) + list(new.output_token_ids), list(new.block_ids))
             start_of[new.req_id] = new.num_computed_tokens
-        for cached in out.scheduled_cached_reqs:
-            self.state[cached.req_id][1].extend(cached.new_block_ids)
-            start_of[cached.req_id] = cached.num_computed_tokens
+        cached = out.scheduled_cached_reqs
+        for i, block_ids in cached.new_blocks():
+            self.state[cached.req_ids[i]][1].extend(block_ids)
+        start_of.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
         req_ids, sampled = [], []
         bs = self.block_size
-        for rid, num in out.num_scheduled_tokens.items():
+        for rid, num in zip(out.req_ids, out.num_scheduled_tokens, strict=True):
             tokens, blocks = self.state[rid]
             start = start_of[rid]
             for pos in range(start, start + num):

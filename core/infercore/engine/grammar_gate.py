@@ -106,7 +106,7 @@ class GrammarGate:
             return None
         sampled = []
         constrained = False
-        for req_id in so.num_scheduled_tokens:
+        for req_id in so.req_ids:
             # A step that samples a request has counted that sample as a placeholder token.
             if scheduler.requests[req_id].num_output_placeholders > 0:
                 sampled.append(req_id)

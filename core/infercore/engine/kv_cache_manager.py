@@ -49,6 +49,10 @@ class KVCacheManager:
         self._num_cached_blocks: dict[str, int] = {}
         #: Per request, how many of its leading blocks left the window and went back to the pool.
         self._num_skipped_blocks: dict[str, int] = {}
+        #: Per request holding blocks, the most tokens (computed plus new) it may reach with nothing for
+        #: :meth:`allocate_slots` to do: its blocks hold them, no block fills (for the prefix cache) and
+        #: none leaves the window. The scheduler checks it to skip the call on most decode steps.
+        self.settled_until: dict[str, int] = {}
         #: Blocks put into the prefix cache since the last :meth:`take_newly_cached`.
         self._newly_cached: list[KVBlock] = []
         #: Cumulative prefix-cache counters, in tokens.
@@ -109,6 +113,7 @@ class KVCacheManager:
             if num_tokens <= len(blocks) * bs:
                 if self.enable_caching and num_tokens % bs < num_new_tokens:  # a block may have filled
                     self._cache_full_blocks(request, blocks, min(num_tokens, request.num_tokens))
+                self._settle(rid, blocks)
                 return []
         num_held = len(blocks) if blocks is not None else 0
         hit = new_computed_blocks or []
@@ -129,9 +134,24 @@ class KVCacheManager:
         if new_computed_blocks is not None:
             self.prefix_cache_queries += request.num_tokens
             self.prefix_cache_hits += len(hit) * bs
-        if self.enable_caching and blocks is not None:
-            self._cache_full_blocks(request, blocks, min(num_tokens, request.num_tokens))
+        if blocks is not None:
+            if self.enable_caching:
+                self._cache_full_blocks(request, blocks, min(num_tokens, request.num_tokens))
+            self._settle(rid, blocks)
         return new_ids
+
+    def _settle(self, rid: str, blocks: list[KVBlock]) -> None:
+        """Record how far the request may grow before :meth:`allocate_slots` has work again."""
+        bs = self.block_size
+        limit = len(blocks) * bs
+        if self.enable_caching:
+            # The next block fills at (cached + 1) * bs tokens.
+            limit = min(limit, (self._num_cached_blocks.get(rid, 0) + 1) * bs - 1)
+        if self.sliding_window is not None:
+            # The next block leaves the window once num_computed_tokens (< tokens after the step)
+            # reaches (skipped + 1) * bs + window - 1.
+            limit = min(limit, (self._num_skipped_blocks.get(rid, 0) + 1) * bs + self.sliding_window - 1)
+        self.settled_until[rid] = limit
 
     def _cache_full_blocks(self, request: Request, blocks: list[KVBlock], num_tokens: int) -> None:
         num_full = num_tokens // self.block_size
@@ -172,6 +192,7 @@ class KVCacheManager:
         the computed tokens are taken out of the prefix cache, as their KV was never written."""
         blocks = self._req_blocks.pop(request.request_id, None)
         self._num_cached_blocks.pop(request.request_id, None)
+        self.settled_until.pop(request.request_id, None)
         skipped = self._num_skipped_blocks.pop(request.request_id, 0)
         if blocks is None:
             return

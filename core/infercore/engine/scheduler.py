@@ -12,7 +12,7 @@ from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, Logpr
 from infercore.engine.request import Request, RequestStatus
 from infercore.engine.request_queue import create_request_queue
 from infercore.engine.scheduler_output import (
-    CachedRequestData,
+    CachedRequests,
     ModelRunnerOutput,
     NewRequestData,
     SchedulerOutput,
@@ -127,7 +127,7 @@ class Scheduler:
         ids: dict[str, None] = {}
         uncache = self.kv_cache_manager.pool.uncache_block
         for scheduler_output, cached_blocks in self._unfolded:
-            ids.update(dict.fromkeys(scheduler_output.num_scheduled_tokens))
+            ids.update(dict.fromkeys(scheduler_output.req_ids))
             for block in cached_blocks:
                 uncache(block)
         self._unfolded.clear()
@@ -137,45 +137,45 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         budget = self.max_num_batched_tokens
         kv = self.kv_cache_manager
-        num_scheduled: dict[str, int] = {}
+        settled_until = kv.settled_until
         running = self.running
         chunked = self.enable_chunked_prefill
         preempted = False
-
-        cached_reqs: list[CachedRequestData] = []
+        cached = CachedRequests()
+        req_ids, num_computed = cached.req_ids, cached.num_computed_tokens
+        num_scheduled: list[int] = []
         idx = 0
         while idx < len(running) and budget > 0:
             request = running[idx]
             placeholders = request.num_output_placeholders
-            num_new = len(request.all_token_ids) + placeholders - request.num_computed_tokens
+            computed = request.num_computed_tokens
+            num_new = len(request.all_token_ids) + placeholders - computed
             if num_new <= 0 or (num_new > budget and not chunked) or (placeholders and self._will_finish(request)):
                 idx += 1
                 continue
-            if num_new > budget:
+            # The step ends in a sample unless the budget cuts the request's tokens short.
+            samples = num_new <= budget
+            if not samples:
                 num_new = budget
-            block_ids = kv.allocate_slots(request, num_new)
-            while block_ids is None:
-                victim = max(reversed(running), key=self.waiting.preemption_key)
-                victim_idx = running.index(victim)
-                del running[victim_idx]
-                if victim.request_id in num_scheduled:
-                    # Undo this step's advance only: the tokens computed before stay cached.
-                    num_undone = num_scheduled.pop(victim.request_id)
-                    budget += num_undone
-                    victim.num_computed_tokens -= num_undone
-                    cached_reqs = [c for c in cached_reqs if c.req_id != victim.request_id]
-                self._preempt(victim)
-                preempted = True
-                if victim is request:
-                    break
-                if victim_idx < idx:
-                    idx -= 1
+            rid = request.request_id
+            # Most decode steps stay within the blocks held and fill none: then there is nothing to allocate.
+            if computed + num_new > settled_until.get(rid, -1):
                 block_ids = kv.allocate_slots(request, num_new)
-            if block_ids is None:
-                continue
-            num_scheduled[request.request_id] = num_new
-            cached_reqs.append(CachedRequestData(request.request_id, block_ids, request.num_computed_tokens))
-            self._advance(request, num_new)
+                if block_ids is None:
+                    preempted = True
+                    block_ids, idx, num_undone = self._preempt_for(request, num_new, idx, cached, num_scheduled)
+                    budget += num_undone
+                    if block_ids is None:
+                        continue
+                if block_ids:
+                    cached.add_new_blocks(len(req_ids), block_ids)
+            req_ids.append(rid)
+            num_computed.append(computed)
+            num_scheduled.append(num_new)
+            # As _advance, inline: this loop runs once per running request per step.
+            request.num_computed_tokens = computed + num_new
+            if samples:
+                request.num_output_placeholders = placeholders + 1
             budget -= num_new
             idx += 1
 
@@ -187,7 +187,7 @@ class Scheduler:
         self._finished_req_ids = set()
         scheduler_output = SchedulerOutput(
             scheduled_new_reqs=new_reqs,
-            scheduled_cached_reqs=cached_reqs,
+            scheduled_cached_reqs=cached,
             num_scheduled_tokens=num_scheduled,
             total_num_scheduled_tokens=self.max_num_batched_tokens - budget,
             finished_req_ids=finished,
@@ -197,8 +197,40 @@ class Scheduler:
             self._unfolded.append((scheduler_output, cached_blocks))
         return scheduler_output
 
-    def _schedule_waiting(self, budget: int, num_scheduled: dict[str, int], new_reqs: list[NewRequestData]) -> int:
-        """Start waiting requests in policy order until the budget, the seats or the blocks run out."""
+    def _preempt_for(self, request: Request, num_new: int, idx: int, cached: CachedRequests,
+                     num_scheduled: list[int]) -> tuple[list[int] | None, int, int]:
+        """Preempt running requests, the policy's last first, until ``num_new`` tokens of ``request``
+        (``running[idx]``) fit. A victim already planned in this step leaves the plan.
+
+        Returns the blocks appended for ``request`` (None when it was the victim itself), its index in
+        ``running`` now, and the planned tokens given back to the budget.
+        """
+        running = self.running
+        req_ids = cached.req_ids
+        num_undone = 0
+        block_ids = None
+        while block_ids is None:
+            victim = max(reversed(running), key=self.waiting.preemption_key)
+            victim_idx = running.index(victim)
+            del running[victim_idx]
+            if victim_idx < idx and victim.request_id in req_ids:
+                # Undo this step's advance only: the tokens computed before stay cached.
+                pos = req_ids.index(victim.request_id)
+                undone = num_scheduled.pop(pos)
+                cached.remove(pos)
+                num_undone += undone
+                victim.num_computed_tokens -= undone
+            self._preempt(victim)
+            if victim is request:
+                break
+            if victim_idx < idx:
+                idx -= 1
+            block_ids = self.kv_cache_manager.allocate_slots(request, num_new)
+        return block_ids, idx, num_undone
+
+    def _schedule_waiting(self, budget: int, num_scheduled: list[int], new_reqs: list[NewRequestData]) -> int:
+        """Start waiting requests in policy order until the budget, the seats or the blocks run out;
+        each one's token count is appended to ``num_scheduled``."""
         kv = self.kv_cache_manager
         waiting = self.waiting
         while len(waiting) > 0 and budget > 0 and len(self.running) < self.max_num_seqs:
@@ -217,7 +249,7 @@ class Scheduler:
             if request.num_cached_tokens < 0:
                 request.num_cached_tokens = num_hit
             self.running.append(request)
-            num_scheduled[request.request_id] = num_new
+            num_scheduled.append(num_new)
             budget -= num_new
             new_reqs.append(NewRequestData(
                 req_id=request.request_id,

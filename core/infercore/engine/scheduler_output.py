@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from infercore.engine.messages import Logprobs
@@ -26,29 +27,67 @@ class NewRequestData:
 
 
 @dataclass(slots=True)
-class CachedRequestData:
-    """A request the runner scheduled before: only the blocks appended since, and how many of its
-    tokens were computed before this step (the runner appends the tokens it sampled itself)."""
+class CachedRequests:
+    """The requests the runner holds from earlier steps, as columns: entry ``i`` of each list is
+    request ``req_ids[i]``.
 
-    req_id: str
-    new_block_ids: list[int]
-    num_computed_tokens: int
+    ``num_computed_tokens[i]`` tokens of it were computed before this step (the runner appends the
+    tokens it sampled itself). Blocks appended to block tables since the previous step are stored
+    sparsely, since most decode steps append none: request ``req_ids[new_block_req_indices[k]]``
+    gets ``new_block_ids[new_block_offsets[k]:new_block_offsets[k + 1]]``, with
+    ``new_block_req_indices`` ascending.
+    """
+
+    req_ids: list[str] = field(default_factory=list)
+    num_computed_tokens: list[int] = field(default_factory=list)
+    new_block_req_indices: list[int] = field(default_factory=list)
+    new_block_offsets: list[int] = field(default_factory=lambda: [0])
+    new_block_ids: list[int] = field(default_factory=list)
+
+    def add_new_blocks(self, index: int, block_ids: list[int]) -> None:
+        """Record blocks appended to the table of ``req_ids[index]`` (indices must come in ascending order)."""
+        self.new_block_req_indices.append(index)
+        self.new_block_ids.extend(block_ids)
+        self.new_block_offsets.append(len(self.new_block_ids))
+
+    def remove(self, index: int) -> None:
+        """Take out entry ``index`` and its new blocks (a request preempted later in the same step)."""
+        runs = [(i - (i > index), ids) for i, ids in self.new_blocks() if i != index]
+        del self.req_ids[index]
+        del self.num_computed_tokens[index]
+        self.new_block_req_indices = []
+        self.new_block_offsets = [0]
+        self.new_block_ids = []
+        for i, ids in runs:
+            self.add_new_blocks(i, ids)
+
+    def new_blocks(self) -> Iterator[tuple[int, list[int]]]:
+        """``(index into req_ids, new block ids)`` of each request that got blocks this step."""
+        ids, offsets = self.new_block_ids, self.new_block_offsets
+        for k, index in enumerate(self.new_block_req_indices):
+            yield index, ids[offsets[k]:offsets[k + 1]]
 
 
 @dataclass(slots=True)
 class SchedulerOutput:
     """One step's plan.
 
-    ``num_scheduled_tokens[req_id]`` tokens of each scheduled request are computed, starting at its
-    ``num_computed_tokens``. ``finished_req_ids`` lists requests finished, aborted or preempted since
-    the previous step: the runner drops their state before adding the new requests.
+    The step's requests are :attr:`req_ids`: the cached ones first (``scheduled_cached_reqs`` order),
+    then the new ones. ``num_scheduled_tokens[i]`` tokens of request ``req_ids[i]`` are computed,
+    starting at its ``num_computed_tokens``. ``finished_req_ids`` lists requests finished, aborted or
+    preempted since the previous step: the runner drops their state before adding the new requests.
     """
 
     scheduled_new_reqs: list[NewRequestData]
-    scheduled_cached_reqs: list[CachedRequestData]
-    num_scheduled_tokens: dict[str, int]
+    scheduled_cached_reqs: CachedRequests
+    num_scheduled_tokens: list[int]
     total_num_scheduled_tokens: int
     finished_req_ids: set[str]
+
+    @property
+    def req_ids(self) -> list[str]:
+        """The scheduled requests in the order of ``num_scheduled_tokens``."""
+        return self.scheduled_cached_reqs.req_ids + [new.req_id for new in self.scheduled_new_reqs]
 
 
 @dataclass(slots=True)

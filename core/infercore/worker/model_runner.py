@@ -231,11 +231,23 @@ class ModelRunner:
         self.graphs.capture(lambda size: self.model(buf.input_ids[:size], buf.positions[:size]), context)
 
     # -- per-step state ------------------------------------------------------------------------
-    def _update_states(self, so: SchedulerOutput) -> None:
+    def _update_states(self, so: SchedulerOutput) -> list[int]:
+        """Drop finished requests, add new ones and apply the cached ones' new blocks and computed
+        counts; returns the rows of the step's requests in ``so.req_ids`` order."""
+        requests = self.requests
         for req_id in so.finished_req_ids:
-            state = self.requests.pop(req_id, None)
+            state = requests.pop(req_id, None)
             if state is not None:
                 self._free_rows.append(state.row)
+        cached = so.scheduled_cached_reqs
+        rows = [requests[r].row for r in cached.req_ids]
+        if rows:
+            self.num_computed[rows] = cached.num_computed_tokens
+        for i, block_ids in cached.new_blocks():
+            state = requests[cached.req_ids[i]]
+            n = len(block_ids)
+            self.block_table[state.row, state.num_blocks: state.num_blocks + n] = block_ids
+            state.num_blocks += n
         for new in so.scheduled_new_reqs:
             row = self._free_rows.pop()
             tokens = list(new.prompt_token_ids) + list(new.output_token_ids)
@@ -244,17 +256,12 @@ class ModelRunner:
             self.num_computed[row] = new.num_computed_tokens
             self.block_table[row, : len(new.block_ids)] = new.block_ids
             params = new.sampling_params
-            self.requests[new.req_id] = RequestState(
+            requests[new.req_id] = RequestState(
                 new.req_id, row, list(new.prompt_token_ids), list(new.output_token_ids), params,
                 len(new.block_ids))
             self.sampling_state.add(row, params, new.prompt_token_ids, new.output_token_ids, self.eos_token_id)
-        for cached in so.scheduled_cached_reqs:
-            state = self.requests[cached.req_id]
-            n = len(cached.new_block_ids)
-            if n:
-                self.block_table[state.row, state.num_blocks: state.num_blocks + n] = cached.new_block_ids
-                state.num_blocks += n
-            self.num_computed[state.row] = cached.num_computed_tokens
+            rows.append(row)
+        return rows
 
     def _metadata(self, num_reqs: int, num_tokens: int, max_query_len: int, max_seq_len: int,
                   width: int) -> CommonAttentionMetadata:
@@ -285,10 +292,11 @@ class ModelRunner:
         buf.upload(n_tokens, n_reqs, width)
         return self._metadata(n_reqs, n_tokens, int(layout.num_scheduled.max()), int(layout.seq_lens.max()), width)
 
-    def _prepare(self, so: SchedulerOutput, req_ids: list[str],
+    def _prepare(self, so: SchedulerOutput, req_ids: list[str], batch_rows: list[int],
                  reorder: bool) -> tuple[BatchLayout, int | None, CommonAttentionMetadata, list[str]]:
-        """Fill the step buffers; returns the layout, the graph size to replay (None: run eagerly),
-        the step's attention metadata and the request ids in batch order.
+        """Fill the step buffers for ``req_ids`` (in rows ``batch_rows``, both in the scheduler's order);
+        returns the layout, the graph size to replay (None: run eagerly), the step's attention metadata
+        and the request ids in batch order.
 
         A pure-decode batch is ordered longest context first: attention kernels start their
         programs in batch order, so the long sequences start early and the short ones fill the
@@ -296,8 +304,8 @@ class ModelRunner:
         A mixed batch puts its one-token queries first, so backends can run them as decodes.
         ``reorder=False`` keeps the scheduler's order (a grammar bitmask's rows follow it).
         """
-        rows = np.fromiter((self.requests[r].row for r in req_ids), dtype=np.int64, count=len(req_ids))
-        num_sched = np.fromiter((so.num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=len(req_ids))
+        rows = np.array(batch_rows, dtype=np.int64)
+        num_sched = np.array(so.num_scheduled_tokens, dtype=np.int64)
         if reorder and len(rows) > 1:
             pure_decode = len(rows) == so.total_num_scheduled_tokens
             key = -self.num_computed[rows] if pure_decode else (num_sched > 1).astype(np.int64)
@@ -355,12 +363,12 @@ class ModelRunner:
 
     def _launch_forward(self, so: SchedulerOutput,
                         reorder: bool = True) -> tuple[torch.Tensor | None, BatchLayout | None, list[str]]:
-        self._update_states(so)
-        req_ids = list(so.num_scheduled_tokens)
+        rows = self._update_states(so)
+        req_ids = so.req_ids
         if not req_ids:
             return None, None, req_ids
         self.buffers.swap()
-        layout, graph_size, meta, req_ids = self._prepare(so, req_ids, reorder)
+        layout, graph_size, meta, req_ids = self._prepare(so, req_ids, rows, reorder)
         if self._pending is not None:
             self._patch_inflight_tokens(layout)
         return self._forward(layout, graph_size, meta), layout, req_ids
