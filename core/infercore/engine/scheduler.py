@@ -140,6 +140,7 @@ class Scheduler:
         settled_until = kv.settled_until
         running = self.running
         chunked = self.enable_chunked_prefill
+        max_model_len = self.max_model_len
         preempted = False
         cached = CachedRequests()
         req_ids, num_computed = cached.req_ids, cached.num_computed_tokens
@@ -149,8 +150,12 @@ class Scheduler:
             request = running[idx]
             placeholders = request.num_output_placeholders
             computed = request.num_computed_tokens
-            num_new = len(request.all_token_ids) + placeholders - computed
-            if num_new <= 0 or (num_new > budget and not chunked) or (placeholders and self._will_finish(request)):
+            num_tokens = len(request.all_token_ids) + placeholders
+            num_new = num_tokens - computed
+            if (num_new <= 0 or (num_new > budget and not chunked)
+                    # In-flight samples (async scheduling) already take the request to its length limit.
+                    or (placeholders and (num_tokens >= max_model_len
+                                          or len(request.output_token_ids) + placeholders >= request.max_tokens))):
                 idx += 1
                 continue
             # The step ends in a sample unless the budget cuts the request's tokens short.
@@ -267,11 +272,6 @@ class Scheduler:
         request.num_computed_tokens += num_new
         if request.num_computed_tokens >= len(request.all_token_ids) + request.num_output_placeholders:
             request.num_output_placeholders += 1
-
-    def _will_finish(self, request: Request) -> bool:
-        """In-flight samples (async scheduling) already take the request to its length limit."""
-        return (request.num_output_tokens + request.num_output_placeholders >= request.max_tokens
-                or len(request.all_token_ids) + request.num_output_placeholders >= self.max_model_len)
 
     def _preempt(self, request: Request) -> None:
         self.kv_cache_manager.free(request)
