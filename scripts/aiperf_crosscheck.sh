@@ -110,18 +110,25 @@ step bench-serve 240 "${BENCH[@]}" --num-prompts "$NUM" --max-concurrency "$CONC
     --num-workers "$(workers "$CONCURRENCY" 2)" --vocab-size 10000 --label crosscheck 2>"$WORK/bench.err" \
     | python3 -c "import json, sys; [print(json.dumps({'client': 'infercore', **json.loads(l)})) for l in sys.stdin]" \
     | tee -a "$RES"
+# The same again with text prompts (random words, tokenized by the server as aiperf's are).
+step bench-serve-text 240 "${BENCH[@]}" --num-prompts "$NUM" --max-concurrency "$CONCURRENCY" \
+    --num-workers "$(workers "$CONCURRENCY" 2)" --prompt-type text --label crosscheck-text 2>"$WORK/bench-text.err" \
+    | python3 -c "import json, sys; [print(json.dumps({'client': 'infercore-text', **json.loads(l)})) for l in sys.stdin]" \
+    | tee -a "$RES"
 stop_server
-# How far the two clients agree: aiperf's figure over ours, per metric.
+# How far the two clients agree: aiperf's figure over ours (token-id and text prompts), per metric.
 python3 - "$RES" <<'EOF' | tee -a "$RES"
 import json
 import sys
 
 lines = {r.get("client"): r for r in map(json.loads, open(sys.argv[1])) if isinstance(r, dict)}
-theirs, ours = lines.get("aiperf", {}), lines.get("infercore", {})
-ratios = {}
-for key in ("output_throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "itl_p50_ms", "itl_p99_ms"):
-    a, b = theirs.get(key), ours.get(key)
-    ratios[f"{key}_aiperf_over_infercore"] = a / b if isinstance(a, (int, float)) and b else None
-print(json.dumps({"client": "crosscheck", **ratios}))
+theirs = lines.get("aiperf", {})
+for client in ("infercore", "infercore-text"):
+    ours = lines.get(client, {})
+    ratios = {}
+    for key in ("output_throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "itl_p50_ms", "itl_p99_ms"):
+        a, b = theirs.get(key), ours.get(key)
+        ratios[f"{key}_aiperf_over_{client}"] = a / b if isinstance(a, (int, float)) and b else None
+    print(json.dumps({"client": f"crosscheck-{client}", **ratios}))
 EOF
 echo "== done after ${SECONDS}s; results in $RES (aiperf's own files under $WORK/aiperf)" >&2
