@@ -6,31 +6,17 @@ carrying into the exponent, so a value that rounds up to the next power of two c
 (1.97 -> 1.0). The GPU's conversion instruction rounds to nearest even, as torch does.
 """
 
-import os
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import triton.language as tl  # noqa: E402
-from triton.runtime import interpreter  # noqa: E402
-
-_interpreted_fp_to_fp = interpreter.InterpreterBuilder.create_fp_to_fp
-
-
-def _fp_to_fp_nearest_even(self, src, dst_type, rounding_mode):  # noqa: ANN001
-    if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.float8e4nv:
-        values = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32))
-        data = values.to(torch.float8_e4m3fn).view(torch.uint8).numpy()
-        return interpreter.TensorHandle(data, dst_type.scalar)
-    return _interpreted_fp_to_fp(self, src, dst_type, rounding_mode)
+import pytest
+import triton_interpreter
+from triton.runtime import interpreter
 
 
 @pytest.fixture(autouse=True)
 def _interpreter_rounds_to_nearest_even(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_fp_to_fp", _fp_to_fp_nearest_even)
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_fp_to_fp",
+                        triton_interpreter.fp8_rounds_to_nearest_even)
 
 
 @pytest.fixture(scope="module")

@@ -1,31 +1,5 @@
-"""Run the Triton kernels through Triton's interpreter on CPU tensors.
+"""Run the Triton kernels through Triton's interpreter on CPU tensors (see ``tests/triton_interpreter.py``)."""
 
-The variable must be set before the kernel modules are imported, because ``triton.jit`` reads it
-when it wraps each kernel.
-"""
+import triton_interpreter
 
-import os
-
-os.environ["TRITON_INTERPRET"] = "1"
-
-import numpy as np  # noqa: E402
-import triton.language as tl  # noqa: E402
-from triton.runtime import interpreter  # noqa: E402
-
-_interpreted_dot = interpreter.InterpreterBuilder.create_dot
-
-
-def _as_float32(handle: interpreter.TensorHandle) -> interpreter.TensorHandle:
-    """bfloat16 lives as raw uint16 in the interpreter; widen it to the float32 it stands for."""
-    if handle.dtype.scalar != tl.bfloat16:
-        return handle
-    bits = handle.data.astype(np.uint32) << np.uint32(16)
-    return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
-
-
-def _dot_widening_bfloat16(self, a, b, d, input_precision, max_num_imprecise_acc):  # noqa: ANN001
-    # The interpreter multiplies bfloat16 operands as their raw integer bits; the GPU does not.
-    return _interpreted_dot(self, _as_float32(a), _as_float32(b), d, input_precision, max_num_imprecise_acc)
-
-
-interpreter.InterpreterBuilder.create_dot = _dot_widening_bfloat16
+triton_interpreter.widen_bfloat16_dots()
