@@ -20,36 +20,43 @@ MAX_TILE = 2048
 
 
 @triton.jit
-def _norm_rotate_heads(x_ptr, stride_t, token, w_ptr, cos, sin, num_heads, eps,
+def norm_rotate_store(src, dst, w_ptr, cos, sin, num_heads, eps, scale,
                        HEAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-                       BLOCK_HEADS: tl.constexpr, IS_NEOX: tl.constexpr):
-    """Norm then rotate every head of one token's row, ``BLOCK_HEADS`` heads at a time.
+                       BLOCK_HEADS: tl.constexpr, IS_NEOX: tl.constexpr, FP8: tl.constexpr,
+                       FP8_MAX: tl.constexpr):
+    """Norm then rotate the ``num_heads`` heads of one token's row at ``src``, ``BLOCK_HEADS`` at a time,
+    and store them at ``dst`` (``src`` itself to work in place).
 
-    Each head is held as its two rotation halves (``first``/``second`` feature indices), which
-    together cover the whole head, so the norm's sum of squares needs no second read.
+    Each head is held as its two rotation halves (``first``/``second`` feature indices), which together
+    cover the whole head, so the norm's sum of squares needs no second read. Values are rounded to the
+    activation dtype after the norm and after the weight, as the unfused rms_norm and rotary ops store
+    them. An fp8 destination (``FP8``) then stores ``x / scale`` saturated to +-``FP8_MAX``, as the KV
+    cache write does.
     """
     i = tl.arange(0, HALF_PAD)
     first, second = rotation_halves(HALF, HALF_PAD, IS_NEOX)
     half_mask = i < HALF
     w1 = tl.load(w_ptr + first, mask=half_mask, other=0.0).to(tl.float32)[None, :]
     w2 = tl.load(w_ptr + second, mask=half_mask, other=0.0).to(tl.float32)[None, :]
-    row = x_ptr + token * stride_t
     for h0 in range(0, num_heads, BLOCK_HEADS):
         heads = h0 + tl.arange(0, BLOCK_HEADS)
-        base = row + heads[:, None] * HEAD
+        offsets = heads[:, None] * HEAD
         mask = (heads < num_heads)[:, None] & half_mask[None, :]
-        x1 = tl.load(base + first[None, :], mask=mask, other=0.0)
-        x2 = tl.load(base + second[None, :], mask=mask, other=0.0)
+        x1 = tl.load(src + offsets + first[None, :], mask=mask, other=0.0)
+        x2 = tl.load(src + offsets + second[None, :], mask=mask, other=0.0)
         x1f = x1.to(tl.float32)
         x2f = x2.to(tl.float32)
         mean_sq = (tl.sum(x1f * x1f, axis=1) + tl.sum(x2f * x2f, axis=1)) / HEAD
         rstd = tl.rsqrt(mean_sq + eps)[:, None]
-        # Rounded to the activation dtype after the norm and after the weight, as the unfused
-        # rms_norm and rotary ops store them.
         y1 = ((x1f * rstd).to(x1.dtype).to(tl.float32) * w1).to(x1.dtype).to(tl.float32)
         y2 = ((x2f * rstd).to(x1.dtype).to(tl.float32) * w2).to(x1.dtype).to(tl.float32)
-        tl.store(base + first[None, :], (y1 * cos - y2 * sin).to(x1.dtype), mask=mask)
-        tl.store(base + second[None, :], (y2 * cos + y1 * sin).to(x1.dtype), mask=mask)
+        r1 = (y1 * cos - y2 * sin).to(x1.dtype)
+        r2 = (y2 * cos + y1 * sin).to(x1.dtype)
+        if FP8:
+            r1 = tl.clamp(r1.to(tl.float32) / scale, -FP8_MAX, FP8_MAX)
+            r2 = tl.clamp(r2.to(tl.float32) / scale, -FP8_MAX, FP8_MAX)
+        tl.store(dst + offsets + first[None, :], r1.to(dst.dtype.element_ty), mask=mask)
+        tl.store(dst + offsets + second[None, :], r2.to(dst.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -62,10 +69,12 @@ def _qk_norm_rotary_kernel(
 ):
     token = tl.program_id(0).to(tl.int64)
     cos, sin = load_cos_sin(cache_ptr, positions_ptr, token, stride_cache, HALF, HALF_PAD)
-    _norm_rotate_heads(q_ptr, stride_qt, token, q_weight_ptr, cos, sin, num_q_heads, eps,
-                       HEAD, HALF, HALF_PAD, Q_BLOCK_HEADS, IS_NEOX)
-    _norm_rotate_heads(k_ptr, stride_kt, token, k_weight_ptr, cos, sin, num_k_heads, eps,
-                       HEAD, HALF, HALF_PAD, K_BLOCK_HEADS, IS_NEOX)
+    q_row = q_ptr + token * stride_qt
+    k_row = k_ptr + token * stride_kt
+    norm_rotate_store(q_row, q_row, q_weight_ptr, cos, sin, num_q_heads, eps, 1.0,
+                      HEAD, HALF, HALF_PAD, Q_BLOCK_HEADS, IS_NEOX, False, 448.0)
+    norm_rotate_store(k_row, k_row, k_weight_ptr, cos, sin, num_k_heads, eps, 1.0,
+                      HEAD, HALF, HALF_PAD, K_BLOCK_HEADS, IS_NEOX, False, 448.0)
 
 
 def _token_rows(x: torch.Tensor, name: str) -> torch.Tensor:

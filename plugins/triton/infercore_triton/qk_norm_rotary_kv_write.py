@@ -16,45 +16,8 @@ import triton
 import triton.language as tl
 
 from infercore.plugin_api import kv_cache_fp8, op_reference
-from infercore_triton.qk_norm_rotary import MAX_TILE
-from infercore_triton.rotary import load_cos_sin, rotation_halves
-
-
-@triton.jit
-def _norm_rotate_store(src, dst, w_ptr, cos, sin, num_heads, eps, scale,
-                       HEAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-                       BLOCK_HEADS: tl.constexpr, IS_NEOX: tl.constexpr, FP8: tl.constexpr,
-                       FP8_MAX: tl.constexpr):
-    """Norm then rotate the ``num_heads`` heads of one token's row at ``src`` and store them at ``dst``.
-
-    The norm and rotary round as :mod:`infercore_triton.qk_norm_rotary` does, ending in the activation
-    dtype; an fp8 destination then stores ``x / scale`` saturated to +-``FP8_MAX``, as the cache write
-    does.
-    """
-    i = tl.arange(0, HALF_PAD)
-    first, second = rotation_halves(HALF, HALF_PAD, IS_NEOX)
-    half_mask = i < HALF
-    w1 = tl.load(w_ptr + first, mask=half_mask, other=0.0).to(tl.float32)[None, :]
-    w2 = tl.load(w_ptr + second, mask=half_mask, other=0.0).to(tl.float32)[None, :]
-    for h0 in range(0, num_heads, BLOCK_HEADS):
-        heads = h0 + tl.arange(0, BLOCK_HEADS)
-        offsets = heads[:, None] * HEAD
-        mask = (heads < num_heads)[:, None] & half_mask[None, :]
-        x1 = tl.load(src + offsets + first[None, :], mask=mask, other=0.0)
-        x2 = tl.load(src + offsets + second[None, :], mask=mask, other=0.0)
-        x1f = x1.to(tl.float32)
-        x2f = x2.to(tl.float32)
-        mean_sq = (tl.sum(x1f * x1f, axis=1) + tl.sum(x2f * x2f, axis=1)) / HEAD
-        rstd = tl.rsqrt(mean_sq + eps)[:, None]
-        y1 = ((x1f * rstd).to(x1.dtype).to(tl.float32) * w1).to(x1.dtype).to(tl.float32)
-        y2 = ((x2f * rstd).to(x1.dtype).to(tl.float32) * w2).to(x1.dtype).to(tl.float32)
-        r1 = (y1 * cos - y2 * sin).to(x1.dtype)
-        r2 = (y2 * cos + y1 * sin).to(x1.dtype)
-        if FP8:
-            r1 = tl.clamp(r1.to(tl.float32) / scale, -FP8_MAX, FP8_MAX)
-            r2 = tl.clamp(r2.to(tl.float32) / scale, -FP8_MAX, FP8_MAX)
-        tl.store(dst + offsets + first[None, :], r1.to(dst.dtype.element_ty), mask=mask)
-        tl.store(dst + offsets + second[None, :], r2.to(dst.dtype.element_ty), mask=mask)
+from infercore_triton.qk_norm_rotary import MAX_TILE, norm_rotate_store
+from infercore_triton.rotary import load_cos_sin
 
 
 @triton.jit
@@ -70,7 +33,7 @@ def _qk_norm_rotary_kv_write_kernel(
     token = tl.program_id(0).to(tl.int64)
     cos, sin = load_cos_sin(cos_sin_ptr, positions_ptr, token, stride_cos_sin, HALF, HALF_PAD)
     q_row = q_ptr + token * stride_qt
-    _norm_rotate_store(q_row, q_row, q_weight_ptr, cos, sin, num_q_heads, eps, 1.0,
+    norm_rotate_store(q_row, q_row, q_weight_ptr, cos, sin, num_q_heads, eps, 1.0,
                        HEAD, HALF, HALF_PAD, Q_BLOCK_HEADS, IS_NEOX, False, FP8_MAX)
     slot = tl.load(slot_ptr + token).to(tl.int64)
     # A padding token (slot -1) stores no head and no feature; its address is clamped only to stay in
@@ -78,7 +41,7 @@ def _qk_norm_rotary_kv_write_kernel(
     write = slot >= 0
     live = tl.maximum(slot, 0)
     dst = (live // PAGE) * stride_cache_block + (live % PAGE) * stride_cache_slot
-    _norm_rotate_store(k_ptr + token * stride_kt, k_cache_ptr + dst, k_weight_ptr, cos, sin,
+    norm_rotate_store(k_ptr + token * stride_kt, k_cache_ptr + dst, k_weight_ptr, cos, sin,
                        tl.where(write, num_kv_heads, 0), eps, k_scale, HEAD, HALF, HALF_PAD, K_BLOCK_HEADS, IS_NEOX, FP8, FP8_MAX)
     cols = tl.arange(0, ROW_PAD)
     v_mask = cols < tl.where(write, ROW, 0)
