@@ -12,24 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from engine_cases import ENGINE_DEFAULTS, PROMPTS
 from fp8_cases import with_kv_scales
 
 from infercore import LLM, SamplingParams
 
-#: Small engines (as the engine tests build them) over prompts of 1 to ~80 tokens.
-ENGINE_DEFAULTS = {"dtype": "float32", "max_model_len": 256, "num_gpu_blocks_override": 160, "max_num_seqs": 32,
-                   "cpu_threads": 1}
-PROMPTS = [
-    "hello",
-    "The engine cache block request server stream json tool call weather city paris london",
-    "你好，世界！这是一个测试。",
-    "emoji: 😀 🚀 ✨ 👍🏽 🇫🇷",
-    "def add(a, b):\n    return a + b",
-    "a",
-    "naïve café résumé façade 日本語のテキストです。한국어 텍스트.",
-    " ".join(["the model of the token"] * 12),
-    "Tokyo temperature in celsius? search the query and call the function with arguments",
-]
 NEW_TOKENS = 32
 GREEDY = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
 SCORE = SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0)

@@ -1,4 +1,4 @@
-"""Prompts and small helpers shared by the engine tests."""
+"""Prompts, small engine settings and helpers shared by the engine tests (and the fp8 KV engine tests)."""
 
 from __future__ import annotations
 
