@@ -6,20 +6,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from server.conftest import ServerProcess  # tests/ is on sys.path: its conftest has no package
+from server.conftest import ServerPool, ServerProcess  # tests/ is on sys.path: its conftest has no package
 
 
 @pytest.fixture(scope="module")
 def start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., ServerProcess]]:
     """Start a server of a model folder (None: the built-in demo model) with extra flags and environment."""
-    started: list[ServerProcess] = []
+    pool = ServerPool()
 
     def run(model: Path | None, *flags: str, env: dict[str, str] | None = None) -> ServerProcess:
-        server = ServerProcess(model, tmp_path_factory.mktemp("logs"), list(flags), env)
-        started.append(server)
-        server.wait_ready()
-        return server
+        return pool.start(model, tmp_path_factory.mktemp("logs"), list(flags), env)
 
     yield run
-    for server in started:
-        server.stop()
+    pool.stop_all()

@@ -77,6 +77,25 @@ class ServerProcess:
         self.log.close()
 
 
+class ServerPool:
+    """The servers one fixture started; ``stop_all`` stops them when the fixture ends."""
+
+    def __init__(self) -> None:
+        self.servers: list[ServerProcess] = []
+
+    def start(self, model: Path | None, log_dir: Path, extra: list[str], env: dict[str, str] | None = None,
+              wait: bool = True) -> ServerProcess:
+        server = ServerProcess(model, log_dir, extra, env)
+        self.servers.append(server)
+        if wait:
+            server.wait_ready()
+        return server
+
+    def stop_all(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from infercore.tiny_models import build_model_folder
@@ -87,19 +106,14 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def start_server(model_dir: Path) -> Iterator:
     """Start servers with extra flags; all are stopped at the end of the session."""
-    started: list[ServerProcess] = []
+    pool = ServerPool()
 
     def start(*extra: str, env: dict[str, str] | None = None, wait: bool = True, model: Path | None = model_dir
               ) -> ServerProcess:
-        server = ServerProcess(model, model_dir.parent, list(extra), env)
-        started.append(server)
-        if wait:
-            server.wait_ready()
-        return server
+        return pool.start(model, model_dir.parent, list(extra), env, wait)
 
     yield start
-    for server in started:
-        server.stop()
+    pool.stop_all()
 
 
 @pytest.fixture(scope="session")

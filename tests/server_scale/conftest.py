@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from server.conftest import ServerProcess  # tests/ is on sys.path: its conftest has no package
+from server.conftest import ServerPool, ServerProcess  # tests/ is on sys.path: its conftest has no package
 
 #: Fewer torch threads than cores: several engines and API servers share CI's two cores.
 FLAGS = ["--cpu-threads", "1", "--dtype", "float32"]
@@ -22,14 +22,6 @@ def scale_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def start(scale_folder: Path) -> Iterator[Callable[..., ServerProcess]]:
     """``start(*flags)`` → a ready server on the tiny folder; all are stopped when the module ends."""
-    started: list[ServerProcess] = []
-
-    def make(*extra: str) -> ServerProcess:
-        server = ServerProcess(scale_folder, scale_folder.parent, [*FLAGS, *extra])
-        started.append(server)
-        server.wait_ready()
-        return server
-
-    yield make
-    for server in started:
-        server.stop()
+    pool = ServerPool()
+    yield lambda *extra: pool.start(scale_folder, scale_folder.parent, [*FLAGS, *extra])
+    pool.stop_all()

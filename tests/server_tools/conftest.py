@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from server.conftest import ServerProcess  # tests/ is on sys.path: its conftest has no package
+from server.conftest import ServerPool, ServerProcess  # tests/ is on sys.path: its conftest has no package
 
 
 @pytest.fixture(scope="session")
@@ -28,15 +28,7 @@ def scripted_folder(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str],
 @pytest.fixture(scope="module")
 def start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., ServerProcess]]:
     """Start servers of one test module (model folder and extra flags); stopped when the module ends."""
-    started: list[ServerProcess] = []
-
-    def run(model: Path, *flags: str) -> ServerProcess:
-        server = ServerProcess(model, tmp_path_factory.mktemp("logs"), list(flags))
-        started.append(server)
-        server.wait_ready()
-        return server
-
-    yield run
-    for server in started:
-        server.stop()
+    pool = ServerPool()
+    yield lambda model, *flags: pool.start(model, tmp_path_factory.mktemp("logs"), list(flags))
+    pool.stop_all()
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from server.conftest import ServerProcess  # tests/ is on sys.path: its conftest has no package
+from server.conftest import ServerPool, ServerProcess  # tests/ is on sys.path: its conftest has no package
 
 
 @pytest.fixture(scope="session")
@@ -19,14 +19,6 @@ def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def start(tiny_folder: Path) -> Iterator[Callable[..., ServerProcess]]:
     """``start(*flags)`` → a ready server on the tiny folder; all are stopped when the module ends."""
-    started: list[ServerProcess] = []
-
-    def make(*extra: str) -> ServerProcess:
-        server = ServerProcess(tiny_folder, tiny_folder.parent, list(extra))
-        started.append(server)
-        server.wait_ready()
-        return server
-
-    yield make
-    for server in started:
-        server.stop()
+    pool = ServerPool()
+    yield lambda *extra: pool.start(tiny_folder, tiny_folder.parent, list(extra))
+    pool.stop_all()
