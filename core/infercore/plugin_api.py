@@ -137,6 +137,7 @@ if TYPE_CHECKING:
 CUSTOM_OPS: tuple[str, ...] = (
     "linear", "rms_norm", "fused_add_rms_norm", "rotary_embedding", "qk_norm_rotary", "silu_and_mul",
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
+    "apply_penalties",
     "fp8_linear", "fp8_block_linear", "fused_moe",
 )
 

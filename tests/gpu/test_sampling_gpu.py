@@ -14,10 +14,12 @@ from gumbel_cases import (
 )
 from seeded_batch_cases import check_seeded_rows_ignore_their_neighbours, sample_steps
 
+from infercore.ops import reference
 from infercore.sample import Sampler
 from infercore.sample.row_state import SamplingRowState
 from infercore.sampling_params import SamplingParams
 from infercore_triton.sampling import gumbel_argmax
+from infercore_triton.sampling_penalties import apply_penalties
 
 pytestmark = requires_gpu
 BATCH, VOCAB = 256, 151936
@@ -99,11 +101,12 @@ def test_sampling_options_never_wait_for_the_device() -> None:
     assert out.sampled_token_ids.shape == (BATCH,) and out.logprobs is not None
     assert state.penalty_tables is not None
     # Four steps, each counted on the device in every row of the batch.
-    assert torch.equal(state.penalty_tables.output_counts.sum(dim=1), torch.full((BATCH,), 4.0, device=device))
+    assert torch.equal(state.penalty_tables.output_counts.sum(dim=1), torch.full((BATCH,), 4, device=device))
 
 
 def test_sampling_options_build_no_kernel_variants_mid_run(tiny_model_factory) -> None:
-    """Start-up builds the float32 draw that top-k, top-p, min-p and penalties send logits through."""
+    """Start-up builds the float32 draw that top-k, top-p, min-p and penalties send logits through, and
+    the penalty kernel; a draw without a top-k/top-p threshold runs the same variant as one with it."""
     from infercore import LLM
     from infercore.benchmarks.jit_builds import JitBuildCounter
 
@@ -111,7 +114,40 @@ def test_sampling_options_build_no_kernel_variants_mid_run(tiny_model_factory) -
               gpu_memory_utilization=0.3)
     params = [SamplingParams(seed=i, top_p=0.9, top_k=50, repetition_penalty=1.1, presence_penalty=0.5,
                              max_tokens=8, ignore_eos=True) for i in range(4)]
+    params += [SamplingParams(seed=i, temperature=0.7, max_tokens=8, ignore_eos=True) for i in range(2)]
     with JitBuildCounter() as builds:
-        outs = llm.generate([{"prompt_token_ids": [1, 2, 3 + i]} for i in range(4)], params, use_tqdm=False)
-    assert [len(o.outputs[0].token_ids) for o in outs] == [8] * 4
+        outs = llm.generate([{"prompt_token_ids": [1, 2, 3 + i]} for i in range(6)], params, use_tqdm=False)
+    assert [len(o.outputs[0].token_ids) for o in outs] == [8] * 6
     assert dict(builds.builds) == {}
+
+
+def test_penalty_kernel_is_bit_identical_to_the_reference_at_serving_shape() -> None:
+    """One pass of the kernel gives the reference's bits: IEEE division, no fused multiply-add."""
+    g = torch.Generator(device="cuda").manual_seed(3)
+    logits = torch.randn(BATCH, VOCAB, device="cuda", generator=g) * 4
+    table_rows = BATCH + 8
+    prompt = torch.rand(table_rows, VOCAB, device="cuda", generator=g) < 0.01
+    counts = torch.randint(0, 5, (table_rows, VOCAB), device="cuda", generator=g, dtype=torch.int32)
+    counts *= torch.rand(table_rows, VOCAB, device="cuda", generator=g) < 0.01
+    rows = torch.randperm(table_rows, device="cuda", generator=g)[:BATCH]
+    repetition = torch.rand(BATCH, 1, device="cuda", generator=g) + 0.5
+    presence = torch.randn(BATCH, 1, device="cuda", generator=g)
+    frequency = torch.randn(BATCH, 1, device="cuda", generator=g)
+    args = (rows, prompt, counts, repetition, presence, frequency)
+    expected = reference.apply_penalties(logits.clone(), *args)
+    got = apply_penalties(logits.clone(), *args)
+    assert torch.equal(got.view(torch.int32), expected.view(torch.int32))
+    assert not torch.equal(got, logits)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_threshold_draws_what_a_mask_draws_at_serving_shape(dtype: torch.dtype) -> None:
+    g = torch.Generator(device="cuda").manual_seed(4)
+    logits = (torch.randn(BATCH, VOCAB, device="cuda", generator=g) * 3).to(dtype)
+    threshold = logits.topk(50, dim=-1).values[:, -1:]
+    threshold[::3] = float("-inf")
+    temperature = torch.tensor([0.0, 0.9, 1.3, 0.6] * (BATCH // 4), device="cuda")
+    seeds = torch.randint(0, 2**63 - 1, (BATCH,), device="cuda", generator=g)
+    masked = logits.masked_fill(logits < threshold, float("-inf"))
+    assert torch.equal(gumbel_argmax(logits, temperature, seeds, threshold=threshold),
+                       gumbel_argmax(masked, temperature, seeds))

@@ -16,14 +16,19 @@ VOCAB = 300
 
 
 class Spy:
-    """Records the arguments of each ``gumbel_argmax`` call and runs the reference."""
+    """Records the arguments of each ``gumbel_argmax`` call and runs the reference; the logits it
+    records are those the op draws from (below the top-k/top-p threshold: -inf)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.thresholds: list[torch.Tensor | None] = []
 
-    def __call__(self, logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
-        self.calls.append((logits.clone(), temperature.clone(), seeds.clone()))
-        return reference.gumbel_argmax(logits, temperature, seeds)
+    def __call__(self, logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor,
+                 threshold: torch.Tensor | None = None) -> torch.Tensor:
+        drawn = logits if threshold is None else logits.masked_fill(logits < threshold, float("-inf"))
+        self.calls.append((drawn.clone(), temperature.clone(), seeds.clone()))
+        self.thresholds.append(threshold)
+        return reference.gumbel_argmax(logits, temperature, seeds, threshold=threshold)
 
 
 @pytest.fixture
@@ -55,11 +60,15 @@ def test_anything_but_temperature_works_on_float32(spy: Spy) -> None:
 
 
 def test_top_k_top_p_batches_draw_through_the_op_with_their_tails_masked(spy: Spy) -> None:
-    """Cut rows reach the op as -inf masks; their neighbours' logits and seeds reach it untouched."""
+    """Cut rows reach the op as a threshold below which it draws nothing, the logits unmasked; their
+    neighbours' logits and seeds reach it untouched."""
     params = [SamplingParams(top_k=3, seed=1), SamplingParams(seed=2, temperature=0.7),
               SamplingParams(temperature=0), SamplingParams(top_p=0.5, temperature=2.0)]
     logits = torch.randn(4, VOCAB).bfloat16()
-    tokens = Sampler()(logits, build_metadata(params, VOCAB)).sampled_token_ids
+    tokens = Sampler()(logits.clone(), build_metadata(params, VOCAB)).sampled_token_ids
+    threshold, = spy.thresholds
+    assert threshold is not None and threshold.shape == (4, 1)
+    assert threshold[1].item() == float("-inf") and threshold[2].item() == logits[2].max().item()
     (passed, temperature, seeds), = spy.calls
     assert temperature.tolist() == pytest.approx([1.0, 0.7, 0.0, 2.0])
     assert seeds[:2].tolist() == [step_seed(1, 0), step_seed(2, 0)]

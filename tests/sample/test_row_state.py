@@ -104,7 +104,7 @@ def test_sampling_never_waits_for_the_device(params: list[SamplingParams], monke
                                              no_reads_from_the_device: None) -> None:
     """Penalties, truncation (top-p without top-k too), min-p, biases and logprobs are all queued
     without reading a device value back; only the draw itself is the device's."""
-    monkeypatch.setattr(Sampler, "_gumbel_op", lambda self, device: lambda logits, t, s: logits.argmax(dim=-1))
+    monkeypatch.setattr(Sampler, "_gumbel_op", lambda self, device: lambda logits, t, s, threshold=None: logits.argmax(dim=-1))
     state = SamplingRowState(len(params), VOCAB, CPU)
     for row, p in enumerate(params):
         state.add(row, p, [1, 2], [3], None)

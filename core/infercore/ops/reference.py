@@ -141,19 +141,24 @@ _TINY = torch.finfo(torch.float32).tiny
 _HUGE = torch.finfo(torch.float32).max
 
 
-def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor,
+                  threshold: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row of ``logits`` [B, V] (any float dtype): a draw from ``softmax(logits / T)``.
 
     ``temperature`` [B] float32: rows with 0 take ``torch.argmax`` of their logits (greedy, ties to
     the smallest index); other rows take ``argmax_v(logits[b, v] / T[b] - log q[b, v])`` with
     ``q ~ Exp(1)`` (the Gumbel-max trick), computed in float32. ``seeds`` [B] int64 (non-negative)
     key each row's draws, so a row's token depends only on its own logits, temperature and seed.
-    Returns int64 tokens [B]; a -inf logit is chosen only when its whole row is -inf.
+    Returns int64 tokens [B]; a -inf logit is chosen only when its whole row is -inf. ``threshold``
+    [B, 1] (optional, the logits' dtype or float32): logits below their row's threshold count as -inf,
+    as if masked before the call (the top-k/top-p cut, without a pass of its own over the logits).
 
     This reference draws ``q`` from a ``torch.Generator`` seeded with ``seeds[b]``; platform kernels
     (Triton's uses Philox keyed by the seed and the token id) are exact samplers of the same
     distribution from other random streams, so the same seed gives different tokens across them.
     """
+    if threshold is not None:
+        logits = logits.masked_fill(logits < threshold, float("-inf"))
     tokens = logits.argmax(dim=-1)
     rows = (temperature > 0).nonzero().squeeze(1)
     if rows.numel() == 0:
@@ -166,3 +171,24 @@ def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.
     scores = logits[rows].float() / temperature[rows].float().unsqueeze(1) - q.clamp_(_TINY, _HUGE).log_()
     tokens[rows] = scores.argmax(dim=-1)
     return tokens
+
+
+def apply_penalties(logits: torch.Tensor, rows: torch.Tensor, prompt: torch.Tensor, output_counts: torch.Tensor,
+                    repetition: torch.Tensor, presence: torch.Tensor, frequency: torch.Tensor) -> torch.Tensor:
+    """Repetition, presence and frequency penalties on ``logits`` [B, V] float32, in place; returns it.
+
+    Batch row ``b`` reads row ``rows[b]`` ([B] int64) of the tables ``prompt`` [R, V] bool (tokens of
+    its prompt) and ``output_counts`` [R, V] int32 (occurrences in its output). A token seen in either
+    has its logit divided by ``repetition[b]`` when positive, multiplied when not; then every logit
+    loses ``frequency[b] * count + presence[b] * (count > 0)``. The penalties are [B] or [B, 1]
+    float32; repetition 1 and presence and frequency 0 leave a row's logits bit for bit as they were.
+    Each step is one float32 operation rounded on its own (no fused multiply-add), so kernels that
+    keep that order give the same bits.
+    """
+    counts = output_counts.index_select(0, rows).float()
+    in_output = counts > 0
+    seen = prompt.index_select(0, rows) | in_output
+    repetition, presence, frequency = (p.reshape(-1, 1) for p in (repetition, presence, frequency))
+    repeated = torch.where(logits > 0, logits / repetition, logits * repetition)
+    logits.copy_(torch.where(seen, repeated, logits))
+    return logits.sub_(frequency * counts + presence * in_output)

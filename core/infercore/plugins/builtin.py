@@ -41,6 +41,7 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("embedding", "infercore.ops.reference:embedding")
     register("alibi_bias", "infercore.ops.reference:alibi_bias")
     register("gumbel_argmax", "infercore.ops.reference:gumbel_argmax")
+    register("apply_penalties", "infercore.ops.reference:apply_penalties")
     register("fused_moe", "infercore.ops.reference:fused_moe")
 
 

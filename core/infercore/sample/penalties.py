@@ -6,26 +6,33 @@ constant per occurrence in the output. What each row has seen lives in two [rows
 the device for the request's lifetime (:class:`PenaltyTables`): its prompt tokens, written once when
 the request joins, and its output token counts, bumped on the device by every sampled token. No
 step re-sends or re-pads token histories, and nothing here waits for the device.
+
+All three penalties are one ``apply_penalties`` custom op: a platform kernel reads each logit, its
+row's table entries and writes the logit back in one pass over the batch's logits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from infercore.ops import reference
 from infercore.sample.transfer import to_device
+
+#: The ``apply_penalties`` custom op's signature (see ``infercore.ops.reference.apply_penalties``).
+ApplyPenalties = Callable[..., torch.Tensor]
 
 
 class PenaltyTables:
     """Per-row seen-token tables on the device: ``prompt`` [R, V] bool and ``output_counts`` [R, V]
-    float32. Allocated when the first penalised request joins, so engines whose requests use no
+    int32. Allocated when the first penalised request joins, so engines whose requests use no
     penalty spend no memory on them."""
 
     def __init__(self, num_rows: int, vocab_size: int, device: torch.device) -> None:
         self.prompt = torch.zeros((num_rows, vocab_size), dtype=torch.bool, device=device)
-        self.output_counts = torch.zeros((num_rows, vocab_size), dtype=torch.float32, device=device)
+        self.output_counts = torch.zeros((num_rows, vocab_size), dtype=torch.int32, device=device)
 
     def fill_row(self, row: int, prompt_token_ids: Sequence[int], output_token_ids: Sequence[int]) -> None:
         """Reset ``row`` to a request's prompt and the outputs it already has (a resumed request)."""
@@ -36,7 +43,8 @@ class PenaltyTables:
             self.prompt[row].index_fill_(0, to_device(prompt_token_ids, torch.int64, device), True)
         if output_token_ids:
             ids = to_device(output_token_ids, torch.int64, device)
-            self.output_counts[row].index_add_(0, ids, torch.ones(len(output_token_ids), device=device))
+            ones = torch.ones(len(output_token_ids), dtype=torch.int32, device=device)
+            self.output_counts[row].index_add_(0, ids, ones)
 
 
 @dataclass
@@ -53,16 +61,13 @@ class PenaltyTensors:
     presence: torch.Tensor
     frequency: torch.Tensor
 
-    def apply(self, logits: torch.Tensor) -> None:
-        """Penalise ``logits`` [B, V] (float32) in place."""
-        counts = self.tables.output_counts.index_select(0, self.rows)
-        in_output = counts > 0
-        seen = self.tables.prompt.index_select(0, self.rows) | in_output
-        repeated = torch.where(logits > 0, logits / self.repetition, logits * self.repetition)
-        logits.copy_(torch.where(seen, repeated, logits))
-        logits.sub_(self.frequency * counts + self.presence * in_output)
+    def apply(self, logits: torch.Tensor, op: ApplyPenalties = reference.apply_penalties) -> None:
+        """Penalise ``logits`` [B, V] (float32) in place with ``op`` (the platform's kernel, or the
+        torch reference)."""
+        op(logits, self.rows, self.tables.prompt, self.tables.output_counts, self.repetition, self.presence,
+           self.frequency)
 
     def record(self, sampled_token_ids: torch.Tensor) -> None:
         """Count this step's sampled tokens [B] in their rows' output counts, on the device."""
-        ones = torch.ones(sampled_token_ids.shape, dtype=torch.float32, device=sampled_token_ids.device)
+        ones = torch.ones(sampled_token_ids.shape, dtype=torch.int32, device=sampled_token_ids.device)
         self.tables.output_counts.index_put_((self.rows, sampled_token_ids), ones, accumulate=True)

@@ -1,8 +1,10 @@
-"""Cutting the distribution's tail before sampling: min-p, top-k and top-p, as masks on the logits.
+"""Cutting the distribution's tail before sampling: min-p, top-k and top-p, as thresholds on the logits.
 
 Each cut is a threshold on a row's logits: every token at least as likely as the least likely kept
 token stays, so ties at the edge never depend on the order ``torch.topk`` returns them in, and the
-tokens left are sampled by the same seeded ``gumbel_argmax`` draw as rows without a cut.
+tokens left are sampled by the same seeded ``gumbel_argmax`` draw as rows without a cut. Min-p masks
+the logits; the top-k/top-p threshold goes to ``gumbel_argmax``, which treats logits below it as
+-inf while it draws, so the cut costs no pass of its own over the logits.
 
 Top-k and top-p look only at the ``C`` most likely tokens found by ``torch.topk`` (``C`` is the
 largest top-k in the batch, or at least 1024 when a row has top-p without top-k). A row with top-k
@@ -72,10 +74,11 @@ class TopKTopP:
             if len(top_p_only) else None,
         )
 
-    def apply(self, logits: torch.Tensor, temperature: torch.Tensor) -> None:
-        """Forbid, in place, each row's tokens outside its top-k and then its top-p nucleus.
+    def threshold(self, logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+        """[B, 1] each row's smallest logit inside its top-k and then its top-p nucleus (-inf on rows
+        without a cut): the tokens below it are the ones to forbid. ``logits`` is not changed.
 
-        ``logits`` [B, V] float32 are not yet divided by ``temperature`` [B] (0 on greedy rows); the
+        ``logits`` [B, V] are not yet divided by ``temperature`` [B] (0 on greedy rows); the
         nucleus is measured on ``softmax(logits / temperature)`` over the row's top-k tokens.
         """
         vocab_size = logits.shape[1]
@@ -105,7 +108,7 @@ class TopKTopP:
             candidate_cut = threshold.index_select(0, rows)
             threshold.index_copy_(0, rows, torch.where(wide.index_select(0, rows).unsqueeze(1),
                                                         sorted_cut, candidate_cut))
-        logits.masked_fill_(logits < threshold, float("-inf"))
+        return threshold
 
 
 def _temperature_scale(temperature: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,7 @@ CUSTOM_OPS = {
     "qk_norm_rotary": "infercore_triton.qk_norm_rotary:qk_norm_rotary",
     "silu_and_mul": "infercore_triton.activation:silu_and_mul",
     "gumbel_argmax": "infercore_triton.sampling:gumbel_argmax",
+    "apply_penalties": "infercore_triton.sampling_penalties:apply_penalties",
     "fused_moe": "infercore_triton.fused_moe:fused_moe",
 }
 

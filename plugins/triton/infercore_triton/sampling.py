@@ -9,7 +9,9 @@ temperature and its seed, never on the batch or the launch shape.
 Two kernels: each program of the first reduces a block of up to 2048 vocabulary entries of one row
 to (best score, its index), so a 150k-wide row spreads over many programs; the second picks each
 row's best block. A vocabulary that fits one block takes one kernel, several rows per program. Ties
-go to the smallest index, as in ``torch.argmax``, so greedy rows are bit-identical to it.
+go to the smallest index, as in ``torch.argmax``, so greedy rows are bit-identical to it. An optional
+per-row threshold (the top-k/top-p cut) makes the logits below it -inf as they are loaded, which
+draws the tokens a -inf mask written before the call would, without that pass over the logits.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ _MIN_EXPONENTIAL = tl.constexpr(2.0**-24)
 _MAX_BLOCK = 2048
 
 
-# The batch size is not specialised on, so batches of 1 or of multiples of 16 need no variant of their own.
-@triton.jit(do_not_specialize=["batch"])
+# The batch size is not specialised on, so batches of 1 or of multiples of 16 need no variant of their own;
+# nor is ``cut``, so draws with and without a threshold share one variant (the one start-up builds).
+@triton.jit(do_not_specialize=["batch", "cut"])
 def _block_best_kernel(
-    logits_ptr, temperature_ptr, seeds_ptr, best_value_ptr, best_index_ptr, out_ptr,
-    batch, stride_row, vocab_size, num_blocks,
+    logits_ptr, temperature_ptr, seeds_ptr, threshold_ptr, best_value_ptr, best_index_ptr, out_ptr,
+    batch, stride_row, vocab_size, num_blocks, cut,
     ROWS: tl.constexpr, QUADS: tl.constexpr, ONE_BLOCK: tl.constexpr,
 ):
     """Best (score, index) of ``4 * QUADS`` vocabulary entries of ``ROWS`` rows (ROWS > 1 only when
@@ -46,6 +49,9 @@ def _block_best_kernel(
     mask = row_ok[:, None] & (cols[None, :] < vocab_size)
     ptrs = logits_ptr + rows.to(tl.int64)[:, None] * stride_row + cols[None, :]
     scores = tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
+    if cut != 0:
+        threshold = tl.load(threshold_ptr + rows, mask=row_ok, other=float("-inf"))
+        scores = tl.where(scores < threshold[:, None], float("-inf"), scores)
     temperature = tl.load(temperature_ptr + rows, mask=row_ok, other=0.0)
     if tl.max(temperature, axis=0) > 0:
         seeds = tl.load(seeds_ptr + rows, mask=row_ok, other=0)
@@ -81,14 +87,16 @@ def _row_best_kernel(best_value_ptr, best_index_ptr, out_ptr, num_blocks, BLOCKS
     tl.store(out_ptr + row, index.to(tl.int64))
 
 
-def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor,
+                  threshold: torch.Tensor | None = None) -> torch.Tensor:
     """One sampled token per row of ``logits`` [B, V] (bf16, fp16 or fp32, last dimension contiguous).
 
     ``temperature`` [B] float32: 0 makes the row greedy (``torch.argmax`` of its logits, ties to the
     smallest index); otherwise the row draws from ``softmax(logits[b] / temperature[b])`` by the
     Gumbel-max trick, with one Philox exponential per vocabulary entry keyed by ``seeds[b]`` [B] int64
     (non-negative). Returns int64 tokens [B]. The division and the argmax run in float32; a -inf logit
-    is chosen only when its whole row is -inf (then index 0, like ``torch.argmax``).
+    is chosen only when its whole row is -inf (then index 0, like ``torch.argmax``). ``threshold``
+    [B, 1] or [B] (optional): logits below their row's threshold count as -inf.
 
     The reference op (``infercore.ops.reference.gumbel_argmax``) is an exact sampler of the same
     distribution but draws from torch's generator: the same seed gives different tokens there.
@@ -109,14 +117,19 @@ def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.
     rows = _MAX_BLOCK // block if num_blocks == 1 else 1
     temperature = temperature.float().contiguous()
     seeds = seeds.long().contiguous()
+    if threshold is not None:
+        if threshold.numel() != batch:
+            raise ValueError(f"gumbel_argmax takes a threshold [B, 1] for {batch} rows; got {tuple(threshold.shape)}")
+        # float32 whatever the logits' dtype (exact for bf16 and fp16): one pointer type, one variant.
+        threshold = threshold.reshape(batch).float().contiguous()
     if num_blocks == 1:
         best_value, best_index = out, out  # unused
     else:
         best_value = torch.empty((batch, num_blocks), dtype=torch.float32, device=logits.device)
         best_index = torch.empty((batch, num_blocks), dtype=torch.int32, device=logits.device)
     _block_best_kernel[(triton.cdiv(batch, rows), num_blocks)](
-        logits, temperature, seeds, best_value, best_index, out,
-        batch, logits.stride(0), vocab_size, num_blocks,
+        logits, temperature, seeds, temperature if threshold is None else threshold, best_value, best_index, out,
+        batch, logits.stride(0), vocab_size, num_blocks, int(threshold is not None),
         ROWS=rows, QUADS=block // 4, ONE_BLOCK=num_blocks == 1,
         num_warps=max(1, min(4, rows * block // 256)),
     )
