@@ -2,6 +2,8 @@ import pytest
 import torch
 from sampler_helpers import build_metadata, sample
 
+from infercore.ops import reference as reference_ops
+from infercore.sample import Sampler
 from infercore.sampling_params import SamplingParams
 
 VOCAB = 64
@@ -57,3 +59,40 @@ def test_presence_penalty_applies_to_output_not_prompt() -> None:
 
 def test_no_penalty_builds_no_tables() -> None:
     assert build_metadata([SamplingParams()] * 3, VOCAB, outputs=[[1], [2], [3]]).penalties is None
+
+
+def test_penalties_are_one_op_call_reading_the_tables_by_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampler hands the whole batch to one ``apply_penalties`` call: float32 logits, the rows'
+    table indices and the int32 output counts, with no per-step copy of the tables."""
+    calls: list[tuple[torch.Tensor, ...]] = []
+
+    def spy(logits: torch.Tensor, *args: torch.Tensor) -> torch.Tensor:
+        calls.append((logits, *args))
+        return reference_ops.apply_penalties(logits, *args)
+
+    ops = {"apply_penalties": spy, "gumbel_argmax": reference_ops.gumbel_argmax}
+    monkeypatch.setattr(Sampler, "_op", lambda self, name, device: ops[name])
+    params = [SamplingParams(temperature=0, repetition_penalty=1.5), SamplingParams(temperature=0)]
+    metadata = build_metadata(params, VOCAB, prompts=[[5], [6]], outputs=[[7, 7], []])
+    logits = torch.zeros(2, VOCAB)
+    logits[:, 5] = 1.2
+    logits[:, 6] = 1.0
+    assert Sampler()(logits.clone(), metadata).sampled_token_ids.tolist() == [6, 5]
+    (passed, rows, prompt, counts, *_), = calls
+    assert passed.dtype == torch.float32 and rows.tolist() == [0, 1]
+    assert counts.dtype == torch.int32 and counts[0, 7].item() == 2
+    assert prompt.dtype == torch.bool and prompt[0, 5]
+    assert metadata.penalties is not None and counts.data_ptr() == metadata.penalties.tables.output_counts.data_ptr()
+
+
+def test_unpenalised_rows_keep_their_logits_bit_for_bit() -> None:
+    """Neutral penalties beside penalised rows change no bit, -0.0 and -inf included."""
+    params = [SamplingParams(), SamplingParams(presence_penalty=-0.5, frequency_penalty=-0.2)]
+    metadata = build_metadata(params, VOCAB, prompts=[[0, 1, 2], [0]], outputs=[[0, 1, 2, 2], [0]])
+    assert metadata.penalties is not None
+    logits = torch.randn(2, VOCAB)
+    logits[:, :3] = torch.tensor([-0.0, float("-inf"), 2.5])
+    penalised = logits.clone()
+    metadata.penalties.apply(penalised)
+    assert torch.equal(penalised[0].view(torch.int32), logits[0].view(torch.int32))
+    assert penalised[1, 0].item() == pytest.approx(0.7)  # -0.0 seen once: minus (-0.2 * 1 - 0.5)
