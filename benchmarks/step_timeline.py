@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from infercore import LLM, SamplingParams
-from infercore.benchmarks.workloads import WORKLOADS
+from infercore.benchmarks.workloads import WORKLOADS, Workload
 from infercore.engine.core import EngineCore
 from infercore.engine.llm_engine import LLMEngine
 from infercore.engine.output_processor import OutputProcessor
@@ -184,6 +184,7 @@ def main() -> None:
     parser.add_argument("--async-scheduling", choices=["auto", "on", "off"], default="auto")
     parser.add_argument("--windows", default="", help="comma-separated first steps of profiled windows (GPU)")
     parser.add_argument("--window-len", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0, help="the request set's seed, as in `infercore bench`")
     args = parser.parse_args()
 
     workload = WORKLOADS[args.workload]
@@ -201,9 +202,7 @@ def main() -> None:
         folder = workload.write_model_folder(Path(tmp) / workload.name)
         llm = LLM(model=str(folder), load_format="dummy", dtype=workload.dtype, max_model_len=workload.max_model_len,
                   skip_tokenizer_init=True, **kwargs)
-        prompts, max_tokens = workload.requests(0)
-        params = [SamplingParams(temperature=workload.temperature, max_tokens=m, ignore_eos=True, detokenize=False)
-                  for m in max_tokens]
+        prompts, params = workload_requests(workload, args.seed)
         llm.generate([{"prompt_token_ids": p} for p in prompts[:4]], params[:4], use_tqdm=False)
         for key, cls, name in PHASES:
             timeline.wrap(key, cls, name)
@@ -230,6 +229,13 @@ def main() -> None:
                       "output_tok_s": round(tokens / elapsed, 1), "phase_totals_s": totals}))
     for window in timeline.window_results:
         print(json.dumps(window))
+
+
+def workload_requests(workload: Workload, seed: int = 0) -> tuple[list[list[int]], list[SamplingParams]]:
+    """The workload's prompts and their sampling parameters, options and per-request seeds included,
+    as ``infercore bench throughput`` sends them: ``--workload w-gpu-sampling`` times the sampling path."""
+    prompts, max_tokens = workload.requests(seed)
+    return prompts, workload.sampling_params(max_tokens, seed)
 
 
 def _timed_classmethod(cls: type, name: str, timeline: Timeline) -> Callable[..., Any]:
