@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -10,10 +10,16 @@ from typing import Any
 
 @dataclass
 class ForwardContext:
-    """What one forward pass needs beyond its inputs: the attention backend's metadata."""
+    """What one forward pass needs beyond its inputs: the attention backend's metadata.
+
+    ``split_at_attention`` is set only while a forward pass is captured in pieces
+    (:mod:`infercore.worker.mixed_graphs`): attention layers then hand it their backend call and its
+    tensors, ``split_at_attention(call, tensors)``, instead of running ``call(attn_metadata, *tensors)``.
+    """
 
     attn_metadata: Any
     num_tokens: int
+    split_at_attention: Callable[[Callable[..., None], tuple[Any, ...]], None] | None = None
 
 
 _context: ForwardContext | None = None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -55,7 +56,11 @@ class Attention(nn.Module):
         n = q.shape[0]
         q, k, v = self._heads(q, k, v)
         out = torch.empty_like(q)
-        impl.forward(q, k, v, self.kv_cache, get_forward_context().attn_metadata, out)
+
+        def call(metadata: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
+            impl.forward(q, k, v, self.kv_cache, metadata, out)
+
+        self._run(call, (q, k, v, out))
         return out.view(n, self.num_heads * self.head_size)
 
     def forward_qk_norm_rotary(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -74,10 +79,26 @@ class Attention(nn.Module):
         n = q.shape[0]
         q, k, v = self._heads(q, k, v)
         out = torch.empty_like(q)
-        prologue = QKNormRotary(positions=positions, q_weight=q_norm.weight, k_weight=k_norm.weight, eps=q_norm.eps,
-                                cos_sin_cache=rotary.cos_sin_cache, is_neox=rotary.is_neox)
-        impl.forward_qk_norm_rotary(q, k, v, self.kv_cache, get_forward_context().attn_metadata, out, prologue)
+        q_weight, k_weight, eps = q_norm.weight, k_norm.weight, q_norm.eps
+        cos_sin_cache, is_neox = rotary.cos_sin_cache, rotary.is_neox
+
+        def call(metadata: Any, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 out: torch.Tensor) -> None:
+            prologue = QKNormRotary(positions=positions, q_weight=q_weight, k_weight=k_weight, eps=eps,
+                                    cos_sin_cache=cos_sin_cache, is_neox=is_neox)
+            impl.forward_qk_norm_rotary(q, k, v, self.kv_cache, metadata, out, prologue)
+
+        self._run(call, (positions, q, k, v, out))
         return out.view(n, self.num_heads * self.head_size)
+
+    @staticmethod
+    def _run(call: Callable[..., None], tensors: tuple[torch.Tensor, ...]) -> None:
+        """Run the backend ``call(metadata, *tensors)`` now, or hand it to a piecewise graph capture."""
+        ctx = get_forward_context()
+        if ctx.split_at_attention is not None:
+            ctx.split_at_attention(call, tensors)
+        else:
+            call(ctx.attn_metadata, *tensors)
 
     def _bound_impl(self) -> AttentionImpl:
         if self.impl is None:

@@ -35,10 +35,12 @@ class DecodeGraphs:
         self.sizes = sorted(sizes)
         self.graphs: dict[int, tuple[Any, torch.Tensor]] = {}
 
-    def capture(self, run: Callable[[int], torch.Tensor], context: Callable[[int], ForwardContext]) -> None:
-        """Capture ``run(size)`` for every size, largest first so smaller ones reuse its memory pool."""
+    def capture(self, run: Callable[[int], torch.Tensor], context: Callable[[int], ForwardContext],
+                pool: Any = None) -> None:
+        """Capture ``run(size)`` for every size, largest first so smaller ones reuse its memory pool
+        (``pool``, shared with other graphs, or a new one)."""
         started = time.perf_counter()
-        pool = self.platform.graph_pool_handle()
+        pool = pool if pool is not None else self.platform.graph_pool_handle()
         for size in reversed(self.sizes):
             ctx = context(size)
             with set_forward_context(ctx):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -25,11 +25,19 @@ from infercore.sample.row_state import SamplingRowState
 from infercore.sampling_params import SamplingParams
 from infercore.worker.batch_layout import BatchLayout, make_layout
 from infercore.worker.decode_graphs import DecodeGraphs, capture_sizes
+from infercore.worker.mixed_graphs import MixedGraphs, mixed_capture_sizes
 from infercore.worker.pending_sample import PendingSample
 from infercore.worker.request_state import RequestState
 from infercore.worker.step_buffers import StepBuffers
 
 logger = logging.getLogger(__name__)
+
+
+class StepGraph(NamedTuple):
+    """Which captured graphs a step replays: the decode graph or the prefill/mixed pieces of ``size``."""
+
+    mixed: bool
+    size: int
 
 
 def _kv_dtype(config: InfercoreConfig, model_dtype: torch.dtype) -> torch.dtype:
@@ -104,6 +112,7 @@ class ModelRunner:
         self.buffers = StepBuffers(max(self.max_num_tokens, self.max_num_reqs), self.max_num_reqs,
                                    self.max_blocks_per_req, self.device, self.platform.capabilities.pin_memory)
         self.graphs: DecodeGraphs | None = None
+        self.mixed_graphs: MixedGraphs | None = None
         self._pending: PendingSample | None = None
         self._sampled_host = torch.zeros(self.max_num_reqs, dtype=torch.long,
                                          pin_memory=self.platform.capabilities.pin_memory and not self.buffers.same)
@@ -199,8 +208,21 @@ class ModelRunner:
         logger.info("KV cache: %d blocks of %d tokens (%.1f MiB)", num_blocks, self.block_size,
                     num_blocks * self.page_size_bytes() / 2**20)
         self._warm_up_sampler()
+        self._warm_up_logits()
         if self.platform.capabilities.graph_capture and not self.config.model.enforce_eager:
-            self._capture_decode_graphs()
+            pool = self.platform.graph_pool_handle()
+            self._capture_mixed_graphs(pool)
+            self._capture_decode_graphs(pool)
+
+    @torch.inference_mode()
+    def _warm_up_logits(self) -> None:
+        """Compute logits of 1, 2, 4, 8 and 16 rows once, so kernels that specialise on a small row count
+        (the skinny GEMM of a small LM head) are built before the first request samples that many."""
+        hidden_size = self.hf_config.get_text_config().hidden_size
+        rows = 1
+        while rows <= min(self.max_num_reqs, 16):
+            self.model.compute_logits(torch.zeros((rows, hidden_size), dtype=self.dtype, device=self.device))
+            rows *= 2
 
     @torch.inference_mode()
     def _warm_up_sampler(self) -> None:
@@ -217,7 +239,29 @@ class ModelRunner:
             self.sampler(logits, metadata)
 
     @torch.inference_mode()
-    def _capture_decode_graphs(self) -> None:
+    def _capture_mixed_graphs(self, pool: Any) -> None:
+        """Piecewise graphs of steps with prompt tokens, for token counts up to ``max_mixed_graph_tokens``."""
+        prompt_len = self.max_model_len
+        sizes = [s for s in mixed_capture_sizes(self.config.model.max_mixed_graph_tokens, self.max_num_tokens)
+                 if math.ceil(s / prompt_len) <= self.max_num_reqs]
+        if not sizes:
+            return
+        self.mixed_graphs = MixedGraphs(self.platform, sizes)
+
+        def context(size: int) -> ForwardContext:
+            # Prompts that write nowhere (slot -1) and read the null block: the warm-up pass runs attention.
+            lengths = np.full(math.ceil(size / prompt_len), prompt_len, dtype=np.int64)
+            lengths[-1] = size - prompt_len * (len(lengths) - 1)
+            layout = make_layout(np.arange(len(lengths)), lengths, np.zeros(len(lengths), dtype=np.int64))
+            table = np.zeros((len(lengths), math.ceil(int(lengths.max()) / self.block_size)), dtype=np.int32)
+            common = self._fill(layout, np.zeros(size, dtype=np.int64), np.full(size, -1, dtype=np.int64), table)
+            return ForwardContext(self.builder.build(common), size)
+
+        buf = self.buffers
+        self.mixed_graphs.capture(lambda size: self.model(buf.input_ids[:size], buf.positions[:size]), context, pool)
+
+    @torch.inference_mode()
+    def _capture_decode_graphs(self, pool: Any) -> None:
         self.graphs = DecodeGraphs(self.platform, capture_sizes(self.max_num_reqs))
         buf = self.buffers
 
@@ -228,7 +272,7 @@ class ModelRunner:
             common = self._metadata(size, size, 1, 1, self.max_blocks_per_req)
             return ForwardContext(self.builder.build(common), size)
 
-        self.graphs.capture(lambda size: self.model(buf.input_ids[:size], buf.positions[:size]), context)
+        self.graphs.capture(lambda size: self.model(buf.input_ids[:size], buf.positions[:size]), context, pool)
 
     # -- per-step state ------------------------------------------------------------------------
     def _update_states(self, so: SchedulerOutput) -> list[int]:
@@ -264,18 +308,23 @@ class ModelRunner:
         return rows
 
     def _metadata(self, num_reqs: int, num_tokens: int, max_query_len: int, max_seq_len: int,
-                  width: int) -> CommonAttentionMetadata:
+                  width: int, padded_tokens: int | None = None) -> CommonAttentionMetadata:
         buf = self.buffers
         return CommonAttentionMetadata(
             num_reqs=num_reqs, num_actual_tokens=num_tokens, max_query_len=max_query_len, max_seq_len=max_seq_len,
             query_start_loc=buf.query_start_loc[: num_reqs + 1], seq_lens=buf.seq_lens[:num_reqs],
-            block_table=buf.block_table[:num_reqs, :width], slot_mapping=buf.slot_mapping[:num_tokens],
+            block_table=buf.block_table[:num_reqs, :width],
+            slot_mapping=buf.slot_mapping[: padded_tokens or num_tokens],
             query_start_loc_cpu=buf.query_start_loc_host[: num_reqs + 1], seq_lens_cpu=buf.seq_lens_host[:num_reqs],
         )
 
     def _fill(self, layout: BatchLayout, input_ids: np.ndarray, slots: np.ndarray, table: np.ndarray,
-              pad_to: int | None = None) -> CommonAttentionMetadata:
-        """Write one step into the staging arrays, upload it, and describe it for attention."""
+              pad_to: int | None = None, pad_tokens_to: int | None = None) -> CommonAttentionMetadata:
+        """Write one step into the staging arrays, upload it, and describe it for attention.
+
+        ``pad_to`` pads a decode batch with one-token dummy requests (a decode graph's size);
+        ``pad_tokens_to`` pads the tokens alone (a prefill/mixed graph's size): the extra tokens write
+        nowhere and belong to no request, so attention sees only the step's own."""
         buf = self.buffers
         t, b = layout.num_tokens, len(layout.rows)
         buf.np_input_ids[:t] = input_ids
@@ -285,17 +334,23 @@ class ModelRunner:
         buf.np_seq_lens[:b] = layout.seq_lens
         width = table.shape[1]
         buf.np_block_table[:b, :width] = table
-        n_reqs, n_tokens = b, t
+        n_reqs, n_tokens, padded = b, t, None
         if pad_to is not None:
             buf.pad(t, b, pad_to)
             n_reqs = n_tokens = pad_to
-        buf.upload(n_tokens, n_reqs, width)
-        return self._metadata(n_reqs, n_tokens, int(layout.num_scheduled.max()), int(layout.seq_lens.max()), width)
+        elif pad_tokens_to is not None and pad_tokens_to > t:
+            buf.np_input_ids[t:pad_tokens_to] = 0
+            buf.np_positions[t:pad_tokens_to] = 0
+            buf.np_slot_mapping[t:pad_tokens_to] = -1
+            padded = pad_tokens_to
+        buf.upload(padded or n_tokens, n_reqs, width)
+        return self._metadata(n_reqs, n_tokens, int(layout.num_scheduled.max()), int(layout.seq_lens.max()), width,
+                              padded_tokens=padded)
 
     def _prepare(self, so: SchedulerOutput, req_ids: list[str], batch_rows: list[int],
-                 reorder: bool) -> tuple[BatchLayout, int | None, CommonAttentionMetadata, list[str]]:
+                 reorder: bool) -> tuple[BatchLayout, StepGraph | None, CommonAttentionMetadata, list[str]]:
         """Fill the step buffers for ``req_ids`` (in rows ``batch_rows``, both in the scheduler's order);
-        returns the layout, the graph size to replay (None: run eagerly), the step's attention metadata
+        returns the layout, the graphs to replay (None: run eagerly), the step's attention metadata
         and the request ids in batch order.
 
         A pure-decode batch is ordered longest context first: attention kernels start their
@@ -314,21 +369,31 @@ class ModelRunner:
             req_ids = [req_ids[i] for i in order.tolist()]
         layout = make_layout(rows, num_sched, self.num_computed[rows])
         positions = layout.positions
-        graph_size = None
-        if self.graphs is not None and layout.num_tokens == len(rows):
-            graph_size = self.graphs.padded_size(len(rows))
+        graph = None
+        if layout.num_tokens == len(rows):
+            size = self.graphs.padded_size(len(rows)) if self.graphs is not None else None
+            graph = StepGraph(False, size) if size is not None else None
+        elif self.mixed_graphs is not None:
+            size = self.mixed_graphs.padded_size(layout.num_tokens)
+            graph = StepGraph(True, size) if size is not None else None
+        decode_graph = graph is not None and not graph.mixed
         block_idx = self.block_table[layout.token_rows, positions // self.block_size]
         slots = block_idx.astype(np.int64) * self.block_size + positions % self.block_size
-        width = self.max_blocks_per_req if graph_size else math.ceil(int(layout.seq_lens.max()) / self.block_size)
-        meta = self._fill(layout, self.token_ids[layout.token_rows, positions], slots,
-                          self.block_table[rows, :width], pad_to=graph_size)
-        return layout, graph_size, meta, req_ids
+        width = self.max_blocks_per_req if decode_graph else math.ceil(int(layout.seq_lens.max()) / self.block_size)
+        meta = self._fill(layout, self.token_ids[layout.token_rows, positions], slots, self.block_table[rows, :width],
+                          pad_to=graph.size if decode_graph and graph else None,
+                          pad_tokens_to=graph.size if graph and graph.mixed else None)
+        return layout, graph, meta, req_ids
 
-    def _forward(self, layout: BatchLayout, graph_size: int | None, meta: CommonAttentionMetadata) -> torch.Tensor:
+    def _forward(self, layout: BatchLayout, graph: StepGraph | None, meta: CommonAttentionMetadata) -> torch.Tensor:
         t = layout.num_tokens
-        if graph_size is not None:
+        if graph is not None and not graph.mixed:
             assert self.graphs is not None
-            return self.graphs.replay(graph_size)[:t]
+            return self.graphs.replay(graph.size)[:t]
+        if graph is not None:
+            assert self.mixed_graphs is not None
+            with set_forward_context(ForwardContext(self.builder.build(meta), graph.size)):
+                return self.mixed_graphs.replay(graph.size)[:t]
         with set_forward_context(ForwardContext(self.builder.build(meta), t)):
             return self.model(self.buffers.input_ids[:t], self.buffers.positions[:t])
 
@@ -368,10 +433,10 @@ class ModelRunner:
         if not req_ids:
             return None, None, req_ids
         self.buffers.swap()
-        layout, graph_size, meta, req_ids = self._prepare(so, req_ids, rows, reorder)
+        layout, graph, meta, req_ids = self._prepare(so, req_ids, rows, reorder)
         if self._pending is not None:
             self._patch_inflight_tokens(layout)
-        return self._forward(layout, graph_size, meta), layout, req_ids
+        return self._forward(layout, graph, meta), layout, req_ids
 
     def _patch_inflight_tokens(self, layout: BatchLayout) -> None:
         """Copy tokens the previous (unresolved) step sampled into this step's input ids, on the device."""
