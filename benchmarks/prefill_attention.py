@@ -1,81 +1,190 @@
 """Prefill attention over the paged KV cache: the Triton kernel's launch configurations, as TFLOP/s.
 
-Workload: one W-GPU prefill step (16 query / 8 KV heads of 128, bf16, blocks of 16 tokens):
-whole prompts of random lengths in [100, 1024] until ``--tokens`` query tokens. Prints one JSON
-line per configuration (block_m, block_n, warps, stages), plus torch SDPA on the same prompts
-made dense, as a yardstick.
+Workload: one W-GPU prefill step (16 query / 8 KV heads of 128, bf16, blocks of 16 tokens): prompts
+of ``--prompt-len`` tokens (w-gpu-prefill: 2,048), or of random lengths in [100, 1024] when it is 0,
+until ``--tokens`` query tokens. Every configuration (block_m, block_n, warps, stages, packed heads)
+is compiled first, in ``--jobs`` processes at once; then each is timed and checked against torch SDPA
+on the same prompts made dense, which is also timed as a yardstick. Prints one JSON line per
+configuration, then the SDPA line, then the fastest configuration and the default's time. Stops
+timing new configurations once ``--budget-s`` seconds have passed.
+
+Example (w-gpu-prefill's attention)::
+
+    python benchmarks/prefill_attention.py --prompt-len 2048 --tokens 16384
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import contextlib
 import itertools
 import json
+import os
+import subprocess
 import sys
+import time
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.testing
 
-from infercore_triton.prefill_attention import prefill_attention
+from infercore_triton.prefill_attention import PrefillConfig, default_config, prefill_attention
+
+DEVICE = "cuda"
 
 
-def _median_us(fn) -> float:  # noqa: ANN001
-    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
+@dataclass
+class Step:
+    """One prefill step's inputs over a paged cache, and the prompt lengths they hold."""
+
+    lengths: list[int]
+    q: torch.Tensor
+    kv_cache: torch.Tensor
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+
+    def run(self, config: PrefillConfig, out: torch.Tensor) -> torch.Tensor:
+        """The Triton kernel over the step with ``config``."""
+        return prefill_attention(self.q, self.kv_cache, self.query_start_loc, self.seq_lens, self.block_table,
+                                 self.q.shape[-1] ** -0.5, out, max(self.lengths), config=config)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tokens", type=int, default=16384)
-    parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--kv-heads", type=int, default=8)
-    parser.add_argument("--head-size", type=int, default=128)
-    parser.add_argument("--block-size", type=int, default=16)
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("this benchmark needs a GPU that torch can see")
+def _make_step(args: argparse.Namespace) -> Step:
     torch.manual_seed(0)
-    dtype, dev = torch.bfloat16, "cuda"
+    dtype, dev = torch.bfloat16, DEVICE
     h, kvh, d, bs = args.heads, args.kv_heads, args.head_size, args.block_size
     lengths: list[int] = []
     while sum(lengths) < args.tokens:
-        lengths.append(int(torch.randint(100, 1025, ()).item()))
+        lengths.append(args.prompt_len or int(torch.randint(100, 1025, ()).item()))
     lengths[-1] -= sum(lengths) - args.tokens
     n = len(lengths)
     width = triton.cdiv(max(lengths), bs)
     kv_cache = torch.randn((2, n * width + 1, bs, kvh, d), dtype=dtype, device=dev)
-    block_table = (1 + torch.arange(n * width, device=dev)).view(n, width).to(torch.int32)
+    # Each prompt's blocks in a shuffled order, as a long-running cache hands them out.
+    block_table = (1 + torch.randperm(n * width, device=dev)).view(n, width).to(torch.int32)
     seq_lens = torch.tensor(lengths, dtype=torch.int32, device=dev)
     query_start_loc = torch.zeros(n + 1, dtype=torch.int32, device=dev)
     query_start_loc[1:] = torch.cumsum(seq_lens, 0)
     q = torch.randn((args.tokens, h, d), dtype=dtype, device=dev)
-    out = torch.empty_like(q)
-    flops = sum(4 * h * d * length * (length + 1) / 2 for length in lengths)
-    for block_m, block_n, warps, stages in itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3)):
+    return Step(lengths, q, kv_cache, block_table, seq_lens, query_start_loc)
+
+
+def _dense_kv(step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each prompt's K and V gathered from the paged cache: [prompts, heads, tokens, head_size]."""
+    n, width = step.block_table.shape
+    bs, kvh, d = step.kv_cache.shape[2:]
+    k, v = (step.kv_cache[i][step.block_table.long()].view(n, width * bs, kvh, d).transpose(1, 2) for i in (0, 1))
+    return k, v
+
+
+def _sdpa(step: Step, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None) -> None:
+    """torch SDPA (causal, GQA) one prompt at a time; the outputs go to ``out`` when it is given."""
+    starts = step.query_start_loc.tolist()
+    for i, length in enumerate(step.lengths):
+        qi = step.q[starts[i]: starts[i] + length].transpose(0, 1).unsqueeze(0)
+        oi = F.scaled_dot_product_attention(qi, k[i:i + 1, :, :length], v[i:i + 1, :, :length], is_causal=True,
+                                            enable_gqa=True)
+        if out is not None:
+            out[starts[i]: starts[i] + length] = oi[0].transpose(0, 1)
+
+
+def _configs() -> list[PrefillConfig]:
+    """The sweep: every Hopper-sized tile with heads packed, a few without, the shipped defaults first."""
+    packed = [PrefillConfig(m, n, w, s) for m, n, w, s in itertools.product((128, 64), (64, 128, 32), (8, 4), (3, 2, 4))]
+    unpacked = [PrefillConfig(m, n, w, 3, pack_heads=False) for m, n, w in itertools.product((64, 128), (32, 64), (4, 8))]
+    return list(dict.fromkeys([PrefillConfig(pack_heads=False), *packed, *unpacked]))
+
+
+def _median_us(fn) -> float:  # noqa: ANN001
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def _compile_in_parallel(args: argparse.Namespace, deadline: float) -> None:
+    """Fill Triton's on-disk cache with every configuration's kernel, ``--jobs`` processes at once."""
+    base = [sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--shards", str(args.jobs)]
+    procs = [subprocess.Popen([*base, "--shard", str(i)], stdout=subprocess.DEVNULL) for i in range(args.jobs)]
+    for proc in procs:
         try:
-            us = _median_us(functools.partial(prefill_attention, q, kv_cache, query_start_loc, seq_lens, block_table,
-                                              d**-0.5, out, max(lengths), block_m=block_m, block_n=block_n,
-                                              num_warps=warps, num_stages=stages))
-        except Exception as exc:  # out of shared memory for this tile size
-            print(json.dumps({"config": [block_m, block_n, warps, stages], "error": type(exc).__name__}), flush=True)
+            proc.wait(timeout=max(deadline - time.monotonic(), 1.0))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _compile_shard(args: argparse.Namespace, step: Step) -> None:
+    out = torch.empty_like(step.q)
+    for config in _configs()[args.shard::args.shards]:
+        # A tile that does not fit in shared memory raises; the timing pass reports it.
+        with contextlib.suppress(Exception):
+            step.run(config, out)
+    torch.cuda.synchronize()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--prompt-len", type=int, default=0, help="fixed prompt length; 0: random in [100, 1024]")
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--kv-heads", type=int, default=8)
+    parser.add_argument("--head-size", type=int, default=128)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1), help="compiling processes")
+    parser.add_argument("--budget-s", type=float, default=110.0, help="stop timing new configurations after this")
+    parser.add_argument("--shard", type=int, default=-1, help=argparse.SUPPRESS)
+    parser.add_argument("--shards", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("this benchmark needs a GPU that torch can see")
+    began = time.monotonic()
+    step = _make_step(args)
+    if args.shard >= 0:
+        _compile_shard(args, step)
+        return
+    if args.jobs > 1:
+        _compile_in_parallel(args, began + args.budget_s / 2)
+    h, d = args.heads, args.head_size
+    flops = sum(4 * h * d * length * (length + 1) / 2 for length in step.lengths)
+    head = {"benchmark": "prefill_attention", "tokens": args.tokens, "prompts": len(step.lengths),
+            "prompt_len": args.prompt_len or "random 100-1024", "heads": h, "kv_heads": args.kv_heads,
+            "head_size": d, "compiled_s": round(time.monotonic() - began, 1)}
+    print(json.dumps(head), flush=True)
+    k, v = _dense_kv(step)
+    ref = torch.empty_like(step.q)
+    _sdpa(step, k, v, ref)
+    out = torch.empty_like(step.q)
+    results: dict[PrefillConfig, float] = {}
+    for config in _configs():
+        if time.monotonic() - began > args.budget_s:
+            print(json.dumps({"stopped": "budget spent", "untimed": len(_configs()) - len(results)}), flush=True)
+            break
+        line = {"config": asdict(config)}
+        try:
+            out.fill_(float("nan"))
+            line["rel_err"] = round(_rel_err(step.run(config, out), ref), 5)
+            us = _median_us(lambda config=config: step.run(config, out))
+        except Exception as exc:  # noqa: BLE001 - out of shared memory or registers for this tile
+            print(json.dumps({**line, "error": f"{type(exc).__name__}: {str(exc)[:120]}"}), flush=True)
             continue
-        print(json.dumps({"benchmark": "prefill_attention", "tokens": args.tokens, "prompts": n,
-                          "config": [block_m, block_n, warps, stages], "us": round(us, 1),
-                          "TFLOPs": round(flops / us / 1e6, 1)}), flush=True)
-    k = kv_cache[0][block_table.long()].view(n, width * bs, kvh, d)
-    v = kv_cache[1][block_table.long()].view(n, width * bs, kvh, d)
-
-    def sdpa() -> None:
-        for i, length in enumerate(lengths):
-            qi = q[int(query_start_loc[i]): int(query_start_loc[i]) + length].transpose(0, 1).unsqueeze(0)
-            F.scaled_dot_product_attention(qi, k[i, :length].transpose(0, 1).unsqueeze(0),
-                                           v[i, :length].transpose(0, 1).unsqueeze(0), is_causal=True, enable_gqa=True)
-
-    us = _median_us(sdpa)
-    print(json.dumps({"benchmark": "prefill_attention", "engine": "torch sdpa, dense, one call per prompt",
-                      "us": round(us, 1), "TFLOPs": round(flops / us / 1e6, 1)}), flush=True)
+        results[config] = us
+        print(json.dumps({**line, "us": round(us, 1), "TFLOPs": round(flops / us / 1e6, 1)}), flush=True)
+    us = _median_us(lambda: _sdpa(step, k, v))
+    print(json.dumps({"engine": "torch sdpa, dense, one call per prompt", "us": round(us, 1),
+                      "TFLOPs": round(flops / us / 1e6, 1)}), flush=True)
+    if results:
+        best = min(results, key=results.__getitem__)
+        shipped = default_config(h // args.kv_heads, d, step.q.device)
+        print(json.dumps({"best": asdict(best), "us": round(results[best], 1),
+                          "TFLOPs": round(flops / results[best] / 1e6, 1),
+                          "table_key": [h // args.kv_heads, triton.next_power_of_2(d)],
+                          "default": asdict(shipped), "default_us": round(results[shipped], 1) if shipped in results else None,
+                          "total_s": round(time.monotonic() - began, 1)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,19 @@
 Request ``i`` owns query rows ``query_start_loc[i]:query_start_loc[i+1]``; its ``Q`` query tokens
 sit at positions ``seq_lens[i] - Q .. seq_lens[i] - 1``, so a cached prefix (earlier chunks, prefix
 cache hits) and this step's tokens are all read from the cache, which must already hold this step's
-K/V. One program handles ``BLOCK_M`` query rows of one request for one query head, causally.
+K/V.
+
+One program owns ``BLOCK_M`` rows of the dot's M dimension: ``BLOCK_M // PACK`` query tokens of one
+request times ``PACK`` query heads that share one KV head, so each K/V tile is read once for the
+packed heads rather than once per head. Key tiles that every row may see skip the mask; only the
+tiles on the causal diagonal (or the sliding window's edge) pay it, and tiles that no row may see
+are never read. A request's m-blocks run last-first: the longest programs start first.
 """
 
 from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -15,31 +24,124 @@ import triton.language as tl
 from infercore_triton.decode_attention import NO_WINDOW, dot_precision
 
 
+@dataclass(frozen=True)
+class PrefillConfig:
+    """Launch parameters of the prefill kernel.
+
+    ``block_m`` is the dot's M dimension (query tokens times packed heads), ``block_n`` the keys per
+    step of the loop. ``pack_heads`` packs the query heads of a KV group into one program (as many as
+    the largest power of two that divides the group); off, each program owns one query head.
+    """
+
+    block_m: int = 64
+    block_n: int = 32
+    num_warps: int = 4
+    num_stages: int = 3
+    pack_heads: bool = True
+
+    def heads_per_program(self, group: int) -> int:
+        """Query heads one program packs for a KV group of ``group`` heads: a power of two, at most
+        ``block_m`` (so each program keeps at least one query token)."""
+        if not self.pack_heads:
+            return 1
+        return min(group & -group, self.block_m)
+
+
+#: Fits any CUDA or ROCm GPU Triton targets (64 KiB of shared memory for head 128 at 3 stages).
+_PORTABLE = {True: PrefillConfig(), False: PrefillConfig(block_m=32)}
+
+#: Hopper-class GPUs (227 KiB of shared memory, wgmma), keyed by (group, padded head size); a shape
+#: not listed takes the entry of its head size with group 1. Taken from ``benchmarks/prefill_attention.py``.
+_HOPPER = {
+    (1, 64): PrefillConfig(block_m=128, block_n=64, num_warps=8, num_stages=3),
+    (1, 128): PrefillConfig(block_m=128, block_n=64, num_warps=8, num_stages=3),
+    (1, 256): PrefillConfig(block_m=64, block_n=32, num_warps=4, num_stages=2),
+}
+
+
+@functools.lru_cache(maxsize=16)
+def _hopper_class(device: torch.device) -> bool:
+    """Whether ``device`` is an NVIDIA GPU of compute capability 9.0 or newer."""
+    return device.type == "cuda" and torch.version.hip is None and torch.cuda.get_device_capability(device) >= (9, 0)
+
+
+def default_config(group: int, head_size: int, device: torch.device) -> PrefillConfig:
+    """The launch parameters for a KV group of ``group`` query heads of ``head_size`` on ``device``."""
+    head_pad = triton.next_power_of_2(head_size)
+    if _hopper_class(device):
+        found = _HOPPER.get((group, head_pad)) or _HOPPER.get((1, head_pad))
+        if found is not None:
+            return found
+    return _PORTABLE[head_pad <= 128]
+
+
 @triton.jit
 def _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, acc, qk_scale, sliding_window,
-                 kv_head, d, d_mask, stride_cb, stride_cs, stride_ch,
-                 PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, MASKED: tl.constexpr):
-    """One online-softmax step over key tile ``n0 .. n0 + BLOCK_N``; returns the new (m, denom, acc)."""
+                 kv_offset, d, stride_cb, stride_cs,
+                 HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+                 DOT_PRECISION: tl.constexpr, MASKED: tl.constexpr, WINDOWED: tl.constexpr):
+    """One online-softmax step over key tile ``n0 .. n0 + BLOCK_N``; returns the new (m, denom, acc).
+
+    An unmasked tile lies wholly before ``hi`` and inside every row's causal window, so it is read
+    and scored without a mask.
+    """
     n = n0 + tl.arange(0, BLOCK_N)
-    valid = n < hi
-    page = tl.load(table + n // PAGE, mask=valid, other=0).to(tl.int64)
-    offs = page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
-    kv_mask = valid[:, None] & d_mask[None, :]
-    k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
+    if MASKED:
+        valid = n < hi
+        page = tl.load(table + n // PAGE, mask=valid, other=0).to(tl.int64)
+    else:
+        page = tl.load(table + n // PAGE).to(tl.int64)
+    ptrs = (page * stride_cb + (n % PAGE) * stride_cs + kv_offset)[:, None] + d[None, :]
+    if MASKED:
+        kv_mask = valid[:, None] & (d < HEAD)[None, :]
+        k = tl.load(k_cache_ptr + ptrs, mask=kv_mask, other=0.0)
+        v = tl.load(v_cache_ptr + ptrs, mask=kv_mask, other=0.0)
+    elif HEAD == HEAD_PAD:
+        k = tl.load(k_cache_ptr + ptrs)
+        v = tl.load(v_cache_ptr + ptrs)
+    else:
+        k = tl.load(k_cache_ptr + ptrs, mask=(d < HEAD)[None, :], other=0.0)
+        v = tl.load(v_cache_ptr + ptrs, mask=(d < HEAD)[None, :], other=0.0)
     s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
     if MASKED:
-        allowed = (valid[None, :] & (n[None, :] <= q_pos[:, None])
-                   & (n[None, :] > q_pos[:, None] - sliding_window))
+        # Keys past ``hi`` read as zeros and lie after every real row's position, so the causal test
+        # alone hides them.
+        allowed = n[None, :] <= q_pos[:, None]
+        if WINDOWED:
+            allowed = allowed & (n[None, :] > q_pos[:, None] - sliding_window)
         s = tl.where(allowed, s, float("-inf"))
-    m_new = tl.maximum(m, tl.max(s, axis=1))
-    # Rows with nothing allowed yet keep m = -inf; shift by 0 there so no NaN appears.
-    shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        # Rows with nothing allowed yet keep m = -inf; shift by 0 there so no NaN appears.
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        shift = m_new
     alpha = tl.exp2(m - shift)
     p = tl.exp2(s - shift[:, None])
     denom = denom * alpha + tl.sum(p, axis=1)
     acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
     return m_new, denom, acc
+
+
+@triton.jit
+def key_ranges(first_pos, hi, sliding_window, BLOCK_N: tl.constexpr, WINDOWED: tl.constexpr):
+    """The key tiles of a block of query rows at positions ``first_pos .. hi - 1``, as
+    ``(start, full_lo, full_hi)``: masked tiles from ``start`` to ``full_lo``, unmasked tiles from
+    ``full_lo`` to ``full_hi``, masked tiles from ``full_hi`` to ``hi``, all ``BLOCK_N`` apart.
+
+    Unmasked tiles hold only keys that every row sees; no tile lies wholly outside what the rows see.
+    """
+    if WINDOWED:
+        lo = tl.maximum(first_pos - sliding_window + 1, 0)
+        start = lo // BLOCK_N * BLOCK_N
+        # The last row sees keys from hi - sliding_window on, and every earlier row sees more of them.
+        seen_by_all = tl.maximum(hi - sliding_window, lo)
+        full_lo = tl.minimum((seen_by_all + BLOCK_N - 1) // BLOCK_N * BLOCK_N, hi)
+    else:
+        start = first_pos * 0
+        full_lo = start
+    full_hi = tl.maximum((first_pos + 1) // BLOCK_N * BLOCK_N, full_lo)
+    return start, full_lo, full_hi
 
 
 # Step-varying arguments are not specialised on (see the decode kernel).
@@ -51,27 +153,32 @@ def _prefill_kernel(
     stride_cb, stride_cs, stride_ch,
     stride_bt,
     stride_ot, stride_oh,
-    GROUP: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, NO_WINDOW_VALUE: tl.constexpr,
+    GROUP: tl.constexpr, PACK: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr,
 ):
+    TOKENS: tl.constexpr = BLOCK_M // PACK
     seq = tl.program_id(0)
-    head = tl.program_id(1)
-    m_block = tl.program_id(2)
+    head0 = tl.program_id(1) * PACK
     q_start = tl.load(query_start_loc_ptr + seq)
     q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
-    if m_block * BLOCK_M >= q_len:
+    # The request's last m-block (the most keys) first, so the longest programs are launched first.
+    m_block = tl.cdiv(q_len, TOKENS) - 1 - tl.program_id(2)
+    if m_block < 0:
         return
     seq_len = tl.load(seq_lens_ptr + seq)
     context = seq_len - q_len
-    kv_head = head // GROUP
+    kv_head = head0 // GROUP
 
-    rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    # Row r of the tile is query token r // PACK of the block, for query head head0 + r % PACK.
+    r = tl.arange(0, BLOCK_M)
+    rows = m_block * TOKENS + r // PACK
+    heads = head0 + r % PACK
     row_mask = rows < q_len
     q_pos = context + rows
     d = tl.arange(0, HEAD_PAD)
     d_mask = d < HEAD
     tokens = (q_start + rows).to(tl.int64)
-    q = tl.load(q_ptr + tokens[:, None] * stride_qt + head * stride_qh + d[None, :],
+    q = tl.load(q_ptr + (tokens * stride_qt + heads * stride_qh)[:, None] + d[None, :],
                 mask=row_mask[:, None] & d_mask[None, :], other=0.0)
     qk_scale = scale * 1.4426950408889634
 
@@ -79,63 +186,62 @@ def _prefill_kernel(
     denom = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
     table = block_table_ptr + seq.to(tl.int64) * stride_bt
-    first_pos = context + m_block * BLOCK_M
-    lo = tl.maximum(first_pos - sliding_window + 1, 0)
-    hi = tl.minimum(first_pos + BLOCK_M, seq_len)
-    # Key tiles that every row of the block may see (no window, wholly at or before the block's
-    # first position) skip the causal mask; the tiles after them, up to the diagonal, apply it.
-    mid = lo
-    if sliding_window == NO_WINDOW_VALUE:
-        mid = (first_pos + 1) // BLOCK_N * BLOCK_N
-    for n0 in range(lo, mid, BLOCK_N):
+    kv_offset = kv_head * stride_ch
+    first_pos = context + m_block * TOKENS
+    hi = tl.minimum(first_pos + TOKENS, seq_len)
+    start, full_lo, full_hi = key_ranges(first_pos, hi, sliding_window, BLOCK_N, WINDOWED)
+    for n0 in range(start, full_lo, BLOCK_N):
         m, denom, acc = _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, acc,
-                                     qk_scale, sliding_window, kv_head, d, d_mask,
-                                     stride_cb, stride_cs, stride_ch, PAGE, BLOCK_N, DOT_PRECISION, False)
-    for n0 in range(mid, hi, BLOCK_N):
+                                     qk_scale, sliding_window, kv_offset, d, stride_cb, stride_cs,
+                                     HEAD, HEAD_PAD, PAGE, BLOCK_N, DOT_PRECISION, True, WINDOWED)
+    for n0 in range(full_lo, full_hi, BLOCK_N):
         m, denom, acc = _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, acc,
-                                     qk_scale, sliding_window, kv_head, d, d_mask,
-                                     stride_cb, stride_cs, stride_ch, PAGE, BLOCK_N, DOT_PRECISION, True)
+                                     qk_scale, sliding_window, kv_offset, d, stride_cb, stride_cs,
+                                     HEAD, HEAD_PAD, PAGE, BLOCK_N, DOT_PRECISION, False, WINDOWED)
+    for n0 in range(full_hi, hi, BLOCK_N):
+        m, denom, acc = _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, acc,
+                                     qk_scale, sliding_window, kv_offset, d, stride_cb, stride_cs,
+                                     HEAD, HEAD_PAD, PAGE, BLOCK_N, DOT_PRECISION, True, WINDOWED)
 
     result = acc * (v_scale / tl.where(denom == 0.0, 1.0, denom))[:, None]
-    tl.store(out_ptr + tokens[:, None] * stride_ot + head * stride_oh + d[None, :],
+    tl.store(out_ptr + (tokens * stride_ot + heads * stride_oh)[:, None] + d[None, :],
              result.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
 
 
 def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: torch.Tensor,
                       seq_lens: torch.Tensor, block_table: torch.Tensor, scale: float, out: torch.Tensor,
-                      max_query_len: int, sliding_window: int | None = None,
-                      block_m: int | None = None, block_n: int | None = None, num_warps: int = 4,
-                      num_stages: int = 3, k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
+                      max_query_len: int, sliding_window: int | None = None, config: PrefillConfig | None = None,
+                      k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
     """Causal attention of every request's query run over its paged context.
 
     ``q``/``out`` are [num_tokens, heads, head_size]; ``query_start_loc`` has ``num_reqs + 1`` entries;
     ``max_query_len`` bounds the query runs (it sizes the launch grid). Cache entries are multiplied by
-    ``k_scale`` / ``v_scale`` when read (an fp8 cache's scales). Fills ``out`` and returns it.
+    ``k_scale`` / ``v_scale`` when read (an fp8 cache's scales). ``config`` defaults to
+    :func:`default_config` for the shape and device. Fills ``out`` and returns it.
     """
     num_reqs = seq_lens.shape[0]
     _, num_heads, head_size = q.shape
     _, _, page, kv_heads, _ = kv_cache.shape
-    head_pad = triton.next_power_of_2(head_size)
-    # BLOCK_M is a constexpr, so it must not follow the step's max_query_len: a short prefill run
-    # would build a kernel variant while serving. Rows past a short run end their program early.
-    if block_m is None:
-        block_m = 64 if head_pad <= 128 else 32
-    # 64 x 32 tiles, 4 warps, 3 stages: the best of 24 configurations on an H200 for a W-GPU prefill
-    # step (16k tokens of 27 prompts, 16/8 heads of 128, bf16): 258 us, 192 TFLOP/s.
-    block_n = block_n or 32
+    group = num_heads // kv_heads
+    # The launch parameters are constexprs, so they follow the model and device, never the step:
+    # a short prefill run would otherwise build a kernel variant while serving.
+    config = config or default_config(group, head_size, q.device)
+    pack = config.heads_per_program(group)
     if num_reqs == 0 or max_query_len == 0:
         return out
     k_cache, v_cache = kv_cache[0], kv_cache[1]
-    _prefill_kernel[(num_reqs, num_heads, triton.cdiv(max_query_len, block_m))](
+    grid = (num_reqs, num_heads // pack, triton.cdiv(max_query_len, config.block_m // pack))
+    _prefill_kernel[grid](
         q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc,
         scale * k_scale, float(v_scale), sliding_window or NO_WINDOW,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_table.stride(0),
         out.stride(0), out.stride(1),
-        GROUP=num_heads // kv_heads, HEAD=head_size, HEAD_PAD=head_pad, PAGE=page,
-        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=dot_precision(q.dtype), NO_WINDOW_VALUE=NO_WINDOW,
-        num_warps=num_warps,
-        num_stages=num_stages,
+        GROUP=group, PACK=pack, HEAD=head_size, HEAD_PAD=triton.next_power_of_2(head_size), PAGE=page,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, DOT_PRECISION=dot_precision(q.dtype),
+        WINDOWED=bool(sliding_window),
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )
     return out
