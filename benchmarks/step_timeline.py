@@ -29,7 +29,7 @@ from infercore.engine.core import EngineCore
 from infercore.engine.llm_engine import LLMEngine
 from infercore.engine.output_processor import OutputProcessor
 from infercore.engine.scheduler import Scheduler
-from infercore.sample.metadata import SamplingMetadata
+from infercore.sample.row_state import SamplingRowState
 from infercore.worker.model_runner import ModelRunner
 
 PHASES = (
@@ -209,7 +209,8 @@ def main() -> None:
         timeline.wrap_schedule()
         timeline.wrap_wait()
         timeline.wrap_step_boundary()
-        SamplingMetadata.build = _timed_classmethod(SamplingMetadata, "build", timeline)  # type: ignore[method-assign]
+        # The runner gathers each step's metadata from its per-row state (SamplingMetadata.build does too).
+        SamplingRowState.gather = _timed_gather(SamplingRowState.gather, timeline)  # type: ignore[method-assign]
         started = time.perf_counter()
         outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         elapsed = time.perf_counter() - started
@@ -238,8 +239,8 @@ def workload_requests(workload: Workload, seed: int = 0) -> tuple[list[list[int]
     return prompts, workload.sampling_params(max_tokens, seed)
 
 
-def _timed_classmethod(cls: type, name: str, timeline: Timeline) -> Callable[..., Any]:
-    original = getattr(cls, name)
+def _timed_gather(original: Callable[..., Any], timeline: Timeline) -> Callable[..., Any]:
+    """``SamplingRowState.gather`` with its time added to the step's ``sampling_metadata``."""
 
     def timed(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
@@ -248,7 +249,7 @@ def _timed_classmethod(cls: type, name: str, timeline: Timeline) -> Callable[...
         finally:
             timeline.current["sampling_metadata"] += (time.perf_counter() - started) * 1e3
 
-    return staticmethod(timed)  # type: ignore[return-value]
+    return timed
 
 
 if __name__ == "__main__":

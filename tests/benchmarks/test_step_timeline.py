@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -29,3 +32,13 @@ def test_sampling_workload_keeps_its_options_and_seeds() -> None:
     assert {(p.top_k, p.top_p, p.repetition_penalty, p.presence_penalty) for p in params} == {(50, 0.9, 1.1, 0.5)}
     assert [p.seed for p in params] == list(range(2, 2 + len(prompts)))
     assert all(p.ignore_eos and not p.detokenize for p in params)
+
+
+def test_a_tiny_sampling_run_times_the_runners_metadata_gather() -> None:
+    """The script runs the sampling workload end to end on a CPU, and its ``sampling_metadata`` phase
+    times the per-row gather the runner calls each step (not a builder the runner no longer uses)."""
+    done = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--workload", "w-gpu-sampling",
+                           "--num-requests", "1"], capture_output=True, text=True, timeout=300, check=True)
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["workload"] == "w-gpu-sampling" and summary["output_tokens"] > 0
+    assert summary["phase_totals_s"]["sampling_metadata"] > 0
