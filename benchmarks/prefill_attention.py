@@ -92,10 +92,14 @@ def _sdpa(step: Step, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None
 
 
 def _configs() -> list[PrefillConfig]:
-    """The sweep: every Hopper-sized tile with heads packed, a few without, the shipped defaults first."""
-    packed = [PrefillConfig(m, n, w, s) for m, n, w, s in itertools.product((128, 64), (64, 128, 32), (8, 4), (3, 2, 4))]
+    """The sweep, likeliest first: the old kernel's launch, every Hopper-sized tile with heads packed and
+    a request's m-blocks launched together, the stage-3 ones again in the old launch order, a few unpacked."""
+    tiles = list(itertools.product((128, 64), (64, 128, 32), (8, 4)))
+    inner = [PrefillConfig(m, n, w, s) for (m, n, w), s in itertools.product(tiles, (3, 2, 4))]
+    outer = [PrefillConfig(m, n, w, 3, m_blocks_inner=False) for m, n, w in tiles]
     unpacked = [PrefillConfig(m, n, w, 3, pack_heads=False) for m, n, w in itertools.product((64, 128), (32, 64), (4, 8))]
-    return list(dict.fromkeys([PrefillConfig(pack_heads=False), *packed, *unpacked]))
+    old = PrefillConfig(pack_heads=False, m_blocks_inner=False)
+    return list(dict.fromkeys([old, *inner, *outer, *unpacked]))
 
 
 def _median_us(fn) -> float:  # noqa: ANN001
@@ -135,7 +139,7 @@ def main() -> None:
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-size", type=int, default=128)
     parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1), help="compiling processes")
+    parser.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1), help="compiling processes")
     parser.add_argument("--budget-s", type=float, default=110.0, help="stop timing new configurations after this")
     parser.add_argument("--shard", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--shards", type=int, default=1, help=argparse.SUPPRESS)

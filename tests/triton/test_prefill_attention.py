@@ -16,9 +16,13 @@ from infercore_triton.prefill_attention import PrefillConfig, key_ranges, prefil
 
 CONFIGS = [
     PrefillConfig(block_m=32, block_n=16, pack_heads=False),
-    PrefillConfig(block_m=64, block_n=16),
+    PrefillConfig(block_m=64, block_n=16, m_blocks_inner=False),
     PrefillConfig(block_m=128, block_n=64),
 ]
+
+
+def _name(config: PrefillConfig) -> str:
+    return f"m{config.block_m}n{config.block_n}pack{int(config.pack_heads)}inner{int(config.m_blocks_inner)}"
 
 
 def _check(group: int, kv_heads: int, head_size: int, config: PrefillConfig, window: int | None,
@@ -46,7 +50,7 @@ PACKING_CASES = [
 
 
 @pytest.mark.parametrize(("config", "group", "head_size", "dtype"), PACKING_CASES,
-                         ids=[f"m{c.block_m}n{c.block_n}pack{int(c.pack_heads)}-g{g}-d{d}" for c, g, d, _ in PACKING_CASES])
+                         ids=[f"{_name(c)}-g{g}-d{d}" for c, g, d, _ in PACKING_CASES])
 def test_packed_groups_match_the_reference(config: PrefillConfig, group: int, head_size: int,
                                            dtype: torch.dtype) -> None:
     """A fresh prompt, a chunk after a cached prefix, a long extend and a decode in one batch."""
@@ -54,7 +58,7 @@ def test_packed_groups_match_the_reference(config: PrefillConfig, group: int, he
            dtype, seed=group * head_size + config.block_m)
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"m{c.block_m}n{c.block_n}pack{int(c.pack_heads)}")
+@pytest.mark.parametrize("config", CONFIGS, ids=_name)
 @pytest.mark.parametrize("window", [5, 70])
 def test_sliding_window_with_packed_heads(config: PrefillConfig, window: int) -> None:
     """Windows narrower than a tile and wide enough for unmasked tiles between the window's edge

@@ -31,6 +31,9 @@ class PrefillConfig:
     ``block_m`` is the dot's M dimension (query tokens times packed heads), ``block_n`` the keys per
     step of the loop. ``pack_heads`` packs the query heads of a KV group into one program (as many as
     the largest power of two that divides the group); off, each program owns one query head.
+    ``m_blocks_inner`` launches one request's m-blocks for one KV head back to back, so the programs
+    running at once read the same K/V tiles and L2 serves most of them; off, programs that run at once
+    are the same m-block of different requests and heads.
     """
 
     block_m: int = 64
@@ -38,6 +41,7 @@ class PrefillConfig:
     num_warps: int = 4
     num_stages: int = 3
     pack_heads: bool = True
+    m_blocks_inner: bool = True
 
     def heads_per_program(self, group: int) -> int:
         """Query heads one program packs for a KV group of ``group`` heads: a power of two, at most
@@ -102,7 +106,8 @@ def _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, ac
     else:
         k = tl.load(k_cache_ptr + ptrs, mask=(d < HEAD)[None, :], other=0.0)
         v = tl.load(v_cache_ptr + ptrs, mask=(d < HEAD)[None, :], other=0.0)
-    s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
+    # Scores stay unscaled until the exponent, where the scale and the shift make one fused multiply-add.
+    s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION)
     if MASKED:
         # Keys past ``hi`` read as zeros and lie after every real row's position, so the causal test
         # alone hides them.
@@ -110,14 +115,14 @@ def _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, ac
         if WINDOWED:
             allowed = allowed & (n[None, :] > q_pos[:, None] - sliding_window)
         s = tl.where(allowed, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))
+        m_new = tl.maximum(m, tl.max(s, axis=1) * qk_scale)
         # Rows with nothing allowed yet keep m = -inf; shift by 0 there so no NaN appears.
         shift = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
-        m_new = tl.maximum(m, tl.max(s, axis=1))
+        m_new = tl.maximum(m, tl.max(s, axis=1) * qk_scale)
         shift = m_new
     alpha = tl.exp2(m - shift)
-    p = tl.exp2(s - shift[:, None])
+    p = tl.exp2(s * qk_scale - shift[:, None])
     denom = denom * alpha + tl.sum(p, axis=1)
     acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
     return m_new, denom, acc
@@ -155,14 +160,21 @@ def _prefill_kernel(
     stride_ot, stride_oh,
     GROUP: tl.constexpr, PACK: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr,
+    M_BLOCKS_INNER: tl.constexpr,
 ):
     TOKENS: tl.constexpr = BLOCK_M // PACK
-    seq = tl.program_id(0)
+    # The grid's first axis varies fastest in launch order.
+    if M_BLOCKS_INNER:
+        seq = tl.program_id(2)
+        m_index = tl.program_id(0)
+    else:
+        seq = tl.program_id(0)
+        m_index = tl.program_id(2)
     head0 = tl.program_id(1) * PACK
     q_start = tl.load(query_start_loc_ptr + seq)
     q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
     # The request's last m-block (the most keys) first, so the longest programs are launched first.
-    m_block = tl.cdiv(q_len, TOKENS) - 1 - tl.program_id(2)
+    m_block = tl.cdiv(q_len, TOKENS) - 1 - m_index
     if m_block < 0:
         return
     seq_len = tl.load(seq_lens_ptr + seq)
@@ -230,7 +242,8 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
     if num_reqs == 0 or max_query_len == 0:
         return out
     k_cache, v_cache = kv_cache[0], kv_cache[1]
-    grid = (num_reqs, num_heads // pack, triton.cdiv(max_query_len, config.block_m // pack))
+    m_blocks = triton.cdiv(max_query_len, config.block_m // pack)
+    grid = (m_blocks, num_heads // pack, num_reqs) if config.m_blocks_inner else (num_reqs, num_heads // pack, m_blocks)
     _prefill_kernel[grid](
         q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc,
         scale * k_scale, float(v_scale), sliding_window or NO_WINDOW,
@@ -240,7 +253,7 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
         out.stride(0), out.stride(1),
         GROUP=group, PACK=pack, HEAD=head_size, HEAD_PAD=triton.next_power_of_2(head_size), PAGE=page,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, DOT_PRECISION=dot_precision(q.dtype),
-        WINDOWED=bool(sliding_window),
+        WINDOWED=bool(sliding_window), M_BLOCKS_INNER=config.m_blocks_inner,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
