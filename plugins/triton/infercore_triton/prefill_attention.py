@@ -124,7 +124,7 @@ def _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, ac
     alpha = tl.exp2(m - shift)
     p = tl.exp2(s * qk_scale - shift[:, None])
     denom = denom * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
+    acc = tl.dot(p.to(q.dtype), v.to(q.dtype), acc * alpha[:, None], input_precision=DOT_PRECISION)
     return m_new, denom, acc
 
 
