@@ -139,6 +139,7 @@ def main() -> None:
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-size", type=int, default=128)
     parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--layers", type=int, default=28, help="attention layers per step (the summary's total)")
     parser.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1), help="compiling processes")
     parser.add_argument("--budget-s", type=float, default=110.0, help="stop timing new configurations after this")
     parser.add_argument("--shard", type=int, default=-1, help=argparse.SUPPRESS)
@@ -157,7 +158,8 @@ def main() -> None:
     flops = sum(4 * h * d * length * (length + 1) / 2 for length in step.lengths)
     head = {"benchmark": "prefill_attention", "tokens": args.tokens, "prompts": len(step.lengths),
             "prompt_len": args.prompt_len or "random 100-1024", "heads": h, "kv_heads": args.kv_heads,
-            "head_size": d, "compiled_s": round(time.monotonic() - began, 1)}
+            "head_size": d, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "triton": triton.__version__, "compiled_s": round(time.monotonic() - began, 1)}
     print(json.dumps(head), flush=True)
     k, v = _dense_kv(step)
     ref = torch.empty_like(step.q)
@@ -186,6 +188,7 @@ def main() -> None:
         shipped = default_config(h // args.kv_heads, d, step.q.device)
         print(json.dumps({"best": asdict(best), "us": round(results[best], 1),
                           "TFLOPs": round(flops / results[best] / 1e6, 1),
+                          f"ms_per_step_x{args.layers}_layers": round(results[best] * args.layers / 1e3, 2),
                           "table_key": [h // args.kv_heads, triton.next_power_of_2(d)],
                           "default": asdict(shipped), "default_us": round(results[shipped], 1) if shipped in results else None,
                           "total_s": round(time.monotonic() - began, 1)}), flush=True)
