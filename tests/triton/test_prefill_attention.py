@@ -105,3 +105,10 @@ def test_key_tiles_skip_what_no_row_sees_and_mask_only_the_edges(windowed: bool,
         assert all(set(tile) & seen_by_any for tile in masked + unmasked)
         assert all(set(tile) <= seen_by_all for tile in unmasked)
         assert not any(set(tile) <= seen_by_all for tile in masked)
+
+
+@pytest.mark.parametrize("field", ["block_m", "block_n"])
+@pytest.mark.parametrize("value", [8, 48])
+def test_tiles_that_are_not_powers_of_two_from_16_are_refused(field: str, value: int) -> None:
+    with pytest.raises(ValueError, match=f"PrefillConfig.{field} is {value}; use a power of two"):
+        PrefillConfig(**{field: value})

@@ -43,6 +43,13 @@ class PrefillConfig:
     pack_heads: bool = True
     m_blocks_inner: bool = True
 
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n"):
+            value = getattr(self, name)
+            if value < 16 or value & (value - 1):
+                raise ValueError(f"PrefillConfig.{name} is {value}; use a power of two of at least 16 "
+                                 "(the smallest tile a tensor-core dot takes)")
+
     def heads_per_program(self, group: int) -> int:
         """Query heads one program packs for a KV group of ``group`` heads: a power of two, at most
         ``block_m`` (so each program keeps at least one query token)."""
