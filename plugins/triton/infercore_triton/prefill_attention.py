@@ -58,11 +58,13 @@ class PrefillConfig:
         return min(group & -group, self.block_m)
 
 
-#: Fits any CUDA or ROCm GPU Triton targets (64 KiB of shared memory for head 128 at 3 stages).
-_PORTABLE = {True: PrefillConfig(), False: PrefillConfig(block_m=32)}
+#: Fits any GPU Triton targets: 64 KiB of shared memory for bf16 heads of 128 at 3 stages.
+_PORTABLE = PrefillConfig()
+_PORTABLE_WIDE_HEADS = PrefillConfig(block_m=32)
 
-#: Hopper-class GPUs (227 KiB of shared memory, wgmma), keyed by (group, padded head size); a shape
-#: not listed takes the entry of its head size with group 1. Taken from ``benchmarks/prefill_attention.py``.
+#: GPUs with Hopper's 227 KiB of shared memory per block and its wgmma dots, keyed by (group, padded
+#: head size); a shape not listed takes its head size's entry under group 1. Best guesses for an
+#: H200: ``benchmarks/prefill_attention.py`` sweeps the candidates and prints the fastest with its key.
 _HOPPER = {
     (1, 64): PrefillConfig(block_m=128, block_n=64, num_warps=8, num_stages=3),
     (1, 128): PrefillConfig(block_m=128, block_n=64, num_warps=8, num_stages=3),
@@ -72,8 +74,10 @@ _HOPPER = {
 
 @functools.lru_cache(maxsize=16)
 def _hopper_class(device: torch.device) -> bool:
-    """Whether ``device`` is an NVIDIA GPU of compute capability 9.0 or newer."""
-    return device.type == "cuda" and torch.version.hip is None and torch.cuda.get_device_capability(device) >= (9, 0)
+    """Whether ``device`` is an NVIDIA data-center GPU of Hopper's generation or the next (capability 9.x
+    or 10.x); consumer Blackwell (12.x) has under half their shared memory."""
+    return (device.type == "cuda" and torch.version.hip is None
+            and torch.cuda.get_device_capability(device)[0] in (9, 10))
 
 
 def default_config(group: int, head_size: int, device: torch.device) -> PrefillConfig:
@@ -83,7 +87,7 @@ def default_config(group: int, head_size: int, device: torch.device) -> PrefillC
         found = _HOPPER.get((group, head_pad)) or _HOPPER.get((1, head_pad))
         if found is not None:
             return found
-    return _PORTABLE[head_pad <= 128]
+    return _PORTABLE if head_pad <= 128 else _PORTABLE_WIDE_HEADS
 
 
 @triton.jit
