@@ -41,3 +41,11 @@ def test_flags_build_the_config_and_help_groups_sections(capsys) -> None:
     for title in ("model options", "KV cache options", "scheduler options", "server options"):
         assert title in help_text
     assert "--max-num-queued-requests" in help_text and "--shutdown-timeout" in help_text
+
+
+def test_serve_caps_prompt_tokens_beside_decodes_unless_told() -> None:
+    default = config_from_args(build_parser().parse_args(["serve", "/models/x"]))
+    assert default.scheduler.max_prefill_tokens_while_decoding == 1024
+    given = config_from_args(build_parser().parse_args(["serve", "/models/x", "--max-prefill-tokens-while-decoding",
+                                                        "4096"]))
+    assert given.scheduler.max_prefill_tokens_while_decoding == 4096

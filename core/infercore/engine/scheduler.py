@@ -60,6 +60,8 @@ class Scheduler:
         self.max_num_batched_tokens = (max_num_batched_tokens or scheduler_config.max_num_batched_tokens
                                        or _DEFAULT_MAX_NUM_BATCHED_TOKENS)
         self.enable_chunked_prefill = scheduler_config.enable_chunked_prefill
+        #: Most prompt tokens a step takes while some request is decoding (None: the whole budget).
+        self.max_prefill_tokens_while_decoding = scheduler_config.max_prefill_tokens_while_decoding
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
@@ -146,6 +148,12 @@ class Scheduler:
         req_ids, num_computed = cached.req_ids, cached.num_computed_tokens
         num_scheduled: list[int] = []
         idx = 0
+        # While requests decode, prompt tokens per step may be capped: a decode then never waits on
+        # more prefill work than that in one step (bounded inter-token latency).
+        cap = self.max_prefill_tokens_while_decoding
+        prefill_left = budget
+        if chunked and cap is not None and cap < budget and any(r.output_token_ids or r.num_output_placeholders for r in running):
+            prefill_left = cap
         while idx < len(running) and budget > 0:
             request = running[idx]
             placeholders = request.num_output_placeholders
@@ -158,10 +166,14 @@ class Scheduler:
                                           or len(request.output_token_ids) + placeholders >= request.max_tokens))):
                 idx += 1
                 continue
+            allowed = budget if num_new == 1 else min(budget, prefill_left)
+            if allowed <= 0:
+                idx += 1
+                continue
             # The step ends in a sample unless the budget cuts the request's tokens short.
-            samples = num_new <= budget
+            samples = num_new <= allowed
             if not samples:
-                num_new = budget
+                num_new = allowed
             rid = request.request_id
             # Most decode steps stay within the blocks held and fill none: then there is nothing to allocate.
             if computed + num_new > settled_until.get(rid, -1):
@@ -182,11 +194,14 @@ class Scheduler:
             if samples:
                 request.num_output_placeholders = placeholders + 1
             budget -= num_new
+            if num_new > 1:
+                prefill_left -= num_new
             idx += 1
 
         new_reqs: list[NewRequestData] = []
         if not preempted:
-            budget = self._schedule_waiting(budget, num_scheduled, new_reqs)
+            offered = min(budget, prefill_left)
+            budget -= offered - self._schedule_waiting(offered, num_scheduled, new_reqs)
 
         finished = self._finished_req_ids
         self._finished_req_ids = set()
