@@ -83,7 +83,7 @@ class TopKTopP:
         """
         vocab_size = logits.shape[1]
         width = min(vocab_size, max(self.max_top_k, _TOP_P_CANDIDATES if self.any_top_p_only else 1))
-        values = logits.topk(width, dim=-1).values
+        values = top_values(logits, width)
         by_k = self.top_k > 0
         keep = _positions(width, logits.device) < torch.where(by_k, self.top_k, width).unsqueeze(1)
         cut, wide = by_k, None
@@ -109,6 +109,31 @@ class TopKTopP:
             threshold.index_copy_(0, rows, torch.where(wide.index_select(0, rows).unsqueeze(1),
                                                         sorted_cut, candidate_cut))
         return threshold
+
+
+#: Shortest chunk :func:`top_values` cuts a row into.
+_MIN_CHUNK = 2048
+
+
+def top_values(logits: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, width] the ``width`` largest values of each row of ``logits`` [B, V], largest first: the values
+    of ``torch.topk``, exactly.
+
+    A long row is cut into chunks of at least ``8 * width`` values whose own top ``width`` are found
+    first; a row's top ``width`` values are among those of its chunks. A GPU finds the top values of
+    many short slices much faster than of a few long ones (W-GPU sampling's top-50 over 151,936 logits
+    at batch 256 takes torch.topk about 0.8 ms in one pass).
+    """
+    batch, vocab = logits.shape
+    chunk = max(_MIN_CHUNK, 1 << (8 * width - 1).bit_length())
+    num_chunks = vocab // chunk
+    if num_chunks < 4:
+        return logits.topk(width, dim=-1).values
+    head = logits[:, : num_chunks * chunk].unflatten(1, (num_chunks, chunk))
+    candidates = head.topk(width, dim=-1, sorted=False).values.reshape(batch, num_chunks * width)
+    if num_chunks * chunk < vocab:
+        candidates = torch.cat([candidates, logits[:, num_chunks * chunk:]], dim=1)
+    return candidates.topk(width, dim=-1).values
 
 
 def _temperature_scale(temperature: torch.Tensor) -> torch.Tensor:
