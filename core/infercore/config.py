@@ -67,8 +67,7 @@ class SchedulerConfig(BaseSettings):
     max_num_batched_tokens: int | None = Field(None, ge=1, description="token budget per step")
     max_prefill_tokens_while_decoding: int | None = Field(
         None, ge=1, description="most prompt tokens a step takes while requests are decoding, so a decode "
-        "never waits on more prefill than that per step (default: the whole budget; `infercore serve`: "
-        "1024)")
+        "never waits on more prefill than that per step (default: the whole budget)")
     enable_chunked_prefill: bool = Field(True, description="split long prompts across steps")
     scheduling_policy: Literal["fcfs", "priority"] = Field("fcfs", description="order of waiting requests")
     max_num_queued_requests: int | None = Field(None, ge=1, description="reject new requests past this many waiting")

@@ -86,12 +86,6 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-#: A server's default cap on prompt tokens per step while requests decode: streams keep a steady pace
-#: (a step with 1,024 prompt tokens beside 64 decodes takes about twice a decode step on an H200) and
-#: bursts of new prompts are spread over several steps instead of stalling every stream at once.
-SERVE_PREFILL_TOKENS_WHILE_DECODING = 1024
-
-
 def config_from_args(args: argparse.Namespace) -> InfercoreConfig:
     """The configuration the given flags describe (raises ConfigError)."""
     fields = field_section()
@@ -100,8 +94,6 @@ def config_from_args(args: argparse.Namespace) -> InfercoreConfig:
         if "model" in kwargs and kwargs["model"] != args.model_tag:
             raise ConfigError("MODEL and --model disagree; give the model once")
         kwargs["model"] = args.model_tag
-    if kwargs.get("max_prefill_tokens_while_decoding") is None:
-        kwargs["max_prefill_tokens_while_decoding"] = SERVE_PREFILL_TOKENS_WHILE_DECODING
     return InfercoreConfig.from_kwargs(**kwargs)
 
 
