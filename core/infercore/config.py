@@ -149,6 +149,8 @@ class ServeConfig(BaseSettings):
     request_read_timeout: float = Field(
         30.0, gt=0, description="seconds a client may take to send a request's headers and body")
     max_connections: int = Field(4096, ge=1, description="most client connections held open at once")
+    http_parser: Literal["auto", "httptools", "h11"] = Field(
+        "auto", description="HTTP/1.1 parser: httptools (C, the default where installed) or h11 (pure Python)")
     uvicorn_log_level: str = Field("warning", description="log level of the HTTP server")
     api_server_count: int = Field(
         1, ge=1, le=64, description="HTTP server processes sharing the listening socket, each with its own "

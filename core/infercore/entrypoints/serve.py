@@ -162,7 +162,7 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
     from infercore.demo import DEMO_NOTICE
     from infercore.distributed.dp_client import make_engine_client
     from infercore.entrypoints.openai.app import build_app
-    from infercore.entrypoints.openai.http_protocol import bounded_h11_protocol
+    from infercore.entrypoints.openai.http_protocol import MAX_HEAD_BYTES, bounded_http_protocol
     from infercore.entrypoints.openai.metrics import ServerMetrics
 
     if config.model.model == DEMO_MODEL:
@@ -178,10 +178,11 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
         return 1
     try:
         app = build_app(config, engine, metrics, model_name)
-        protocol = bounded_h11_protocol(config.serve.request_read_timeout, config.serve.max_connections)
+        protocol = bounded_http_protocol(config.serve.request_read_timeout, config.serve.max_connections,
+                                         config.serve.http_parser)
         uv_config = uvicorn.Config(app, host=config.serve.host, port=config.serve.port, http=protocol,
                                    log_level=config.serve.uvicorn_log_level, timeout_graceful_shutdown=2,
-                                   access_log=not config.serve.disable_log_requests, h11_max_incomplete_event_size=65536)
+                                   access_log=not config.serve.disable_log_requests, h11_max_incomplete_event_size=MAX_HEAD_BYTES)
         server = _Server(uv_config, app.state.server, engine, config.serve.shutdown_timeout,
                          only_sigterm=slot is not None)
         engine.on_engine_dead = server.engine_died

@@ -1,18 +1,23 @@
 """The HTTP/1.1 connection guard: a deadline for reading each request and a cap on open connections.
 
-uvicorn's h11 protocol waits for a request's headers and body as long as the client likes, and holds
+uvicorn's HTTP protocols wait for a request's headers and body as long as the client likes, and hold
 any number of connections, so clients that send half a request and stop (slowloris) pile up until the
-process runs out of file descriptors. This protocol closes a connection whose request is not whole
-``read_timeout`` seconds after it began (answering 408 when nothing was parsed yet), and answers 503
-to connections past ``max_connections``. Idle keep-alive connections stay uvicorn's business
-(``timeout_keep_alive``).
+process runs out of file descriptors. These protocols close a connection whose request is not whole
+``read_timeout`` seconds after it began (answering 408 when nothing reached the application yet), and
+answer 503 to connections past ``max_connections``. Idle keep-alive connections stay uvicorn's
+business (``timeout_keep_alive``).
+
+Two parsers carry the guard: httptools (C; the default where it is installed: every streamed chunk of
+every response goes through the protocol, and h11 frames each one in Python) and h11 (pure Python).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import resource
+from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -21,6 +26,8 @@ from infercore.entrypoints.openai.errors import error_body
 
 #: Client states in which a request has begun (or may begin) but is not whole yet.
 _READING = (h11.IDLE, h11.SEND_BODY)
+#: Largest request line plus headers either parser takes (h11's ``max_incomplete_event_size``).
+MAX_HEAD_BYTES = 65536
 #: File descriptors kept for everything but client connections (sockets to the engine, model files,
 #: logs), so the connection cap is reached before the process runs out of descriptors.
 RESERVED_FDS = 128
@@ -81,6 +88,140 @@ class BoundedH11Protocol(H11Protocol):
             self.transport.write(_raw_response(408, "Request Timeout",
                                                f"the request was not sent whole within {self.read_timeout:g} s"))
         self.transport.close()
+
+
+def httptools_available() -> bool:
+    """Whether the httptools parser (and so :class:`BoundedHttpToolsProtocol`) can be used."""
+    return importlib.util.find_spec("httptools") is not None
+
+
+def _httptools_protocol() -> type[Any]:
+    """:class:`BoundedHttpToolsProtocol`, defined on first use: uvicorn's httptools module imports
+    httptools, which is optional."""
+    global BoundedHttpToolsProtocol
+    if BoundedHttpToolsProtocol is not None:
+        return BoundedHttpToolsProtocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class _Bounded(HttpToolsProtocol):  # type: ignore[misc]
+        """uvicorn's httptools protocol with the same read deadline, connection cap and header-size
+        limit as :class:`BoundedH11Protocol` (h11 refuses a request whose head passes
+        ``MAX_HEAD_BYTES``; httptools has no limit of its own, so this one answers 431 and closes). A
+        request is being read from its first byte until the parser completes it; a new connection
+        counts as one that may begin a request."""
+
+        read_timeout: float = 30.0
+        max_connections: int = 4096
+        _head_bytes = 0
+        _refused = False
+
+        _read_deadline: asyncio.TimerHandle | None = None
+        _in_request = True  # a fresh connection: nothing read yet, but its deadline runs
+        _headers_seen = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > self.max_connections:
+                transport.write(_raw_response(503, "Service Unavailable",
+                                              f"the server holds its limit of {self.max_connections} "
+                                              "connections; retry later"))
+                transport.close()
+                return
+            self._start_deadline()
+
+        def data_received(self, data: bytes) -> None:
+            if self._read_deadline is None and not self._in_request:
+                self._in_request = True  # the next request of a kept-alive connection begins
+                self._headers_seen = False
+                self._start_deadline()
+            super().data_received(data)
+            if not self._in_request:
+                self._stop_deadline()
+
+        def on_message_begin(self) -> None:
+            self._in_request = True
+            self._headers_seen = False
+            self._head_bytes = 0
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            self._count_head(len(url))
+            if not self._refused:
+                super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count_head(len(name) + len(value) + 4)
+            if not self._refused:
+                super().on_header(name, value)
+
+        def _count_head(self, size: int) -> None:
+            self._head_bytes += size
+            if self._head_bytes > MAX_HEAD_BYTES and not self._refused:
+                self._refused = True
+                self._stop_deadline()
+                self.transport.write(_raw_response(431, "Request Header Fields Too Large",
+                                                   f"the request's headers are over {MAX_HEAD_BYTES} bytes; "
+                                                   "send fewer or shorter headers"))
+                self.transport.close()
+
+        def on_headers_complete(self) -> None:
+            if self._refused:
+                return
+            self._headers_seen = True
+            super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            if not self._refused:
+                super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            self._in_request = False
+            if not self._refused:
+                super().on_message_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_deadline()
+            super().connection_lost(exc)
+
+        def _start_deadline(self) -> None:
+            self._stop_deadline()
+            self._read_deadline = self.loop.call_later(self.read_timeout, self._deadline_passed)
+
+        def _stop_deadline(self) -> None:
+            if self._read_deadline is not None:
+                self._read_deadline.cancel()
+                self._read_deadline = None
+
+        def _deadline_passed(self) -> None:
+            self._read_deadline = None
+            if self.transport.is_closing() or not self._in_request:
+                return
+            if not self._headers_seen and (self.cycle is None or self.cycle.response_complete):
+                # Nothing of this request reached the application, so the 408 can't interleave.
+                self.transport.write(_raw_response(408, "Request Timeout",
+                                                   f"the request was not sent whole within {self.read_timeout:g} s"))
+            self.transport.close()
+
+    _Bounded.__name__ = _Bounded.__qualname__ = "BoundedHttpToolsProtocol"
+    BoundedHttpToolsProtocol = _Bounded
+    return _Bounded
+
+
+#: uvicorn's httptools protocol with the guard (built by :func:`bounded_http_protocol` on first use).
+BoundedHttpToolsProtocol: type[Any] | None = None
+
+
+def bounded_http_protocol(read_timeout: float, max_connections: int, parser: str = "auto") -> type[Any]:
+    """The guarded protocol class for ``parser`` ("httptools", "h11", or "auto": httptools where
+    installed) with these limits, to pass to ``uvicorn.Config(http=...)``."""
+    use_httptools = parser == "httptools" or (parser == "auto" and httptools_available())
+    if parser == "httptools" and not httptools_available():
+        raise ValueError("--http-parser httptools needs the httptools package; pip install httptools "
+                         "or use --http-parser h11")
+    if not use_httptools:
+        return bounded_h11_protocol(read_timeout, max_connections)
+    return type("ConfiguredHttpToolsProtocol", (_httptools_protocol(),),
+                {"read_timeout": read_timeout, "max_connections": connection_cap(max_connections)})
 
 
 def connection_cap(max_connections: int) -> int:
