@@ -120,3 +120,23 @@ def test_unseeded_rows_draw_fresh_seeds_from_the_seed_source() -> None:
 
 def test_the_seed_source_comes_from_the_engine_seed() -> None:
     assert Sampler(11).seed_source.integers(1 << 62) == np.random.default_rng(11).integers(1 << 62)
+
+
+def test_a_plugin_op_without_threshold_gets_masked_logits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A platform's gumbel_argmax written for plugin API 1.3 (no ``threshold``) draws the same tokens:
+    core masks the cut tokens itself."""
+    seen: list[torch.Tensor] = []
+
+    def old_op(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+        seen.append(logits.clone())
+        return reference.gumbel_argmax(logits, temperature, seeds)
+
+    params = [SamplingParams(top_k=3, seed=1), SamplingParams(top_p=0.5, seed=2, temperature=2.0),
+              SamplingParams(seed=4)]
+    logits = torch.randn(3, VOCAB)
+    want = Sampler()(logits.clone(), build_metadata(params, VOCAB)).sampled_token_ids
+    monkeypatch.setattr(Sampler, "_gumbel_op", lambda self, device: old_op)
+    got = Sampler()(logits.clone(), build_metadata(params, VOCAB)).sampled_token_ids
+    assert torch.equal(got, want)
+    (drawn,) = seen
+    assert drawn[0].isfinite().sum() == 3 and drawn[2].isfinite().all()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +29,16 @@ class SamplerOutput:
 
     sampled_token_ids: torch.Tensor
     logprobs: LogprobsTensors | None
+
+
+@functools.lru_cache(maxsize=32)
+def _takes_threshold(op: Callable[..., torch.Tensor]) -> bool:
+    """Whether a ``gumbel_argmax`` takes the ``threshold`` keyword (plugin API 1.4)."""
+    try:
+        parameters = inspect.signature(op).parameters
+    except (TypeError, ValueError):
+        return True  # a builtin or custom-op wrapper without a signature: assume the current API
+    return "threshold" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 class Sampler(nn.Module):
@@ -85,6 +97,10 @@ class Sampler(nn.Module):
         if metadata.top_k_top_p is None:
             return draw(logits, metadata.temperature, metadata.seeds)
         threshold = metadata.top_k_top_p.threshold(logits, metadata.temperature)
+        if not _takes_threshold(draw):
+            # A plugin's gumbel_argmax written before plugin API 1.4: mask the cut tokens instead.
+            logits.masked_fill_(logits < threshold, float("-inf"))
+            return draw(logits, metadata.temperature, metadata.seeds)
         return draw(logits, metadata.temperature, metadata.seeds, threshold=threshold)
 
     def _gumbel_op(self, device: torch.device) -> GumbelArgmax:
