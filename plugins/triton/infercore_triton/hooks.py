@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from infercore.plugin_api import RegisterFn, hookimpl
 
-INFERCORE_PLUGIN_API = (1, 3)
+INFERCORE_PLUGIN_API = (1, 4)  # apply_penalties and the thresholded gumbel_argmax
 
 #: Platforms whose devices Triton compiles for; each gets the kernels below as its custom ops.
 TRITON_PLATFORMS = ("cuda", "rocm", "xpu")
