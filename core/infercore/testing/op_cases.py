@@ -31,6 +31,18 @@ def _positions(gen: torch.Generator, device: torch.device, n: int = 7) -> torch.
     return torch.randint(0, 64, (n,), generator=gen).to(device)
 
 
+def _penalty_args(gen: torch.Generator, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Float32 logits of 4 rows reading rows of 5-row seen-token tables; one row with no penalty."""
+    logits = torch.randn(4, 50, generator=gen).to(device)
+    prompt = (torch.rand(5, 50, generator=gen) < 0.2).to(device)
+    counts = torch.randint(0, 3, (5, 50), generator=gen, dtype=torch.int32).to(device)
+    rows = torch.tensor([2, 0, 4, 1], device=device)
+    repetition = torch.tensor([1.3, 1.0, 0.8, 1.1], device=device)
+    presence = torch.tensor([0.5, 0.0, -0.2, 0.0], device=device)
+    frequency = torch.tensor([0.1, 0.0, 0.3, 0.0], device=device)
+    return logits, rows, prompt, counts, repetition, presence, frequency
+
+
 def _fp8_weight(gen: torch.Generator, device: torch.device, n: int, k: int,
                 block: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """An FP8 weight [n, k] and its float32 scales: per block of ``block`` x ``block``, or per row."""
@@ -61,6 +73,7 @@ OP_INPUTS: dict[str, Inputs] = {
     "fp8_linear": lambda d, t, g: (_rand(g, d, t, 5, 64), *_fp8_weight(g, d, 32, 64, None), _rand(g, d, t, 32)),
     "fp8_block_linear": lambda d, t, g: (_rand(g, d, t, 5, 256), *_fp8_weight(g, d, 256, 256, 128), 128, 128,
                                          _rand(g, d, t, 256)),
+    "apply_penalties": lambda d, t, g: _penalty_args(g, d),
     "gumbel_argmax": lambda d, t, g: (_rand(g, d, t, 6, 50) * 3, torch.tensor([0.0, 0.0, 0.7, 1.0, 0.0, 2.0],
                                       device=d), torch.arange(6, device=d) * 7919),
 }
