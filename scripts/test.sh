@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 PY=${PYTHON:-python3}
 "$PY" -m ruff check .
-"$PY" -m pytest -q "$@"
+"$PY" -m pytest -q --durations=25 "$@"
