@@ -40,17 +40,28 @@ def _raw_response(status: int, phrase: str, message: str) -> bytes:
     return head.encode() + body
 
 
-class BoundedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a per-request read deadline and a connection cap (class attributes;
-    make a configured subclass with :func:`bounded_h11_protocol`)."""
+class _ReadGuard:
+    """The guard both protocols share (mixed in before uvicorn's protocol class): the connection cap
+    checked as a connection opens, and the read deadline's timer. A protocol says when a request is
+    being read (:meth:`_reading`) and whether nothing of it reached the application yet, so a 408 can
+    still be written (:meth:`_may_answer_408`)."""
 
     read_timeout: float = 30.0
     max_connections: int = 4096
 
     _read_deadline: asyncio.TimerHandle | None = None
+    connections: Any
+    transport: Any
+    loop: Any
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+    def _reading(self) -> bool:
+        raise NotImplementedError
+
+    def _may_answer_408(self) -> bool:
+        raise NotImplementedError
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
         if len(self.connections) > self.max_connections:
             transport.write(_raw_response(503, "Service Unavailable",
                                           f"the server holds its limit of {self.max_connections} connections; "
@@ -59,16 +70,9 @@ class BoundedH11Protocol(H11Protocol):
             return
         self._start_deadline()
 
-    def data_received(self, data: bytes) -> None:
-        if self._read_deadline is None and self.conn.their_state in _READING:
-            self._start_deadline()  # the next request of a kept-alive connection begins
-        super().data_received(data)
-        if self.conn.their_state not in _READING:
-            self._stop_deadline()
-
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_deadline()
-        super().connection_lost(exc)
+        super().connection_lost(exc)  # type: ignore[misc]
 
     def _start_deadline(self) -> None:
         self._stop_deadline()
@@ -81,13 +85,31 @@ class BoundedH11Protocol(H11Protocol):
 
     def _deadline_passed(self) -> None:
         self._read_deadline = None
-        if self.transport.is_closing() or self.conn.their_state not in _READING:
+        if self.transport.is_closing() or not self._reading():
             return
-        if self.conn.their_state is h11.IDLE and self.conn.our_state is h11.IDLE:
+        if self._may_answer_408():
             # Nothing reached the application yet, so the 408 can't interleave with its response.
             self.transport.write(_raw_response(408, "Request Timeout",
                                                f"the request was not sent whole within {self.read_timeout:g} s"))
         self.transport.close()
+
+
+class BoundedH11Protocol(_ReadGuard, H11Protocol):
+    """uvicorn's h11 protocol with a per-request read deadline and a connection cap (class attributes;
+    make a configured subclass with :func:`bounded_h11_protocol`)."""
+
+    def _reading(self) -> bool:
+        return self.conn.their_state in _READING
+
+    def _may_answer_408(self) -> bool:
+        return self.conn.their_state is h11.IDLE and self.conn.our_state is h11.IDLE
+
+    def data_received(self, data: bytes) -> None:
+        if self._read_deadline is None and self._reading():
+            self._start_deadline()  # the next request of a kept-alive connection begins
+        super().data_received(data)
+        if not self._reading():
+            self._stop_deadline()
 
 
 def httptools_available() -> bool:
@@ -103,31 +125,23 @@ def _httptools_protocol() -> type[Any]:
         return BoundedHttpToolsProtocol
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    class _Bounded(HttpToolsProtocol):  # type: ignore[misc]
+    class _Bounded(_ReadGuard, HttpToolsProtocol):  # type: ignore[misc]
         """uvicorn's httptools protocol with the same read deadline, connection cap and header-size
         limit as :class:`BoundedH11Protocol` (h11 refuses a request whose head passes
         ``MAX_HEAD_BYTES``; httptools has no limit of its own, so this one answers 431 and closes). A
         request is being read from its first byte until the parser completes it; a new connection
         counts as one that may begin a request."""
 
-        read_timeout: float = 30.0
-        max_connections: int = 4096
         _head_bytes = 0
         _refused = False
-
-        _read_deadline: asyncio.TimerHandle | None = None
         _in_request = True  # a fresh connection: nothing read yet, but its deadline runs
         _headers_seen = False
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            if len(self.connections) > self.max_connections:
-                transport.write(_raw_response(503, "Service Unavailable",
-                                              f"the server holds its limit of {self.max_connections} "
-                                              "connections; retry later"))
-                transport.close()
-                return
-            self._start_deadline()
+        def _reading(self) -> bool:
+            return self._in_request
+
+        def _may_answer_408(self) -> bool:
+            return not self._headers_seen and (self.cycle is None or self.cycle.response_complete)
 
         def data_received(self, data: bytes) -> None:
             if self._read_deadline is None and not self._in_request:
@@ -178,29 +192,6 @@ def _httptools_protocol() -> type[Any]:
             self._in_request = False
             if not self._refused:
                 super().on_message_complete()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._stop_deadline()
-            super().connection_lost(exc)
-
-        def _start_deadline(self) -> None:
-            self._stop_deadline()
-            self._read_deadline = self.loop.call_later(self.read_timeout, self._deadline_passed)
-
-        def _stop_deadline(self) -> None:
-            if self._read_deadline is not None:
-                self._read_deadline.cancel()
-                self._read_deadline = None
-
-        def _deadline_passed(self) -> None:
-            self._read_deadline = None
-            if self.transport.is_closing() or not self._in_request:
-                return
-            if not self._headers_seen and (self.cycle is None or self.cycle.response_complete):
-                # Nothing of this request reached the application, so the 408 can't interleave.
-                self.transport.write(_raw_response(408, "Request Timeout",
-                                                   f"the request was not sent whole within {self.read_timeout:g} s"))
-            self.transport.close()
 
     _Bounded.__name__ = _Bounded.__qualname__ = "BoundedHttpToolsProtocol"
     BoundedHttpToolsProtocol = _Bounded
