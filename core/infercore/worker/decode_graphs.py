@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 import torch
@@ -21,6 +21,14 @@ def capture_sizes(max_num_seqs: int) -> list[int]:
     if sizes[-1] != max_num_seqs:
         sizes.append(max_num_seqs)
     return sizes
+
+
+def smallest_captured(sizes: list[int], captured: Container[int], wanted: int) -> int | None:
+    """The smallest of ``sizes`` (ascending) that holds ``wanted``, if it was captured; else None."""
+    for size in sizes:
+        if size >= wanted:
+            return size if size in captured else None
+    return None
 
 
 class DecodeGraphs:
@@ -55,10 +63,7 @@ class DecodeGraphs:
 
     def padded_size(self, num_reqs: int) -> int | None:
         """The captured size a batch of ``num_reqs`` decodes pads to, or None if none fits."""
-        for size in self.sizes:
-            if size >= num_reqs:
-                return size if size in self.graphs else None
-        return None
+        return smallest_captured(self.sizes, self.graphs, num_reqs)
 
     def replay(self, size: int) -> torch.Tensor:
         graph, out = self.graphs[size]

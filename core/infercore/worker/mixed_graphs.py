@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from infercore.forward_context import ForwardContext, get_forward_context, set_forward_context
+from infercore.worker.decode_graphs import smallest_captured
 
 logger = logging.getLogger(__name__)
 
@@ -157,10 +158,7 @@ class MixedGraphs:
 
     def padded_size(self, num_tokens: int) -> int | None:
         """The captured size a step of ``num_tokens`` tokens pads to, or None if none fits."""
-        for size in self.sizes:
-            if size >= num_tokens:
-                return size if size in self._captured else None
-        return None
+        return smallest_captured(self.sizes, self._captured, num_tokens)
 
     def replay(self, size: int) -> torch.Tensor:
         """Run the captured pieces of ``size`` with the step's attention between them; the forward
