@@ -339,9 +339,7 @@ class ModelRunner:
             buf.pad(t, b, pad_to)
             n_reqs = n_tokens = pad_to
         elif pad_tokens_to is not None and pad_tokens_to > t:
-            buf.np_input_ids[t:pad_tokens_to] = 0
-            buf.np_positions[t:pad_tokens_to] = 0
-            buf.np_slot_mapping[t:pad_tokens_to] = -1
+            buf.pad_tokens(t, pad_tokens_to)
             padded = pad_tokens_to
         buf.upload(padded or n_tokens, n_reqs, width)
         return self._metadata(n_reqs, n_tokens, int(layout.num_scheduled.max()), int(layout.seq_lens.max()), width,

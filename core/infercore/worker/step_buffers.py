@@ -91,13 +91,17 @@ class StepBuffers:
             self._active ^= 1
             self._bind()
 
+    def pad_tokens(self, num_tokens: int, padded: int) -> None:
+        """Make tokens ``num_tokens:padded`` padding: token 0 at position 0, written nowhere (slot -1)."""
+        self.np_input_ids[num_tokens:padded] = 0
+        self.np_positions[num_tokens:padded] = 0
+        self.np_slot_mapping[num_tokens:padded] = -1
+
     def pad(self, num_tokens: int, num_reqs: int, padded: int) -> None:
         """Make requests ``num_reqs:padded`` one-token dummies that write nowhere and read nothing."""
         if padded <= num_reqs:
             return
-        self.np_input_ids[num_tokens:padded] = 0
-        self.np_positions[num_tokens:padded] = 0
-        self.np_slot_mapping[num_tokens:padded] = -1
+        self.pad_tokens(num_tokens, padded)
         self.np_query_start_loc[num_reqs + 1: padded + 1] = np.arange(num_tokens + 1, num_tokens + 1 + padded - num_reqs)
         self.np_seq_lens[num_reqs:padded] = 0
         self.np_block_table[num_reqs:padded] = 0
