@@ -24,3 +24,13 @@ def test_matches_torch_topk(vocab: int, width: int) -> None:
 def test_strided_rows() -> None:
     logits = torch.randn((4, 2 * 40000))[:, ::2]
     assert torch.equal(top_values(logits, 20), logits.topk(20, dim=-1).values)
+
+
+def test_top_values_crowded_into_one_block() -> None:
+    """All of a row's largest values in one block, the rest of the row tied just below them."""
+    logits = torch.full((2, 151936), -1.0)
+    logits[0, 384:384 + 128] = torch.arange(128, dtype=torch.float32)
+    logits[1, 5:7] = 3.0
+    logits[1, 151900:] = 2.0  # the tail past the last whole block
+    for width in (1, 50, 100):
+        assert torch.equal(top_values(logits, width), logits.topk(width, dim=-1).values)
