@@ -37,8 +37,9 @@ def test_w_gpu_moe_is_qwen3_30b_a3b_shaped() -> None:
     assert len(prompts) == 256 and {len(p) for p in prompts} == {512} and set(max_tokens) == {256}
 
 
+@pytest.mark.parametrize("hf_args", [(), ("--hf-mode", "static", "--hf-batch-size", "2")])
 def test_shrunken_w_gpu_moe_runs_in_infercore_and_hf(monkeypatch: pytest.MonkeyPatch,
-                                                     capfd: pytest.CaptureFixture[str]) -> None:
+                                                     capfd: pytest.CaptureFixture[str], hf_args: tuple[str, ...]) -> None:
     full = WORKLOADS["w-gpu-moe"]
     tiny = dataclasses.replace(
         full, name="t-moe", dtype="float32", max_model_len=64, num_requests=3, prompt_len=(8, 12),
@@ -48,8 +49,15 @@ def test_shrunken_w_gpu_moe_runs_in_infercore_and_hf(monkeypatch: pytest.MonkeyP
                       "num_experts_per_tok": 2, "moe_intermediate_size": 16, "intermediate_size": 64,
                       "max_position_embeddings": 256, "torch_dtype": "float32"})
     monkeypatch.setitem(WORKLOADS, tiny.name, tiny)
-    assert throughput.run(_parse("--workload", "t-moe", "--compare-hf", "--no-progress", "--threads", "1")) == 0
+    assert throughput.run(_parse("--workload", "t-moe", "--compare-hf", "--no-progress", "--threads", "1",
+                                 *hf_args)) == 0
     ours, hf = [json.loads(line) for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
     assert ours["workload"] == hf["workload"] == "t-moe"
     assert ours["output_tokens"] == sum(tiny.requests(0)[1]) and hf["engine"] == "hf-transformers"
     assert hf["output_tokens"] > 0 and hf["ratio_infercore_over_hf"] > 0
+    if hf_args:  # sorted by prompt length, batches of two, each run to its longest request
+        prompts, max_tokens = tiny.requests(0)
+        order = sorted(range(3), key=lambda i: len(prompts[i]))
+        batches = [order[:2], order[2:]]
+        assert hf["mode"].startswith("generate, static batches of 2")
+        assert hf["output_tokens"] == sum(len(b) * max(max_tokens[i] for i in b) for b in batches)

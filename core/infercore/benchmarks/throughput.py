@@ -126,7 +126,7 @@ def _release_device_memory() -> None:
 
 
 def run_hf(workload: Workload, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """HF transformers on the same workload: static batches (CPU) or ``generate_batch`` (GPU)."""
+    """HF transformers on the same workload: static batches of ``generate`` or ``generate_batch`` (``--hf-mode``)."""
     import torch
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
@@ -142,7 +142,8 @@ def run_hf(workload: Workload, folder: Path, args: argparse.Namespace) -> dict[s
     sample = workload.temperature > 0
     # HF takes the temperature only: the comparison is of the plain workload's work.
     options = f"; {sorted(workload.sampling_options)} not applied" if workload.sampling_options else ""
-    if device == "cuda":
+    mode_name = args.hf_mode if args.hf_mode != "auto" else ("generate_batch" if device == "cuda" else "static")
+    if mode_name == "generate_batch":
         new_tokens = round(sum(max_tokens) / len(max_tokens))  # generate_batch takes one length for all
         gen = GenerationConfig(max_new_tokens=new_tokens, do_sample=sample, temperature=workload.temperature or None,
                                eos_token_id=None, pad_token_id=0)
@@ -153,28 +154,45 @@ def run_hf(workload: Workload, folder: Path, args: argparse.Namespace) -> dict[s
         tokens = sum(len(r.generated_tokens) for r in results.values())
         mode = f"generate_batch, max_new_tokens={new_tokens} for all"
     else:
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        batch_size = 16
-        tokens, elapsed = 0, 0.0
-        for b in range(0, len(order), batch_size):
-            idx = order[b: b + batch_size]
-            width = max(len(prompts[i]) for i in idx)
-            ids = torch.zeros((len(idx), width), dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for row, i in enumerate(idx):  # left padding
-                ids[row, width - len(prompts[i]):] = torch.tensor(prompts[i])
-                mask[row, width - len(prompts[i]):] = 1
-            new = max(max_tokens[i] for i in idx)
-            start = time.perf_counter()
-            with torch.no_grad():
-                out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
-                                     do_sample=sample, pad_token_id=0)
-            elapsed += time.perf_counter() - start
-            tokens += (out.shape[1] - width) * len(idx)
-        mode = "generate, static batches of 16 sorted by length"
+        batch_size = args.hf_batch_size or (16 if device == "cpu" else len(prompts))
+        tokens, elapsed = _hf_static_batches(model, prompts, max_tokens, batch_size, sample, device)
+        mode = f"generate, static batches of {batch_size} sorted by length"
     return {"engine": "hf-transformers", "version": transformers.__version__, "mode": mode + options,
             "requests": len(prompts), "output_tokens": tokens, "wall_s": round(elapsed, 3),
             "output_tok_s": round(tokens / elapsed, 1)}
+
+
+def _hf_static_batches(model: Any, prompts: list[list[int]], max_tokens: list[int], batch_size: int, sample: bool,
+                       device: str) -> tuple[int, float]:
+    """HF ``generate`` over left-padded batches of prompts sorted by length, each run to its longest request's
+    length: (output tokens generated, seconds). One batch of the first few requests runs first, untimed."""
+    import torch
+
+    def run(idx: list[int]) -> int:
+        width = max(len(prompts[i]) for i in idx)
+        ids = torch.zeros((len(idx), width), dtype=torch.long, device=device)
+        mask = torch.zeros_like(ids)
+        for row, i in enumerate(idx):  # left padding
+            ids[row, width - len(prompts[i]):] = torch.tensor(prompts[i], device=device)
+            mask[row, width - len(prompts[i]):] = 1
+        new = max(max_tokens[i] for i in idx)
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                                 do_sample=sample, pad_token_id=0)
+        return (out.shape[1] - width) * len(idx)
+
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    if device == "cuda":
+        run(order[:4])
+        torch.cuda.synchronize()
+    tokens, elapsed = 0, 0.0
+    for b in range(0, len(order), batch_size):
+        start = time.perf_counter()
+        tokens += run(order[b: b + batch_size])
+        if device == "cuda":
+            torch.cuda.synchronize()
+        elapsed += time.perf_counter() - start
+    return tokens, elapsed
 
 
 def _at_least_one(text: str) -> int:
@@ -208,6 +226,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--load-format", choices=["dummy"], default="dummy", help="weights: random (dummy)")
     p.add_argument("--compare-hf", action="store_true", help="also run HF transformers in the same run")
     p.add_argument("--hf-num-requests", type=int, default=None, help="run HF on only the first N requests")
+    p.add_argument("--hf-mode", choices=["auto", "generate_batch", "static"], default="auto",
+                   help="HF's batching: continuous (generate_batch) or static padded batches of generate; "
+                        "auto: generate_batch on a GPU, static on a CPU")
+    p.add_argument("--hf-batch-size", type=_at_least_one, default=None,
+                   help="requests per static HF batch (default: 16 on a CPU, all of them on a GPU)")
     p.add_argument("--num-requests", type=int, default=None, help="override the workload's request count")
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
