@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 
+from infercore.engine.latency_trace import TraceWriter, now_ns, open_writer
+
 #: Above this share of one core, a client process may be slowing the load it measures.
 CLIENT_BUSY = 0.8
 #: Added to --seed for the offline prefill probes' prompts, so they differ from the run's.
@@ -47,8 +49,10 @@ def make_prompts(num: int, input_len: int, token_ids: bool, vocab_size: int, see
     return [" ".join(rng.choice(_WORDS) for _ in range(input_len)) for _ in range(num)]
 
 
-async def _one(client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]) -> RequestResult:
+async def _one(client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str],
+               trace: TraceWriter | None = None, label: str | None = None) -> RequestResult:
     result = RequestResult()
+    record: dict[str, Any] | None = {"label": label, "id": None, "send": now_ns(), "events": []} if trace else None
     start = last = time.perf_counter()
     try:
         async with client.stream("POST", url, json=body, headers=headers) as response:
@@ -58,7 +62,11 @@ async def _one(client: httpx.AsyncClient, url: str, body: dict[str, Any], header
             async for line in response.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
+                arrived = now_ns()
                 chunk = json.loads(line[6:])
+                if record is not None:
+                    record["events"].append(arrived)
+                    record["id"] = chunk.get("id", record["id"])
                 if "error" in chunk:
                     result.error = str(chunk["error"].get("message"))[:200]
                     return result
@@ -76,6 +84,8 @@ async def _one(client: httpx.AsyncClient, url: str, body: dict[str, Any], header
         result.error = f"{type(exc).__name__}: {exc}"[:200]
         return result
     result.latency = time.perf_counter() - start
+    if trace is not None and record is not None:
+        trace.write(record)
     return result
 
 
@@ -146,6 +156,7 @@ async def _run_share(args: argparse.Namespace, model: str, prompts: list[Any], c
     base_url = args.base_url.rstrip("/")
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    trace = open_writer("client")
     cpu_start, wall_start = time.process_time(), time.time()
     async with httpx.AsyncClient(timeout=httpx.Timeout(args.timeout), limits=limits) as client:
         semaphore = asyncio.Semaphore(concurrency) if concurrency else None
@@ -156,10 +167,10 @@ async def _run_share(args: argparse.Namespace, model: str, prompts: list[Any], c
             body = {"model": model, "prompt": prompt, "max_tokens": args.output_len, "temperature": 0.0,
                     "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
             if semaphore is None:
-                result = await _one(client, f"{base_url}/v1/completions", body, headers)
+                result = await _one(client, f"{base_url}/v1/completions", body, headers, trace, args.label)
             else:
                 async with semaphore:
-                    result = await _one(client, f"{base_url}/v1/completions", body, headers)
+                    result = await _one(client, f"{base_url}/v1/completions", body, headers, trace, args.label)
             progress.update(1)
             return result
 
@@ -170,6 +181,8 @@ async def _run_share(args: argparse.Namespace, model: str, prompts: list[Any], c
                 await asyncio.sleep(rng.expovariate(rate))
         results = await asyncio.gather(*tasks)
         progress.close()
+    if trace is not None:
+        trace.close()
     return ShareResult(list(results), time.process_time() - cpu_start, wall_start, time.time())
 
 

@@ -21,6 +21,7 @@ from infercore.distributed.dp_client import DataParallelClient, make_engine_clie
 from infercore.engine.core_client import EngineCoreClient, EngineDeadError
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
 from infercore.engine.input_processor import InputProcessor
+from infercore.engine.latency_trace import ApiTrace, now_ns, open_writer, request_stamps
 from infercore.engine.messages import SchedulerStats
 from infercore.engine.model_info import ModelInfo
 from infercore.engine.output_processor import OutputProcessor, RequestOutputKind
@@ -97,6 +98,9 @@ class AsyncLLM:
         #: Sequences this process sent since the engine's latest stats (which count every API server's).
         self._sent_since_stats = 0
         self._tasks: list[asyncio.Task[None]] = []
+        writer = open_writer("api")
+        #: The latency trace's stamps (``INFERCORE_TRACE_LATENCY=1``); None when it is off.
+        self.trace = ApiTrace(writer) if writer is not None else None
 
     @classmethod
     async def start(cls, config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
@@ -165,10 +169,14 @@ class AsyncLLM:
         self._requests[request_id] = tracked
         self._num_sequences += len(tracked.engine_ids)
         self._sent_since_stats += len(tracked.engine_ids)
+        if self.trace is not None:
+            self.trace.begin(request_id, tracked.engine_ids, {**(request_stamps.get() or {}), "validated": now_ns()})
         finished = False
         try:
             for engine_request in processed.engine_requests:
                 await self.client.add_request(engine_request)
+            if self.trace is not None:
+                self.trace.stamp(request_id, "handed")
             while not finished:
                 item = await tracked.stream.get()
                 self._record(timing, item)
@@ -182,6 +190,8 @@ class AsyncLLM:
             timing.aborted = not finished
             timing.finished = time.monotonic()
             self.listener.on_request_done(timing)
+            if self.trace is not None:
+                self.trace.finish(request_id, tracked.engine_ids, aborted=not finished)
 
     @staticmethod
     def _record(timing: RequestTiming, output: RequestOutput) -> None:
@@ -213,6 +223,8 @@ class AsyncLLM:
         try:
             while True:
                 outputs = await self.client.get_outputs()
+                if self.trace is not None:
+                    self.trace.received(outputs.outputs, now_ns())
                 if outputs.stats is not None:
                     self.stats = outputs.stats
                     self._sent_since_stats = 0
@@ -252,6 +264,8 @@ class AsyncLLM:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.client.close()
+        if self.trace is not None:
+            self.trace.writer.close()
 
 
 def _log_failure(task: asyncio.Future[None]) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import zmq
 
 from infercore.config import InfercoreConfig
+from infercore.engine.latency_trace import EngineTrace, now_ns, open_writer
 from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from infercore.engine.output_sender import OutputSender
 from infercore.engine.serial import (
@@ -58,11 +59,12 @@ class EngineLoop:
 
     ``inputs`` is one socket, or one per API server process (index ``i`` pairs with the sender's
     output socket ``i``). The loop never writes to an output socket itself: each step's outputs go
-    to ``sender``, whose thread encodes and sends them while the next step runs.
+    to ``sender``, whose thread encodes and sends them while the next step runs. ``trace`` (with
+    ``INFERCORE_TRACE_LATENCY=1``) stamps each request's arrival and steps.
     """
 
     def __init__(self, engine: Any, inputs: zmq.Socket | Sequence[zmq.Socket], sender: OutputSender,
-                 parent_pid: int) -> None:
+                 parent_pid: int, trace: EngineTrace | None = None) -> None:
         self.engine = engine
         self.inputs = list(inputs) if isinstance(inputs, Sequence) else [inputs]
         self._poller: zmq.Poller | None = None
@@ -72,6 +74,7 @@ class EngineLoop:
                 self._poller.register(socket, zmq.POLLIN)
         self.sender = sender
         self.parent_pid = parent_pid
+        self.trace = trace
         self.codec = WireCodec()
         #: Whether an idle step should report the emptied queues and freed KV blocks.
         self._report_idle = False
@@ -79,8 +82,9 @@ class EngineLoop:
     def _parent_alive(self) -> bool:
         return os.getppid() == self.parent_pid
 
-    def _handle(self, frames: list[bytes], client: int = 0) -> bool:
-        """Apply one message from API server ``client``; returns True when it changed the set of requests."""
+    def _handle(self, frames: list[bytes], client: int = 0, recv_ns: int = 0) -> bool:
+        """Apply one message from API server ``client`` (read at ``recv_ns``, for the latency trace);
+        returns True when it changed the set of requests."""
         try:
             kind, message = self.codec.decode(frames)
         except Exception as exc:  # whatever a peer sent, the engine lives on
@@ -93,10 +97,15 @@ class EngineLoop:
             except Exception as exc:  # a request the engine cannot take fails alone
                 logger.warning("request %s refused: %s", message.request_id, _user_message(exc))
                 self._fail_request(message.request_id, _user_message(exc))
+            else:
+                if self.trace is not None:
+                    self.trace.received(message.request_id, recv_ns)
             return True
         if isinstance(message, AbortRequests):
             self.engine.abort_requests(message.request_ids)
             self.sender.forget(message.request_ids)
+            if self.trace is not None:
+                self.trace.forget(message.request_ids)
             return True
         return False
 
@@ -131,7 +140,7 @@ class EngineLoop:
                     frames = socket.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                changed |= self._handle(frames, client)
+                changed |= self._handle(frames, client, now_ns() if self.trace is not None else 0)
         return changed
 
     def _send(self, outputs: EngineCoreOutputs) -> None:
@@ -142,12 +151,20 @@ class EngineLoop:
         busy = self.engine.has_unfinished_requests()
         self._report_idle |= self._drain_input(0 if busy else _IDLE_POLL_MS)
         if self.engine.has_unfinished_requests():
-            self._send(self.engine.step())
+            self._send(self._step())
             self._report_idle = True
         elif self._report_idle:
             # One step with nothing scheduled reports the emptied queues and freed KV blocks.
             self._send(self.engine.step())
             self._report_idle = False
+
+    def _step(self) -> EngineCoreOutputs:
+        if self.trace is None:
+            return self.engine.step()
+        self.trace.step_started()
+        outputs = self.engine.step()
+        self.trace.step_done(outputs.outputs)
+        return outputs
 
     def run(self) -> int:
         while self._parent_alive():
@@ -198,14 +215,18 @@ def run_engine_core(config_json: str, input_address: str | Sequence[str], output
             return
         for socket in output_sockets:
             socket.send_multipart(codec.encode(ready))
-        sender = OutputSender(*output_sockets)
+        writer = open_writer("engine")
+        trace = EngineTrace(writer) if writer is not None else None
+        sender = OutputSender(*output_sockets, trace=trace)
         try:
-            code = EngineLoop(engine, input_sockets, sender, parent_pid).run()
+            code = EngineLoop(engine, input_sockets, sender, parent_pid, trace).run()
         except Exception as exc:
             logger.exception("engine step failed")
             sender.send_message(EngineFailure(_user_message(exc)), MessageKind.ENGINE_DEAD)
         finally:
             sender.close()
+            if writer is not None:
+                writer.close()
     finally:
         if engine is not None:
             engine.shutdown()

@@ -23,6 +23,7 @@ from typing import Any
 
 import zmq
 
+from infercore.engine.latency_trace import EngineTrace
 from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs
 from infercore.engine.serial import MessageKind, WireCodec
 
@@ -35,13 +36,16 @@ _FORGET = object()
 
 
 class OutputSender:
-    """Owns the output sockets once started; ``send`` queues, the IO thread routes, encodes and writes."""
+    """Owns the output sockets once started; ``send`` queues, the IO thread routes, encodes and writes.
 
-    def __init__(self, *sockets: zmq.Socket) -> None:
+    ``trace`` (with ``INFERCORE_TRACE_LATENCY=1``) stamps each output as it is written."""
+
+    def __init__(self, *sockets: zmq.Socket, trace: EngineTrace | None = None) -> None:
         if not sockets:
             raise ValueError("OutputSender needs at least one output socket")
         self.sockets = list(sockets)
         self.codec = WireCodec()
+        self.trace = trace
         #: Request id → index of the socket (API server) its outputs go to; used with several sockets.
         self._routes: dict[str, int] = {}
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -134,6 +138,8 @@ class OutputSender:
         except Exception:  # one batch that cannot be encoded must not silence the rest
             logger.exception("the engine could not encode an output message")
             return True
+        if self.trace is not None and isinstance(message, EngineCoreOutputs):
+            self.trace.written(message.outputs)
         try:
             if droppable:
                 socket.send_multipart(frames, zmq.NOBLOCK)

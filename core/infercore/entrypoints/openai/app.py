@@ -9,6 +9,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from infercore.config import InfercoreConfig
 from infercore.engine.async_llm import AsyncLLM
+from infercore.engine.latency_trace import trace_enabled
 from infercore.entrypoints.openai.errors import install_error_handlers
 from infercore.entrypoints.openai.metrics import ServerMetrics
 from infercore.entrypoints.openai.middleware import GuardMiddleware
@@ -48,5 +49,6 @@ def build_app(config: InfercoreConfig, engine: AsyncLLM, metrics: ServerMetrics,
         app.add_middleware(CORSMiddleware, allow_origins=config.serve.allowed_origins, allow_methods=["*"],
                            allow_headers=["*"])
     app.add_middleware(GuardMiddleware, api_key=config.serve.api_key,
-                       max_body_bytes=config.serve.max_request_body_bytes, drain=state.drain)
+                       max_body_bytes=config.serve.max_request_body_bytes, drain=state.drain,
+                       trace_latency=trace_enabled())
     return app

@@ -22,6 +22,7 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from infercore.engine.latency_trace import SCOPE_KEY, now_ns, trace_enabled
 from infercore.entrypoints.openai.errors import error_body
 
 #: Client states in which a request has begun (or may begin) but is not whole yet.
@@ -136,6 +137,8 @@ def _httptools_protocol() -> type[Any]:
         _refused = False
         _in_request = True  # a fresh connection: nothing read yet, but its deadline runs
         _headers_seen = False
+        #: Stamp each request's first bytes for the latency trace (INFERCORE_TRACE_LATENCY=1).
+        trace_latency = False
 
         def _reading(self) -> bool:
             return self._in_request
@@ -157,6 +160,8 @@ def _httptools_protocol() -> type[Any]:
             self._headers_seen = False
             self._head_bytes = 0
             super().on_message_begin()
+            if self.trace_latency:
+                self.scope[SCOPE_KEY] = {"http_begin": now_ns()}  # type: ignore[typeddict-unknown-key]
 
         def on_url(self, url: bytes) -> None:
             self._count_head(len(url))
@@ -212,7 +217,8 @@ def bounded_http_protocol(read_timeout: float, max_connections: int, parser: str
     if not use_httptools:
         return bounded_h11_protocol(read_timeout, max_connections)
     return type("ConfiguredHttpToolsProtocol", (_httptools_protocol(),),
-                {"read_timeout": read_timeout, "max_connections": connection_cap(max_connections)})
+                {"read_timeout": read_timeout, "max_connections": connection_cap(max_connections),
+                 "trace_latency": trace_enabled()})
 
 
 def connection_cap(max_connections: int) -> int:

@@ -7,6 +7,7 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from infercore.engine.latency_trace import SCOPE_KEY, now_ns, request_stamps
 from infercore.entrypoints.openai.errors import error_body
 from infercore.entrypoints.openai.state import DrainState
 
@@ -26,11 +27,14 @@ class GuardMiddleware:
     """API key check (deny by default, constant-time), drain refusal, body-size bound, in-flight count.
 
     ``drain.draining`` is read per request; ``drain.in_flight`` counts the HTTP requests being served so
-    a drain can wait for them.
+    a drain can wait for them. With ``trace_latency`` each request's task carries its latency-trace
+    stamps (``latency_trace.request_stamps``): the protocol's, the app's start and the body's end.
     """
 
-    def __init__(self, app: ASGIApp, api_key: str | None, max_body_bytes: int, drain: DrainState) -> None:
+    def __init__(self, app: ASGIApp, api_key: str | None, max_body_bytes: int, drain: DrainState,
+                 trace_latency: bool = False) -> None:
         self.app = app
+        self.trace_latency = trace_latency
         self.api_key = api_key.encode() if api_key else None
         self.max_body_bytes = max_body_bytes
         self.drain = drain
@@ -49,6 +53,7 @@ class GuardMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        stamps = {**scope.get(SCOPE_KEY, {}), "app_start": now_ns()} if self.trace_latency else None
         if scope.get("method") == "OPTIONS" and self.api_key is not None:
             # CORS preflights carry no credentials; the CORS layer inside answers them.
             await self.app(scope, receive, send)
@@ -64,6 +69,9 @@ class GuardMiddleware:
         buffered = await self._read_body(scope, receive, send)
         if buffered is None:
             return
+        if stamps is not None:
+            stamps["body_read"] = now_ns()
+            request_stamps.set(stamps)
         self.drain.in_flight += 1
         try:
             await self.app(scope, buffered, send)

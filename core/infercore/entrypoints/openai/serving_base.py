@@ -14,6 +14,7 @@ from starlette.requests import Request
 from infercore.config import InfercoreConfig
 from infercore.engine.async_llm import AsyncLLM, EngineShuttingDownError, QueueFullError
 from infercore.engine.core_client import EngineDeadError
+from infercore.engine.latency_trace import now_ns, request_stamps
 from infercore.entrypoints.openai.errors import APIError, error_body
 from infercore.entrypoints.openai.offload import off_loop
 from infercore.entrypoints.openai.protocol import GenerateRequest
@@ -55,6 +56,13 @@ class OpenAIServing:
         self.config = config
         self.model_name = model_name
         self.tokenizer = engine.tokenizer
+
+    @staticmethod
+    def stamp_parsed() -> None:
+        """Latency trace: the request's body is parsed and validated into its request model."""
+        stamps = request_stamps.get()
+        if stamps is not None:
+            stamps["parsed"] = now_ns()
 
     def check_fan_out(self, num_prompts: int, n: int) -> None:
         """400 when one request asks for more sequences (prompts x n) than ``--max-sequences-per-request``."""

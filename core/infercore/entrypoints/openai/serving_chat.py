@@ -120,6 +120,7 @@ class OpenAIServingChat(OpenAIServing):
                            "remove the key it names", "chat_template_kwargs") from None
 
     async def create(self, req: ChatCompletionRequest, raw: Request) -> Response:
+        self.stamp_parsed()
         self.check_model(req.model)
         self._check_features(req)
         self.check_fan_out(1, req.n or 1)

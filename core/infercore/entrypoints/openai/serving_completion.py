@@ -94,6 +94,7 @@ class OpenAIServingCompletion(OpenAIServing):
         return max(wanted) if wanted else None
 
     async def create(self, req: CompletionRequest, raw: Request) -> Response:
+        self.stamp_parsed()
         self.check_model(req.model)
         if req.suffix:
             raise APIError(400, "suffix is not supported; put the whole text in the prompt", "suffix")
@@ -262,6 +263,9 @@ class OpenAIServingCompletion(OpenAIServing):
                     batch.append(sse(chunk.model_dump(exclude=None if continuous_usage else {"usage"})).encode())
                 if batch:
                     yield b"".join(batch)
+                    if self.engine.trace is not None:
+                        self.engine.trace.sse_written(f"{request_id}-{prompt_index}", len(batch),
+                                                      sum(c.num_tokens for c in choices.values()))
                     batch.clear()
                 item = await anext(rest, None)
             if include_usage:
