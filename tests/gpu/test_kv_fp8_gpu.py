@@ -4,8 +4,6 @@ and stay near the unquantized cache; the backend passes the conformance kit's fp
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 from gpu_marks import requires_gpu
@@ -16,7 +14,7 @@ from infercore.attention.reference import write_kv as reference_write_kv
 from infercore.kv_cache.fp8 import FP8_KV_DTYPE, quantize_kv
 from infercore.testing.attention_cases import FP8_CASES, run_case
 from infercore_triton.backend import TritonAttentionBackend, choose_num_splits
-from infercore_triton.decode_attention import DecodeConfig, decode_attention
+from infercore_triton.decode_attention import decode_attention
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
 
@@ -61,13 +59,12 @@ def test_fp8_decode_long_contexts(head_size: int, group: int) -> None:
     scale = head_size**-0.5
     expected = _quantized_reference(case, ref_cache, scale)
     unquantized = reference_attention(case, scale, dtype=torch.float32, device="cuda")
-    for splits, config in itertools.product((1, choose_num_splits(len(seq_lens), 4, 8192, 132)),
-                                            (DecodeConfig(), DecodeConfig(block_n=64, fma=True))):
+    for splits in (1, choose_num_splits(len(seq_lens), 4, 8192, 132)):
         out = torch.full_like(case.q, float("nan"))
         decode_attention(case.q, cache, case.seq_lens, case.block_table, scale, out, num_splits=splits,
-                         k_scale=K_SCALE, v_scale=V_SCALE, config=config)
-        assert rel_err(out, expected) < TOLERANCE[torch.bfloat16], f"{splits} splits, {config}"
-        assert rel_err(out, unquantized) < UNQUANTIZED_BOUND, f"{splits} splits, {config}"
+                         k_scale=K_SCALE, v_scale=V_SCALE)
+        assert rel_err(out, expected) < TOLERANCE[torch.bfloat16], f"{splits} splits"
+        assert rel_err(out, unquantized) < UNQUANTIZED_BOUND, f"{splits} splits"
 
 
 @pytest.mark.parametrize("group", [1, 2, 8])

@@ -7,7 +7,7 @@ import torch
 from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
 
 from infercore.attention.reference import write_kv as reference_write_kv
-from infercore_triton.decode_attention import DecodeConfig, decode_attention
+from infercore_triton.decode_attention import decode_attention
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
 
@@ -86,17 +86,3 @@ def test_prefill_sliding_window() -> None:
     prefill_attention(case.q, case.kv_cache, case.query_start_loc, case.seq_lens, case.block_table, 0.125, out,
                       case.max_query_len, sliding_window=24)
     assert rel_err(out, reference_attention(case, 0.125, sliding_window=24)) < TOLERANCE[torch.float32]
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("group", [1, 2, 4])
-def test_decode_elementwise_form_matches_reference(dtype: torch.dtype, group: int) -> None:
-    """``DecodeConfig(fma=True)``: scores and the V sum without ``tl.dot``, split and unsplit."""
-    kv_heads = _kv_heads(group)
-    case = make_case([1, 17, 130], [1] * 3, group * kv_heads, kv_heads, 64, 16, dtype, seed=group)
-    write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
-    for splits in (1, 3):
-        out = torch.full_like(case.q, float("nan"))
-        decode_attention(case.q, case.kv_cache, case.seq_lens, case.block_table, 0.125, out, num_splits=splits,
-                         config=DecodeConfig(block_n=32, fma=True))
-        assert rel_err(out, reference_attention(case, 0.125)) < TOLERANCE[dtype]

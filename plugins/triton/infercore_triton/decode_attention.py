@@ -40,10 +40,6 @@ class DecodeConfig:
     #: own conversion behind the tile's trip through shared memory (fp8 there, read back byte by byte)
     #: and keeps more registers live. 2.79 against 2.38 TB/s on an H200 (batch 256 x context 1024).
     fp8_inline_ptx: bool = True
-    #: Scores and the weighted sum of V as elementwise products and sums on the CUDA cores instead of
-    #: ``tl.dot``. Nothing then needs V in a dot operand's layout, which an fp8 tile only reaches through
-    #: shared memory byte by byte; the products grow with the query group, so it pays for small groups.
-    fma: bool = False
 
 
 def dot_precision(dtype: torch.dtype, settings: KernelSettings | None = None) -> str:
@@ -77,7 +73,7 @@ def _decode_split_kernel(
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, FMA: tl.constexpr,
+    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -97,9 +93,7 @@ def _decode_split_kernel(
     d_mask = d < HEAD
     q = tl.load(q_ptr + seq * stride_qt + heads[:, None] * stride_qh + d[None, :],
                 mask=g_mask[:, None] & d_mask[None, :], other=0.0)
-    if FMA:
-        q = q.to(tl.float32)
-    elif FP16_MATH:
+    if FP16_MATH:
         # Clamped to fp16's range first: an outsized query value saturates instead of becoming inf.
         q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
     # Scores live in base 2 (exp2 is the cheap exponential); the merge kernel stays in base 2 too.
@@ -121,20 +115,13 @@ def _decode_split_kernel(
         else:
             k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
             v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        if FMA:
-            s = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2) * qk_scale
-        else:
-            s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
+        s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(s - m_new[:, None])
         denom = denom * alpha + tl.sum(p, axis=1)
-        if FMA:
-            pv = tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
-        else:
-            pv = tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
-        acc = acc * alpha[:, None] + pv
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
         m = m_new
 
     empty = denom == 0.0
@@ -197,15 +184,12 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     num_seqs, num_heads, head_size = q.shape
     _, _, page, kv_heads, _ = kv_cache.shape
     group = num_heads // kv_heads
-    fp8 = kv_cache.element_size() == 1
-    fp16_math = config.fp8_via_fp16 and fp8 and q.dtype == torch.bfloat16 and not config.fma
-    fp8_ptx = fp8 and (fp16_math or config.fma) and config.fp8_inline_ptx and _runs_ptx(q)
+    fp16_math = config.fp8_via_fp16 and kv_cache.element_size() == 1 and q.dtype == torch.bfloat16
+    fp8_ptx = fp16_math and config.fp8_inline_ptx and _runs_ptx(q)
     if fp8_ptx:
         kv_cache = kv_cache.view(torch.uint8)
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     head_pad = triton.next_power_of_2(head_size)
-    # A dot takes at least 16 rows; the elementwise form only the group's own.
-    group_pad = triton.next_power_of_2(group) if config.fma else max(16, triton.next_power_of_2(group))
     if num_seqs == 0:
         return out
     if num_splits > 1:
@@ -224,9 +208,9 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         out.stride(0), out.stride(1),
         part_out.stride(0), part_out.stride(1), part_out.stride(2),
         part_lse.stride(0), part_lse.stride(1),
-        GROUP=group, GROUP_PAD=group_pad, HEAD=head_size, HEAD_PAD=head_pad,
+        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
         PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits, DOT_PRECISION=dot_precision(q.dtype),
-        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, FMA=config.fma,
+        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:
