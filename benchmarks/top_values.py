@@ -1,5 +1,5 @@
-"""The top values of a batch of logits (the top-k/top-p threshold's search): ``torch.topk`` against the
-chunked and the block search of ``infercore.sample.truncation.top_values``, at W-GPU's decode shape.
+"""The top values of a batch of logits (the top-k/top-p threshold's search): ``torch.topk`` against
+``infercore.sample.truncation.top_values`` and its block search at each block length, at W-GPU's decode shape.
 
 Prints one JSON line per (method, width): median microseconds from ``triton.testing.do_bench``.
 
@@ -23,12 +23,9 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=151936)
     args = parser.parse_args()
     logits = torch.randn((args.batch, args.vocab), device="cuda") * 2
-    methods = {"torch.topk": lambda x, w: x.topk(w, dim=-1).values, "chunks": truncation._top_of_chunks}
-    for block in (64, 128, 256):
-        def blocks(x: torch.Tensor, w: int, block: int = block) -> torch.Tensor:
-            truncation._BLOCK = block
-            return truncation._top_blocks(x, w)
-        methods[f"blocks_{block}"] = blocks
+    methods = {"torch.topk": lambda x, w: x.topk(w, dim=-1).values, "top_values": truncation.top_values}
+    for block in (32, 64, 128, 256):
+        methods[f"blocks_{block}"] = lambda x, w, block=block: truncation._top_blocks(x, w, block)
     for width in (50, 1024):
         want = logits.topk(width, dim=-1).values
         for name, fn in methods.items():

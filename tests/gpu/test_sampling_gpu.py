@@ -153,10 +153,10 @@ def test_a_threshold_draws_what_a_mask_draws_at_serving_shape(dtype: torch.dtype
                        gumbel_argmax(masked, temperature, seeds))
 
 
-def test_chunked_top_values_are_torch_topk_values_at_serving_shape() -> None:
+def test_block_top_values_are_torch_topk_values_at_serving_shape() -> None:
     from infercore.sample.truncation import top_values
 
     logits = torch.randn((BATCH, VOCAB), device="cuda")
-    logits[0, ::1001] = 9.0  # ties spread over chunks
+    logits[0, ::1001] = 9.0  # ties spread over blocks
     for width in (1, 50, 1024):
         assert torch.equal(top_values(logits, width), logits.topk(width, dim=-1).values)

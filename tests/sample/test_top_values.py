@@ -1,4 +1,4 @@
-"""``top_values``: the chunked top-k gives exactly ``torch.topk``'s values, ties and -inf included."""
+"""``top_values``: the block search gives exactly ``torch.topk``'s values, ties and -inf included."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import torch
 from infercore.sample.truncation import top_values
 
 
-@pytest.mark.parametrize(("vocab", "width"), [(151936, 50), (151936, 1), (32000, 50), (9000, 1024), (2048 * 4, 7),
+@pytest.mark.parametrize(("vocab", "width"), [(151936, 50), (151936, 1), (32000, 50), (9000, 1024), (2048 * 4, 7), (151936, 1024), (70000, 600),
                                               (3000, 50)])
 def test_matches_torch_topk(vocab: int, width: int) -> None:
     gen = torch.Generator().manual_seed(vocab + width)
     logits = torch.randn((3, vocab), generator=gen)
-    # Ties across chunks, a row of -inf past a few values, and rounded values with many repeats.
+    # Ties across blocks, a row of -inf past a few values, and rounded values with many repeats.
     logits[0, ::977] = 5.0
     logits[1, 10:] = float("-inf")
     logits[2] = (logits[2] * 4).round()

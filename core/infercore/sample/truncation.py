@@ -111,55 +111,42 @@ class TopKTopP:
         return threshold
 
 
-#: Shortest chunk :func:`top_values` cuts a row into when it looks for many values.
-_MIN_CHUNK = 2048
-#: Values per block when :func:`top_values` first ranks a row's blocks by their largest value.
-_BLOCK = 128
+#: Block lengths :func:`top_values` may cut a row into, longest first.
+_BLOCKS = (128, 64, 32)
 
 
 def top_values(logits: torch.Tensor, width: int) -> torch.Tensor:
     """[B, width] the ``width`` largest values of each row of ``logits`` [B, V], largest first: the values
     of ``torch.topk``, exactly.
 
-    A GPU finds the top values of many short slices much faster than of a few long ones (W-GPU
-    sampling's top-50 over 151,936 logits at batch 256 takes ``torch.topk`` about 0.8 ms in one pass).
-    When ``width`` is small next to the row, the row is cut into blocks of :data:`_BLOCK` values and
-    only the ``width`` blocks with the largest maxima are searched (see :func:`_top_blocks`); otherwise
-    the row is cut into chunks of at least ``8 * width`` values whose own top ``width`` are found first.
+    A row is cut into blocks and only the ``width`` blocks with the largest maxima are searched (see
+    :func:`_top_blocks`), with the longest block of :data:`_BLOCKS` that leaves at most half the row to
+    search; ``torch.topk`` over the whole row when none does. On an H200, top-50 over 256 x 151,936
+    logits: 216 us in blocks of 128 against 616 us for ``torch.topk``; top-1024: 561 us in blocks of 64
+    against 640 us.
     """
-    if logits.shape[1] // _BLOCK >= 8 * width:
-        return _top_blocks(logits, width)
-    return _top_of_chunks(logits, width)
+    vocab = logits.shape[1]
+    for block in _BLOCKS:
+        if 2 * width * block <= vocab:
+            return _top_blocks(logits, width, block)
+    return logits.topk(width, dim=-1).values
 
 
-def _top_blocks(logits: torch.Tensor, width: int) -> torch.Tensor:
-    """The top ``width`` values of each row, searched only in the ``width`` blocks with the largest maxima.
+def _top_blocks(logits: torch.Tensor, width: int, block: int) -> torch.Tensor:
+    """The top ``width`` values of each row, searched only in the ``width`` blocks of ``block`` values with
+    the largest maxima.
 
     Exact: every block left out has a maximum no larger than the smallest of the ``width`` kept maxima,
     and the kept blocks hold those ``width`` maxima, so no value left out could displace one kept (a
     tie displaces an equal value). The tail past the last whole block is searched as it is.
     """
     batch, vocab = logits.shape
-    num_blocks = vocab // _BLOCK
-    blocks = logits[:, : num_blocks * _BLOCK].unflatten(1, (num_blocks, _BLOCK))
+    num_blocks = vocab // block
+    blocks = logits[:, : num_blocks * block].unflatten(1, (num_blocks, block))
     chosen = blocks.amax(dim=-1).topk(width, dim=-1, sorted=False).indices
-    candidates = blocks.gather(1, chosen.unsqueeze(-1).expand(-1, -1, _BLOCK)).reshape(batch, width * _BLOCK)
-    if num_blocks * _BLOCK < vocab:
-        candidates = torch.cat([candidates, logits[:, num_blocks * _BLOCK:]], dim=1)
-    return candidates.topk(width, dim=-1).values
-
-
-def _top_of_chunks(logits: torch.Tensor, width: int) -> torch.Tensor:
-    """The top ``width`` values of each row from the top ``width`` of each chunk of at least ``8 * width``."""
-    batch, vocab = logits.shape
-    chunk = max(_MIN_CHUNK, 1 << (8 * width - 1).bit_length())
-    num_chunks = vocab // chunk
-    if num_chunks < 4:
-        return logits.topk(width, dim=-1).values
-    head = logits[:, : num_chunks * chunk].unflatten(1, (num_chunks, chunk))
-    candidates = head.topk(width, dim=-1, sorted=False).values.reshape(batch, num_chunks * width)
-    if num_chunks * chunk < vocab:
-        candidates = torch.cat([candidates, logits[:, num_chunks * chunk:]], dim=1)
+    candidates = blocks.gather(1, chosen.unsqueeze(-1).expand(-1, -1, block)).reshape(batch, width * block)
+    if num_blocks * block < vocab:
+        candidates = torch.cat([candidates, logits[:, num_blocks * block:]], dim=1)
     return candidates.topk(width, dim=-1).values
 
 
