@@ -40,6 +40,11 @@ logger = logging.getLogger("infercore.engine")
 DEFAULT_ENGINE_FACTORY = "infercore.engine.core:EngineCore"
 #: Longest the loop waits for input while idle; bounds how late a vanished parent is noticed.
 _IDLE_POLL_MS = 200
+#: The engine process's interpreter switch interval (Python's default is 5 ms). The output IO thread
+#: needs the GIL a few times per batch (take it off the queue, encode, send); while the step loop runs
+#: Python, each of those waits up to this long. ``time.sleep(0)`` in ``OutputSender.send`` hands the GIL
+#: over only when the thread is already waiting for it; this bounds the wait when it is not.
+ENGINE_SWITCH_INTERVAL_S = 0.0005
 
 
 def load_factory(spec: str) -> Any:
@@ -173,6 +178,11 @@ class EngineLoop:
         return 1
 
 
+def tune_interpreter() -> None:
+    """Set the engine process's switch interval (:data:`ENGINE_SWITCH_INTERVAL_S`)."""
+    sys.setswitchinterval(ENGINE_SWITCH_INTERVAL_S)
+
+
 def _addresses(value: str | Sequence[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
@@ -186,6 +196,7 @@ def run_engine_core(config_json: str, input_address: str | Sequence[str], output
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the API process, which stops us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    tune_interpreter()
     inputs, outputs = _addresses(input_address), _addresses(output_address)
     if len(inputs) != len(outputs):
         raise ValueError(f"{len(inputs)} input addresses but {len(outputs)} output addresses; give one pair "

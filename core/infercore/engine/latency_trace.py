@@ -16,9 +16,10 @@ The stamps, in the order a request meets them:
 * API server (role ``api``): ``http_begin`` (the parser saw the request's first bytes), ``app_start``
   (the application got the parsed head), ``body_read``, ``parsed`` (the JSON body validated into the
   request model), ``validated`` (prompt and sampling parameters checked, the engine request built),
-  ``handed`` (written to the engine's input socket); per batch of engine outputs ``recv`` (read off the
-  output socket) with its ``recv_tokens``; per server-sent-event write ``sse`` with its ``sse_events``
-  (events in that write) and ``sse_tokens`` (tokens sent so far).
+  ``handed`` (written to the engine's input socket; the engine may read it before this stamp); per
+  batch of engine outputs ``recv`` (read off the output socket) with its ``recv_tokens``; per
+  server-sent-event write ``sse`` (the events are encoded and handed to the HTTP layer) with its
+  ``sse_events`` (events in that write) and ``sse_tokens`` (tokens sent so far).
 * Engine (role ``engine``): ``recv`` (read off the input socket), ``added`` (in the scheduler's queue),
   ``first_step`` (the start of the first step after it was added), per output ``step_done`` with its
   ``tokens``, and ``written`` (the IO thread has encoded that output and hands it to the API server's
@@ -185,7 +186,7 @@ class ApiTrace:
                 record["recv_tokens"].append(len(output.new_token_ids))
 
     def sse_written(self, request_id: str, events: int, tokens: int) -> None:
-        """``events`` server-sent events were handed to the HTTP layer, ``tokens`` tokens sent so far."""
+        """``events`` server-sent events go to the HTTP layer now, ``tokens`` tokens sent with them."""
         record = self._records.get(request_id)
         if record is not None:
             record["sse"].append(now_ns())

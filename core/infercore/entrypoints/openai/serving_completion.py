@@ -262,10 +262,10 @@ class OpenAIServingCompletion(OpenAIServing):
                         usage=self._usage(prompts, choices) if continuous_usage else None)
                     batch.append(sse(chunk.model_dump(exclude=None if continuous_usage else {"usage"})).encode())
                 if batch:
-                    yield b"".join(batch)
                     if self.engine.trace is not None:
                         self.engine.trace.sse_written(f"{request_id}-{prompt_index}", len(batch),
                                                       sum(c.num_tokens for c in choices.values()))
+                    yield b"".join(batch)
                     batch.clear()
                 item = await anext(rest, None)
             if include_usage:
