@@ -13,14 +13,21 @@
 # members), API_SERVERS (--api-server-count), LATENCY=0 / THROUGHPUT=0 to skip those references,
 # PYSPY=1 (py-spy profiles of the server's processes under a concurrency-C256 load; PYSPY_SECONDS,
 # PYSPY_NATIVE=0 for Python frames only).
+# TRACE=1 runs only the latency trace instead (INFERCORE_TRACE_LATENCY=1, see
+# core/infercore/engine/latency_trace.py): for each count in TRACE_API_SERVERS (default "1 4") a traced
+# server takes N1 requests at concurrency 1 and N64 at C64; the per-stage p50/p99 of each (where the
+# first token's time goes, each token's delay from stage to stage, the gaps at every stage) go to stdout
+# and $WORK/trace.jsonl as JSON lines labelled c1-apiN / c64-apiN, after each run's bench serve line
+# (about 4 minutes on an H200).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-/tmp/infercore-serving}
-DELIVER=(serving.jsonl pyspy-summary.txt)
+DELIVER=(serving.jsonl pyspy-summary.txt trace.jsonl)
 mkdir -p "$WORK"
 RES="$WORK/serving.jsonl"
 : >"$RES"
 rm -f "$WORK"/pyspy-*
+rm -rf "$WORK"/trace-api*
 if [[ "${CPU_DRY_RUN:-0}" == 1 ]]; then
     # The same steps at toy sizes on the CPU platform: the W-CPU shape, short prompts, few requests.
     : "${WORKLOAD:=w-cpu}" "${DTYPE:=float32}" "${INPUT_LEN:=64}" "${OUTPUT_LEN:=8}" "${MAX_MODEL_LEN:=256}"
@@ -77,11 +84,39 @@ fi
 SERVE_FLAGS=(--load-format dummy --dtype "$DTYPE" --max-model-len "$MAX_MODEL_LEN" --skip-tokenizer-init
              --gpu-memory-utilization "$GPU_UTIL" --port "$PORT" --served-model-name "$WORKLOAD"
              --disable-log-requests ${SERVE_EXTRA:-})
-if [[ -n "${API_SERVERS:-}" ]]; then SERVE_FLAGS+=(--api-server-count "$API_SERVERS"); fi
-start_server "$URL" "$WORK/serve.log" "$MODEL" "${SERVE_FLAGS[@]}" || exit 1
-
 BENCH=(infercore bench serve --base-url "$URL" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN"
        --vocab-size "${VOCAB:-10000}" --no-progress)
+
+# TRACE=1: one traced server per API server count, c1 and c64 loads, the per-stage figures; nothing else.
+if [[ "${TRACE:-0}" == 1 ]]; then
+    TRACE_RES="$WORK/trace.jsonl"
+    : >"$TRACE_RES"
+    export INFERCORE_TRACE_LATENCY=1
+    for n in ${TRACE_API_SERVERS:-1 4}; do
+        export INFERCORE_TRACE_LATENCY_DIR="$WORK/trace-api$n"
+        start_server "$URL" "$WORK/serve-trace-api$n.log" "$MODEL" "${SERVE_FLAGS[@]}" --api-server-count "$n" \
+            || continue
+        step "trace-warmup-api$n" 60 "${BENCH[@]}" --num-prompts "$WARM_N" --max-concurrency "$WARM_N" \
+            --label warmup >/dev/null 2>"$WORK/trace-warmup-api$n.err"
+        step "trace-c1-api$n" 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 --label "c1-api$n" \
+            2>"$WORK/trace-c1-api$n.err" | tee -a "$TRACE_RES"
+        step "trace-c64-api$n" 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" \
+            --num-workers "$(workers "$C64" 2)" --label "c64-api$n" 2>"$WORK/trace-c64-api$n.err" \
+            | tee -a "$TRACE_RES"
+        stop_server  # the engine and API servers close their trace files
+        for label in "c1-api$n" "c64-api$n"; do
+            step "trace-report-$label" 60 python3 -m infercore.benchmarks.serve_trace "$INFERCORE_TRACE_LATENCY_DIR" \
+                --label "$label" | tee -a "$TRACE_RES"
+        done
+    done
+    unset INFERCORE_TRACE_LATENCY INFERCORE_TRACE_LATENCY_DIR
+    echo "== done after ${SECONDS}s; trace figures in $TRACE_RES" >&2
+    [[ -s "$TRACE_RES" ]]
+    exit $?
+fi
+
+if [[ -n "${API_SERVERS:-}" ]]; then SERVE_FLAGS+=(--api-server-count "$API_SERVERS"); fi
+start_server "$URL" "$WORK/serve.log" "$MODEL" "${SERVE_FLAGS[@]}" || exit 1
 OFFLINE_ARGS="{\"load_format\": \"dummy\", \"dtype\": \"$DTYPE\", \"max_model_len\": $MAX_MODEL_LEN, \
 \"skip_tokenizer_init\": true, \"gpu_memory_utilization\": $GPU_UTIL${ENGINE_EXTRA:+, $ENGINE_EXTRA}}"
 
