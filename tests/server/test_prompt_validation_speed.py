@@ -1,0 +1,57 @@
+"""Token-id prompts are validated in C-level passes: a long prompt costs less than one Python loop over
+its ids, and every refusal still names the offending id and position."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from infercore.engine.input_processor import InputError, InputProcessor
+from infercore.sampling_params import SamplingParams
+
+VOCAB = 1000
+PROMPT_LEN = 4096
+REPEATS = 15
+
+
+def _median_s(work) -> float:
+    times = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[REPEATS // 2]
+
+
+def _processor() -> InputProcessor:
+    return InputProcessor(None, 2 * PROMPT_LEN, VOCAB, 20, 0, [0])
+
+
+def test_long_prompt_costs_less_than_one_python_pass() -> None:
+    processor, params = _processor(), SamplingParams(max_tokens=4)
+    ids = [random.Random(0).randrange(VOCAB) for _ in range(PROMPT_LEN)]
+    processor.process("warm", {"prompt_token_ids": ids}, params)
+    one_pass = _median_s(lambda: [0 <= t < VOCAB for t in ids])
+    validate = _median_s(lambda: processor.process("r", {"prompt_token_ids": ids}, params))
+    assert validate < one_pass, f"validating {PROMPT_LEN} ids took {validate * 1e6:.0f} us, one pass {one_pass * 1e6:.0f} us"
+
+
+class TokenInt(int):
+    """An int subclass (an IntEnum-like id): still a token id."""
+
+
+@pytest.mark.parametrize(("prompt", "message"), [
+    ([1, True], "list of integer token ids"), ([1, 2.0], "list of integer token ids"),
+    ([3, "4"], "list of integer token ids"), ([5, 3, VOCAB], f"token id {VOCAB} at position 2"),
+    ([-1, 3], "token id -1 at position 0"), ([], "empty"),
+])
+def test_bad_ids_are_refused_by_name(prompt, message) -> None:
+    with pytest.raises(InputError, match=message):
+        _processor().process("r", {"prompt_token_ids": prompt}, SamplingParams(max_tokens=4))
+
+
+def test_int_subclasses_and_tuples_are_token_ids() -> None:
+    processed = _processor().process("r", {"prompt_token_ids": (TokenInt(7), 8)}, SamplingParams(max_tokens=4))
+    assert processed.prompt_token_ids == [7, 8]
