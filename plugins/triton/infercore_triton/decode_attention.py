@@ -73,7 +73,7 @@ def _decode_split_kernel(
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
+    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, V_TRANSPOSED: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -109,12 +109,21 @@ def _decode_split_kernel(
         page = tl.load(table + n // PAGE, mask=valid, other=0).to(tl.int64)
         offs = page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
         kv_mask = valid[:, None] & d_mask[None, :]
+        if V_TRANSPOSED:
+            # Each block holds V as [kv_heads, head_size, block_size]: a tile is read as V^T [head, tokens].
+            v_offs = (page * stride_cb + kv_head * (HEAD * PAGE) + n % PAGE)[None, :] + d[:, None] * PAGE
+            v_mask = valid[None, :] & d_mask[:, None]
+        else:
+            v_offs = offs[:, None] + d[None, :]
+            v_mask = kv_mask
         if FP8_PTX:
             k = _e4m3_ptx_to_fp16(tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0))
-            v = _e4m3_ptx_to_fp16(tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0))
+            v = _e4m3_ptx_to_fp16(tl.load(v_cache_ptr + v_offs, mask=v_mask, other=0))
         else:
             k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
-            v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(v_cache_ptr + v_offs, mask=v_mask, other=0.0)
+        if V_TRANSPOSED:
+            v = tl.trans(v)
         s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
@@ -172,13 +181,14 @@ def _runs_ptx(x: torch.Tensor) -> bool:
 def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor,
                      scale: float, out: torch.Tensor, num_splits: int = 1, sliding_window: int | None = None,
                      config: DecodeConfig | None = None, k_scale: float = 1.0,
-                     v_scale: float = 1.0) -> torch.Tensor:
+                     v_scale: float = 1.0, v_transposed: bool = False) -> torch.Tensor:
     """Attention of one query token per sequence over its paged context.
 
     ``q``/``out`` are [num_seqs, heads, head_size] (row ``i`` is sequence ``i``'s token at position
     ``seq_lens[i] - 1``); ``kv_cache`` is [2, blocks, block_size, kv_heads, head_size], its entries
     multiplied by ``k_scale`` / ``v_scale`` when read (an fp8 cache's scales; 1.0 otherwise). A
-    sequence of length 0 gets zeros. Fills ``out`` and returns it.
+    sequence of length 0 gets zeros. Fills ``out`` and returns it. With ``v_transposed`` each block of
+    ``kv_cache[1]`` holds its values as [kv_heads, head_size, block_size] (see :mod:`.kv_layout`).
     """
     config = config or DecodeConfig()
     num_seqs, num_heads, head_size = q.shape
@@ -210,7 +220,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         part_lse.stride(0), part_lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
         PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits, DOT_PRECISION=dot_precision(q.dtype),
-        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx,
+        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, V_TRANSPOSED=v_transposed,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:
