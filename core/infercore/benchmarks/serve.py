@@ -15,12 +15,15 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Coroutine
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
+from infercore.benchmarks.serve_client import Event, LeanClient, StreamedResponse
 from infercore.engine.latency_trace import TraceWriter, now_ns, open_writer
 
 #: Above this share of one core, a client process may be slowing the load it measures.
@@ -49,42 +52,80 @@ def make_prompts(num: int, input_len: int, token_ids: bool, vocab_size: int, see
     return [" ".join(rng.choice(_WORDS) for _ in range(input_len)) for _ in range(num)]
 
 
-async def _one(client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str],
-               trace: TraceWriter | None = None, label: str | None = None) -> RequestResult:
+def _result_of(start_ns: int, end_ns: int, events: list[Event], record: dict[str, Any] | None) -> RequestResult:
+    """A request's timings from its events (each timed as it arrived), parsed after the response ended."""
     result = RequestResult()
-    record: dict[str, Any] | None = {"label": label, "id": None, "send": now_ns(), "events": []} if trace else None
-    start = last = time.perf_counter()
+    last = start_ns
+    for arrival, data in events:
+        if data == b"[DONE]":
+            continue
+        chunk = json.loads(data)
+        if record is not None:
+            record["events"].append(arrival)
+            record["id"] = chunk.get("id", record["id"])
+        if "error" in chunk:
+            result.error = str(chunk["error"].get("message"))[:200]
+            return result
+        if not chunk.get("choices"):
+            usage = chunk.get("usage") or {}
+            result.output_tokens = usage.get("completion_tokens", result.output_tokens)
+            continue
+        if result.ttft == 0.0:
+            result.ttft = (arrival - start_ns) / 1e9
+        else:
+            result.itl.append((arrival - last) / 1e9)
+        last = arrival
+    result.latency = (end_ns - start_ns) / 1e9
+    return result
+
+
+async def _httpx_events(client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
+                        ) -> StreamedResponse:
+    async with client.stream("POST", url, json=body, headers=headers) as response:
+        if response.status_code != 200:
+            return StreamedResponse(response.status_code, body=await response.aread())
+        events = [(now_ns(), line[5:].lstrip(" ").encode()) async for line in response.aiter_lines()
+                  if line.startswith("data:")]
+        return StreamedResponse(200, events)
+
+
+async def _lean_events(client: LeanClient, path: str, payload: bytes, headers: dict[str, str],
+                       timeout: float) -> StreamedResponse:
+    """``client.post_events`` within ``timeout`` seconds (a timer on this task: no extra task or hop)."""
+    task = asyncio.current_task()
+    assert task is not None
+    timer = asyncio.get_running_loop().call_later(timeout, task.cancel)
     try:
-        async with client.stream("POST", url, json=body, headers=headers) as response:
-            if response.status_code != 200:
-                result.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
-                return result
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                arrived = now_ns()
-                chunk = json.loads(line[6:])
-                if record is not None:
-                    record["events"].append(arrived)
-                    record["id"] = chunk.get("id", record["id"])
-                if "error" in chunk:
-                    result.error = str(chunk["error"].get("message"))[:200]
-                    return result
-                if not chunk.get("choices"):
-                    usage = chunk.get("usage") or {}
-                    result.output_tokens = usage.get("completion_tokens", result.output_tokens)
-                    continue
-                now = time.perf_counter()
-                if result.ttft == 0.0:
-                    result.ttft = now - start
-                else:
-                    result.itl.append(now - last)
-                last = now
-    except (httpx.HTTPError, ValueError) as exc:
-        result.error = f"{type(exc).__name__}: {exc}"[:200]
-        return result
-    result.latency = time.perf_counter() - start
-    if trace is not None and record is not None:
+        return await client.post_events(path, payload, headers)
+    except asyncio.CancelledError:
+        if timer.when() <= asyncio.get_running_loop().time():
+            raise TimeoutError(f"no complete response within {timeout:g} s") from None
+        raise
+    finally:
+        timer.cancel()
+
+
+async def _one(client: httpx.AsyncClient | LeanClient, url: str, body: dict[str, Any], headers: dict[str, str],
+               trace: TraceWriter | None = None, label: str | None = None, timeout: float = 600.0
+               ) -> RequestResult:
+    record: dict[str, Any] | None = {"label": label, "id": None, "send": 0, "events": []} if trace else None
+    start = now_ns()
+    try:
+        if isinstance(client, LeanClient):
+            payload = json.dumps(body).encode()
+            start = now_ns()
+            response = await _lean_events(client, urlsplit(url).path, payload, headers, timeout)
+        else:
+            response = await _httpx_events(client, url, body, headers)
+        end = now_ns()
+        if response.status != 200:
+            return RequestResult(error=f"HTTP {response.status}: {response.body[:200]!r}")
+        if record is not None:
+            record["send"] = start
+        result = _result_of(start, end, response.events, record)
+    except (httpx.HTTPError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
+        return RequestResult(error=f"{type(exc).__name__}: {exc}"[:200])
+    if trace is not None and record is not None and result.error is None:
         trace.write(record)
     return result
 
@@ -157,8 +198,10 @@ async def _run_share(args: argparse.Namespace, model: str, prompts: list[Any], c
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     trace = open_writer("client")
+    lean = LeanClient(base_url) if _use_lean_client(args) else None
     cpu_start, wall_start = time.process_time(), time.time()
-    async with httpx.AsyncClient(timeout=httpx.Timeout(args.timeout), limits=limits) as client:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(args.timeout), limits=limits) as http:
+        client = lean or http
         semaphore = asyncio.Semaphore(concurrency) if concurrency else None
         progress = tqdm(total=len(prompts), disable=not show_progress, file=sys.stderr, desc="requests")
         rng = random.Random(seed)
@@ -166,11 +209,12 @@ async def _run_share(args: argparse.Namespace, model: str, prompts: list[Any], c
         async def send(prompt: Any) -> RequestResult:
             body = {"model": model, "prompt": prompt, "max_tokens": args.output_len, "temperature": 0.0,
                     "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+            url = f"{base_url}/v1/completions"
             if semaphore is None:
-                result = await _one(client, f"{base_url}/v1/completions", body, headers, trace, args.label)
+                result = await _one(client, url, body, headers, trace, args.label, args.timeout)
             else:
                 async with semaphore:
-                    result = await _one(client, f"{base_url}/v1/completions", body, headers, trace, args.label)
+                    result = await _one(client, url, body, headers, trace, args.label, args.timeout)
             progress.update(1)
             return result
 
@@ -181,6 +225,8 @@ async def _run_share(args: argparse.Namespace, model: str, prompts: list[Any], c
                 await asyncio.sleep(rng.expovariate(rate))
         results = await asyncio.gather(*tasks)
         progress.close()
+    if lean is not None:
+        await lean.close()
     if trace is not None:
         trace.close()
     return ShareResult(list(results), time.process_time() - cpu_start, wall_start, time.time())
@@ -189,14 +235,28 @@ async def _run_share(args: argparse.Namespace, model: str, prompts: list[Any], c
 def _worker(args: argparse.Namespace, model: str, prompts: list[Any], concurrency: int | None, rate: float,
             seed: int) -> ShareResult:
     """A client process's entry (importable for the spawn context)."""
-    return asyncio.run(_run_share(args, model, prompts, concurrency, rate, seed, show_progress=False))
+    return _run_loop(_run_share(args, model, prompts, concurrency, rate, seed, show_progress=False))
+
+
+def _use_lean_client(args: argparse.Namespace) -> bool:
+    """Whether to load the server with :class:`LeanClient` (``--http-client``; auto: for http:// URLs)."""
+    return args.http_client == "lean" or (args.http_client == "auto" and args.base_url.startswith("http://"))
+
+
+def _run_loop(coro: Coroutine[Any, Any, ShareResult]) -> ShareResult:
+    """Run a client process's load on uvloop where it is installed (less of the client's own time)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def _run_shares(args: argparse.Namespace, model: str, prompts: list[Any], rate: float) -> list[ShareResult]:
     """Run the load in ``--num-workers`` client processes (in this one when it is 1)."""
     n = args.num_workers
     if n == 1:
-        return [asyncio.run(_run_share(args, model, prompts, args.max_concurrency, rate, args.seed,
+        return [_run_loop(_run_share(args, model, prompts, args.max_concurrency, rate, args.seed,
                                        show_progress=not args.no_progress))]
     shares = [(_share_of(prompts, w, n), _split(args.max_concurrency, w, n), rate / n, args.seed + w)
               for w in range(n)]
@@ -277,6 +337,9 @@ def add_bench_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--vocab-size", type=int, default=256, help="token ids are drawn below this")
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts and arrival times")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before one request fails")
+    parser.add_argument("--http-client", choices=["auto", "lean", "httpx"], default="auto",
+                        help="the lean built-in HTTP/1.1 client (plain http:// only; about a millisecond less "
+                             "of client time per request) or httpx; auto picks lean for http:// URLs")
     parser.add_argument("--offline-model", default=None,
                         help="also run the same requests offline through LLM.generate on this model (after the "
                              "online run, in this process) and report online tok/s as a fraction of offline")
@@ -304,6 +367,8 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return "--max-concurrency must be at least --num-workers (each client process gets a share)"
     if args.offline_prefill_probes < 0 or (args.offline_prefill_probes and args.offline_model is None):
         return "--offline-prefill-probes needs --offline-model and a count of at least 0"
+    if args.http_client == "lean" and not args.base_url.startswith("http://"):
+        return "--http-client lean speaks plain http:// only; use --http-client httpx for this --base-url"
     return None
 
 
