@@ -81,9 +81,11 @@ def _decode_split_kernel(
 
     seq_len = tl.load(seq_lens_ptr + seq)
     start = tl.maximum(seq_len - sliding_window, 0)
-    # Splits start on BLOCK_N boundaries so the loop's tiles never straddle two splits.
-    chunk = tl.cdiv(tl.cdiv(seq_len - start, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    lo = start + split * chunk
+    # Splits start on BLOCK_N boundaries so the loop's tiles never straddle two splits. Transposed V is
+    # read a whole block at a time, so its tiles also start on a multiple of BLOCK_N (masked below start).
+    base = start - start % BLOCK_N if V_TRANSPOSED else start
+    chunk = tl.cdiv(tl.cdiv(seq_len - base, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = base + split * chunk
     hi = tl.minimum(lo + chunk, seq_len)
 
     g = tl.arange(0, GROUP_PAD)
@@ -105,14 +107,20 @@ def _decode_split_kernel(
     table = block_table_ptr + seq * stride_bt
     for n0 in range(lo, hi, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
-        valid = n < hi
+        valid = (n < hi) & (n >= start)
         page = tl.load(table + n // PAGE, mask=valid, other=0).to(tl.int64)
         offs = page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
         kv_mask = valid[:, None] & d_mask[None, :]
         if V_TRANSPOSED:
-            # Each block holds V as [kv_heads, head_size, block_size]: a tile is read as V^T [head, tokens].
-            v_offs = (page * stride_cb + kv_head * (HEAD * PAGE) + n % PAGE)[None, :] + d[:, None] * PAGE
-            v_mask = valid[None, :] & d_mask[:, None]
+            # Each block holds V as [kv_heads, head_size, block_size]: the tile is read as V^T
+            # [head, blocks of the tile, tokens of a block], each block's tokens one contiguous run.
+            j = tl.arange(0, BLOCK_N // PAGE)
+            t = tl.arange(0, PAGE)
+            n3 = n0 + j[None, :, None] * PAGE + t[None, None, :]
+            tile_pages = tl.load(table + n0 // PAGE + j, mask=n0 + j * PAGE < hi, other=0).to(tl.int64)
+            v_offs = (tile_pages * stride_cb + kv_head * (HEAD * PAGE))[None, :, None] + d[:, None, None] * PAGE \
+                + t[None, None, :]
+            v_mask = (n3 < hi) & (n3 >= start) & d_mask[:, None, None]
         else:
             v_offs = offs[:, None] + d[None, :]
             v_mask = kv_mask
@@ -123,7 +131,7 @@ def _decode_split_kernel(
             k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
             v = tl.load(v_cache_ptr + v_offs, mask=v_mask, other=0.0)
         if V_TRANSPOSED:
-            v = tl.trans(v)
+            v = tl.trans(tl.reshape(v, (HEAD_PAD, BLOCK_N)))
         s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
@@ -196,6 +204,9 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     group = num_heads // kv_heads
     fp16_math = config.fp8_via_fp16 and kv_cache.element_size() == 1 and q.dtype == torch.bfloat16
     fp8_ptx = fp16_math and config.fp8_inline_ptx and _runs_ptx(q)
+    if v_transposed and config.block_n % page:
+        raise ValueError(f"reading V transposed takes tiles of whole blocks: block_n {config.block_n} is not a "
+                         f"multiple of the block size {page}")
     if fp8_ptx:
         kv_cache = kv_cache.view(torch.uint8)
     k_cache, v_cache = kv_cache[0], kv_cache[1]
