@@ -67,8 +67,6 @@ def main() -> None:
     parser.add_argument("--kv-cache-dtype", choices=["bfloat16", "fp8"], default="bfloat16",
                         help="cache entries: bf16, or e4m3 with per-tensor k/v scales")
     parser.add_argument("--sweep", action="store_true", help="time several launch configurations first")
-    parser.add_argument("--v-transposed", action="store_true",
-                        help="store each block's V as [kv_heads, head_size, block_size] and read it so")
     parser.add_argument("--ragged", default=None, metavar="LOW:HIGH:WIDTH",
                         help="instead: uniform random lengths in [LOW, HIGH] with a block table WIDTH tokens "
                              "wide (as in a captured graph); times split strategies, one JSON line each")
@@ -85,11 +83,6 @@ def main() -> None:
     blocks_per_seq = triton.cdiv(ctx, bs)
     num_blocks = b * blocks_per_seq
     kv_cache, k_scale, v_scale = _make_cache((2, num_blocks, bs, kvh, d), args.kv_cache_dtype, dev)
-    standard_cache = kv_cache
-    if args.v_transposed:
-        kv_cache = kv_cache.clone()
-        raw_v = kv_cache.view(torch.uint8)[1] if kv_cache.element_size() == 1 else kv_cache[1]
-        raw_v.view(-1).copy_(raw_v.permute(0, 2, 3, 1).contiguous().view(-1))
     block_table = torch.randperm(num_blocks, device=dev).view(b, blocks_per_seq).to(torch.int32)
     seq_lens = torch.full((b,), ctx, dtype=torch.int32, device=dev)
     q = torch.randn((b, h, d), dtype=dtype, device=dev)
@@ -101,7 +94,7 @@ def main() -> None:
     def run(config: DecodeConfig, num_splits: int = splits) -> float:
         return _median_us(lambda: decode_attention(q, kv_cache, seq_lens, block_table, scale, out,
                                                    num_splits=num_splits, config=config, k_scale=k_scale,
-                                                   v_scale=v_scale, v_transposed=args.v_transposed))
+                                                   v_scale=v_scale))
 
     best = choose_decode_config(b, args.kv_cache_dtype == "fp8")
     if args.sweep:
@@ -127,7 +120,7 @@ def main() -> None:
 
     # Reference: one SDPA over the same K/V made contiguous (the gather is timed apart).
     idx = block_table.long()
-    dense_cache = _dequantized(standard_cache, k_scale, v_scale)
+    dense_cache = _dequantized(kv_cache, k_scale, v_scale)
     k_dense = dense_cache[0][idx].view(b, ctx, kvh, d).transpose(1, 2).contiguous()
     v_dense = dense_cache[1][idx].view(b, ctx, kvh, d).transpose(1, 2).contiguous()
     qs = q.unsqueeze(2)
@@ -137,12 +130,12 @@ def main() -> None:
     ref = F.scaled_dot_product_attention(qs.float(), k_dense.float(), v_dense.float(), scale=scale,
                                          enable_gqa=True).squeeze(2)
     decode_attention(q, kv_cache, seq_lens, block_table, scale, out, num_splits=splits, config=best,
-                     k_scale=k_scale, v_scale=v_scale, v_transposed=args.v_transposed)
+                     k_scale=k_scale, v_scale=v_scale)
     err = ((out.float() - ref).norm() / ref.norm()).item()
 
     print(json.dumps({
         "benchmark": "decode_attention", "batch": b, "context": ctx, "heads": h, "kv_heads": kvh, "head_size": d,
-        "block_size": bs, "dtype": "bfloat16", "kv_cache_dtype": args.kv_cache_dtype, "v_transposed": args.v_transposed, "kv_bytes": kv_bytes, "num_splits": splits,
+        "block_size": bs, "dtype": "bfloat16", "kv_cache_dtype": args.kv_cache_dtype, "kv_bytes": kv_bytes, "num_splits": splits,
         "config": {"block_n": best.block_n, "num_warps": best.num_warps, "num_stages": best.num_stages,
                    "fp8_via_fp16": best.fp8_via_fp16, "fp8_inline_ptx": best.fp8_inline_ptx},
         "triton_us": round(triton_us, 1), "triton_us_one_split": round(unsplit_us, 1), "triton_TBps": round(kv_bytes / triton_us / 1e6, 3),

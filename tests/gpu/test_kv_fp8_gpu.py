@@ -16,7 +16,6 @@ from infercore.testing.attention_cases import FP8_CASES, run_case
 from infercore_triton.backend import TritonAttentionBackend, choose_num_splits
 from infercore_triton.decode_attention import decode_attention
 from infercore_triton.kv_cache_write import write_kv
-from infercore_triton.kv_layout import v_transposed
 from infercore_triton.prefill_attention import prefill_attention
 
 pytestmark = requires_gpu
@@ -60,14 +59,12 @@ def test_fp8_decode_long_contexts(head_size: int, group: int) -> None:
     scale = head_size**-0.5
     expected = _quantized_reference(case, ref_cache, scale)
     unquantized = reference_attention(case, scale, dtype=torch.float32, device="cuda")
-    transposed = v_transposed(cache)
     for splits in (1, choose_num_splits(len(seq_lens), 4, 8192, 132)):
-        for layout_cache, is_transposed in ((cache, False), (transposed, True)):
-            out = torch.full_like(case.q, float("nan"))
-            decode_attention(case.q, layout_cache, case.seq_lens, case.block_table, scale, out, num_splits=splits,
-                             k_scale=K_SCALE, v_scale=V_SCALE, v_transposed=is_transposed)
-            assert rel_err(out, expected) < TOLERANCE[torch.bfloat16], f"{splits} splits, {is_transposed}"
-            assert rel_err(out, unquantized) < UNQUANTIZED_BOUND, f"{splits} splits, {is_transposed}"
+        out = torch.full_like(case.q, float("nan"))
+        decode_attention(case.q, cache, case.seq_lens, case.block_table, scale, out, num_splits=splits,
+                         k_scale=K_SCALE, v_scale=V_SCALE)
+        assert rel_err(out, expected) < TOLERANCE[torch.bfloat16], f"{splits} splits"
+        assert rel_err(out, unquantized) < UNQUANTIZED_BOUND, f"{splits} splits"
 
 
 @pytest.mark.parametrize("group", [1, 2, 8])

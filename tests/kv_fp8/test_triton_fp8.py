@@ -16,7 +16,6 @@ from infercore.testing.attention_cases import FP8_CASES, AttentionCase, build_st
 from infercore_triton.backend import TritonAttentionBackend
 from infercore_triton.decode_attention import decode_attention
 from infercore_triton.kv_cache_write import write_kv
-from infercore_triton.kv_layout import v_transposed
 from infercore_triton.prefill_attention import prefill_attention
 
 TIGHT = 1e-5
@@ -85,18 +84,3 @@ def test_backend_accepts_an_fp8_cache_and_names_what_it_refuses() -> None:
     on_xpu = AttentionRequest(num_heads=4, num_kv_heads=2, head_size=32, dtype=torch.bfloat16,
                               kv_cache_dtype=FP8_KV_DTYPE, block_size=16, device_type="xpu")
     assert any("compute capability 8.9" in reason for reason in TritonAttentionBackend.validate(on_xpu))
-
-
-@pytest.mark.parametrize(("splits", "window"), [(1, None), (3, None), (2, 21)])
-def test_decode_reads_v_transposed_blocks(splits: int, window: int | None) -> None:
-    """The same fp8 cache with each block's V stored as [kv_heads, head_size, block_size] gives the same output."""
-    q, k, v, cache, common = build_step(DECODES, torch.device("cpu"), torch.float32)
-    write_kv(k, v, cache, common.slot_mapping, *DECODES.scales)
-    outs = []
-    for layout_cache, transposed in ((cache, False), (v_transposed(cache), True)):
-        out = torch.full_like(q, float("nan"))
-        decode_attention(q, layout_cache, common.seq_lens, common.block_table, SCALE, out, num_splits=splits,
-                         k_scale=DECODES.scales[0], v_scale=DECODES.scales[1], v_transposed=transposed,
-                         sliding_window=window)
-        outs.append(out)
-    assert relative_error(outs[1], outs[0]) < 1e-6

@@ -73,7 +73,7 @@ def _decode_split_kernel(
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, V_TRANSPOSED: tl.constexpr,
+    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -81,11 +81,9 @@ def _decode_split_kernel(
 
     seq_len = tl.load(seq_lens_ptr + seq)
     start = tl.maximum(seq_len - sliding_window, 0)
-    # Splits start on BLOCK_N boundaries so the loop's tiles never straddle two splits. Transposed V is
-    # read a whole block at a time, so its tiles also start on a multiple of BLOCK_N (masked below start).
-    base = start - start % BLOCK_N if V_TRANSPOSED else start
-    chunk = tl.cdiv(tl.cdiv(seq_len - base, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    lo = base + split * chunk
+    # Splits start on BLOCK_N boundaries so the loop's tiles never straddle two splits.
+    chunk = tl.cdiv(tl.cdiv(seq_len - start, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = start + split * chunk
     hi = tl.minimum(lo + chunk, seq_len)
 
     g = tl.arange(0, GROUP_PAD)
@@ -107,31 +105,16 @@ def _decode_split_kernel(
     table = block_table_ptr + seq * stride_bt
     for n0 in range(lo, hi, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
-        valid = (n < hi) & (n >= start)
+        valid = n < hi
         page = tl.load(table + n // PAGE, mask=valid, other=0).to(tl.int64)
         offs = page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
         kv_mask = valid[:, None] & d_mask[None, :]
-        if V_TRANSPOSED:
-            # Each block holds V as [kv_heads, head_size, block_size]: the tile is read as V^T
-            # [head, blocks of the tile, tokens of a block], each block's tokens one contiguous run.
-            j = tl.arange(0, BLOCK_N // PAGE)
-            t = tl.arange(0, PAGE)
-            n3 = n0 + j[None, :, None] * PAGE + t[None, None, :]
-            tile_pages = tl.load(table + n0 // PAGE + j, mask=n0 + j * PAGE < hi, other=0).to(tl.int64)
-            v_offs = (tile_pages * stride_cb + kv_head * (HEAD * PAGE))[None, :, None] + d[:, None, None] * PAGE \
-                + t[None, None, :]
-            v_mask = (n3 < hi) & (n3 >= start) & d_mask[:, None, None]
-        else:
-            v_offs = offs[:, None] + d[None, :]
-            v_mask = kv_mask
         if FP8_PTX:
             k = _e4m3_ptx_to_fp16(tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0))
-            v = _e4m3_ptx_to_fp16(tl.load(v_cache_ptr + v_offs, mask=v_mask, other=0))
+            v = _e4m3_ptx_to_fp16(tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0))
         else:
             k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
-            v = tl.load(v_cache_ptr + v_offs, mask=v_mask, other=0.0)
-        if V_TRANSPOSED:
-            v = tl.trans(tl.reshape(v, (HEAD_PAD, BLOCK_N)))
+            v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
         s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
@@ -189,14 +172,13 @@ def _runs_ptx(x: torch.Tensor) -> bool:
 def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor,
                      scale: float, out: torch.Tensor, num_splits: int = 1, sliding_window: int | None = None,
                      config: DecodeConfig | None = None, k_scale: float = 1.0,
-                     v_scale: float = 1.0, v_transposed: bool = False) -> torch.Tensor:
+                     v_scale: float = 1.0) -> torch.Tensor:
     """Attention of one query token per sequence over its paged context.
 
     ``q``/``out`` are [num_seqs, heads, head_size] (row ``i`` is sequence ``i``'s token at position
     ``seq_lens[i] - 1``); ``kv_cache`` is [2, blocks, block_size, kv_heads, head_size], its entries
     multiplied by ``k_scale`` / ``v_scale`` when read (an fp8 cache's scales; 1.0 otherwise). A
-    sequence of length 0 gets zeros. Fills ``out`` and returns it. With ``v_transposed`` each block of
-    ``kv_cache[1]`` holds its values as [kv_heads, head_size, block_size] (see :mod:`.kv_layout`).
+    sequence of length 0 gets zeros. Fills ``out`` and returns it.
     """
     config = config or DecodeConfig()
     num_seqs, num_heads, head_size = q.shape
@@ -204,9 +186,6 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     group = num_heads // kv_heads
     fp16_math = config.fp8_via_fp16 and kv_cache.element_size() == 1 and q.dtype == torch.bfloat16
     fp8_ptx = fp16_math and config.fp8_inline_ptx and _runs_ptx(q)
-    if v_transposed and config.block_n % page:
-        raise ValueError(f"reading V transposed takes tiles of whole blocks: block_n {config.block_n} is not a "
-                         f"multiple of the block size {page}")
     if fp8_ptx:
         kv_cache = kv_cache.view(torch.uint8)
     k_cache, v_cache = kv_cache[0], kv_cache[1]
@@ -231,7 +210,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         part_lse.stride(0), part_lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
         PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits, DOT_PRECISION=dot_precision(q.dtype),
-        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, V_TRANSPOSED=v_transposed,
+        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:
