@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.requests import Request
 
 from infercore.entrypoints.openai.chat_parsing import ChatParsers, ChoiceParser, tool_choice_constraint
 from infercore.entrypoints.openai.errors import APIError
+from infercore.entrypoints.openai.event_stream import EventStreamResponse
 from infercore.entrypoints.openai.protocol import (
     ChatChoice,
     ChatChunkChoice,
@@ -143,7 +144,7 @@ class OpenAIServingChat(OpenAIServing):
         if req.echo and req.messages[-1].role == "assistant" and isinstance(req.messages[-1].content, str):
             echo = req.messages[-1].content
         if req.stream:
-            return StreamingResponse(self._stream(req, request_id, first, stream, echo),
+            return EventStreamResponse(self._stream(req, request_id, first, stream, echo),
                                      media_type="text/event-stream")
         try:
             body = await until_disconnected(raw, self._collect(req, request_id, first, stream, echo))

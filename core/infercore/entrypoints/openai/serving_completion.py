@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.requests import Request
 
 from infercore.entrypoints.openai.errors import APIError
+from infercore.entrypoints.openai.event_stream import EventStreamResponse
 from infercore.entrypoints.openai.protocol import (
     CompletionChoice,
     CompletionLogprobs,
@@ -115,7 +116,7 @@ class OpenAIServingCompletion(OpenAIServing):
         merged = merge(streams)
         first = await self.first_output(raw, merged, params.structured_outputs is not None)
         if req.stream:
-            return StreamingResponse(self._stream(req, request_id, params.n, first, merged),
+            return EventStreamResponse(self._stream(req, request_id, params.n, first, merged),
                                      media_type="text/event-stream")
         try:
             body = await until_disconnected(raw, self._collect(req, request_id, params.n, first, merged))
