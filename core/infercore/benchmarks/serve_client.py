@@ -59,7 +59,8 @@ class LeanClient:
         if url.scheme != "http" or not url.hostname:
             raise ValueError(f"the lean client speaks plain http:// only, not {base_url!r}")
         self.host, self.port = url.hostname, url.port or 80
-        self._authority = f"{self.host}:{self.port}".encode()
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
+        self._authority = f"{host}:{self.port}".encode()
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def post_events(self, path: str, body: bytes, headers: dict[str, str]) -> StreamedResponse:
