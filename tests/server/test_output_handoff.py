@@ -12,6 +12,7 @@ from infercore.engine.output_sender import OutputSender
 
 SENDS = 30
 BUSY_S = 0.006
+ATTEMPTS = 3
 
 
 class TimingSocket:
@@ -30,24 +31,30 @@ def _spin(seconds: float) -> None:
         pass
 
 
+def _slow_tenth_s() -> float:
+    """The 90th percentile of the delay from ``send`` to the socket write while the loop spins."""
+    socket = TimingSocket()
+    sender = OutputSender(socket)
+    delays = []
+    for i in range(SENDS):
+        queued = time.perf_counter()
+        sender.send(EngineCoreOutputs(outputs=[EngineCoreOutput(f"r{i}", [i])]))
+        _spin(BUSY_S)  # a host-bound step: Python that never blocks
+        while len(socket.written) <= i:
+            time.sleep(0.0005)
+        delays.append(socket.written[i] - queued)
+    sender.close()
+    return sorted(delays)[int(0.9 * SENDS)]
+
+
 def test_io_thread_writes_while_the_step_loop_spins() -> None:
     previous = sys.getswitchinterval()
     tune_interpreter()
     try:
         assert sys.getswitchinterval() == ENGINE_SWITCH_INTERVAL_S
-        socket = TimingSocket()
-        sender = OutputSender(socket)
-        delays = []
-        for i in range(SENDS):
-            queued = time.perf_counter()
-            sender.send(EngineCoreOutputs(outputs=[EngineCoreOutput(f"r{i}", [i])]))
-            _spin(BUSY_S)  # a host-bound step: Python that never blocks
-            while len(socket.written) <= i:
-                time.sleep(0.0005)
-            delays.append(socket.written[i] - queued)
-        sender.close()
+        # Best of three: a busy machine may delay the thread's wake-up itself once in a while. With the
+        # default 5 ms interval every attempt's slow tenth waits out the whole interval (about 5.5 ms).
+        slow = [_slow_tenth_s() for _ in range(ATTEMPTS)]
     finally:
         sys.setswitchinterval(previous)
-    delays.sort()
-    # With the default 5 ms interval the slow tenth waits out the whole interval (about 5.5 ms).
-    assert delays[int(0.9 * SENDS)] < 0.003, [round(d * 1e3, 2) for d in delays]
+    assert min(slow) < 0.003, [round(s * 1e3, 2) for s in slow]
