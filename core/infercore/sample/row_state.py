@@ -128,7 +128,8 @@ class SamplingRowState:
             temperature, seeds = dev_floats[0], dev_ints[0]
             if bool((self.min_p_margin[rows] > -np.inf).any()):
                 min_p_margin = dev_floats[2].unsqueeze(1)
-            top_k_top_p = TopKTopP.from_rows(ints[1].copy(), floats[1].copy(), greedy, dev_ints[1], dev_floats[1])
+            top_k_top_p = TopKTopP.from_rows(ints[1].copy(), floats[1].copy(), floats[0].copy(), greedy,
+                                             dev_floats[1])
         return SamplingMetadata(
             all_greedy=all_greedy,
             temperature=temperature,

@@ -16,6 +16,7 @@ device, so no batch waits for the device to find out.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,17 +38,24 @@ def apply_min_p(logits: torch.Tensor, margin: torch.Tensor) -> None:
     logits.masked_fill_(logits < threshold, float("-inf"))
 
 
+#: A row's top-k limit where top-k is off: wider than any candidate list.
+_NO_LIMIT = float(1 << 30)
+
+
 @dataclass
 class TopKTopP:
     """Per-row top-k (0: off) and top-p (1: off) for a batch where some row uses either."""
 
-    top_k: torch.Tensor
     top_p: torch.Tensor
     max_top_k: int
     any_top_p: bool
     #: [R] int64 batch rows with top-p but no top-k (their nucleus is measured against the whole
     #: row), or None when there are none.
     top_p_only_rows: torch.Tensor | None
+    #: [3, B] float32 on the device, built on the host so that no step spends kernels on them: each
+    #: row's top-k limit (:data:`_NO_LIMIT` where top-k is off), its temperature divisor (1 on greedy
+    #: rows), and a bound on its threshold (+inf on rows with a cut, -inf on rows without).
+    row_terms: torch.Tensor
 
     @property
     def any_top_p_only(self) -> bool:
@@ -55,23 +63,28 @@ class TopKTopP:
         return self.top_p_only_rows is not None
 
     @classmethod
-    def from_rows(cls, top_k: np.ndarray, top_p: np.ndarray, greedy: np.ndarray, top_k_device: torch.Tensor,
+    def from_rows(cls, top_k: np.ndarray, top_p: np.ndarray, temperature: np.ndarray, greedy: np.ndarray,
                   top_p_device: torch.Tensor) -> TopKTopP | None:
-        """None when no sampled row restricts its tokens. ``top_k``/``top_p`` are the batch's values on
-        the host (greedy rows: top-k 1, their argmax and every token tied with it, of which
-        ``gumbel_argmax`` takes the first, as ``torch.argmax``; top-p 1) and ``*_device`` the same on
-        the logits' device: the host copies decide the shapes, so nothing waits for the device."""
+        """None when no sampled row restricts its tokens. ``top_k``/``top_p``/``temperature`` are the
+        batch's values on the host (greedy rows: top-k 1, their argmax and every token tied with it, of
+        which ``gumbel_argmax`` takes the first, as ``torch.argmax``; top-p 1; temperature 0) and
+        ``top_p_device`` the top-p values on the logits' device: the host copies decide the shapes, so
+        nothing waits for the device."""
         any_top_p = bool((top_p < 1).any())
         if not any_top_p and not bool(((top_k > 0) & ~greedy).any()):
             return None
         top_p_only = np.flatnonzero((top_p < 1) & (top_k == 0))
+        device = top_p_device.device
+        terms = np.empty((3, len(top_k)), dtype=np.float32)
+        terms[0] = np.where(top_k > 0, top_k, _NO_LIMIT)
+        terms[1] = np.where(temperature > 0, temperature, 1.0)
+        terms[2] = np.where((top_k > 0) | (top_p < 1), np.inf, -np.inf)
         return cls(
-            top_k=top_k_device,
             top_p=top_p_device,
             max_top_k=int(top_k.max()),
             any_top_p=any_top_p,
-            top_p_only_rows=to_device(top_p_only.tolist(), torch.int64, top_k_device.device)
-            if len(top_p_only) else None,
+            top_p_only_rows=to_device(top_p_only.tolist(), torch.int64, device) if len(top_p_only) else None,
+            row_terms=torch.from_numpy(terms).to(device, non_blocking=True),
         )
 
     def threshold(self, logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
@@ -84,23 +97,22 @@ class TopKTopP:
         vocab_size = logits.shape[1]
         width = min(vocab_size, max(self.max_top_k, _TOP_P_CANDIDATES if self.any_top_p_only else 1))
         values = top_values(logits, width)
-        by_k = self.top_k > 0
-        keep = _positions(width, logits.device) < torch.where(by_k, self.top_k, width).unsqueeze(1)
-        cut, wide = by_k, None
+        k_limit, scale, bound = (t.unsqueeze(1) for t in self.row_terms)
+        keep = _positions(width, logits.device) < k_limit
+        wide = None
         if self.any_top_p:
-            scale = _temperature_scale(temperature)
-            tempered = (values / scale).masked_fill_(~keep, float("-inf"))
-            lse = tempered.logsumexp(dim=-1)
+            tempered = torch.where(keep, values / scale, float("-inf"))
             if self.any_top_p_only:
-                lse = torch.where(by_k, lse, (logits / scale).logsumexp(dim=-1))
-            probs = (tempered - lse.unsqueeze(1)).exp_()
-            keep &= _inside_nucleus(probs, self.top_p)
-            cut = by_k | (self.top_p < 1)
-            if self.any_top_p_only:
+                by_k = k_limit < _NO_LIMIT
+                lse = torch.where(by_k, tempered.logsumexp(dim=-1, keepdim=True),
+                                  (logits / scale).logsumexp(dim=-1, keepdim=True))
+                probs = (tempered - lse).exp_()
                 # Top-p-only rows whose candidates hold less than top_p: the nucleus reaches past them.
-                wide = ~by_k & (self.top_p < 1) & (probs.sum(dim=-1) < self.top_p)
-        threshold = values.gather(1, keep.sum(dim=-1, keepdim=True).clamp_min(1) - 1)
-        threshold.masked_fill_(~cut.unsqueeze(1), float("-inf"))
+                wide = ~by_k.squeeze(1) & (self.top_p < 1) & (probs.sum(dim=-1) < self.top_p)
+            else:
+                probs = tempered.softmax(dim=-1)
+            keep &= _inside_nucleus(probs, self.top_p)
+        threshold = torch.minimum(values.gather(1, keep.sum(dim=-1, keepdim=True).clamp_min_(1) - 1), bound)
         if wide is not None and self.top_p_only_rows is not None:
             rows = self.top_p_only_rows
             sorted_cut = _sorted_threshold(logits.index_select(0, rows), temperature.index_select(0, rows),
@@ -155,8 +167,10 @@ def _temperature_scale(temperature: torch.Tensor) -> torch.Tensor:
     return torch.where(temperature > 0, temperature, 1.0).unsqueeze(1)
 
 
+@functools.cache
 def _positions(width: int, device: torch.device) -> torch.Tensor:
-    return torch.arange(width, device=device).unsqueeze(0)
+    """[1, width] 0, 1, ..., width - 1 as float32 (kept: a step builds none)."""
+    return torch.arange(width, device=device, dtype=torch.float32).unsqueeze(0)
 
 
 def _inside_nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
