@@ -19,7 +19,7 @@ if [[ "${1:-}" != aiperf ]]; then
     rm -f .whl/importlib_metadata-1[0-9].*.whl
     for p in pydantic pydantic-core pydantic-settings python-dotenv annotated-types typing-inspection \
              typing-extensions msgspec pyzmq fastapi starlette uvicorn opentelemetry-api 'importlib-metadata<10' zipp \
-             psutil anyio h11 click sniffio idna compressed-tensors loguru py-spy; do
+             psutil anyio h11 click sniffio idna compressed-tensors loguru py-spy httptools uvloop; do
         download .whl --no-deps "$p"
     done
     du -sh .whl
