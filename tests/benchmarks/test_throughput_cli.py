@@ -1,10 +1,17 @@
-"""`infercore bench throughput` end to end on a cut-down W-CPU: JSON lines for infercore and HF."""
+"""`infercore bench throughput` on a cut-down W-CPU: JSON lines for infercore and HF; the CLI's refusals."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import subprocess
 import sys
+
+import pytest
+
+from infercore.benchmarks import throughput
+from infercore.benchmarks.workloads import WORKLOADS
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
@@ -12,16 +19,30 @@ def _bench(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_repeated_run_beside_hf_prints_both_lines_and_the_ratio() -> None:
-    proc = _bench("--workload", "w-cpu", "--num-requests", "2", "--repeat", "2", "--compare-hf",
-                  "--no-progress", "--threads", "2")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    ours, theirs = (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    throughput.add_parser(parser.add_subparsers())
+    return parser.parse_args(["throughput", *argv])
+
+
+def test_repeated_run_beside_hf_prints_both_lines_and_the_ratio(monkeypatch: pytest.MonkeyPatch,
+                                                                capfd: pytest.CaptureFixture[str]) -> None:
+    """W-CPU cut down to a tiny model and short requests (the CLI's own parsing is the test below)."""
+    full = WORKLOADS["w-cpu"]
+    tiny = dataclasses.replace(
+        full, name="t-cpu", max_model_len=128, num_requests=2, prompt_len=(8, 12), output_len=(16, 16),
+        token_id_max=255, model_config={**full.model_config, "vocab_size": 256, "hidden_size": 32,
+                                        "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                        "num_key_value_heads": 1, "head_dim": 16, "max_position_embeddings": 256})
+    monkeypatch.setitem(WORKLOADS, tiny.name, tiny)
+    assert throughput.run(_parse("--workload", "t-cpu", "--repeat", "2", "--compare-hf", "--no-progress",
+                                 "--threads", "1")) == 0
+    ours, theirs = (json.loads(line) for line in capfd.readouterr().out.splitlines() if line.startswith("{"))
     assert ours["engine"] == "infercore" and ours["requests"] == 2
-    assert ours["output_tokens"] == 2 * 128  # greedy, EOS ignored, 128 new tokens each
+    assert ours["output_tokens"] == 2 * 16  # greedy, EOS ignored, 16 new tokens each
     assert len(ours["runs_output_tok_s"]) == 2 and ours["output_tok_s"] > 0
     assert ours["triton_builds_during_run"] == {}
-    assert theirs["engine"] == "hf-transformers" and theirs["output_tokens"] == 2 * 128
+    assert theirs["engine"] == "hf-transformers" and theirs["output_tokens"] == 2 * 16
     assert theirs["ratio_infercore_over_hf"] == round(ours["output_tok_s"] / theirs["output_tok_s"], 2)
 
 
