@@ -67,13 +67,21 @@ class ServerProcess:
         raise RuntimeError(f"no engine process among children {pids}")
 
     def stop(self) -> None:
+        self.interrupt()
+        self.wait_stopped()
+
+    def interrupt(self) -> None:
+        """Ask the server to shut down (SIGINT), without waiting."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+
+    def wait_stopped(self, grace_s: float = 20.0) -> None:
+        """Wait up to ``grace_s`` for the server to exit after :meth:`interrupt`, then kill it."""
+        try:
+            self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         self.log.close()
 
 
@@ -92,8 +100,11 @@ class ServerPool:
         return server
 
     def stop_all(self) -> None:
+        """Interrupt every server at once, then wait for each (the slowest sets the time, not the sum)."""
         for server in self.servers:
-            server.stop()
+            server.interrupt()
+        for server in self.servers:
+            server.wait_stopped()
 
 
 @pytest.fixture(scope="session")
