@@ -14,6 +14,7 @@ from infercore.config import InfercoreConfig
 from infercore.engine.async_llm import AsyncLLM, EngineShuttingDownError, QueueFullError
 from infercore.engine.core_client import EngineDeadError
 from infercore.engine.latency_trace import now_ns, request_stamps
+from infercore.entrypoints.openai.disconnect import cancelled_on_disconnect
 from infercore.entrypoints.openai.errors import APIError, error_body
 from infercore.entrypoints.openai.offload import off_loop
 from infercore.entrypoints.openai.protocol import GenerateRequest
@@ -184,36 +185,18 @@ class OpenAIServing:
 
 
 async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Await ``work``; if the client goes away first, cancel it (which aborts its engine requests) and
-    raise a 499.
+    """Await ``work`` in the caller's task; if the client goes away first (the connection is polled every
+    :data:`DISCONNECT_POLL_S`), cancel it (which aborts its engine requests) and raise a 499."""
 
-    ``work`` runs in the caller's task, not a task of its own: a request is then validated and sent to
-    the engine at once, and its first output reaches the caller directly, without the turns of the event
-    loop that starting a task and hearing it finish would cost. A watcher task polls the connection
-    every :data:`DISCONNECT_POLL_S` and cancels the caller when the client has gone."""
-    caller = asyncio.current_task()
-    if caller is None:
-        raise RuntimeError("until_disconnected must be awaited in a task")
-    gone = False
-
-    async def watch() -> None:
-        nonlocal gone
-        while not gone:
+    async def client_left() -> bool:
+        while True:
             await asyncio.sleep(DISCONNECT_POLL_S)
-            gone = await request.is_disconnected()
-        caller.cancel()
+            if await request.is_disconnected():
+                return True
 
-    watcher = asyncio.ensure_future(watch())
-    try:
+    async with cancelled_on_disconnect(client_left):
         return await work
-    except asyncio.CancelledError:
-        if not gone:
-            raise
-        if hasattr(caller, "uncancel"):  # Python 3.11+: this cancellation is answered here
-            caller.uncancel()
-        raise APIError(499, "the client closed the connection") from None
-    finally:
-        watcher.cancel()
+    raise APIError(499, "the client closed the connection")
 
 
 async def merge(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
