@@ -90,8 +90,8 @@ def parts(sampler: Sampler, logits: torch.Tensor, metadata: SamplingMetadata, de
     draw = sampler._op("gumbel_argmax", device)
     if metadata.top_k_top_p is not None:
         cut = metadata.top_k_top_p
-        times["top_k_top_p_threshold"] = median_us(lambda: cut.threshold(logits, temperature), device, repeat)
-        threshold = cut.threshold(logits, temperature)
+        times["top_k_top_p_threshold"] = median_us(lambda: cut.threshold(logits), device, repeat)
+        threshold = cut.threshold(logits)
         times["gumbel_argmax_thresholded"] = median_us(
             lambda: draw(logits, temperature, seeds, threshold=threshold), device, repeat)
     else:

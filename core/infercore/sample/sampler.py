@@ -96,7 +96,7 @@ class Sampler(nn.Module):
         draw = self._gumbel_op(logits.device)
         if metadata.top_k_top_p is None:
             return draw(logits, metadata.temperature, metadata.seeds)
-        threshold = metadata.top_k_top_p.threshold(logits, metadata.temperature)
+        threshold = metadata.top_k_top_p.threshold(logits)
         if not _takes_threshold(draw):
             # A plugin's gumbel_argmax written before plugin API 1.4: mask the cut tokens instead.
             logits.masked_fill_(logits < threshold, float("-inf"))

@@ -6,7 +6,7 @@ tokens left are sampled by the same seeded ``gumbel_argmax`` draw as rows withou
 the logits; the top-k/top-p threshold goes to ``gumbel_argmax``, which treats logits below it as
 -inf while it draws, so the cut costs no pass of its own over the logits.
 
-Top-k and top-p look only at the ``C`` most likely tokens found by ``torch.topk`` (``C`` is the
+Top-k and top-p look only at the ``C`` most likely tokens, found by :func:`top_values` (``C`` is the
 largest top-k in the batch, or at least 1024 when a row has top-p without top-k). A row with top-k
 (and top-p inside its top-k) has its cut among them. A top-p-only row whose ``C`` tokens already hold ``top_p``
 of the probability has its nucleus among them too; for the rows where that fails the cut comes from
@@ -87,12 +87,12 @@ class TopKTopP:
             row_terms=torch.from_numpy(terms).to(device, non_blocking=True),
         )
 
-    def threshold(self, logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    def threshold(self, logits: torch.Tensor) -> torch.Tensor:
         """[B, 1] each row's smallest logit inside its top-k and then its top-p nucleus (-inf on rows
         without a cut): the tokens below it are the ones to forbid. ``logits`` is not changed.
 
-        ``logits`` [B, V] are not yet divided by ``temperature`` [B] (0 on greedy rows); the
-        nucleus is measured on ``softmax(logits / temperature)`` over the row's top-k tokens.
+        ``logits`` [B, V] are not yet divided by the rows' temperatures; the nucleus is measured on
+        ``softmax(logits / temperature)`` over the row's top-k tokens (greedy rows: temperature 1).
         """
         vocab_size = logits.shape[1]
         width = min(vocab_size, max(self.max_top_k, _TOP_P_CANDIDATES if self.any_top_p_only else 1))
@@ -115,7 +115,7 @@ class TopKTopP:
         threshold = torch.minimum(values.gather(1, keep.sum(dim=-1, keepdim=True).clamp_min_(1) - 1), bound)
         if wide is not None and self.top_p_only_rows is not None:
             rows = self.top_p_only_rows
-            sorted_cut = _sorted_threshold(logits.index_select(0, rows), temperature.index_select(0, rows),
+            sorted_cut = _sorted_threshold(logits.index_select(0, rows), scale.index_select(0, rows),
                                            self.top_p.index_select(0, rows))
             candidate_cut = threshold.index_select(0, rows)
             threshold.index_copy_(0, rows, torch.where(wide.index_select(0, rows).unsqueeze(1),
@@ -162,11 +162,6 @@ def _top_blocks(logits: torch.Tensor, width: int, block: int) -> torch.Tensor:
     return candidates.topk(width, dim=-1).values
 
 
-def _temperature_scale(temperature: torch.Tensor) -> torch.Tensor:
-    """[B, 1] divisors of the logits: the temperature, 1 on greedy rows."""
-    return torch.where(temperature > 0, temperature, 1.0).unsqueeze(1)
-
-
 @functools.cache
 def _positions(width: int, device: torch.device) -> torch.Tensor:
     """[1, width] 0, 1, ..., width - 1 as float32 (kept: a step builds none)."""
@@ -178,8 +173,8 @@ def _inside_nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return (probs.cumsum(dim=-1) - probs) < top_p.unsqueeze(1)
 
 
-def _sorted_threshold(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+def _sorted_threshold(logits: torch.Tensor, scale: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """The smallest kept logit of each top-p-only row, by a full sort (rows whose nucleus is wide)."""
     values = logits.sort(dim=-1, descending=True).values
-    keep = _inside_nucleus((values / _temperature_scale(temperature)).softmax(dim=-1), top_p)
+    keep = _inside_nucleus((values / scale).softmax(dim=-1), top_p)
     return values.gather(1, keep.sum(dim=-1, keepdim=True).clamp_min(1) - 1)
