@@ -9,7 +9,7 @@
 # Every step is bounded by `timeout` and by the whole run's budget (BUDGET_S, default 500 s); the server is always stopped.
 # Knobs (environment): WORKLOAD, MODEL (a config-only folder), DTYPE, INPUT_LEN, OUTPUT_LEN, MAX_MODEL_LEN,
 # N1/N64/N256 (requests at concurrency 1/C64/C256), C64, C256, SWEEP_RATES, SWEEP_N, PROBES (offline
-# prefill probes), GPU_UTIL, SERVE_EXTRA (more serve flags), ENGINE_EXTRA (more offline engine args, JSON
+# prefill probes), SWEEP=0 (no Poisson sweep), GPU_UTIL, SERVE_EXTRA (more serve flags), ENGINE_EXTRA (more offline engine args, JSON
 # members), API_SERVERS (--api-server-count), LATENCY=0 / THROUGHPUT=0 to skip those references,
 # PYSPY=1 (py-spy profiles of the server's processes under a concurrency-C256 load; PYSPY_SECONDS,
 # PYSPY_NATIVE=0 for Python frames only).
@@ -145,9 +145,9 @@ if [[ "$PYSPY" == 1 ]]; then
         BACKGROUND_PIDS=()
     fi
 fi
-# (d) the Poisson sweep, one line per rate.
+# (d) the Poisson sweep, one line per rate (SWEEP=0 skips it).
 # shellcheck disable=SC2086  # SWEEP_RATES is a list
-step sweep 150 "${BENCH[@]}" --num-prompts "$SWEEP_N" --request-rate $SWEEP_RATES --num-workers "$(workers "$SWEEP_N" 2)" \
+[[ "${SWEEP:-1}" == 1 ]] && step sweep 150 "${BENCH[@]}" --num-prompts "$SWEEP_N" --request-rate $SWEEP_RATES --num-workers "$(workers "$SWEEP_N" 2)" \
     --label sweep 2>"$WORK/sweep.err" | tee -a "$RES"
 stop_server
 

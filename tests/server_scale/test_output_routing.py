@@ -1,6 +1,6 @@
 """The engine loop with several API servers: it reads every input socket, each request's outputs go only
-to the API server that sent it, stats go to all, and a route is dropped when its request finishes or is
-aborted."""
+to the API server that sent it, stats go to all (on their own at most every stats interval, and always
+once the engine goes idle), and a route is dropped when its request finishes or is aborted."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class ScriptedEngine:
 class Wires:
     """CLIENTS API-server ends of an engine loop over in-process sockets."""
 
-    def __init__(self, engine: ScriptedEngine) -> None:
+    def __init__(self, engine: ScriptedEngine, stats_interval_s: float = 0.0) -> None:
         self.ctx = zmq.Context()
         self.codec = WireCodec()
         inputs, outputs, self.to_engine, self.from_engine = [], [], [], []
@@ -66,7 +66,7 @@ class Wires:
             outputs.append(engine_out)
             self.to_engine.append(to_engine)
             self.from_engine.append(from_engine)
-        self.sender = OutputSender(*outputs)
+        self.sender = OutputSender(*outputs, stats_interval_s=stats_interval_s)
         self.loop = EngineLoop(engine, inputs, self.sender, os.getppid())
         self.sockets = inputs + outputs + self.to_engine + self.from_engine
 
@@ -115,6 +115,23 @@ def test_each_request_is_answered_to_its_own_api_server_and_stats_reach_all() ->
         assert [batch.stats.num_running for batch in received[1]] == [3, 3, 0, 0]
         assert all(batch.stats is not None for batches in received for batch in batches)
         assert wires.sender.num_routes == 0, "finished requests keep their routes"
+    finally:
+        wires.close()
+
+
+def test_stats_alone_are_spaced_out_but_the_idle_report_reaches_every_api_server() -> None:
+    wires = Wires(ScriptedEngine(), stats_interval_s=60.0)
+    try:
+        wires.add(0, "0:a")
+        for _ in range(4):
+            wires.loop.run_once()
+        received = [wires.received(client) for client in range(CLIENTS)]
+        assert _tokens(received[0]) == {"0:a": [1, 2, 3]}
+        # The API server with outputs has stats with each batch of them, then the idle report.
+        assert [batch.stats.num_running for batch in received[0]] == [1, 1, 0, 0]
+        # The others: the first step's stats, nothing while the interval runs, then the idle report.
+        for client in (1, 2):
+            assert [(len(batch.outputs), batch.stats.num_running) for batch in received[client]] == [(0, 1), (0, 0)]
     finally:
         wires.close()
 

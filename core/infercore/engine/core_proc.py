@@ -159,8 +159,9 @@ class EngineLoop:
             self._send(self._step())
             self._report_idle = True
         elif self._report_idle:
-            # One step with nothing scheduled reports the emptied queues and freed KV blocks.
-            self._send(self.engine.step())
+            # One step with nothing scheduled reports the emptied queues and freed KV blocks to every
+            # API server.
+            self.sender.send(self.engine.step(), settled=True)
             self._report_idle = False
 
     def _step(self) -> EngineCoreOutputs:

@@ -10,7 +10,10 @@ outputs go only to the socket of the API server that sent it. The loop records t
 :meth:`OutputSender.route` before the engine sees the request; the IO thread drops the entry when it
 sends the request's last output, and :meth:`OutputSender.forget` (queued behind the outputs before it)
 drops the entries of aborted requests. Request ids must therefore be unique across API servers (each
-server prefixes its own). The engine's stats go to every socket.
+server prefixes its own). The engine's stats ride along with every batch of outputs; an API server with no
+outputs in a step gets them on their own at most every ``stats_interval_s`` (each such message wakes
+that process and costs this thread an encode), and always with a batch sent as ``settled`` (the idle
+report after the last request: the emptied queues must reach every server).
 """
 
 from __future__ import annotations
@@ -33,14 +36,20 @@ logger = logging.getLogger("infercore.engine")
 _STOP = object()
 #: Marks a queued ``forget``: the request ids whose routes to drop.
 _FORGET = object()
+#: Marks a batch of outputs whose stats must reach every socket (see ``send``).
+_SETTLED = object()
+#: Default least time between two stats-only messages to one API server.
+STATS_INTERVAL_S = 0.05
 
 
 class OutputSender:
     """Owns the output sockets once started; ``send`` queues, the IO thread routes, encodes and writes.
 
-    ``trace`` (with ``INFERCORE_TRACE_LATENCY=1``) stamps each output as it is written."""
+    ``trace`` (with ``INFERCORE_TRACE_LATENCY=1``) stamps each output as it is written;
+    ``stats_interval_s`` spaces out the stats-only messages to an API server without outputs."""
 
-    def __init__(self, *sockets: zmq.Socket, trace: EngineTrace | None = None) -> None:
+    def __init__(self, *sockets: zmq.Socket, trace: EngineTrace | None = None,
+                 stats_interval_s: float = STATS_INTERVAL_S) -> None:
         if not sockets:
             raise ValueError("OutputSender needs at least one output socket")
         self.sockets = list(sockets)
@@ -48,6 +57,9 @@ class OutputSender:
         self.trace = trace
         #: Request id → index of the socket (API server) its outputs go to; used with several sockets.
         self._routes: dict[str, int] = {}
+        self.stats_interval_s = stats_interval_s
+        #: ``time.monotonic()`` of each socket's last message that carried stats.
+        self._stats_sent_at = [float("-inf")] * len(self.sockets)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         #: ``time.perf_counter()`` of the last message written (for benchmarks/output_handoff.py).
         self.last_write_at = 0.0
@@ -69,11 +81,13 @@ class OutputSender:
         if len(self.sockets) > 1 and request_ids:
             self._queue.put((list(request_ids), _FORGET))
 
-    def send(self, outputs: EngineCoreOutputs) -> None:
-        """Queue one batch of outputs for the IO thread (never blocks); stamps it if unstamped."""
+    def send(self, outputs: EngineCoreOutputs, settled: bool = False) -> None:
+        """Queue one batch of outputs for the IO thread (never blocks); stamps it if unstamped.
+
+        ``settled``: its stats go to every API server now, however recently each had some."""
         if not outputs.timestamp:
             outputs.timestamp = time.time()
-        self._queue.put((outputs, None))
+        self._queue.put((outputs, _SETTLED if settled else None))
         # Hand the GIL to the IO thread now. Otherwise, while the step loop runs Python without blocking
         # (a host-bound step whose device work is already done), the thread waits for the interpreter's
         # switch interval (5 ms) and two steps' outputs leave together: tokens arrive in bursts.
@@ -104,19 +118,23 @@ class OutputSender:
                 for request_id in message:
                     self._routes.pop(request_id, None)
                 continue
-            if kind is None and len(self.sockets) > 1:
-                batches = self._split(message)
+            if kind is _SETTLED or (kind is None and len(self.sockets) > 1):
+                batches = self._split(message, settled=kind is _SETTLED)
             else:
                 batches = [(socket, message, kind, False) for socket in self.sockets]
             for socket, batch, batch_kind, droppable in batches:
                 if not self._write(socket, batch, batch_kind, droppable):
                     return
 
-    def _split(self, outputs: EngineCoreOutputs) -> list[tuple[zmq.Socket, Any, MessageKind | None, bool]]:
-        """One batch per socket: the outputs of that API server's requests, and the stats for all.
+    def _split(self, outputs: EngineCoreOutputs,
+               settled: bool = False) -> list[tuple[zmq.Socket, Any, MessageKind | None, bool]]:
+        """One batch per socket: the outputs of that API server's requests with the stats, or the stats
+        alone where that socket's last stats are ``stats_interval_s`` old (or ``settled``).
 
         A batch with stats only may be dropped when its socket cannot take it at once (an API server
         that has drained and gone must not hold up the others; the next stats supersede it)."""
+        if len(self.sockets) == 1:
+            return [(self.sockets[0], outputs, None, False)]
         per_client: list[list[EngineCoreOutput]] = [[] for _ in self.sockets]
         for output in outputs.outputs:
             client = self._routes.pop(output.request_id, None) if output.finished else \
@@ -125,10 +143,15 @@ class OutputSender:
                 continue
             per_client[client].append(output)
         batches: list[tuple[zmq.Socket, Any, MessageKind | None, bool]] = []
-        for socket, mine in zip(self.sockets, per_client, strict=True):
-            if mine or outputs.stats is not None:
+        now = time.monotonic()
+        has_stats = outputs.stats is not None
+        for index, (socket, mine) in enumerate(zip(self.sockets, per_client, strict=True)):
+            stats_due = has_stats and (settled or now - self._stats_sent_at[index] >= self.stats_interval_s)
+            if mine or stats_due:
                 batch = EngineCoreOutputs(outputs=mine, stats=outputs.stats, timestamp=outputs.timestamp)
                 batches.append((socket, batch, None, not mine))
+                if has_stats:
+                    self._stats_sent_at[index] = now
         return batches
 
     def _write(self, socket: zmq.Socket, message: Any, kind: MessageKind | None, droppable: bool) -> bool:
