@@ -11,7 +11,8 @@
 # N1/N64/N256 (requests at concurrency 1/C64/C256), C64, C256, SWEEP_RATES, SWEEP_N, PROBES (offline
 # prefill probes), SWEEP=0 (no Poisson sweep), GPU_UTIL, SERVE_EXTRA (more serve flags), ENGINE_EXTRA (more offline engine args, JSON
 # members), API_SERVERS (--api-server-count), LATENCY=0 / THROUGHPUT=0 to skip those references,
-# PYSPY=1 (py-spy profiles of the server's processes under a concurrency-C256 load; PYSPY_SECONDS,
+# C64_WORKERS / C256_WORKERS (bench serve client processes), LATENCY_MAX_NUM_SEQS (bench latency's max_num_seqs,
+# a list; the last is the verdict's reference), PYSPY=1 (py-spy profiles of the server's processes under a concurrency-C256 load; PYSPY_SECONDS,
 # PYSPY_NATIVE=0 for Python frames only).
 # TRACE=1 runs only the latency trace instead (INFERCORE_TRACE_LATENCY=1, see
 # core/infercore/engine/latency_trace.py): for each count in TRACE_API_SERVERS (default "1 4") a traced
@@ -125,11 +126,11 @@ step warmup 60 "${BENCH[@]}" --num-prompts "$WARM_N" --max-concurrency "$WARM_N"
 # (c) single stream: TTFT and TPOT of one request at a time.
 step c1 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 --label c1 2>"$WORK/c1.err" | tee -a "$RES"
 # (b) concurrency 64: ITL p99 against TPOT p50.
-step c64 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" --num-workers "$(workers "$C64" 2)" \
+step c64 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" --num-workers "$(workers "$C64" "${C64_WORKERS:-2}")" \
     --label c64 2>"$WORK/c64.err" | tee -a "$RES"
 # (a) concurrency 256 next to the same requests through LLM.generate, whose engine then also times the
 # batch-1 prefill of PROBES other prompts of the same length (the reference of c1's TTFT).
-step c256 240 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" --num-workers "$(workers "$C256" 4)" \
+step c256 240 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" --num-workers "$(workers "$C256" "${C256_WORKERS:-4}")" \
     --offline-model "$MODEL" --offline-engine-args "$OFFLINE_ARGS" --offline-prefill-probes "$PROBES" \
     --label c256 2>"$WORK/c256.err" | tee -a "$RES"
 # Profiles of the server's processes under the same load (a run of its own, so the profiler's pauses
@@ -153,8 +154,12 @@ stop_server
 
 # Offline references: batch-1 decode time per token of the same prompt length; the W-GPU throughput run.
 if [[ "${LATENCY:-1}" == 1 ]]; then
-    step latency 90 infercore bench latency --workload "$WORKLOAD" --input-len "$INPUT_LEN" \
-        --output-len "$OUTPUT_LEN" 2>"$WORK/latency.err" | tee -a "$RES"
+    # LATENCY_MAX_NUM_SEQS: the engine sizes to compare with (the last is the verdict's reference; give
+    # the server's own max_num_seqs there).
+    for seqs in ${LATENCY_MAX_NUM_SEQS:-8}; do
+        step "latency-seqs$seqs" 90 infercore bench latency --workload "$WORKLOAD" --input-len "$INPUT_LEN" \
+            --output-len "$OUTPUT_LEN" --max-num-seqs "$seqs" 2>>"$WORK/latency.err" | tee -a "$RES"
+    done
 fi
 if [[ "${THROUGHPUT:-1}" == 1 ]]; then
     step throughput 120 infercore bench throughput --workload "$WORKLOAD" --no-progress 2>"$WORK/throughput.err" \

@@ -65,9 +65,9 @@ class SchedulerConfig(BaseSettings):
 
     max_num_seqs: int = Field(256, ge=1, le=65536, description="max requests running at once")
     max_num_batched_tokens: int | None = Field(None, ge=1, description="token budget per step")
-    max_prefill_tokens_while_decoding: int | None = Field(
-        None, ge=1, description="most prompt tokens a step takes while requests are decoding, so a decode "
-        "never waits on more prefill than that per step (default: the whole budget)")
+    max_num_batched_tokens_while_decoding: int | None = Field(
+        None, ge=1, description="token budget of a step while requests decode: their tokens count against "
+        "it and prompts get the rest, so a decode never waits on a bigger step (default: the whole budget)")
     enable_chunked_prefill: bool = Field(True, description="split long prompts across steps")
     scheduling_policy: Literal["fcfs", "priority"] = Field("fcfs", description="order of waiting requests")
     max_num_queued_requests: int | None = Field(None, ge=1, description="reject new requests past this many waiting")

@@ -32,6 +32,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--max-num-seqs", type=int, default=8,
+                   help="the engine's max_num_seqs (give a server's own to compare with its TPOT)")
     p.set_defaults(func=run)
 
 
@@ -42,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="infercore-latency-") as tmp:
         folder = workload.write_model_folder(Path(tmp) / workload.name)
         llm = LLM(model=str(folder), load_format="dummy", dtype=workload.dtype, max_model_len=workload.max_model_len,
-                  skip_tokenizer_init=True, enforce_eager=args.enforce_eager, max_num_seqs=8)
+                  skip_tokenizer_init=True, enforce_eager=args.enforce_eager,
+                  max_num_seqs=args.max_num_seqs)
         prompt = list(range(1, args.input_len + 1))
         _timed_generate(llm, prompt, 8, 1)  # warm-up
         first = _timed_generate(llm, prompt, 1, args.repeats)
@@ -50,5 +53,6 @@ def run(args: argparse.Namespace) -> int:
     per_token_ms = (full - first) / (args.output_len - 1) * 1000
     print(json.dumps({"benchmark": "latency", "workload": workload.name, "input_len": args.input_len,
                       "output_len": args.output_len, "enforce_eager": args.enforce_eager,
+                      "max_num_seqs": args.max_num_seqs,
                       "ttft_ms": round(first * 1000, 2), "decode_ms_per_token": round(per_token_ms, 3)}))
     return 0

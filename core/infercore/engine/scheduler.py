@@ -61,7 +61,7 @@ class Scheduler:
                                        or _DEFAULT_MAX_NUM_BATCHED_TOKENS)
         self.enable_chunked_prefill = scheduler_config.enable_chunked_prefill
         #: Most prompt tokens a step takes while some request is decoding (None: the whole budget).
-        self.max_prefill_tokens_while_decoding = scheduler_config.max_prefill_tokens_while_decoding
+        self.max_num_batched_tokens_while_decoding = scheduler_config.max_num_batched_tokens_while_decoding
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
@@ -148,12 +148,14 @@ class Scheduler:
         req_ids, num_computed = cached.req_ids, cached.num_computed_tokens
         num_scheduled: list[int] = []
         idx = 0
-        # While requests decode, prompt tokens per step may be capped: a decode then never waits on
-        # more prefill work than that in one step (bounded inter-token latency).
-        cap = self.max_prefill_tokens_while_decoding
+        # While requests decode, a step may have a smaller budget: their tokens count against it and
+        # prompts get the rest, so a decode never waits on a bigger step (bounded inter-token latency).
+        cap = self.max_num_batched_tokens_while_decoding
         prefill_left = budget
-        if chunked and cap is not None and cap < budget and any(r.output_token_ids or r.num_output_placeholders for r in running):
-            prefill_left = cap
+        if chunked and cap is not None and cap < budget:
+            decoding = sum(1 for r in running if r.output_token_ids or r.num_output_placeholders)
+            if decoding:
+                prefill_left = max(cap - decoding, 0)
         while idx < len(running) and budget > 0:
             request = running[idx]
             placeholders = request.num_output_placeholders

@@ -1,4 +1,5 @@
-"""``max_prefill_tokens_while_decoding``: prompt tokens per step are capped only while requests decode."""
+"""``max_num_batched_tokens_while_decoding``: a smaller step budget only while requests decode; their tokens
+count against it and prompts get the rest."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from infercore.engine.scheduler import Scheduler
 
 def _capped(cap: int | None, budget: int = 32, chunked: bool = True) -> Scheduler:
     return Scheduler(SchedulerConfig(max_num_seqs=16, enable_chunked_prefill=chunked,
-                                     max_prefill_tokens_while_decoding=cap),
+                                     max_num_batched_tokens_while_decoding=cap),
                      CacheConfig(block_size=4), max_model_len=64, num_blocks=128, block_size=4,
                      max_num_batched_tokens=budget)
 
@@ -24,8 +25,8 @@ def _steps(scheduler: Scheduler, runner: FakeRunner, n: int) -> list[dict[str, i
     return plans
 
 
-def test_prompts_beside_decodes_take_at_most_the_cap() -> None:
-    scheduler = _capped(6)
+def test_a_step_beside_decodes_takes_at_most_the_cap() -> None:
+    scheduler = _capped(7)
     runner = FakeRunner(4)
     scheduler.add_request(make_request("a", 5, max_tokens=20))
     first = _steps(scheduler, runner, 1)[0]
@@ -34,11 +35,12 @@ def test_prompts_beside_decodes_take_at_most_the_cap() -> None:
         scheduler.add_request(make_request(rid, 10, max_tokens=4))
     plans = _steps(scheduler, runner, 6)
     for plan in plans:
-        prompt_tokens = sum(n for rid, n in plan.items() if n > 1)
-        assert plan.get("a") == 1 and prompt_tokens <= 6, plan
-    # 30 prompt tokens at no more than 6 a step, chunked across requests.
+        assert plan.get("a") == 1 and sum(plan.values()) <= 7, plan
+    # 30 prompt tokens at no more than 7 - 1 a step, chunked across requests.
     assert plans[0] == {"a": 1, "b": 6}
     assert plans[1] == {"a": 1, "b": 4, "c": 2}
+    # Once b decodes too, the prompts get what the two decodes leave.
+    assert plans[2] == {"a": 1, "b": 1, "c": 5}
 
 
 def test_without_decodes_and_without_a_cap_the_budget_rules() -> None:
@@ -70,5 +72,17 @@ def test_a_cap_is_ignored_without_chunked_prefill() -> None:
     assert _steps(scheduler, runner, 1)[0] == {"a": 1, "b": 12}
 
 
+def test_as_many_decodes_as_the_cap_leave_prompts_waiting_until_one_finishes() -> None:
+    scheduler = _capped(2)
+    runner = FakeRunner(4)
+    for rid in ("a", "b"):
+        scheduler.add_request(make_request(rid, 3, max_tokens=3))
+    assert _steps(scheduler, runner, 1)[0] == {"a": 3, "b": 3}
+    scheduler.add_request(make_request("c", 3, max_tokens=2))
+    plans = _steps(scheduler, runner, 4)
+    assert plans[:2] == [{"a": 1, "b": 1}, {"a": 1, "b": 1}]
+    assert plans[2] == {"c": 3}
+
+
 def test_make_scheduler_default_has_no_cap() -> None:
-    assert make_scheduler().max_prefill_tokens_while_decoding is None
+    assert make_scheduler().max_num_batched_tokens_while_decoding is None
