@@ -9,7 +9,7 @@
 # Every step is bounded by `timeout` and by the whole run's budget (BUDGET_S, default 500 s); the server is always stopped.
 # Knobs (environment): WORKLOAD, MODEL (a config-only folder), DTYPE, INPUT_LEN, OUTPUT_LEN, MAX_MODEL_LEN,
 # N1/N64/N256 (requests at concurrency 1/C64/C256), C64, C256, SWEEP_RATES, SWEEP_N, PROBES (offline
-# prefill probes), SWEEP=0 (no Poisson sweep), GPU_UTIL, SERVE_EXTRA (more serve flags), ENGINE_EXTRA (more offline engine args, JSON
+# prefill probes), LOADS (which of c1 c64 c256 to run), SWEEP=0 (no Poisson sweep), GPU_UTIL, SERVE_EXTRA (more serve flags), ENGINE_EXTRA (more offline engine args, JSON
 # members), API_SERVERS (--api-server-count), LATENCY=0 / THROUGHPUT=0 to skip those references,
 # C64_WORKERS / C256_WORKERS (bench serve client processes), LATENCY_MAX_NUM_SEQS (bench latency's max_num_seqs,
 # a list; the last is the verdict's reference), PYSPY=1 (py-spy profiles of the server's processes under a concurrency-C256 load; PYSPY_SECONDS,
@@ -123,14 +123,16 @@ OFFLINE_ARGS="{\"load_format\": \"dummy\", \"dtype\": \"$DTYPE\", \"max_model_le
 
 # Warm-up (CUDA graphs, allocator), not reported.
 step warmup 60 "${BENCH[@]}" --num-prompts "$WARM_N" --max-concurrency "$WARM_N" >/dev/null 2>"$WORK/warmup.err"
+# The loads to run (LOADS, default all three), each its own step.
+wants() { [[ " ${LOADS:-c1 c64 c256} " == *" $1 "* ]]; }
 # (c) single stream: TTFT and TPOT of one request at a time.
-step c1 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 --label c1 2>"$WORK/c1.err" | tee -a "$RES"
+wants c1 && step c1 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 --label c1 2>"$WORK/c1.err" | tee -a "$RES"
 # (b) concurrency 64: ITL p99 against TPOT p50.
-step c64 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" --num-workers "$(workers "$C64" "${C64_WORKERS:-2}")" \
+wants c64 && step c64 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" --num-workers "$(workers "$C64" "${C64_WORKERS:-2}")" \
     --label c64 2>"$WORK/c64.err" | tee -a "$RES"
 # (a) concurrency 256 next to the same requests through LLM.generate, whose engine then also times the
 # batch-1 prefill of PROBES other prompts of the same length (the reference of c1's TTFT).
-step c256 240 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" --num-workers "$(workers "$C256" "${C256_WORKERS:-4}")" \
+wants c256 && step c256 240 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" --num-workers "$(workers "$C256" "${C256_WORKERS:-4}")" \
     --offline-model "$MODEL" --offline-engine-args "$OFFLINE_ARGS" --offline-prefill-probes "$PROBES" \
     --label c256 2>"$WORK/c256.err" | tee -a "$RES"
 # Profiles of the server's processes under the same load (a run of its own, so the profiler's pauses

@@ -77,10 +77,14 @@ def judge_bursts(c64: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _offline_prefill(records: list[dict[str, Any]]) -> tuple[float | None, str | None]:
-    """The offline batch-1 prefill time (ms) and where it came from: the probes of an --offline-model run."""
+    """The offline batch-1 prefill time (ms) and where it came from: the probes of an --offline-model run,
+    else `bench latency`'s TTFT (its best of three one-token runs)."""
     for record in reversed(records):
         if record.get("offline_prefill_p50_ms") is not None:
             return record["offline_prefill_p50_ms"], f"offline_prefill_p50_ms of {record.get('label')}"
+    for record in reversed(records):
+        if record.get("benchmark") == "latency" and record.get("ttft_ms") is not None:
+            return record["ttft_ms"], f"ttft_ms of bench latency (max_num_seqs {record.get('max_num_seqs')})"
     return None, None
 
 

@@ -127,3 +127,11 @@ def test_profile_summary_cli_reports_unreadable_files(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "encode (sse.py:3)" in result.stdout and "not readable" in result.stdout
+
+
+def test_without_probes_bench_latency_ttft_is_the_prefill_reference() -> None:
+    lines = [r for r in _run_lines() if r.get("label") != "c256"]
+    result = verdict_mod.verdict(lines)
+    assert result["offline_prefill_ms"] == 3.0
+    assert result["offline_prefill_source"].startswith("ttft_ms of bench latency")
+    assert result["c1_ttft_minus_prefill_ms"] == pytest.approx(27.0) and result["c1_ttft_pass"] is False
