@@ -8,7 +8,7 @@ import pytest
 
 from infercore.config import SECTIONS, field_section
 from infercore.entrypoints.cli import build_parser
-from infercore.entrypoints.serve import _flag_kwargs, config_from_args
+from infercore.entrypoints.serve_args import _flag_kwargs, config_from_args
 
 
 def _sample_argv(name: str) -> list[str]:

@@ -16,7 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     plugins_cmd.add_parser(sub)
     try:
-        from infercore.entrypoints import serve
+        from infercore.entrypoints import serve_args as serve
     except ImportError:  # the server's optional pieces are missing
         serve = None  # type: ignore[assignment]
     if serve is not None:

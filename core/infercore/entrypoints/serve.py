@@ -1,8 +1,6 @@
 """`infercore serve [MODEL]`: start the EngineCore process and the OpenAI-compatible HTTP server.
 
-Every configuration field is a flag (``max_model_len`` → ``--max-model-len``), grouped by section,
-with the field's description as help. Flags not given fall back to ``INFERCORE_<FIELD>`` variables.
-With ``--api-server-count N`` (N > 1) this process becomes the launcher of
+Its flags (one per configuration field) are built by :mod:`infercore.entrypoints.serve_args`. With ``--api-server-count N`` (N > 1) this process becomes the launcher of
 :mod:`infercore.entrypoints.api_server_procs`, and each of its N API server processes runs
 :func:`serve` with its :class:`~infercore.entrypoints.api_server_procs.ApiServerSlot`.
 """
@@ -15,86 +13,22 @@ import logging
 import signal
 import sys
 import types
-import typing
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
-from pydantic.fields import FieldInfo
 
-from infercore.config import DEMO_MODEL, SECTIONS, ConfigError, InfercoreConfig, field_section
+from infercore.config import DEMO_MODEL, InfercoreConfig
 from infercore.engine.async_llm import AsyncLLM
 from infercore.engine.core_client import EngineStartupError
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
 from infercore.engine.model_info import resolve_demo_model
+from infercore.entrypoints.serve_args import config_from_args
 
 if TYPE_CHECKING:
     from infercore.entrypoints.api_server_procs import ApiServerSlot
 
 logger = logging.getLogger("infercore.server")
-
-_SECTION_TITLES = {"model": "model", "cache": "KV cache", "scheduler": "scheduler", "parallel": "parallelism",
-                   "load": "weight loading", "structured_outputs": "structured outputs", "serve": "server"}
-
-
-def _unwrap_optional(annotation: Any) -> Any:
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return annotation
-
-
-def _flag_kwargs(field: FieldInfo) -> dict[str, Any]:
-    """argparse keyword arguments for one pydantic field; defaults stay with the config (SUPPRESS)."""
-    annotation = _unwrap_optional(field.annotation)
-    default = field.get_default(call_default_factory=True)
-    help_text = field.description or ""
-    if default not in (None, [], "") and "default" not in help_text:
-        help_text += f" (default: {default})"
-    kwargs: dict[str, Any] = {"default": argparse.SUPPRESS, "help": help_text}
-    if annotation is bool:
-        kwargs["action"] = argparse.BooleanOptionalAction
-    elif typing.get_origin(annotation) is Literal:
-        kwargs["choices"] = list(typing.get_args(annotation))
-    elif typing.get_origin(annotation) is list:
-        kwargs["nargs"] = "+"
-    elif annotation in (int, float):
-        kwargs["type"] = annotation
-        kwargs["metavar"] = annotation.__name__.upper()
-    return kwargs
-
-
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per configuration field, in one argument group per section."""
-    for section, cls in SECTIONS.items():
-        group = parser.add_argument_group(f"{_SECTION_TITLES.get(section, section)} options")
-        for name, field in cls.model_fields.items():
-            group.add_argument("--" + name.replace("_", "-"), dest=name, **_flag_kwargs(field))
-
-
-def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register the ``serve`` subcommand."""
-    parser = subparsers.add_parser(
-        "serve", help="start the OpenAI-compatible server", usage="infercore serve [MODEL] [options]",
-        description="Serve MODEL (a Hugging Face repo id or local folder) over an OpenAI-compatible HTTP API. "
-                    f"Without MODEL it serves the built-in '{DEMO_MODEL}' (random weights: gibberish).")
-    parser.add_argument("model_tag", nargs="?", default=None, metavar="MODEL",
-                        help="model to serve (same as --model)")
-    add_config_flags(parser)
-    parser.set_defaults(func=run_serve)
-    return parser
-
-
-def config_from_args(args: argparse.Namespace) -> InfercoreConfig:
-    """The configuration the given flags describe (raises ConfigError)."""
-    fields = field_section()
-    kwargs = {k: v for k, v in vars(args).items() if k in fields}
-    if getattr(args, "model_tag", None):
-        if "model" in kwargs and kwargs["model"] != args.model_tag:
-            raise ConfigError("MODEL and --model disagree; give the model once")
-        kwargs["model"] = args.model_tag
-    return InfercoreConfig.from_kwargs(**kwargs)
 
 
 class _Server(uvicorn.Server):

@@ -1,0 +1,89 @@
+"""The flags of `infercore serve`, and the configuration they describe.
+
+Every configuration field is a flag (``max_model_len`` → ``--max-model-len``), grouped by section,
+with the field's description as help. Flags not given fall back to ``INFERCORE_<FIELD>`` variables.
+Kept apart from :mod:`infercore.entrypoints.serve` so that building the command line (every
+`infercore` command, `bench serve` and its client processes included) imports neither the engine nor
+torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import types
+import typing
+from typing import Any, Literal
+
+from pydantic.fields import FieldInfo
+
+from infercore.config import DEMO_MODEL, SECTIONS, ConfigError, InfercoreConfig, field_section
+
+_SECTION_TITLES = {"model": "model", "cache": "KV cache", "scheduler": "scheduler", "parallel": "parallelism",
+                   "load": "weight loading", "structured_outputs": "structured outputs", "serve": "server"}
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _flag_kwargs(field: FieldInfo) -> dict[str, Any]:
+    """argparse keyword arguments for one pydantic field; defaults stay with the config (SUPPRESS)."""
+    annotation = _unwrap_optional(field.annotation)
+    default = field.get_default(call_default_factory=True)
+    help_text = field.description or ""
+    if default not in (None, [], "") and "default" not in help_text:
+        help_text += f" (default: {default})"
+    kwargs: dict[str, Any] = {"default": argparse.SUPPRESS, "help": help_text}
+    if annotation is bool:
+        kwargs["action"] = argparse.BooleanOptionalAction
+    elif typing.get_origin(annotation) is Literal:
+        kwargs["choices"] = list(typing.get_args(annotation))
+    elif typing.get_origin(annotation) is list:
+        kwargs["nargs"] = "+"
+    elif annotation in (int, float):
+        kwargs["type"] = annotation
+        kwargs["metavar"] = annotation.__name__.upper()
+    return kwargs
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per configuration field, in one argument group per section."""
+    for section, cls in SECTIONS.items():
+        group = parser.add_argument_group(f"{_SECTION_TITLES.get(section, section)} options")
+        for name, field in cls.model_fields.items():
+            group.add_argument("--" + name.replace("_", "-"), dest=name, **_flag_kwargs(field))
+
+
+def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``serve`` subcommand."""
+    parser = subparsers.add_parser(
+        "serve", help="start the OpenAI-compatible server", usage="infercore serve [MODEL] [options]",
+        description="Serve MODEL (a Hugging Face repo id or local folder) over an OpenAI-compatible HTTP API. "
+                    f"Without MODEL it serves the built-in '{DEMO_MODEL}' (random weights: gibberish).")
+    parser.add_argument("model_tag", nargs="?", default=None, metavar="MODEL",
+                        help="model to serve (same as --model)")
+    add_config_flags(parser)
+    parser.set_defaults(func=_run_serve)
+    return parser
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    """Import the server (the engine, torch, uvicorn) only once ``serve`` is the command."""
+    from infercore.entrypoints.serve import run_serve
+
+    return run_serve(args)
+
+
+def config_from_args(args: argparse.Namespace) -> InfercoreConfig:
+    """The configuration the given flags describe (raises ConfigError)."""
+    fields = field_section()
+    kwargs = {k: v for k, v in vars(args).items() if k in fields}
+    if getattr(args, "model_tag", None):
+        if "model" in kwargs and kwargs["model"] != args.model_tag:
+            raise ConfigError("MODEL and --model disagree; give the model once")
+        kwargs["model"] = args.model_tag
+    return InfercoreConfig.from_kwargs(**kwargs)
