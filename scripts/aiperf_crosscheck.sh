@@ -112,7 +112,7 @@ step bench-serve 240 "${BENCH[@]}" --num-prompts "$NUM" --max-concurrency "$CONC
     | tee -a "$RES"
 # The same again with text prompts (random words, tokenized by the server as aiperf's are).
 step bench-serve-text 240 "${BENCH[@]}" --num-prompts "$NUM" --max-concurrency "$CONCURRENCY" \
-    --num-workers "$(workers "$CONCURRENCY" 2)" --prompt-type text --label crosscheck-text 2>"$WORK/bench-text.err" \
+    --num-workers "$(workers "$CONCURRENCY" 2)" --prompt-type text --tokenizer "$TOKENIZER" --label crosscheck-text 2>"$WORK/bench-text.err" \
     | python3 -c "import json, sys; [print(json.dumps({'client': 'infercore-text', **json.loads(l)})) for l in sys.stdin]" \
     | tee -a "$RES"
 stop_server

@@ -128,11 +128,11 @@ wants() { [[ " ${LOADS:-c1 c64 c256} " == *" $1 "* ]]; }
 # (c) single stream: TTFT and TPOT of one request at a time.
 wants c1 && step c1 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 --label c1 2>"$WORK/c1.err" | tee -a "$RES"
 # (b) concurrency 64: ITL p99 against TPOT p50.
-wants c64 && step c64 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" --num-workers "$(workers "$C64" "${C64_WORKERS:-2}")" \
+wants c64 && step c64 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" --num-workers "$(workers "$C64" "${C64_WORKERS:-6}")" \
     --label c64 2>"$WORK/c64.err" | tee -a "$RES"
 # (a) concurrency 256 next to the same requests through LLM.generate, whose engine then also times the
 # batch-1 prefill of PROBES other prompts of the same length (the reference of c1's TTFT).
-wants c256 && step c256 240 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" --num-workers "$(workers "$C256" "${C256_WORKERS:-4}")" \
+wants c256 && step c256 240 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" --num-workers "$(workers "$C256" "${C256_WORKERS:-6}")" \
     --offline-model "$MODEL" --offline-engine-args "$OFFLINE_ARGS" --offline-prefill-probes "$PROBES" \
     --label c256 2>"$WORK/c256.err" | tee -a "$RES"
 # Profiles of the server's processes under the same load (a run of its own, so the profiler's pauses
@@ -158,7 +158,7 @@ stop_server
 if [[ "${LATENCY:-1}" == 1 ]]; then
     # LATENCY_MAX_NUM_SEQS: the engine sizes to compare with (the last is the verdict's reference; give
     # the server's own max_num_seqs there).
-    for seqs in ${LATENCY_MAX_NUM_SEQS:-8}; do
+    for seqs in ${LATENCY_MAX_NUM_SEQS:-8 256}; do
         step "latency-seqs$seqs" 90 infercore bench latency --workload "$WORKLOAD" --input-len "$INPUT_LEN" \
             --output-len "$OUTPUT_LEN" --max-num-seqs "$seqs" 2>>"$WORK/latency.err" | tee -a "$RES"
     done

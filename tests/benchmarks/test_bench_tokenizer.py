@@ -66,3 +66,15 @@ def test_filled_merges_follow_the_document_format() -> None:
                       "added_tokens": [{"id": 3, "content": "<s>"}]}, 6)
     assert as_lists["model"]["vocab"] == {"a": 0, "b": 1, "ab": 2, "aa": 4, "aab": 5}
     assert as_lists["model"]["merges"] == [["a", "b"], ["a", "a"], ["a", "ab"]]
+
+
+def test_bench_serve_text_prompts_are_cut_to_the_length_in_its_tokens(folder: Path) -> None:
+    from infercore.benchmarks.serve import load_tokenizer, make_prompts
+
+    tokenizer = load_tokenizer(str(folder))
+    prompts = make_prompts(6, 48, False, VOCAB_SIZE, seed=0, tokenizer=tokenizer)
+    # Decoding and encoding again may merge across the cut; the prompt stays within a token or two.
+    lengths = [len(tokenizer.encode(p, add_special_tokens=False)) for p in prompts]
+    assert all(46 <= n <= 48 for n in lengths), lengths
+    assert len(set(prompts)) == 6
+    assert make_prompts(2, 48, False, VOCAB_SIZE, seed=0)[0].count(" ") == 47  # no tokenizer: 48 words

@@ -44,12 +44,33 @@ class RequestResult:
     error: str | None = None
 
 
-def make_prompts(num: int, input_len: int, token_ids: bool, vocab_size: int, seed: int) -> list[Any]:
-    """``num`` random prompts of about ``input_len`` tokens (token-id lists, or text of random words)."""
+def make_prompts(num: int, input_len: int, token_ids: bool, vocab_size: int, seed: int,
+                 tokenizer: Any = None) -> list[Any]:
+    """``num`` random prompts of ``input_len`` tokens: token-id lists, or text of random words (as many words
+    as tokens; with a ``tokenizer``, the text of the first ``input_len`` tokens of enough words)."""
     rng = random.Random(seed)
     if token_ids:
         return [[rng.randrange(vocab_size) for _ in range(input_len)] for _ in range(num)]
-    return [" ".join(rng.choice(_WORDS) for _ in range(input_len)) for _ in range(num)]
+    texts = [" ".join(rng.choice(_WORDS) for _ in range(input_len)) for _ in range(num)]
+    if tokenizer is None:
+        return texts
+    fitted = []
+    for text in texts:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        while len(ids) < input_len:  # words of less than a token each: add more
+            text += " " + " ".join(rng.choice(_WORDS) for _ in range(input_len - len(ids)))
+            ids = tokenizer.encode(text, add_special_tokens=False)
+        fitted.append(tokenizer.decode(ids[:input_len]))
+    return fitted
+
+
+def load_tokenizer(path: str | None) -> Any:
+    """The tokenizer text prompts are cut to length with (``--tokenizer``), or None."""
+    if path is None:
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
 
 
 def _result_of(start_ns: int, end_ns: int, events: list[Event], record: dict[str, Any] | None) -> RequestResult:
@@ -288,7 +309,7 @@ def run_benchmark(args: argparse.Namespace, rate: float | None = None) -> dict[s
     return its summary."""
     rate = args.request_rate[0] if rate is None else rate
     prompts = make_prompts(args.num_prompts, args.input_len, args.prompt_type == "token-ids", args.vocab_size,
-                           args.seed)
+                           args.seed, load_tokenizer(args.tokenizer))
     model = args.model or _model_name_sync(args.base_url, args.api_key, args.timeout)
     shares = _run_shares(args, model, prompts, rate)
     duration = max(s.end for s in shares) - min(s.start for s in shares)
@@ -334,6 +355,9 @@ def add_bench_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--output-len", type=int, default=32, help="tokens to generate per request")
     parser.add_argument("--prompt-type", choices=["token-ids", "text"], default="token-ids",
                         help="random token-id prompts or random-word text prompts")
+    parser.add_argument("--tokenizer", default=None,
+                        help="with --prompt-type text: cut each prompt to --input-len tokens of this tokenizer "
+                             "(the server's), rather than as many words")
     parser.add_argument("--vocab-size", type=int, default=256, help="token ids are drawn below this")
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts and arrival times")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before one request fails")
@@ -394,10 +418,11 @@ def run_bench_serve(args: argparse.Namespace) -> int:
         from infercore.benchmarks.serve_offline import run_offline
 
         token_ids = args.prompt_type == "token-ids"
-        prompts = make_prompts(args.num_prompts, args.input_len, token_ids, args.vocab_size, args.seed)
+        tokenizer = load_tokenizer(args.tokenizer)
+        prompts = make_prompts(args.num_prompts, args.input_len, token_ids, args.vocab_size, args.seed, tokenizer)
         # Another seed's prompts: of the same length, sharing no cached block with the run's.
         probes = make_prompts(args.offline_prefill_probes, args.input_len, token_ids, args.vocab_size,
-                              args.seed + PROBE_SEED_OFFSET)
+                              args.seed + PROBE_SEED_OFFSET, tokenizer)
         offline = run_offline(args.offline_model, args.offline_engine_args, prompts, args.output_len, probes)
         for summary in summaries:
             summary |= offline
