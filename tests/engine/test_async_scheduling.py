@@ -35,3 +35,26 @@ def test_async_scheduling_gives_identical_outputs(qwen3_folder, blocks):
     if blocks:
         assert llm.llm_engine.engine_core.scheduler.num_preemptions > 0
     assert overlapped == sync
+
+
+def test_a_lone_prompt_hands_out_its_first_token_before_the_next_step_is_launched(qwen3_folder):
+    from infercore.engine.messages import EngineCoreRequest
+
+    llm = LLM(model=str(qwen3_folder), max_model_len=128, async_scheduling=True)
+    core = llm.llm_engine.engine_core
+    core.add_request(EngineCoreRequest("lone", list(range(1, 20)),
+                                       SamplingParams(temperature=0, max_tokens=4, ignore_eos=True), 0.0))
+    assert core.step().outputs == []  # the prefill is launched
+    first = core.step()
+    assert [o.request_id for o in first.outputs] == ["lone"] and len(first.outputs[0].new_token_ids) == 1
+    assert core._inflight is None, "the first token waited for the next step's launch"
+    # From there the steps overlap again: each call launches one step and folds in the one before.
+    tokens = list(first.outputs[0].new_token_ids)
+    while core.has_unfinished_requests():
+        out = core.step()
+        tokens += [t for o in out.outputs for t in o.new_token_ids]
+        if core.has_unfinished_requests() and out.outputs:
+            assert core._inflight is not None
+    expected = llm.generate([{"prompt_token_ids": list(range(1, 20))}],
+                            SamplingParams(temperature=0, max_tokens=4, ignore_eos=True), use_tqdm=False)
+    assert tokens == expected[0].outputs[0].token_ids

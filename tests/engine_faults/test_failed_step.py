@@ -43,9 +43,10 @@ def test_failed_step_leaves_no_unwritten_block_in_the_prefix_cache(make_llm, asy
 
 def test_failed_async_step_fails_the_step_still_in_flight_too(make_llm) -> None:
     """Step N+1 fails at launch while step N's tokens are unread: both steps' requests fail and no
-    block either of them filled stays cached."""
+    block either of them filled stays cached. Step N is the prompt's first chunk (a step of nothing but
+    whole new prompts is folded in before the next launch)."""
     reference, _ = _run_alone(make_llm(enable_prefix_caching=False))
-    llm = make_llm(async_scheduling=True)
+    llm = make_llm(async_scheduling=True, max_num_batched_tokens=32)
     engine = llm.llm_engine
     core = engine.engine_core
     engine.add_request("first", PROMPT, GREEDY)

@@ -25,6 +25,16 @@ logger = logging.getLogger(__name__)
 _IDLE_COMPILE_WAIT_S = 0.01
 
 
+def only_first_tokens(scheduler_output: SchedulerOutput) -> bool:
+    """Whether a step holds only new requests, each computing the rest of its prompt (so every one of
+    them samples its first token) and no request that was already running."""
+    new_reqs = scheduler_output.scheduled_new_reqs
+    if not new_reqs or scheduler_output.scheduled_cached_reqs.req_ids:
+        return False
+    return all(new.num_computed_tokens + num >= len(new.prompt_token_ids) + len(new.output_token_ids)
+               for new, num in zip(new_reqs, scheduler_output.num_scheduled_tokens, strict=True))
+
+
 def resolve_token_budget(config: InfercoreConfig, max_model_len: int, profile_memory: bool) -> int:
     """Tokens per step: the configured budget, or a default that suits the platform."""
     sched = config.scheduler
@@ -149,9 +159,15 @@ class EngineCore:
                                   for rid, message in errors.items()]
 
     def _step_overlapped(self) -> EngineCoreOutputs:
-        """Launch step N, then fold in step N-1, whose tokens arrive while step N runs."""
+        """Launch step N, then fold in step N-1, whose tokens arrive while step N runs.
+
+        A step N-1 of nothing but whole new prompts is folded in first: the device had nothing else to
+        do beside them, and launching step N before would delay every one of their first tokens by
+        that launch."""
         if not self.scheduler.has_unfinished_requests():
             return self._finish_inflight() if self._inflight is not None else EngineCoreOutputs()
+        if self._inflight is not None and only_first_tokens(self._inflight[0]):
+            return self._finish_inflight()
         scheduler_output = self.scheduler.schedule()
         previous = self._inflight
         try:
