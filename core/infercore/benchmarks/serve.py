@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import multiprocessing
 import random
@@ -64,8 +65,10 @@ def make_prompts(num: int, input_len: int, token_ids: bool, vocab_size: int, see
     return fitted
 
 
+@functools.cache
 def load_tokenizer(path: str | None) -> Any:
-    """The tokenizer text prompts are cut to length with (``--tokenizer``), or None."""
+    """The tokenizer text prompts are cut to length with (``--tokenizer``), or None; loaded once per path
+    (a sweep and its offline run share it)."""
     if path is None:
         return None
     from transformers import AutoTokenizer

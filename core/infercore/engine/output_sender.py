@@ -116,8 +116,11 @@ class OutputSender:
                 for request_id in message:
                     self._routes.pop(request_id, None)
                 continue
-            if kind is _SETTLED or (kind is None and len(self.sockets) > 1):
-                batches = self._split(message, settled=kind is _SETTLED)
+            settled = kind is _SETTLED
+            if settled:
+                kind = None  # a batch of outputs like any other; only its stats go to every socket now
+            if kind is None and len(self.sockets) > 1:
+                batches = self._split(message, settled)
             else:
                 batches = [(socket, message, kind, False) for socket in self.sockets]
             for socket, batch, batch_kind, droppable in batches:
@@ -131,8 +134,6 @@ class OutputSender:
 
         A batch with stats only may be dropped when its socket cannot take it at once (an API server
         that has drained and gone must not hold up the others; the next stats supersede it)."""
-        if len(self.sockets) == 1:
-            return [(self.sockets[0], outputs, None, False)]
         per_client: list[list[EngineCoreOutput]] = [[] for _ in self.sockets]
         for output in outputs.outputs:
             client = self._routes.pop(output.request_id, None) if output.finished else \
