@@ -29,7 +29,9 @@ from infercore.engine.core import EngineCore
 from infercore.engine.llm_engine import LLMEngine
 from infercore.engine.output_processor import OutputProcessor
 from infercore.engine.scheduler import Scheduler
+from infercore.layers.vocab_embedding import ParallelLMHead
 from infercore.sample.row_state import SamplingRowState
+from infercore.sample.sampler import Sampler
 from infercore.worker.model_runner import ModelRunner
 
 PHASES = (
@@ -44,6 +46,8 @@ PHASES = (
     ("runner.sample_launch", ModelRunner, "_sample"),
     ("runner.collect", ModelRunner, "_collect"),
     ("output_processor", OutputProcessor, "process_outputs"),
+    ("sample.logits", ParallelLMHead, "compute_logits"),
+    ("sample.sampler", Sampler, "forward"),
 )
 
 

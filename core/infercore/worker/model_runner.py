@@ -266,13 +266,17 @@ class ModelRunner:
         buf = self.buffers
 
         def context(size: int) -> ForwardContext:
+            # The graph of each size reads that size's decode layout, as its steps will fill it.
+            buf.bind_decode(size, self.max_blocks_per_req)
             buf.pad(0, 0, size)
             buf.np_seq_lens[:size] = 1
             buf.upload(size, size, self.max_blocks_per_req)
+            buf.flush()
             common = self._metadata(size, size, 1, 1, self.max_blocks_per_req)
             return ForwardContext(self.builder.build(common), size)
 
         self.graphs.capture(lambda size: self.model(buf.input_ids[:size], buf.positions[:size]), context, pool)
+        buf.bind_general()
 
     # -- per-step state ------------------------------------------------------------------------
     def _update_states(self, so: SchedulerOutput) -> list[int]:
@@ -378,6 +382,11 @@ class ModelRunner:
         block_idx = self.block_table[layout.token_rows, positions // self.block_size]
         slots = block_idx.astype(np.int64) * self.block_size + positions % self.block_size
         width = self.max_blocks_per_req if decode_graph else math.ceil(int(layout.seq_lens.max()) / self.block_size)
+        if layout.num_tokens == len(rows):
+            # A pure-decode step: every input in one arena, one copy (``flush``).
+            self.buffers.bind_decode(graph.size if decode_graph and graph else len(rows), width)
+        else:
+            self.buffers.bind_general()
         meta = self._fill(layout, self.token_ids[layout.token_rows, positions], slots, self.block_table[rows, :width],
                           pad_to=graph.size if decode_graph and graph else None,
                           pad_tokens_to=graph.size if graph and graph.mixed else None)
@@ -434,6 +443,7 @@ class ModelRunner:
         layout, graph, meta, req_ids = self._prepare(so, req_ids, rows, reorder)
         if self._pending is not None:
             self._patch_inflight_tokens(layout)
+        self.buffers.flush()
         return self._forward(layout, graph, meta), layout, req_ids
 
     def _patch_inflight_tokens(self, layout: BatchLayout) -> None:
@@ -453,6 +463,7 @@ class ModelRunner:
         buf = self.buffers
         buf.np_patch_dst[:count] = layout.query_start_loc[:-1][mask] + (known - layout.num_computed)[mask]
         buf.np_patch_src[:count] = src[mask]
+        buf.flush()  # a decode layout's inputs and these indices, in one copy
         dst_dev, src_dev = buf.to_device("patch_dst", count), buf.to_device("patch_src", count)
         buf.input_ids.index_copy_(0, dst_dev, pending.tokens.index_select(0, src_dev))
 
@@ -466,8 +477,11 @@ class ModelRunner:
         if not states:
             return pending
         n = len(states)
-        self.buffers.np_sample_index[:n] = layout.query_start_loc[1:][sampled_idx] - 1
-        logits = self.model.compute_logits(hidden[self.buffers.to_device("sample_index", n)])
+        if n == layout.num_tokens:  # every token is sampled (a pure-decode step): no gather
+            logits = self.model.compute_logits(hidden[:n])
+        else:
+            self.buffers.np_sample_index[:n] = layout.query_start_loc[1:][sampled_idx] - 1
+            logits = self.model.compute_logits(hidden[self.buffers.to_device("sample_index", n)])
         num_outputs = np.fromiter((len(s.output_token_ids) for s in states), dtype=np.int64, count=n)
         metadata = self.sampling_state.gather(layout.rows[sampled_idx], num_outputs, grammar_bitmask,
                                               self.sampler.seed_source)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -17,14 +19,50 @@ _FIELDS = (
 
 
 class _HostSet:
-    """One set of host staging tensors with numpy views of them."""
+    """One set of host staging tensors with numpy views of them, and a host decode arena."""
 
-    def __init__(self, sizes: dict[str, int], max_reqs: int, max_blocks: int, pin: bool) -> None:
+    def __init__(self, sizes: dict[str, int], max_reqs: int, max_blocks: int, pin: bool, arena_bytes: int) -> None:
         self.tensors: dict[str, torch.Tensor] = {}
         for name, dtype, kind in _FIELDS:
             self.tensors[name] = torch.zeros(sizes[kind], dtype=dtype, pin_memory=pin)
         self.tensors["block_table"] = torch.zeros((max_reqs, max_blocks), dtype=torch.int32, pin_memory=pin)
         self.arrays = {name: t.numpy() for name, t in self.tensors.items()}
+        self.arena = torch.zeros(arena_bytes, dtype=torch.uint8, pin_memory=pin)
+
+
+#: The inputs of a pure-decode step that live in the decode arena, in arena order: (name, dtype, length
+#: in units of the batch size B; block_table is B rows of the table's width).
+_ARENA_FIELDS = (
+    ("input_ids", torch.long), ("positions", torch.long), ("slot_mapping", torch.long),
+    ("patch_dst", torch.long), ("patch_src", torch.long),
+    ("query_start_loc", torch.int32), ("seq_lens", torch.int32), ("block_table", torch.int32),
+)
+_ALIGN = 256
+
+
+def _arena_layout(size: int, width: int) -> tuple[dict[str, tuple[int, int, tuple[int, ...]]], int]:
+    """Byte offset, element count and shape of every arena field for ``size`` decodes of block-table
+    ``width``, and the bytes they span. The same (size, width) always gives the same layout, so a graph
+    captured on one step's views reads every later step's."""
+    layout: dict[str, tuple[int, int, tuple[int, ...]]] = {}
+    offset = 0
+    for name, dtype in _ARENA_FIELDS:
+        shape: tuple[int, ...] = ((size + 1,) if name == "query_start_loc" else
+                                  (size, width) if name == "block_table" else (size,))
+        count = math.prod(shape)
+        layout[name] = (offset, count, shape)
+        item = torch.empty((), dtype=dtype).element_size()
+        offset += -(-count * item // _ALIGN) * _ALIGN
+    return layout, offset
+
+
+def _arena_views(arena: torch.Tensor, layout: dict[str, tuple[int, int, tuple[int, ...]]]) -> dict[str, torch.Tensor]:
+    dtypes = dict(_ARENA_FIELDS)
+    views = {}
+    for name, (offset, count, shape) in layout.items():
+        item = torch.empty((), dtype=dtypes[name]).element_size()
+        views[name] = arena[offset: offset + count * item].view(dtypes[name]).view(shape)
+    return views
 
 
 class StepBuffers:
@@ -65,31 +103,79 @@ class StepBuffers:
     block_table_host: torch.Tensor
     np_block_table: np.ndarray
 
-    def __init__(self, max_tokens: int, max_reqs: int, max_blocks: int, device: torch.device, pin: bool) -> None:
+    def __init__(self, max_tokens: int, max_reqs: int, max_blocks: int, device: torch.device, pin: bool,
+                 separate: bool | None = None) -> None:
         self.device = device
-        self.same = device.type == "cpu"
+        #: Whether the host tensors are the device buffers (a CPU device; ``separate=True`` keeps them
+        #: apart there too, as tests of the copies do).
+        self.same = device.type == "cpu" if separate is None else not separate
+        self.max_blocks = max_blocks
         sizes = {"tokens": max_tokens, "reqs": max_reqs, "reqs+1": max_reqs + 1}
-        self._sets = [_HostSet(sizes, max_reqs, max_blocks, pin and not self.same)]
+        arena_bytes = _arena_layout(max_reqs, max_blocks)[1]
+        self._sets = [_HostSet(sizes, max_reqs, max_blocks, pin and not self.same, arena_bytes)]
         if not self.same:
-            self._sets.append(_HostSet(sizes, max_reqs, max_blocks, pin))
+            self._sets.append(_HostSet(sizes, max_reqs, max_blocks, pin, arena_bytes))
         first = self._sets[0].tensors
         self.device_tensors = first if self.same else {
             name: torch.zeros_like(t, device=device) for name, t in first.items()}
+        self.device_arena = self._sets[0].arena if self.same else torch.zeros(arena_bytes, dtype=torch.uint8,
+                                                                              device=device)
         self._active = 0
+        #: (size, width) of the bound decode layout; None when the general buffers are bound.
+        self.decode_shape: tuple[int, int] | None = None
+        self._decode_bytes = 0
+        self._pending_upload = False
+        self._bindings: dict[tuple[int, tuple[int, int] | None], dict[str, object]] = {}
         self._bind()
 
-    def _bind(self) -> None:
+    def _binding(self, shape: tuple[int, int] | None) -> dict[str, object]:
+        """The attributes that bind host set ``self._active`` in the general layout (``shape`` None) or
+        the decode layout of ``shape``; built once per (set, shape)."""
+        key = (self._active, shape)
+        binding = self._bindings.get(key)
+        if binding is not None:
+            return binding
         host = self._sets[self._active]
+        binding = {}
         for name, tensor in self.device_tensors.items():
-            setattr(self, name, tensor)
-            setattr(self, f"{name}_host", host.tensors[name])
-            setattr(self, f"np_{name}", host.arrays[name])
+            binding[name] = tensor
+            binding[f"{name}_host"] = host.tensors[name]
+            binding[f"np_{name}"] = host.arrays[name]
+        if shape is not None:
+            layout, nbytes = _arena_layout(*shape)
+            for name, view in _arena_views(self.device_arena, layout).items():
+                binding[name] = view
+            for name, view in _arena_views(host.arena, layout).items():
+                binding[f"{name}_host"] = view
+                binding[f"np_{name}"] = view.numpy()
+            binding["_decode_bytes"] = nbytes
+        if len(self._bindings) > 1024:  # eager decode steps of many (size, width) pairs
+            self._bindings.clear()
+        self._bindings[key] = binding
+        return binding
+
+    def _bind(self, shape: tuple[int, int] | None = None) -> None:
+        self.__dict__.update(self._binding(shape))
+        self.decode_shape = shape
+
+    def bind_decode(self, size: int, width: int) -> None:
+        """Lay out the next step as ``size`` one-token decodes reading ``width`` block-table columns, all
+        of its inputs in one arena: ``upload`` then defers, and ``flush`` copies them in one transfer.
+        A graph captured on a size's views reads each later step of that size."""
+        if self.decode_shape != (size, width):
+            self._bind((size, width))
+        self._pending_upload = False
+
+    def bind_general(self) -> None:
+        """Lay out the next step in the general buffers (one copy per input, ``upload`` copies at once)."""
+        if self.decode_shape is not None:
+            self._bind(None)
 
     def swap(self) -> None:
         """Fill the other host set next (its previous copies have completed by then)."""
         if len(self._sets) == 2:
             self._active ^= 1
-            self._bind()
+            self._bind(self.decode_shape)
 
     def pad_tokens(self, num_tokens: int, padded: int) -> None:
         """Make tokens ``num_tokens:padded`` padding: token 0 at position 0, written nowhere (slot -1)."""
@@ -107,16 +193,28 @@ class StepBuffers:
         self.np_block_table[num_reqs:padded] = 0
 
     def upload(self, num_tokens: int, num_reqs: int, width: int) -> None:
-        """Copy the used part of every step input to the device (no-op on CPU)."""
+        """Copy the used part of every step input to the device without blocking (no-op on CPU). With a
+        decode layout bound, the copy waits for ``flush``."""
         if self.same:
+            return
+        if self.decode_shape is not None:
+            self._pending_upload = True
             return
         for name, n in (("input_ids", num_tokens), ("positions", num_tokens), ("slot_mapping", num_tokens),
                         ("query_start_loc", num_reqs + 1), ("seq_lens", num_reqs)):
             self.device_tensors[name][:n].copy_(getattr(self, f"{name}_host")[:n], non_blocking=True)
         self.block_table[:num_reqs, :width].copy_(self.block_table_host[:num_reqs, :width], non_blocking=True)
 
+    def flush(self) -> None:
+        """Copy a bound decode layout's inputs (patch indices included) in one transfer."""
+        if self.decode_shape is not None and not self.same and self._pending_upload:
+            n = self._decode_bytes
+            self.device_arena[:n].copy_(self._sets[self._active].arena[:n], non_blocking=True)
+            self._pending_upload = False
+
     def to_device(self, name: str, n: int) -> torch.Tensor:
-        """The first ``n`` entries of a small per-request input, on the device."""
-        if not self.same:
+        """The first ``n`` entries of a small per-request input, on the device. In a decode layout the
+        patch indices travel with ``flush``: fill them before it."""
+        if not self.same and not (self.decode_shape is not None and name in ("patch_dst", "patch_src")):
             self.device_tensors[name][:n].copy_(getattr(self, f"{name}_host")[:n], non_blocking=True)
-        return self.device_tensors[name][:n]
+        return getattr(self, name)[:n]

@@ -1,0 +1,113 @@
+"""Pure-decode steps lay every input out in one arena and copy it in one transfer.
+
+``StepBuffers`` is tested on its own with separate host and device tensors (the copies a GPU makes);
+the engine test pads decode steps to graph sizes through a stand-in for the decode graphs (no device
+graphs here) that reads the bound decode layout, and checks the tokens against unpadded steps, with
+and without async scheduling (whose in-flight tokens are patched into the arena's input ids).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from engine_cases import ENGINE_DEFAULTS, PROMPTS, generate_tokens
+
+from infercore import LLM, SamplingParams
+from infercore.forward_context import ForwardContext, set_forward_context
+from infercore.worker.decode_graphs import capture_sizes, smallest_captured
+from infercore.worker.step_buffers import StepBuffers
+
+
+def _buffers() -> StepBuffers:
+    return StepBuffers(64, 8, 6, torch.device("cpu"), pin=False, separate=True)
+
+
+def test_flush_copies_a_decode_layout_in_one_transfer() -> None:
+    buf = _buffers()
+    buf.bind_decode(4, 6)
+    assert buf.input_ids.shape == (4,) and buf.query_start_loc.shape == (5,) and buf.block_table.shape == (4, 6)
+    buf.np_input_ids[:] = [11, 12, 13, 14]
+    buf.np_positions[:] = [5, 6, 7, 8]
+    buf.np_slot_mapping[:] = [50, 61, 72, 83]
+    buf.np_query_start_loc[:] = np.arange(5)
+    buf.np_seq_lens[:] = [6, 7, 8, 9]
+    buf.np_block_table[:] = np.arange(24).reshape(4, 6)
+    buf.np_patch_dst[:2] = [1, 3]
+    buf.np_patch_src[:2] = [0, 2]
+    buf.upload(4, 4, 6)
+    assert buf.input_ids.tolist() == [0, 0, 0, 0]  # deferred until flush
+    buf.flush()
+    assert buf.input_ids.tolist() == [11, 12, 13, 14]
+    assert buf.positions.tolist() == [5, 6, 7, 8]
+    assert buf.slot_mapping.tolist() == [50, 61, 72, 83]
+    assert buf.query_start_loc.tolist() == [0, 1, 2, 3, 4]
+    assert buf.seq_lens.tolist() == [6, 7, 8, 9]
+    assert buf.block_table.tolist() == np.arange(24).reshape(4, 6).tolist()
+    assert buf.to_device("patch_dst", 2).tolist() == [1, 3]  # travelled with the flush
+    assert buf.to_device("patch_src", 2).tolist() == [0, 2]
+
+
+def test_a_size_keeps_its_device_views_across_host_sets_and_layouts() -> None:
+    """A captured graph of one size reads the same device memory at every later step of that size."""
+    buf = _buffers()
+    buf.bind_decode(2, 6)
+    pointers = {name: getattr(buf, name).data_ptr() for name in ("input_ids", "seq_lens", "block_table")}
+    host = buf.input_ids_host.data_ptr()
+    buf.swap()
+    assert buf.input_ids_host.data_ptr() != host  # the other host set
+    buf.bind_general()
+    assert buf.input_ids.shape == (64,)
+    buf.bind_decode(4, 6)
+    buf.bind_decode(2, 6)
+    assert {name: getattr(buf, name).data_ptr() for name in pointers} == pointers
+    buf.np_input_ids[:] = [7, 9]
+    buf.upload(2, 2, 6)
+    buf.flush()
+    assert buf.input_ids.tolist() == [7, 9]
+
+
+def test_general_layout_uploads_at_once() -> None:
+    buf = _buffers()
+    buf.np_input_ids[:3] = [1, 2, 3]
+    buf.upload(3, 1, 2)
+    assert buf.input_ids[:3].tolist() == [1, 2, 3]
+
+
+class DecodeGraphStandIn:
+    """Pads decode steps to capture sizes and runs them eagerly on the bound decode layout's views,
+    reading them as a replayed graph does (its attention metadata built from those views)."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.sizes = capture_sizes(runner.max_num_reqs)
+        self.replayed: list[int] = []
+
+    def padded_size(self, num_reqs: int) -> int | None:
+        return smallest_captured(self.sizes, self.sizes, num_reqs)
+
+    def replay(self, size: int) -> torch.Tensor:
+        runner, buf = self.runner, self.runner.buffers
+        assert buf.decode_shape == (size, runner.max_blocks_per_req)
+        self.replayed.append(size)
+        common = runner._metadata(size, size, 1, int(buf.np_seq_lens[:size].max()), runner.max_blocks_per_req)
+        with set_forward_context(ForwardContext(runner.builder.build(common), size)):
+            return runner.model(buf.input_ids[:size], buf.positions[:size])
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_padded_decode_steps_in_the_arena_match_unpadded(qwen3_folder, async_scheduling: bool) -> None:
+    kwargs = {**ENGINE_DEFAULTS, "async_scheduling": async_scheduling}
+    params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    want = generate_tokens(LLM(model=str(qwen3_folder), **kwargs), PROMPTS, params)
+
+    llm = LLM(model=str(qwen3_folder), **kwargs)
+    runner = llm.llm_engine.engine_core.executor.runner
+    stand_in = DecodeGraphStandIn(runner)
+    runner.graphs = stand_in
+    got = generate_tokens(llm, PROMPTS, params)
+
+    assert got == want
+    assert any(size > len(PROMPTS) for size in stand_in.replayed)  # padded past the batch
