@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from engine_cases import ENGINE_DEFAULTS, PROMPTS, generate_tokens
+from engine_cases import ENGINE_DEFAULTS, PROMPTS
 
 from infercore import LLM, SamplingParams
 from infercore.forward_context import ForwardContext, set_forward_context
@@ -78,7 +78,8 @@ def test_general_layout_uploads_at_once() -> None:
 
 class DecodeGraphStandIn:
     """Pads decode steps to capture sizes and runs them eagerly on the bound decode layout's views,
-    reading them as a replayed graph does (its attention metadata built from those views)."""
+    reading them as a replayed graph does (its attention metadata built from those views), and ends
+    with the LM head as the runner's decode graphs do."""
 
     def __init__(self, runner: Any) -> None:
         self.runner = runner
@@ -94,20 +95,28 @@ class DecodeGraphStandIn:
         self.replayed.append(size)
         common = runner._metadata(size, size, 1, int(buf.np_seq_lens[:size].max()), runner.max_blocks_per_req)
         with set_forward_context(ForwardContext(runner.builder.build(common), size)):
-            return runner.model(buf.input_ids[:size], buf.positions[:size])
+            hidden = runner.model(buf.input_ids[:size], buf.positions[:size])
+        return runner.model.compute_logits(hidden) if runner.logits_in_decode_graphs else hidden
 
 
-@pytest.mark.parametrize("async_scheduling", [False, True])
-def test_padded_decode_steps_in_the_arena_match_unpadded(qwen3_folder, async_scheduling: bool) -> None:
+@pytest.mark.parametrize(("async_scheduling", "logits_in_graph"), [(False, True), (True, True), (True, False)])
+def test_padded_decode_steps_in_the_arena_match_unpadded(qwen3_folder, async_scheduling: bool,
+                                                         logits_in_graph: bool) -> None:
     kwargs = {**ENGINE_DEFAULTS, "async_scheduling": async_scheduling}
-    params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
-    want = generate_tokens(LLM(model=str(qwen3_folder), **kwargs), PROMPTS, params)
+    params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True, logprobs=2)
+    want = LLM(model=str(qwen3_folder), **kwargs).generate(PROMPTS, params, use_tqdm=False)
 
     llm = LLM(model=str(qwen3_folder), **kwargs)
     runner = llm.llm_engine.engine_core.executor.runner
     stand_in = DecodeGraphStandIn(runner)
     runner.graphs = stand_in
-    got = generate_tokens(llm, PROMPTS, params)
+    runner.logits_in_decode_graphs = logits_in_graph
+    got = llm.generate(PROMPTS, params, use_tqdm=False)
 
-    assert got == want
+    assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in want]
+    for g, w in zip(got, want, strict=True):
+        for got_step, want_step in zip(g.outputs[0].logprobs, w.outputs[0].logprobs, strict=True):
+            assert got_step.keys() == want_step.keys()
+            for token, lp in got_step.items():
+                assert lp.logprob == pytest.approx(want_step[token].logprob, abs=1e-5)
     assert any(size > len(PROMPTS) for size in stand_in.replayed)  # padded past the batch

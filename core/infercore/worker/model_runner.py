@@ -40,6 +40,14 @@ class StepGraph(NamedTuple):
     size: int
 
 
+class StepForward(NamedTuple):
+    """A step's forward pass: one row per scheduled token, of hidden states or (``is_logits``, from a
+    decode graph that ends with the LM head) of logits."""
+
+    out: torch.Tensor
+    is_logits: bool
+
+
 def _kv_dtype(config: InfercoreConfig, model_dtype: torch.dtype) -> torch.dtype:
     return kv_cache_dtype(config.cache.kv_cache_dtype, model_dtype)
 
@@ -114,6 +122,12 @@ class ModelRunner:
         self.graphs: DecodeGraphs | None = None
         self.mixed_graphs: MixedGraphs | None = None
         self._pending: PendingSample | None = None
+        #: Running requests that asked for prompt logprobs (a step without any skips looking for them).
+        self._prompt_logprob_reqs: set[str] = set()
+        #: Whether decode graphs end with the LM head (every row of a decode step is sampled, so its
+        #: logits are computed inside the graph instead of by one more launch per step). Not with
+        #: tensor parallelism, whose LM head gathers across the group.
+        self.logits_in_decode_graphs = self.config.parallel.tensor_parallel_size == 1
         self._sampled_host = torch.zeros(self.max_num_reqs, dtype=torch.long,
                                          pin_memory=self.platform.capabilities.pin_memory and not self.buffers.same)
         #: Each row's sampling parameters (and penalty tables on the device), written when a request joins.
@@ -275,7 +289,11 @@ class ModelRunner:
             common = self._metadata(size, size, 1, 1, self.max_blocks_per_req)
             return ForwardContext(self.builder.build(common), size)
 
-        self.graphs.capture(lambda size: self.model(buf.input_ids[:size], buf.positions[:size]), context, pool)
+        def run(size: int) -> torch.Tensor:
+            hidden = self.model(buf.input_ids[:size], buf.positions[:size])
+            return self.model.compute_logits(hidden) if self.logits_in_decode_graphs else hidden
+
+        self.graphs.capture(run, context, pool)
         buf.bind_general()
 
     # -- per-step state ------------------------------------------------------------------------
@@ -287,6 +305,7 @@ class ModelRunner:
             state = requests.pop(req_id, None)
             if state is not None:
                 self._free_rows.append(state.row)
+                self._prompt_logprob_reqs.discard(req_id)
         cached = so.scheduled_cached_reqs
         rows = [requests[r].row for r in cached.req_ids]
         if rows:
@@ -308,6 +327,8 @@ class ModelRunner:
                 new.req_id, row, list(new.prompt_token_ids), list(new.output_token_ids), params,
                 len(new.block_ids))
             self.sampling_state.add(row, params, new.prompt_token_ids, new.output_token_ids, self.eos_token_id)
+            if params.prompt_logprobs is not None:
+                self._prompt_logprob_reqs.add(new.req_id)
             rows.append(row)
         return rows
 
@@ -392,27 +413,27 @@ class ModelRunner:
                           pad_tokens_to=graph.size if graph and graph.mixed else None)
         return layout, graph, meta, req_ids
 
-    def _forward(self, layout: BatchLayout, graph: StepGraph | None, meta: CommonAttentionMetadata) -> torch.Tensor:
+    def _forward(self, layout: BatchLayout, graph: StepGraph | None, meta: CommonAttentionMetadata) -> StepForward:
         t = layout.num_tokens
         if graph is not None and not graph.mixed:
             assert self.graphs is not None
-            return self.graphs.replay(graph.size)[:t]
+            return StepForward(self.graphs.replay(graph.size)[:t], self.logits_in_decode_graphs)
         if graph is not None:
             assert self.mixed_graphs is not None
             with set_forward_context(ForwardContext(self.builder.build(meta), graph.size)):
-                return self.mixed_graphs.replay(graph.size)[:t]
+                return StepForward(self.mixed_graphs.replay(graph.size)[:t], False)
         with set_forward_context(ForwardContext(self.builder.build(meta), t)):
-            return self.model(self.buffers.input_ids[:t], self.buffers.positions[:t])
+            return StepForward(self.model(self.buffers.input_ids[:t], self.buffers.positions[:t]), False)
 
     # -- the step ------------------------------------------------------------------------------
     @torch.inference_mode()
     def execute_model(self, so: SchedulerOutput, grammar_bitmask: torch.Tensor | None = None) -> ModelRunnerOutput:
         """Run one step and wait for its tokens. ``grammar_bitmask`` has one row per *sampled*
         request, in batch order."""
-        hidden, layout, req_ids = self._launch_forward(so, reorder=grammar_bitmask is None)
-        if hidden is None:
+        forward, layout, req_ids = self._launch_forward(so, reorder=grammar_bitmask is None)
+        if forward is None:
             return ModelRunnerOutput(req_ids=[], sampled_token_ids=[], logprobs=None, prompt_logprobs=None)
-        return self._collect(self._sample(req_ids, layout, hidden, grammar_bitmask))
+        return self._collect(self._sample(req_ids, layout, forward, grammar_bitmask))
 
     @torch.inference_mode()
     def execute_model_async(self, so: SchedulerOutput) -> ModelRunnerOutput | None:
@@ -422,10 +443,10 @@ class ModelRunner:
         this step's input ids that are still in flight come straight from the previous sample
         on the device.
         """
-        hidden, layout, req_ids = self._launch_forward(so)
+        forward, layout, req_ids = self._launch_forward(so)
         previous = self.finish_pending()
-        if hidden is not None:
-            self._pending = self._sample(req_ids, layout, hidden, None)
+        if forward is not None:
+            self._pending = self._sample(req_ids, layout, forward, None)
         return previous
 
     def finish_pending(self) -> ModelRunnerOutput | None:
@@ -434,7 +455,7 @@ class ModelRunner:
         return None if pending is None else self._collect(pending)
 
     def _launch_forward(self, so: SchedulerOutput,
-                        reorder: bool = True) -> tuple[torch.Tensor | None, BatchLayout | None, list[str]]:
+                        reorder: bool = True) -> tuple[StepForward | None, BatchLayout | None, list[str]]:
         rows = self._update_states(so)
         req_ids = so.req_ids
         if not req_ids:
@@ -467,10 +488,10 @@ class ModelRunner:
         dst_dev, src_dev = buf.to_device("patch_dst", count), buf.to_device("patch_src", count)
         buf.input_ids.index_copy_(0, dst_dev, pending.tokens.index_select(0, src_dev))
 
-    def _sample(self, req_ids: list[str], layout: BatchLayout, hidden: torch.Tensor,
+    def _sample(self, req_ids: list[str], layout: BatchLayout, forward: StepForward,
                 grammar_bitmask: torch.Tensor | None) -> PendingSample:
         """Sample every request whose scheduled tokens reach the end of its known tokens."""
-        prompt_logprobs = self._prompt_logprobs(req_ids, layout, hidden)
+        prompt_logprobs = self._prompt_logprobs(req_ids, layout, forward) if self._prompt_logprob_reqs else None
         sampled_idx = np.nonzero(layout.seq_lens >= self.num_tokens[layout.rows])[0]
         states = [self.requests[req_ids[i]] for i in sampled_idx]
         pending = PendingSample(req_ids, sampled_idx, states, prompt_logprobs)
@@ -478,10 +499,11 @@ class ModelRunner:
             return pending
         n = len(states)
         if n == layout.num_tokens:  # every token is sampled (a pure-decode step): no gather
-            logits = self.model.compute_logits(hidden[:n])
+            rows_out = forward.out[:n]
         else:
             self.buffers.np_sample_index[:n] = layout.query_start_loc[1:][sampled_idx] - 1
-            logits = self.model.compute_logits(hidden[self.buffers.to_device("sample_index", n)])
+            rows_out = forward.out[self.buffers.to_device("sample_index", n)]
+        logits = rows_out if forward.is_logits else self.model.compute_logits(rows_out)
         num_outputs = np.fromiter((len(s.output_token_ids) for s in states), dtype=np.int64, count=n)
         metadata = self.sampling_state.gather(layout.rows[sampled_idx], num_outputs, grammar_bitmask,
                                               self.sampler.seed_source)
@@ -530,7 +552,7 @@ class ModelRunner:
         self.num_tokens[rows] += 1
 
     def _prompt_logprobs(self, req_ids: list[str], layout: BatchLayout,
-                         hidden: torch.Tensor) -> dict[str, Logprobs] | None:
+                         forward: StepForward) -> dict[str, Logprobs] | None:
         """Logprobs of prompt tokens computed in this step's chunk (position p predicts token p + 1)."""
         result: dict[str, Logprobs] | None = None
         for i, req_id in enumerate(req_ids):
@@ -543,7 +565,8 @@ class ModelRunner:
             if end <= start:
                 continue
             q0 = int(layout.query_start_loc[i])
-            logits = self.model.compute_logits(hidden[q0: q0 + end - start])
+            rows_out = forward.out[q0: q0 + end - start]
+            logits = rows_out if forward.is_logits else self.model.compute_logits(rows_out)
             targets = torch.tensor(state.prompt_token_ids[start + 1: end + 1], device=self.device)
             result = result or {}
             result[req_id] = compute_prompt_logprobs(logits, targets, k)
