@@ -130,3 +130,32 @@ def test_every_gathered_field_starts_16_byte_aligned(n: int) -> None:
             assert field.data_ptr() % 16 == 0
     assert metadata.temperature is not None and metadata.temperature.shape == (n,)
     assert torch.allclose(metadata.temperature, torch.full((n,), PARAMS[0].temperature))
+
+
+def _gathered(state: SamplingRowState, rows: list[int], outputs: list[int]) -> dict[str, Any]:
+    """What one gather sends (temperature, top-p and row of each sampled row, and its seed)."""
+    metadata = state.gather(np.array(rows), np.array(outputs))
+    assert metadata.temperature is not None and metadata.seeds is not None
+    return {"temperature": metadata.temperature.tolist(), "seeds": metadata.seeds.tolist(),
+            "top_p": None if metadata.top_k_top_p is None else metadata.top_k_top_p.top_p.tolist(),
+            "logprobs": metadata.max_num_logprobs}
+
+
+def test_repeated_gathers_of_the_same_rows_reuse_their_staging_but_not_their_seeds() -> None:
+    """Steps of the same rows skip restaging their parameters (each of the two staging buffers is filled
+    once), yet every step draws its own seeds, and a request joining a row is seen at once."""
+    state = SamplingRowState(8, VOCAB, CPU)
+    for row, p in zip([5, 2, 7], PARAMS[:3]):
+        state.add(row, p, [1], [], None)
+    steps = [_gathered(state, [7, 5, 2], [i, i, i]) for i in range(4)]
+    assert all(step["temperature"] == steps[0]["temperature"] for step in steps)
+    assert steps[0]["temperature"] == pytest.approx([1.0, 0.8, 0.0])
+    assert steps[0]["top_p"] == pytest.approx([0.7, 0.9, 1.0])
+    # Seeded rows (7 and 5) follow their output index; each step has new seeds.
+    assert len({tuple(step["seeds"][:2]) for step in steps}) == 4
+    assert steps[2]["seeds"][:2] == [step_seed(5, 2), step_seed(3, 2)]
+    state.add(5, PARAMS[3], [1], [], None)  # a new request in row 5: min-p, logprobs 3, no top-p
+    changed = _gathered(state, [7, 5, 2], [0, 0, 0])
+    assert changed["temperature"] == pytest.approx([1.0, 1.0, 0.0])
+    assert changed["logprobs"] == 3
+    assert _gathered(state, [7, 2], [1, 1])["temperature"] == pytest.approx([1.0, 0.0])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -36,6 +37,21 @@ def _stride(n: int) -> int:
     """Entries per field of an ``n``-row step, a multiple of 4: every field starts 16-byte aligned, so
     kernels that take a field never meet a pointer alignment they were not built for."""
     return -(-n // 4) * 4
+
+
+@dataclass(frozen=True)
+class _StaticRows:
+    """What :meth:`SamplingRowState.gather` reuses while a step's rows and their parameters stay the same."""
+
+    key: tuple[int, bytes]
+    all_greedy: bool
+    temperature: torch.Tensor | None
+    seeds: torch.Tensor | None
+    min_p_margin: torch.Tensor | None
+    top_k_top_p: TopKTopP | None
+    penalties: PenaltyTensors | None
+    any_biased: bool
+    max_num_logprobs: int | None
 
 
 class SamplingRowState:
@@ -70,6 +86,12 @@ class SamplingRowState:
         self._staging = [torch.empty(capacity, dtype=torch.uint8, pin_memory=pin) for _ in range(2)]
         self._on_device = torch.empty(capacity, dtype=torch.uint8, device=device)
         self._next = 0
+        #: Bumped by every ``add``: a step's rows with the same version have the same parameters.
+        self._version = 0
+        #: What each staging buffer holds besides the seeds: (version, rows) of its last fill.
+        self._staged_key: list[tuple[int, bytes] | None] = [None, None]
+        #: The parts of the last step's metadata that depend only on its rows and their parameters.
+        self._static: _StaticRows | None = None
 
     def add(self, row: int, params: SamplingParams, prompt_token_ids: Sequence[int],
             output_token_ids: Sequence[int], eos_token_id: int | None) -> None:
@@ -96,6 +118,7 @@ class SamplingRowState:
         self.biased[row] = bool(params.logit_bias) or params.min_tokens > 0
         self.params[row] = params
         self.eos_token_ids[row] = eos_token_id
+        self._version += 1
         if penalised:
             if self.penalty_tables is None:
                 self.penalty_tables = PenaltyTables(self.num_rows, self.vocab_size, self.device)
@@ -106,21 +129,47 @@ class SamplingRowState:
         """The metadata of one step sampling ``rows`` [B] (in batch order), whose requests have produced
         ``num_output_tokens`` [B] tokens so far. Unseeded rows draw fresh seeds from ``seed_source``."""
         n = len(rows)
-        greedy = self.greedy[rows]
-        all_greedy = bool(greedy.all())
+        key = (self._version, rows.tobytes())
         stage = self._staging[self._next].numpy()
+        restage = self._staged_key[self._next] != key
+        self._staged_key[self._next] = key
         self._next ^= 1
         s = _stride(n)
         ints = stage[: 8 * _INT_FIELDS * s].view(np.int64).reshape(_INT_FIELDS, s)[:, :n]
         floats = stage[8 * _INT_FIELDS * s: _ROW_BYTES * s].view(np.float32).reshape(_FLOAT_FIELDS, s)[:, :n]
-        if not all_greedy:
+        if restage:  # the rows or their parameters changed since this buffer was filled
+            ints[1] = self.top_k[rows]
+            ints[2] = rows
+            for field, values in enumerate((self.temperature, self.top_p, self.min_p_margin, self.repetition,
+                                            self.presence, self.frequency)):
+                floats[field] = values[rows]
+        static = self._static
+        if static is None or static.key != key:
+            static = self._static = self._static_rows(rows, key, ints, floats)
+        if not static.all_greedy:
             ints[0] = self._row_seeds(rows, num_output_tokens, seed_source)
-        ints[1] = self.top_k[rows]
-        ints[2] = rows
-        for field, values in enumerate((self.temperature, self.top_p, self.min_p_margin, self.repetition,
-                                        self.presence, self.frequency)):
-            floats[field] = values[rows]
-        on_device = self._upload(n)
+        self._upload(n)
+        return SamplingMetadata(
+            all_greedy=static.all_greedy,
+            temperature=static.temperature,
+            seeds=static.seeds,
+            min_p_margin=static.min_p_margin,
+            top_k_top_p=static.top_k_top_p,
+            penalties=static.penalties,
+            logit_bias=self._logit_bias(rows, num_output_tokens) if static.any_biased else None,
+            grammar_bitmask=grammar_bitmask,
+            max_num_logprobs=static.max_num_logprobs,
+        )
+
+    def _static_rows(self, rows: np.ndarray, key: tuple[int, bytes], ints: np.ndarray,
+                     floats: np.ndarray) -> _StaticRows:
+        """The metadata of a step sampling ``rows`` that stays the same while they and their parameters do
+        (device views of the staging buffer's copy, which has the same layout every step of ``len(rows)``)."""
+        n = len(rows)
+        s = _stride(n)
+        greedy = self.greedy[rows]
+        all_greedy = bool(greedy.all())
+        on_device = self._on_device[: _ROW_BYTES * s]
         dev_ints = on_device[: 8 * _INT_FIELDS * s].view(torch.int64).view(_INT_FIELDS, s)[:, :n]
         dev_floats = on_device[8 * _INT_FIELDS * s:].view(torch.float32).view(_FLOAT_FIELDS, s)[:, :n]
         temperature = seeds = min_p_margin = top_k_top_p = None
@@ -130,17 +179,9 @@ class SamplingRowState:
                 min_p_margin = dev_floats[2].unsqueeze(1)
             top_k_top_p = TopKTopP.from_rows(ints[1].copy(), floats[1].copy(), floats[0].copy(), greedy,
                                              dev_floats[1])
-        return SamplingMetadata(
-            all_greedy=all_greedy,
-            temperature=temperature,
-            seeds=seeds,
-            min_p_margin=min_p_margin,
-            top_k_top_p=top_k_top_p,
-            penalties=self._penalties(rows, dev_ints[2], dev_floats),
-            logit_bias=self._logit_bias(rows, num_output_tokens),
-            grammar_bitmask=grammar_bitmask,
-            max_num_logprobs=self._max_num_logprobs(rows),
-        )
+        return _StaticRows(key, all_greedy, temperature, seeds, min_p_margin, top_k_top_p,
+                           self._penalties(rows, dev_ints[2], dev_floats), bool(self.biased[rows].any()),
+                           self._max_num_logprobs(rows))
 
     def _row_seeds(self, rows: np.ndarray, num_output_tokens: np.ndarray,
                    seed_source: np.random.Generator | None) -> np.ndarray:
