@@ -12,12 +12,15 @@ request set so the host cost can be studied on a CPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Callable
+import traceback
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +192,8 @@ def main() -> None:
     parser.add_argument("--windows", default="", help="comma-separated first steps of profiled windows (GPU)")
     parser.add_argument("--window-len", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0, help="the request set's seed, as in `infercore bench`")
+    parser.add_argument("--sync-debug", action="store_true",
+                        help="(GPU) count the timed run's synchronizing CUDA calls by where they are made")
     args = parser.parse_args()
 
     workload = WORKLOADS[args.workload]
@@ -215,9 +220,11 @@ def main() -> None:
         timeline.wrap_step_boundary()
         # The runner gathers each step's metadata from its per-row state (SamplingMetadata.build does too).
         SamplingRowState.gather = _timed_gather(SamplingRowState.gather, timeline)  # type: ignore[method-assign]
-        started = time.perf_counter()
-        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        elapsed = time.perf_counter() - started
+        syncs: Counter[str] = Counter()
+        with _sync_debug(syncs, args.sync_debug and torch.cuda.is_available()):
+            started = time.perf_counter()
+            outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+            elapsed = time.perf_counter() - started
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     buckets: dict[str, list[dict[str, float]]] = defaultdict(list)
     for step in timeline.steps:
@@ -234,6 +241,8 @@ def main() -> None:
                       "output_tok_s": round(tokens / elapsed, 1), "phase_totals_s": totals}))
     for window in timeline.window_results:
         print(json.dumps(window))
+    if args.sync_debug:
+        print(json.dumps({"synchronizing_calls": dict(syncs.most_common(20))}))
 
 
 def workload_requests(workload: Workload, seed: int = 0) -> tuple[list[list[int]], list[SamplingParams]]:
@@ -241,6 +250,31 @@ def workload_requests(workload: Workload, seed: int = 0) -> tuple[list[list[int]
     as ``infercore bench throughput`` sends them: ``--workload w-gpu-sampling`` times the sampling path."""
     prompts, max_tokens = workload.requests(seed)
     return prompts, workload.sampling_params(max_tokens, seed)
+
+
+@contextlib.contextmanager
+def _sync_debug(counts: Counter[str], enabled: bool) -> Iterator[None]:
+    """With ``enabled``, count each synchronizing CUDA call (torch's sync debug mode) by the innermost
+    frame of this project that made it; the engine's own wait for a step's tokens is an event
+    synchronize, which torch does not count."""
+    if not enabled:
+        yield
+        return
+
+    def record(message: warnings.WarningMessage) -> None:
+        frames = [f for f in traceback.extract_stack() if "infercore" in f.filename and "step_timeline" not in f.filename]
+        where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno} {frames[-1].name}" if frames else "?"
+        counts[f"{where}: {str(message.message)[:60]}"] += 1
+
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings():  # restores showwarning too
+            warnings.simplefilter("always")
+            warnings.showwarning = lambda message, category, *rest, **kw: record(  # type: ignore[assignment]
+                warnings.WarningMessage(message, category, *rest[:2]))
+            yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
 
 
 def _timed_gather(original: Callable[..., Any], timeline: Timeline) -> Callable[..., Any]:
