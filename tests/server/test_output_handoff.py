@@ -8,7 +8,12 @@ import time
 
 import pytest
 
-from infercore.engine.core_proc import ENGINE_SWITCH_INTERVAL_S, tune_interpreter
+from infercore.engine.core_proc import (
+    ENGINE_SWITCH_INTERVAL_S,
+    ENV_SWITCH_INTERVAL,
+    switch_interval,
+    tune_interpreter,
+)
 from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs
 from infercore.engine.output_sender import OutputSender
 
@@ -60,3 +65,10 @@ def test_io_thread_writes_while_the_step_loop_spins() -> None:
     finally:
         sys.setswitchinterval(previous)
     assert min(slow) < 0.003, [round(s * 1e3, 2) for s in slow]
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", ENGINE_SWITCH_INTERVAL_S), ("0.005", 0.005),
+                                                 ("fast", ENGINE_SWITCH_INTERVAL_S), ("-1", ENGINE_SWITCH_INTERVAL_S)])
+def test_the_switch_interval_can_be_set_from_the_environment(monkeypatch, value: str, expected: float) -> None:
+    monkeypatch.setenv(ENV_SWITCH_INTERVAL, value)
+    assert switch_interval() == pytest.approx(expected)

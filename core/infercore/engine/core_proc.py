@@ -46,6 +46,9 @@ _IDLE_POLL_MS = 200
 #: that tokens leave within a fraction of a batch-1 decode step; it costs nothing while no other thread
 #: asks for the GIL.
 ENGINE_SWITCH_INTERVAL_S = 0.0002
+#: Overrides :data:`ENGINE_SWITCH_INTERVAL_S` (seconds), to weigh token delivery against the step loop's
+#: GIL hand-overs on a given host.
+ENV_SWITCH_INTERVAL = "INFERCORE_ENGINE_SWITCH_INTERVAL_S"
 
 
 def load_factory(spec: str) -> Any:
@@ -180,9 +183,27 @@ class EngineLoop:
         return 1
 
 
+def switch_interval() -> float:
+    """The engine process's switch interval: ``INFERCORE_ENGINE_SWITCH_INTERVAL_S`` (seconds, positive) when
+    set, else :data:`ENGINE_SWITCH_INTERVAL_S`. A value that is not a positive number is reported and
+    ignored."""
+    value = os.environ.get(ENV_SWITCH_INTERVAL, "").strip()
+    if not value:
+        return ENGINE_SWITCH_INTERVAL_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds <= 1:
+        logger.warning("%s=%r is not a number of seconds in (0, 1]; using %g", ENV_SWITCH_INTERVAL, value,
+                       ENGINE_SWITCH_INTERVAL_S)
+        return ENGINE_SWITCH_INTERVAL_S
+    return seconds
+
+
 def tune_interpreter() -> None:
-    """Set the engine process's switch interval (:data:`ENGINE_SWITCH_INTERVAL_S`)."""
-    sys.setswitchinterval(ENGINE_SWITCH_INTERVAL_S)
+    """Set the engine process's switch interval (:func:`switch_interval`)."""
+    sys.setswitchinterval(switch_interval())
 
 
 def _addresses(value: str | Sequence[str]) -> list[str]:
