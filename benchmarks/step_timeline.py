@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from infercore import LLM, SamplingParams
+from infercore.benchmarks.allocator_events import allocator_counters, increase
 from infercore.benchmarks.workloads import WORKLOADS, Workload
 from infercore.engine.core import EngineCore
 from infercore.engine.llm_engine import LLMEngine
@@ -221,10 +222,12 @@ def main() -> None:
         # The runner gathers each step's metadata from its per-row state (SamplingMetadata.build does too).
         SamplingRowState.gather = _timed_gather(SamplingRowState.gather, timeline)  # type: ignore[method-assign]
         syncs: Counter[str] = Counter()
+        allocator_before = allocator_counters()
         with _sync_debug(syncs, args.sync_debug and torch.cuda.is_available()):
             started = time.perf_counter()
             outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
             elapsed = time.perf_counter() - started
+        allocator = increase(allocator_before, allocator_counters())
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     buckets: dict[str, list[dict[str, float]]] = defaultdict(list)
     for step in timeline.steps:
@@ -238,7 +241,8 @@ def main() -> None:
     totals = {k: round(sum(s.get(k, 0.0) for s in timeline.steps) / 1e3, 3) for k in keys}
     print(json.dumps({"summary": True, "workload": workload.name, "tiny": args.tiny, "steps": len(timeline.steps),
                       "wall_s": round(elapsed, 3), "output_tokens": tokens,
-                      "output_tok_s": round(tokens / elapsed, 1), "phase_totals_s": totals}))
+                      "output_tok_s": round(tokens / elapsed, 1), "phase_totals_s": totals,
+                      "allocator_events_during_run": allocator}))
     for window in timeline.window_results:
         print(json.dumps(window))
     if args.sync_debug:

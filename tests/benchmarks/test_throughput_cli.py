@@ -42,6 +42,7 @@ def test_repeated_run_beside_hf_prints_both_lines_and_the_ratio(monkeypatch: pyt
     assert ours["output_tokens"] == 2 * 16  # greedy, EOS ignored, 16 new tokens each
     assert len(ours["runs_output_tok_s"]) == 2 and ours["output_tok_s"] > 0
     assert ours["triton_builds_during_run"] == {}
+    assert all(isinstance(v, int) for v in ours["allocator_events_during_run"].values())
     assert theirs["engine"] == "hf-transformers" and theirs["output_tokens"] == 2 * 16
     assert theirs["ratio_infercore_over_hf"] == round(ours["output_tok_s"] / theirs["output_tok_s"], 2)
 

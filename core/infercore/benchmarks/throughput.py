@@ -20,6 +20,7 @@ from pathlib import Path
 from queue import Empty
 from typing import Any
 
+from infercore.benchmarks.allocator_events import allocator_counters, increase
 from infercore.benchmarks.flops import H200_BF16_DENSE_FLOPS, generation_flops
 from infercore.benchmarks.jit_builds import JitBuildCounter
 from infercore.benchmarks.workloads import WORKLOADS, Workload
@@ -77,6 +78,7 @@ def run_infercore(workload: Workload, llm: Any, args: argparse.Namespace) -> dic
         profiler = cProfile.Profile()
         profiler.enable()
     walls = []
+    allocator_before = allocator_counters()
     with JitBuildCounter() as builds:
         for _ in range(args.repeat):
             llm.reset_prefix_cache()
@@ -96,7 +98,8 @@ def run_infercore(workload: Workload, llm: Any, args: argparse.Namespace) -> dic
               "requests": len(prompts), "prompt_tokens": prompt_tokens, "output_tokens": tokens,
               "wall_s": round(elapsed, 3), "output_tok_s": round(tokens / elapsed, 1),
               "prompt_tok_s": round(prompt_tokens / elapsed, 1),
-              "triton_builds_during_run": dict(builds.builds)}
+              "triton_builds_during_run": dict(builds.builds),
+              "allocator_events_during_run": increase(allocator_before, allocator_counters())}
     if args.repeat > 1:
         result["runs_output_tok_s"] = [round(tokens / w, 1) for w in walls]
     result.update(_limits(workload, prompts, [len(o.outputs[0].token_ids) for o in outputs], elapsed))
