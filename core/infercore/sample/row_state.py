@@ -10,9 +10,9 @@ logprob count are read from the host arrays, so building a step's metadata never
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -37,21 +37,6 @@ def _stride(n: int) -> int:
     """Entries per field of an ``n``-row step, a multiple of 4: every field starts 16-byte aligned, so
     kernels that take a field never meet a pointer alignment they were not built for."""
     return -(-n // 4) * 4
-
-
-@dataclass(frozen=True)
-class _StaticRows:
-    """What :meth:`SamplingRowState.gather` reuses while a step's rows and their parameters stay the same."""
-
-    key: tuple[int, bytes]
-    all_greedy: bool
-    temperature: torch.Tensor | None
-    seeds: torch.Tensor | None
-    min_p_margin: torch.Tensor | None
-    top_k_top_p: TopKTopP | None
-    penalties: PenaltyTensors | None
-    any_biased: bool
-    max_num_logprobs: int | None
 
 
 class SamplingRowState:
@@ -90,8 +75,11 @@ class SamplingRowState:
         self._version = 0
         #: What each staging buffer holds besides the seeds: (version, rows) of its last fill.
         self._staged_key: list[tuple[int, bytes] | None] = [None, None]
-        #: The parts of the last step's metadata that depend only on its rows and their parameters.
-        self._static: _StaticRows | None = None
+        #: The last step's (version, rows), its metadata without the per-step logit bias and grammar
+        #: bitmask (all of it depends only on its rows and their parameters), and whether a row is biased.
+        self._static_key: tuple[int, bytes] | None = None
+        self._static: SamplingMetadata | None = None
+        self._static_biased = False
 
     def add(self, row: int, params: SamplingParams, prompt_token_ids: Sequence[int],
             output_token_ids: Sequence[int], eos_token_id: int | None) -> None:
@@ -144,27 +132,20 @@ class SamplingRowState:
                                             self.presence, self.frequency)):
                 floats[field] = values[rows]
         static = self._static
-        if static is None or static.key != key:
-            static = self._static = self._static_rows(rows, key, ints, floats)
+        if static is None or self._static_key != key:
+            static = self._static = self._static_metadata(rows, ints, floats)
+            self._static_key, self._static_biased = key, bool(self.biased[rows].any())
         if not static.all_greedy:
             ints[0] = self._row_seeds(rows, num_output_tokens, seed_source)
         self._upload(n)
-        return SamplingMetadata(
-            all_greedy=static.all_greedy,
-            temperature=static.temperature,
-            seeds=static.seeds,
-            min_p_margin=static.min_p_margin,
-            top_k_top_p=static.top_k_top_p,
-            penalties=static.penalties,
-            logit_bias=self._logit_bias(rows, num_output_tokens) if static.any_biased else None,
-            grammar_bitmask=grammar_bitmask,
-            max_num_logprobs=static.max_num_logprobs,
-        )
+        return dataclasses.replace(
+            static, grammar_bitmask=grammar_bitmask,
+            logit_bias=self._logit_bias(rows, num_output_tokens) if self._static_biased else None)
 
-    def _static_rows(self, rows: np.ndarray, key: tuple[int, bytes], ints: np.ndarray,
-                     floats: np.ndarray) -> _StaticRows:
-        """The metadata of a step sampling ``rows`` that stays the same while they and their parameters do
-        (device views of the staging buffer's copy, which has the same layout every step of ``len(rows)``)."""
+    def _static_metadata(self, rows: np.ndarray, ints: np.ndarray, floats: np.ndarray) -> SamplingMetadata:
+        """The metadata of a step sampling ``rows``, less its logit bias and grammar bitmask: it stays the
+        same while the rows and their parameters do (device views of the staging buffer's copy, which
+        has the same layout every step of ``len(rows)``)."""
         n = len(rows)
         s = _stride(n)
         greedy = self.greedy[rows]
@@ -179,9 +160,17 @@ class SamplingRowState:
                 min_p_margin = dev_floats[2].unsqueeze(1)
             top_k_top_p = TopKTopP.from_rows(ints[1].copy(), floats[1].copy(), floats[0].copy(), greedy,
                                              dev_floats[1])
-        return _StaticRows(key, all_greedy, temperature, seeds, min_p_margin, top_k_top_p,
-                           self._penalties(rows, dev_ints[2], dev_floats), bool(self.biased[rows].any()),
-                           self._max_num_logprobs(rows))
+        return SamplingMetadata(
+            all_greedy=all_greedy,
+            temperature=temperature,
+            seeds=seeds,
+            min_p_margin=min_p_margin,
+            top_k_top_p=top_k_top_p,
+            penalties=self._penalties(rows, dev_ints[2], dev_floats),
+            logit_bias=None,
+            grammar_bitmask=None,
+            max_num_logprobs=self._max_num_logprobs(rows),
+        )
 
     def _row_seeds(self, rows: np.ndarray, num_output_tokens: np.ndarray,
                    seed_source: np.random.Generator | None) -> np.ndarray:

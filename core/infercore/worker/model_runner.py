@@ -399,17 +399,18 @@ class ModelRunner:
         elif self.mixed_graphs is not None:
             size = self.mixed_graphs.padded_size(layout.num_tokens)
             graph = StepGraph(True, size) if size is not None else None
-        decode_graph = graph is not None and not graph.mixed
+        decode_size = graph.size if graph is not None and not graph.mixed else None
         block_idx = self.block_table[layout.token_rows, positions // self.block_size]
         slots = block_idx.astype(np.int64) * self.block_size + positions % self.block_size
-        width = self.max_blocks_per_req if decode_graph else math.ceil(int(layout.seq_lens.max()) / self.block_size)
+        width = (self.max_blocks_per_req if decode_size is not None
+                 else math.ceil(int(layout.seq_lens.max()) / self.block_size))
         if layout.num_tokens == len(rows):
             # A pure-decode step: every input in one arena, one copy (``flush``).
-            self.buffers.bind_decode(graph.size if decode_graph and graph else len(rows), width)
+            self.buffers.bind_decode(decode_size or len(rows), width)
         else:
             self.buffers.bind_general()
         meta = self._fill(layout, self.token_ids[layout.token_rows, positions], slots, self.block_table[rows, :width],
-                          pad_to=graph.size if decode_graph and graph else None,
+                          pad_to=decode_size,
                           pad_tokens_to=graph.size if graph and graph.mixed else None)
         return layout, graph, meta, req_ids
 

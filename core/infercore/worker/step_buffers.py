@@ -30,39 +30,34 @@ class _HostSet:
         self.arena = torch.zeros(arena_bytes, dtype=torch.uint8, pin_memory=pin)
 
 
-#: The inputs of a pure-decode step that live in the decode arena, in arena order: (name, dtype, length
-#: in units of the batch size B; block_table is B rows of the table's width).
-_ARENA_FIELDS = (
-    ("input_ids", torch.long), ("positions", torch.long), ("slot_mapping", torch.long),
-    ("patch_dst", torch.long), ("patch_src", torch.long),
-    ("query_start_loc", torch.int32), ("seq_lens", torch.int32), ("block_table", torch.int32),
-)
+#: The inputs of a pure-decode step that live in the decode arena, in arena order, with their dtypes.
+_ARENA_FIELDS = {
+    "input_ids": torch.long, "positions": torch.long, "slot_mapping": torch.long,
+    "patch_dst": torch.long, "patch_src": torch.long,
+    "query_start_loc": torch.int32, "seq_lens": torch.int32, "block_table": torch.int32,
+}
 _ALIGN = 256
+#: An arena field's place: byte offset, bytes, shape.
+_Place = tuple[int, int, tuple[int, ...]]
 
 
-def _arena_layout(size: int, width: int) -> tuple[dict[str, tuple[int, int, tuple[int, ...]]], int]:
-    """Byte offset, element count and shape of every arena field for ``size`` decodes of block-table
-    ``width``, and the bytes they span. The same (size, width) always gives the same layout, so a graph
-    captured on one step's views reads every later step's."""
-    layout: dict[str, tuple[int, int, tuple[int, ...]]] = {}
+def _arena_layout(size: int, width: int) -> tuple[dict[str, _Place], int]:
+    """Where every arena field lies for ``size`` decodes of block-table ``width``, and the bytes they span.
+    The same (size, width) always gives the same layout, so a graph captured on one step's views reads
+    every later step's."""
+    layout: dict[str, _Place] = {}
     offset = 0
-    for name, dtype in _ARENA_FIELDS:
-        shape: tuple[int, ...] = ((size + 1,) if name == "query_start_loc" else
-                                  (size, width) if name == "block_table" else (size,))
-        count = math.prod(shape)
-        layout[name] = (offset, count, shape)
-        item = torch.empty((), dtype=dtype).element_size()
-        offset += -(-count * item // _ALIGN) * _ALIGN
+    for name, dtype in _ARENA_FIELDS.items():
+        shape = (size + 1,) if name == "query_start_loc" else (size, width) if name == "block_table" else (size,)
+        nbytes = math.prod(shape) * dtype.itemsize
+        layout[name] = (offset, nbytes, shape)
+        offset += -(-nbytes // _ALIGN) * _ALIGN
     return layout, offset
 
 
-def _arena_views(arena: torch.Tensor, layout: dict[str, tuple[int, int, tuple[int, ...]]]) -> dict[str, torch.Tensor]:
-    dtypes = dict(_ARENA_FIELDS)
-    views = {}
-    for name, (offset, count, shape) in layout.items():
-        item = torch.empty((), dtype=dtypes[name]).element_size()
-        views[name] = arena[offset: offset + count * item].view(dtypes[name]).view(shape)
-    return views
+def _arena_views(arena: torch.Tensor, layout: dict[str, _Place]) -> dict[str, torch.Tensor]:
+    return {name: arena[offset: offset + nbytes].view(_ARENA_FIELDS[name]).view(shape)
+            for name, (offset, nbytes, shape) in layout.items()}
 
 
 class StepBuffers:
@@ -109,7 +104,6 @@ class StepBuffers:
         #: Whether the host tensors are the device buffers (a CPU device; ``separate=True`` keeps them
         #: apart there too, as tests of the copies do).
         self.same = device.type == "cpu" if separate is None else not separate
-        self.max_blocks = max_blocks
         sizes = {"tokens": max_tokens, "reqs": max_reqs, "reqs+1": max_reqs + 1}
         arena_bytes = _arena_layout(max_reqs, max_blocks)[1]
         self._sets = [_HostSet(sizes, max_reqs, max_blocks, pin and not self.same, arena_bytes)]
