@@ -14,7 +14,7 @@ from infercore.attention.reference import write_kv as reference_write_kv
 from infercore.kv_cache.fp8 import FP8_KV_DTYPE
 from infercore.testing.attention_cases import FP8_CASES, AttentionCase, build_step, run_case
 from infercore_triton.backend import TritonAttentionBackend
-from infercore_triton.decode_attention import decode_attention
+from infercore_triton.decode_attention import DecodeConfig, decode_attention
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
 
@@ -45,13 +45,14 @@ def _reference(case: AttentionCase, q, cache, common) -> torch.Tensor:
                            torch.zeros_like(q), None, None, common.num_reqs, *case.scales)
 
 
-@pytest.mark.parametrize("splits", [1, 3])
-def test_decode_reads_the_fp8_cache_with_its_scales(splits: int) -> None:
+@pytest.mark.parametrize(("splits", "prefetch"), [(1, False), (3, False), (3, True)])
+def test_decode_reads_the_fp8_cache_with_its_scales(splits: int, prefetch: bool) -> None:
     q, k, v, cache, common = build_step(DECODES, torch.device("cpu"), torch.float32)
     write_kv(k, v, cache, common.slot_mapping, *DECODES.scales)
     out = torch.full_like(q, float("nan"))
     decode_attention(q, cache, common.seq_lens, common.block_table, SCALE, out, num_splits=splits,
-                     k_scale=DECODES.scales[0], v_scale=DECODES.scales[1])
+                     k_scale=DECODES.scales[0], v_scale=DECODES.scales[1],
+                     config=DecodeConfig(block_n=32, prefetch=prefetch))
     assert relative_error(out, _reference(DECODES, q, cache, common)) < TIGHT
     error = relative_error(out, unquantized_output(DECODES, torch.float32))
     assert 1e-4 < error < UNQUANTIZED_BOUND

@@ -7,7 +7,7 @@ import torch
 from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
 
 from infercore.attention.reference import write_kv as reference_write_kv
-from infercore_triton.decode_attention import decode_attention
+from infercore_triton.decode_attention import DecodeConfig, decode_attention
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
 
@@ -48,18 +48,19 @@ def test_decode_matches_reference(dtype: torch.dtype, head_size: int, group: int
     assert rel_err(out, reference_attention(case, head_size**-0.5)) < TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("splits", [1, 4])
-def test_decode_sliding_window_and_empty_rows(splits: int) -> None:
+@pytest.mark.parametrize(("splits", "prefetch"), [(1, False), (4, False), (1, True), (4, True)])
+def test_decode_sliding_window_and_empty_rows(splits: int, prefetch: bool) -> None:
+    config = DecodeConfig(block_n=32, prefetch=prefetch)
     case = make_case([40, 200, 1], [1, 1, 1], 8, 2, 64, 16, torch.float32, seed=splits)
     write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
     out = torch.full_like(case.q, float("nan"))
     decode_attention(case.q, case.kv_cache, case.seq_lens, case.block_table, 0.125, out,
-                     num_splits=splits, sliding_window=50)
+                     num_splits=splits, sliding_window=50, config=config)
     assert rel_err(out, reference_attention(case, 0.125, sliding_window=50)) < TOLERANCE[torch.float32]
     # A padding row of a graph-padded batch (seq_len 0) comes out as zeros, not NaN.
     padded = torch.full((4, 8, 64), float("nan"))
     decode_attention(torch.randn(4, 8, 64), case.kv_cache, torch.tensor([40, 0, 0, 1], dtype=torch.int32),
-                     case.block_table[[0, 1, 1, 2]], 0.125, padded, num_splits=splits)
+                     case.block_table[[0, 1, 1, 2]], 0.125, padded, num_splits=splits, config=config)
     assert torch.equal(padded[1:3], torch.zeros(2, 8, 64))
 
 
