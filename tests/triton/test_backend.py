@@ -48,8 +48,10 @@ def test_forward_writes_cache_and_attends(seq_lens: list[int], query_lens: list[
 def test_num_splits_fill_the_device_and_stay_bounded() -> None:
     assert choose_num_splits(256, 8, 4096, 132) == 1
     assert choose_num_splits(1, 8, 8192, 132) == MAX_SPLITS
-    assert choose_num_splits(1, 8, 300, 132) == 2
+    assert choose_num_splits(1, 8, 300, 132) == 5
     assert choose_num_splits(16, 8, 4096, 132) == 3
+    # A narrow table (max_model_len 1024) at batch 1 gets as many splits as its 64-token tiles.
+    assert choose_num_splits(1, 8, 1024, 132) == 16
 
 
 def test_leading_decodes_and_their_launch_config() -> None:
