@@ -51,8 +51,8 @@ def test_fp8_write_stores_the_reference_bytes(dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("head_size", [64, 128])
 @pytest.mark.parametrize("group", [1, 4, 8])
-@pytest.mark.parametrize("prefetch", [False, True])
-def test_fp8_decode_long_contexts(head_size: int, group: int, prefetch: bool) -> None:
+@pytest.mark.parametrize(("prefetch", "paired"), [(False, False), (True, False), (False, True)])
+def test_fp8_decode_long_contexts(head_size: int, group: int, prefetch: bool, paired: bool) -> None:
     seq_lens = [1, 77, 1024, 3001, 8192, 513]
     case = make_case(seq_lens, [1] * len(seq_lens), 4 * group, 4, head_size, 16, torch.bfloat16, "cuda",
                      seed=group + head_size)
@@ -63,7 +63,8 @@ def test_fp8_decode_long_contexts(head_size: int, group: int, prefetch: bool) ->
     for splits in (1, choose_num_splits(len(seq_lens), 4, 8192, 132)):
         out = torch.full_like(case.q, float("nan"))
         decode_attention(case.q, cache, case.seq_lens, case.block_table, scale, out, num_splits=splits,
-                         k_scale=K_SCALE, v_scale=V_SCALE, config=DecodeConfig(block_n=64, prefetch=prefetch))
+                         k_scale=K_SCALE, v_scale=V_SCALE, config=DecodeConfig(block_n=64, prefetch=prefetch,
+                                                                         paired=paired))
         assert rel_err(out, expected) < TOLERANCE[torch.bfloat16], f"{splits} splits"
         assert rel_err(out, unquantized) < UNQUANTIZED_BOUND, f"{splits} splits"
 

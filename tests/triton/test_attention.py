@@ -48,9 +48,11 @@ def test_decode_matches_reference(dtype: torch.dtype, head_size: int, group: int
     assert rel_err(out, reference_attention(case, head_size**-0.5)) < TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize(("splits", "prefetch"), [(1, False), (4, False), (1, True), (4, True)])
-def test_decode_sliding_window_and_empty_rows(splits: int, prefetch: bool) -> None:
-    config = DecodeConfig(block_n=32, prefetch=prefetch)
+@pytest.mark.parametrize(("splits", "prefetch", "paired"),
+                         [(1, False, False), (4, False, False), (1, True, False), (4, True, False), (1, False, True),
+                          (4, False, True)])
+def test_decode_sliding_window_and_empty_rows(splits: int, prefetch: bool, paired: bool) -> None:
+    config = DecodeConfig(block_n=32, prefetch=prefetch, paired=paired)
     case = make_case([40, 200, 1], [1, 1, 1], 8, 2, 64, 16, torch.float32, seed=splits)
     write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
     out = torch.full_like(case.q, float("nan"))

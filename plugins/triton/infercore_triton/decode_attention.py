@@ -43,6 +43,8 @@ class DecodeConfig:
     #: Load each tile's K/V an iteration ahead (its block-table entries two ahead) in registers, rather
     #: than leaving the overlap of loads and math to the compiler's pipeliner.
     prefetch: bool = False
+    #: Load two tiles per loop iteration and attend them in turn (see the kernel).
+    paired: bool = False
 
 
 def dot_precision(dtype: torch.dtype, settings: KernelSettings | None = None) -> str:
@@ -123,7 +125,7 @@ def _decode_split_kernel(
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, PREFETCH: tl.constexpr,
+    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, PREFETCH: tl.constexpr, PAIRED: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -168,6 +170,21 @@ def _decode_split_kernel(
             m, denom, acc = _attend_tile(q, _kv_values(k_raw, FP8_PTX), _kv_values(v_raw, FP8_PTX), valid, m, denom,
                                          acc, qk_scale, DOT_PRECISION)
             k_raw, v_raw, valid = next_k, next_v, next_valid
+    elif PAIRED:
+        # Two tiles' loads per iteration, attended one after the other: twice the bytes in flight, while
+        # only one tile at a time is converted in registers (the compiler stages the loads in shared memory).
+        for n0 in range(lo, hi, 2 * BLOCK_N):
+            pages = _tile_pages(table, n0, hi, PAGE, BLOCK_N)
+            k_raw, v_raw, valid = _load_tile(k_cache_ptr, v_cache_ptr, pages, n0, hi, kv_head, d, d_mask,
+                                             stride_cb, stride_cs, stride_ch, PAGE, BLOCK_N, FP8_PTX)
+            pages2 = _tile_pages(table, n0 + BLOCK_N, hi, PAGE, BLOCK_N)
+            k_raw2, v_raw2, valid2 = _load_tile(k_cache_ptr, v_cache_ptr, pages2, n0 + BLOCK_N, hi, kv_head, d,
+                                                d_mask, stride_cb, stride_cs, stride_ch, PAGE, BLOCK_N, FP8_PTX)
+            m, denom, acc = _attend_tile(q, _kv_values(k_raw, FP8_PTX), _kv_values(v_raw, FP8_PTX), valid, m, denom,
+                                         acc, qk_scale, DOT_PRECISION)
+            # The first tile always holds a real token, so ``m`` is finite here even if this one holds none.
+            m, denom, acc = _attend_tile(q, _kv_values(k_raw2, FP8_PTX), _kv_values(v_raw2, FP8_PTX), valid2, m,
+                                         denom, acc, qk_scale, DOT_PRECISION)
     else:
         for n0 in range(lo, hi, BLOCK_N):
             pages = _tile_pages(table, n0, hi, PAGE, BLOCK_N)
@@ -262,7 +279,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         part_lse.stride(0), part_lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
         PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits, DOT_PRECISION=dot_precision(q.dtype),
-        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, PREFETCH=config.prefetch,
+        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, PREFETCH=config.prefetch, PAIRED=config.paired,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:
