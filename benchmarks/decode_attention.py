@@ -99,19 +99,18 @@ def main() -> None:
     best = choose_decode_config(b, args.kv_cache_dtype == "fp8")
     if args.sweep:
         results = []
-        if args.kv_cache_dtype == "fp8":  # bigger tiles (half the bytes per token), one or two per iteration
-            grid = [(64, 4, 3, False), (128, 4, 3, False), (256, 4, 1, False)]
-            grid += [(bn, w, st, True) for bn, w, st in itertools.product((32, 64, 128), (4, 8), (1, 2, 3))]
+        if args.kv_cache_dtype == "fp8":  # bigger tiles (half the bytes per token) and both conversions
+            grid = itertools.product((64, 128, 256), (4, 8), (1, 2, 3), (True,), (True, False))
         else:
-            grid = [(bn, w, st, False) for bn, w, st in itertools.product((16, 32, 64, 128), (2, 4, 8), (1, 2, 3, 4))]
-        for block_n, warps, stages, paired in grid:
-            config = DecodeConfig(block_n, warps, stages, paired=paired)
+            grid = itertools.product((16, 32, 64, 128), (2, 4, 8), (1, 2, 3, 4), (True,), (True,))
+        for block_n, warps, stages, fp16, ptx in grid:
+            config = DecodeConfig(block_n, warps, stages, fp16, ptx)
             try:
                 results.append((run(config), config))
             except Exception as exc:  # a tile too big for shared memory  # noqa: BLE001
                 print(f"{config}: {type(exc).__name__}", flush=True)
                 continue
-            print(f"block_n={block_n:4d} warps={warps} stages={stages} paired={paired}: "
+            print(f"block_n={block_n:4d} warps={warps} stages={stages} fp16={fp16} inline_ptx={ptx}: "
                   f"{results[-1][0]:8.1f} us {kv_bytes / results[-1][0] / 1e6:6.2f} TB/s", flush=True)
         best = min(results, key=lambda r: r[0])[1]
         for extra in (2, 4):
@@ -138,8 +137,7 @@ def main() -> None:
         "benchmark": "decode_attention", "batch": b, "context": ctx, "heads": h, "kv_heads": kvh, "head_size": d,
         "block_size": bs, "dtype": "bfloat16", "kv_cache_dtype": args.kv_cache_dtype, "kv_bytes": kv_bytes, "num_splits": splits,
         "config": {"block_n": best.block_n, "num_warps": best.num_warps, "num_stages": best.num_stages,
-                   "fp8_via_fp16": best.fp8_via_fp16, "fp8_inline_ptx": best.fp8_inline_ptx,
-                   "prefetch": best.prefetch, "paired": best.paired},
+                   "fp8_via_fp16": best.fp8_via_fp16, "fp8_inline_ptx": best.fp8_inline_ptx},
         "triton_us": round(triton_us, 1), "triton_us_one_split": round(unsplit_us, 1), "triton_TBps": round(kv_bytes / triton_us / 1e6, 3),
         "triton_fraction_of_4.3TBps": round(kv_bytes / triton_us / 1e6 / (CEILING_BYTES_PER_S / 1e12), 3),
         # SDPA reads the bf16 (dequantized) values: its bytes are twice the fp8 cache's.

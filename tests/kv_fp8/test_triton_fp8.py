@@ -45,15 +45,14 @@ def _reference(case: AttentionCase, q, cache, common) -> torch.Tensor:
                            torch.zeros_like(q), None, None, common.num_reqs, *case.scales)
 
 
-@pytest.mark.parametrize(("splits", "prefetch", "paired"), [(1, False, False), (3, False, False), (3, True, False),
-                                                             (1, False, True), (3, False, True)])
-def test_decode_reads_the_fp8_cache_with_its_scales(splits: int, prefetch: bool, paired: bool) -> None:
+@pytest.mark.parametrize(("splits", "block_n"), [(1, 64), (3, 64), (3, 32)])
+def test_decode_reads_the_fp8_cache_with_its_scales(splits: int, block_n: int) -> None:
     q, k, v, cache, common = build_step(DECODES, torch.device("cpu"), torch.float32)
     write_kv(k, v, cache, common.slot_mapping, *DECODES.scales)
     out = torch.full_like(q, float("nan"))
     decode_attention(q, cache, common.seq_lens, common.block_table, SCALE, out, num_splits=splits,
                      k_scale=DECODES.scales[0], v_scale=DECODES.scales[1],
-                     config=DecodeConfig(block_n=32, prefetch=prefetch, paired=paired))
+                     config=DecodeConfig(block_n=block_n))
     assert relative_error(out, _reference(DECODES, q, cache, common)) < TIGHT
     error = relative_error(out, unquantized_output(DECODES, torch.float32))
     assert 1e-4 < error < UNQUANTIZED_BOUND

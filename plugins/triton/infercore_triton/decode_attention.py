@@ -40,11 +40,6 @@ class DecodeConfig:
     #: own conversion behind the tile's trip through shared memory (fp8 there, read back byte by byte)
     #: and keeps more registers live. 2.79 against 2.38 TB/s on an H200 (batch 256 x context 1024).
     fp8_inline_ptx: bool = True
-    #: Load each tile's K/V an iteration ahead (its block-table entries two ahead) in registers, rather
-    #: than leaving the overlap of loads and math to the compiler's pipeliner.
-    prefetch: bool = False
-    #: Load two tiles per loop iteration and attend them in turn (see the kernel).
-    paired: bool = False
 
 
 def dot_precision(dtype: torch.dtype, settings: KernelSettings | None = None) -> str:
@@ -63,53 +58,6 @@ def _e4m3_ptx_to_fp16(raw):
         constraints="=r,=r,r", args=[raw], dtype=tl.float16, is_pure=True, pack=4)
 
 
-@triton.jit
-def _tile_pages(table, n0, hi, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The cache block of each token of the tile starting at ``n0`` (0 past ``hi``)."""
-    n = n0 + tl.arange(0, BLOCK_N)
-    return tl.load(table + n // PAGE, mask=n < hi, other=0).to(tl.int64)
-
-
-@triton.jit
-def _load_tile(k_cache_ptr, v_cache_ptr, pages, n0, hi, kv_head, d, d_mask, stride_cb, stride_cs, stride_ch,
-               PAGE: tl.constexpr, BLOCK_N: tl.constexpr, RAW_BYTES: tl.constexpr):
-    """One KV head's K and V entries for the tile of tokens starting at ``n0``, as stored (as bytes with
-    ``RAW_BYTES``), and which are real."""
-    n = n0 + tl.arange(0, BLOCK_N)
-    valid = n < hi
-    offs = pages * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
-    kv_mask = valid[:, None] & d_mask[None, :]
-    if RAW_BYTES:
-        k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0)
-        v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0)
-    else:
-        k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
-    return k, v, valid
-
-
-@triton.jit
-def _kv_values(raw, FP8_PTX: tl.constexpr):
-    """Cache entries as values: e4m3 bytes converted by inline PTX, anything else as loaded."""
-    values = raw
-    if FP8_PTX:
-        values = _e4m3_ptx_to_fp16(raw)
-    return values
-
-
-@triton.jit
-def _attend_tile(q, k, v, valid, m, denom, acc, qk_scale, DOT_PRECISION: tl.constexpr):
-    """One step of the online softmax over a tile (scores in base 2); returns the new max, sum and output."""
-    s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
-    s = tl.where(valid[None, :], s, float("-inf"))
-    m_new = tl.maximum(m, tl.max(s, axis=1))
-    alpha = tl.exp2(m - m_new)
-    p = tl.exp2(s - m_new[:, None])
-    denom = denom * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
-    return m_new, denom, acc
-
-
 # Arguments that change from step to step (the block table's width, views at an offset into the
 # runner's buffers) are not specialised on: a step of a new shape would compile a variant mid-run.
 @triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "stride_bt"])
@@ -125,7 +73,7 @@ def _decode_split_kernel(
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, PREFETCH: tl.constexpr, PAIRED: tl.constexpr,
+    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -155,43 +103,26 @@ def _decode_split_kernel(
     denom = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_PAD], tl.float32)
     table = block_table_ptr + seq * stride_bt
-    if PREFETCH:
-        # Software pipelining by hand (the compiler's own does not reach past the inline conversion):
-        # a tile's K/V bytes are loaded one iteration ahead and its block-table entries two ahead, so
-        # each iteration waits on one memory round trip issued an iteration earlier, not on two in a row.
-        pages = _tile_pages(table, lo, hi, PAGE, BLOCK_N)
-        k_raw, v_raw, valid = _load_tile(k_cache_ptr, v_cache_ptr, pages, lo, hi, kv_head, d, d_mask,
-                                         stride_cb, stride_cs, stride_ch, PAGE, BLOCK_N, FP8_PTX)
-        pages = _tile_pages(table, lo + BLOCK_N, hi, PAGE, BLOCK_N)
-        for n0 in range(lo, hi, BLOCK_N):
-            next_k, next_v, next_valid = _load_tile(k_cache_ptr, v_cache_ptr, pages, n0 + BLOCK_N, hi, kv_head, d,
-                                                    d_mask, stride_cb, stride_cs, stride_ch, PAGE, BLOCK_N, FP8_PTX)
-            pages = _tile_pages(table, n0 + 2 * BLOCK_N, hi, PAGE, BLOCK_N)
-            m, denom, acc = _attend_tile(q, _kv_values(k_raw, FP8_PTX), _kv_values(v_raw, FP8_PTX), valid, m, denom,
-                                         acc, qk_scale, DOT_PRECISION)
-            k_raw, v_raw, valid = next_k, next_v, next_valid
-    elif PAIRED:
-        # Two tiles' loads per iteration, attended one after the other: twice the bytes in flight, while
-        # only one tile at a time is converted in registers (the compiler stages the loads in shared memory).
-        for n0 in range(lo, hi, 2 * BLOCK_N):
-            pages = _tile_pages(table, n0, hi, PAGE, BLOCK_N)
-            k_raw, v_raw, valid = _load_tile(k_cache_ptr, v_cache_ptr, pages, n0, hi, kv_head, d, d_mask,
-                                             stride_cb, stride_cs, stride_ch, PAGE, BLOCK_N, FP8_PTX)
-            pages2 = _tile_pages(table, n0 + BLOCK_N, hi, PAGE, BLOCK_N)
-            k_raw2, v_raw2, valid2 = _load_tile(k_cache_ptr, v_cache_ptr, pages2, n0 + BLOCK_N, hi, kv_head, d,
-                                                d_mask, stride_cb, stride_cs, stride_ch, PAGE, BLOCK_N, FP8_PTX)
-            m, denom, acc = _attend_tile(q, _kv_values(k_raw, FP8_PTX), _kv_values(v_raw, FP8_PTX), valid, m, denom,
-                                         acc, qk_scale, DOT_PRECISION)
-            # The first tile always holds a real token, so ``m`` is finite here even if this one holds none.
-            m, denom, acc = _attend_tile(q, _kv_values(k_raw2, FP8_PTX), _kv_values(v_raw2, FP8_PTX), valid2, m,
-                                         denom, acc, qk_scale, DOT_PRECISION)
-    else:
-        for n0 in range(lo, hi, BLOCK_N):
-            pages = _tile_pages(table, n0, hi, PAGE, BLOCK_N)
-            k_raw, v_raw, valid = _load_tile(k_cache_ptr, v_cache_ptr, pages, n0, hi, kv_head, d, d_mask,
-                                             stride_cb, stride_cs, stride_ch, PAGE, BLOCK_N, FP8_PTX)
-            m, denom, acc = _attend_tile(q, _kv_values(k_raw, FP8_PTX), _kv_values(v_raw, FP8_PTX), valid, m, denom,
-                                         acc, qk_scale, DOT_PRECISION)
+    for n0 in range(lo, hi, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        valid = n < hi
+        page = tl.load(table + n // PAGE, mask=valid, other=0).to(tl.int64)
+        offs = page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
+        kv_mask = valid[:, None] & d_mask[None, :]
+        if FP8_PTX:
+            k = _e4m3_ptx_to_fp16(tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0))
+            v = _e4m3_ptx_to_fp16(tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0))
+        else:
+            k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * qk_scale
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        denom = denom * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
+        m = m_new
 
     empty = denom == 0.0
     # An fp8 cache's V scale is applied once to the output rather than to every loaded value.
@@ -279,7 +210,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         part_lse.stride(0), part_lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
         PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits, DOT_PRECISION=dot_precision(q.dtype),
-        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, PREFETCH=config.prefetch, PAIRED=config.paired,
+        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:
