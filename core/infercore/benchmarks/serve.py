@@ -26,6 +26,7 @@ import httpx
 
 from infercore.benchmarks.serve_client import Event, LeanClient, StreamedResponse
 from infercore.engine.latency_trace import TraceWriter, now_ns, open_writer
+from infercore.gc_heap import freeze_startup_heap
 
 #: Above this share of one core, a client process may be slowing the load it measures.
 CLIENT_BUSY = 0.8
@@ -223,6 +224,9 @@ async def _run_share(args: argparse.Namespace, model: str, prompts: list[Any], c
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     trace = open_writer("client")
     lean = LeanClient(base_url) if _use_lean_client(args) else None
+    # The prompts and every import live through the load: a full collection walking them would pause
+    # this client's streams, and the gaps it measures would be its own.
+    freeze_startup_heap()
     cpu_start, wall_start = time.process_time(), time.time()
     async with httpx.AsyncClient(timeout=httpx.Timeout(args.timeout), limits=limits) as http:
         client = lean or http

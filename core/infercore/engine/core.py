@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import gc
 import logging
 import time
@@ -16,6 +15,7 @@ from infercore.engine.scheduler import Scheduler
 from infercore.engine.scheduler_output import SchedulerOutput
 from infercore.executor.base import Executor, ExecutorDeadError
 from infercore.executor.step_future import StepFuture
+from infercore.gc_heap import freeze_startup_heap
 from infercore.platforms.selection import current_platform
 from infercore.plugins.manager import get_plugin_manager
 
@@ -83,12 +83,8 @@ class EngineCore:
         #: The step launched last in overlapped mode and the future of its output.
         self._inflight: tuple[SchedulerOutput, StepFuture] | None = None
         self.grammars = GrammarGate(config, self.model_info.vocab_size, self.model_info.generation_stop_ids)
-        # What start-up built (model, caches, registries, compiled kernels) lives as long as the engine:
-        # frozen, the cyclic collector no longer walks it on every collection while serving.
-        # Unfrozen at exit, so the interpreter's last collection still finalises them.
-        gc.collect()
-        gc.freeze()
-        atexit.register(gc.unfreeze)
+        # What start-up built (model, caches, registries, compiled kernels) lives as long as the engine.
+        freeze_startup_heap()
 
     def add_request(self, request: EngineCoreRequest) -> None:
         """Queue a request; raises ValueError (changing nothing) if it cannot be taken."""

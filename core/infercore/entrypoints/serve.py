@@ -24,6 +24,7 @@ from infercore.engine.core_client import EngineStartupError
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
 from infercore.engine.model_info import resolve_demo_model
 from infercore.entrypoints.serve_args import config_from_args
+from infercore.gc_heap import freeze_startup_heap
 
 if TYPE_CHECKING:
     from infercore.entrypoints.api_server_procs import ApiServerSlot
@@ -124,6 +125,9 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
         port = slot.sock.getsockname()[1] if slot is not None else config.serve.port
         logger.info("%sserving %s (max_model_len %d) on http://%s:%d", where, model_name,
                     engine.model_info.max_model_len, config.serve.host, port)
+        # The app, the engine client and every import live as long as the server: a full collection
+        # walking them would stall every stream of this process (ITL spikes of several milliseconds).
+        freeze_startup_heap()
         await server.serve(sockets=[slot.sock] if slot is not None else None)
         if not server.started and server.exit_code == 0:
             return 1
