@@ -13,7 +13,12 @@ import zmq
 
 from infercore.engine.core_proc import EngineLoop
 from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs
-from infercore.engine.output_sender import OutputSender
+from infercore.engine.output_sender import (
+    ENV_INLINE_MAX_OUTPUTS,
+    INLINE_MAX_OUTPUTS,
+    OutputSender,
+    default_inline_max_outputs,
+)
 from infercore.engine.serial import MessageKind, WireCodec
 
 STEPS = 5
@@ -120,3 +125,11 @@ def test_a_refused_inline_write_keeps_every_socket_in_order() -> None:
         assert [[(o.request_id, o.new_token_ids[0]) for o in b.outputs] for b in batches] == \
             [[(request_id, token)] for token in (1, 2, 3)]
     assert stalled.refused == 1
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", INLINE_MAX_OUTPUTS), ("0", 0), ("32", 32),
+                                                 ("many", INLINE_MAX_OUTPUTS), ("-1", INLINE_MAX_OUTPUTS)])
+def test_the_inline_batch_limit_can_be_set_from_the_environment(monkeypatch: pytest.MonkeyPatch, value: str,
+                                                                expected: int) -> None:
+    monkeypatch.setenv(ENV_INLINE_MAX_OUTPUTS, value)
+    assert default_inline_max_outputs() == expected
