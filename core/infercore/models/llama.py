@@ -116,13 +116,15 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    """Pre-norm block; the residual stream is carried alongside so norms can fuse the add."""
+    """Pre-norm attention, then the feed-forward block ``ffn_name``: the dense MLP unless ``ffn`` is given
+    (a mixture-of-experts block, say). The residual stream is carried alongside so norms can fuse the add."""
 
     def __init__(self, config: PretrainedConfig, options: DecoderOptions, layer_index: int,
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, ffn: nn.Module | None = None, ffn_name: str = "mlp") -> None:
         super().__init__()
         self.self_attn = LlamaAttention(config, options, layer_index, dtype)
-        self.mlp = LlamaMLP(config, options)
+        self.ffn_name = ffn_name
+        self.add_module(ffn_name, ffn if ffn is not None else LlamaMLP(config, options))
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
@@ -135,17 +137,19 @@ class LlamaDecoderLayer(nn.Module):
             hidden, residual = self.input_layernorm(hidden, residual)
         hidden = self.self_attn(positions, hidden)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
-        return self.mlp(hidden), residual
+        return getattr(self, self.ffn_name)(hidden), residual
 
 
 class LlamaModel(nn.Module):
-    """Embedding, decoder layers and the final norm."""
+    """Embedding, decoder layers (dense ones unless ``layers`` are given) and the final norm."""
 
-    def __init__(self, config: PretrainedConfig, options: DecoderOptions, dtype: torch.dtype) -> None:
+    def __init__(self, config: PretrainedConfig, options: DecoderOptions, dtype: torch.dtype,
+                 layers: list[LlamaDecoderLayer] | None = None) -> None:
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(config, options, i, dtype)
-                                    for i in range(config.num_hidden_layers))
+        if layers is None:
+            layers = [LlamaDecoderLayer(config, options, i, dtype) for i in range(config.num_hidden_layers)]
+        self.layers = nn.ModuleList(layers)
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

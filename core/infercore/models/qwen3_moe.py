@@ -13,13 +13,14 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from infercore.layers import ParallelLMHead, RMSNorm, VocabParallelEmbedding
+from infercore.layers import ParallelLMHead
 from infercore.layers.fused_moe import ExpertNames, ExpertWeightLoader, FusedMoE
 from infercore.models.llama import (
     STACKED_PARAMS,
     DecoderOptions,
-    LlamaAttention,
+    LlamaDecoderLayer,
     LlamaMLP,
+    LlamaModel,
     windows_from_layer_types,
 )
 from infercore.models.weight_loading import load_checkpoint_weights
@@ -39,48 +40,6 @@ class SparseMoeBlock(nn.Module):
         return self.experts(hidden, self.gate(hidden))
 
 
-class MoeDecoderLayer(nn.Module):
-    """Pre-norm attention, then the feed-forward block ``ffn_name`` (sparse MoE, or a dense MLP)."""
-
-    def __init__(self, config: PretrainedConfig, options: DecoderOptions, layer_index: int, dtype: torch.dtype,
-                 ffn: nn.Module, ffn_name: str) -> None:
-        super().__init__()
-        self.self_attn = LlamaAttention(config, options, layer_index, dtype)
-        self.ffn_name = ffn_name
-        self.add_module(ffn_name, ffn)
-        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-
-    def forward(self, positions: torch.Tensor, hidden: torch.Tensor,
-                residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            residual = hidden
-            hidden = self.input_layernorm(hidden)
-        else:
-            hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(positions, hidden)
-        hidden, residual = self.post_attention_layernorm(hidden, residual)
-        return getattr(self, self.ffn_name)(hidden), residual
-
-
-class MoeModel(nn.Module):
-    """Embedding, decoder layers and the final norm."""
-
-    def __init__(self, config: PretrainedConfig, layers: list[MoeDecoderLayer]) -> None:
-        super().__init__()
-        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(layers)
-        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        hidden = self.embed_tokens(input_ids)
-        residual = None
-        for layer in self.layers:
-            hidden, residual = layer(positions, hidden, residual)
-        hidden, _ = self.norm(hidden, residual)
-        return hidden
-
-
 class Qwen3MoeForCausalLM(nn.Module):
     """Qwen3-MoE models (Qwen3-30B-A3B, Qwen3-235B-A22B). Layers in ``mlp_only_layers``, or off the
     ``decoder_sparse_step`` grid, keep a dense MLP; ``norm_topk_prob`` renormalises the top-k weights."""
@@ -94,9 +53,9 @@ class Qwen3MoeForCausalLM(nn.Module):
         self.config = hf_config
         self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
         options = self.decoder_options(hf_config)
-        layers = [MoeDecoderLayer(hf_config, options, i, dtype, self.feed_forward(hf_config, i), self.ffn_name)
+        layers = [LlamaDecoderLayer(hf_config, options, i, dtype, self.feed_forward(hf_config, i), self.ffn_name)
                   for i in range(hf_config.num_hidden_layers)]
-        self.model = MoeModel(hf_config, layers)
+        self.model = LlamaModel(hf_config, options, dtype, layers)
         self.lm_head = ParallelLMHead(hf_config.vocab_size, hf_config.hidden_size)
         if self.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
