@@ -17,8 +17,8 @@ from engine_cases import ENGINE_DEFAULTS, PROMPTS
 
 from infercore import LLM, SamplingParams
 from infercore.forward_context import ForwardContext, set_forward_context
-from infercore.worker.decode_graphs import capture_sizes, smallest_captured
 from infercore.worker.step_buffers import StepBuffers
+from infercore.worker.whole_graphs import capture_sizes, smallest_captured
 
 
 def _buffers() -> StepBuffers:

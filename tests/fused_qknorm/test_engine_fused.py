@@ -63,11 +63,23 @@ def test_fused_path_gives_the_unfused_greedy_tokens(folder: Path, triton_on_cpu:
     assert _greedy(folder) == fused  # the CPU platform's own backend and ops
 
 
-def test_steps_padded_for_mixed_graphs_give_the_same_tokens(folder: Path, triton_on_cpu: list[int]) -> None:
+def test_steps_padded_for_mixed_graphs_give_the_same_tokens(folder: Path, triton_on_cpu: list[int],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Prompt steps padded to a graph's token count (padding rows: slot -1, no request) through the
     Triton kernels, which write and rotate every row they are given. With 12-token steps and prompts
     of 12, 11 and 13 tokens, the last chunk's step is short: its staging rows past its tokens held
-    real slots of earlier steps, which padding must not overwrite."""
+    real slots of earlier steps, which padding must not overwrite.
+
+    The Triton backend captures such steps whole, so their requests are padded too (query-less
+    dummies) and attention runs its uniform launches, the ones a captured graph replays."""
+    uniform: list[bool] = []
+    prefill = triton_backend.prefill_attention
+
+    def recording(*args: object, **kwargs: object) -> torch.Tensor:
+        uniform.append(bool(kwargs.get("uniform_grid")))
+        return prefill(*args, **kwargs)
+
+    monkeypatch.setattr(triton_backend, "prefill_attention", recording)
     engine = {**ENGINE, "max_num_batched_tokens": 12}
     requests = [{"prompt_token_ids": list(range(start, start + n))} for start, n in ((10, 12), (40, 11), (70, 13))]
     want = [o.outputs[0].token_ids for o in LLM(model=str(folder), **engine).generate(requests, GREEDY,
@@ -76,3 +88,4 @@ def test_steps_padded_for_mixed_graphs_give_the_same_tokens(folder: Path, triton
     stand_in = mixed_graph_stand_in.install(llm)
     got = [o.outputs[0].token_ids for o in llm.generate(requests, GREEDY, use_tqdm=False)]
     assert len(stand_in.replayed) >= 4 and got == want
+    assert any(uniform) and not all(uniform)  # padded steps launched uniformly; the unpadded run did not

@@ -1,9 +1,11 @@
-"""Prefill and mixed prefill+decode steps replayed from piecewise graphs give the eager engine's tokens."""
+"""Prefill and mixed prefill+decode steps replayed from graphs (whole, and in pieces around attention for a
+backend that cannot launch from padded counts) give the eager engine's tokens."""
 
 from __future__ import annotations
 
 import random
 
+import pytest
 from gpu_marks import requires_gpu
 
 pytestmark = requires_gpu
@@ -37,16 +39,26 @@ def _run(folder: str, enforce_eager: bool) -> tuple[list[list[int]], object]:
         params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lengths[lo:hi]]
         outs += llm.generate(prompts[lo:hi], params, use_tqdm=False)
     tokens = [o.outputs[0].token_ids for o in outs]
-    aliases = runner.mixed_graphs._aliases if runner.mixed_graphs is not None else None
+    kind = type(runner.mixed_graphs).__name__ if runner.mixed_graphs is not None else None
+    aliases = getattr(runner.mixed_graphs, "_aliases", None)
     del llm
-    return tokens, (replayed, aliases)
+    return tokens, (replayed, kind, aliases)
 
 
-def test_piecewise_graphs_give_the_eager_tokens(tiny_model_factory) -> None:
+@pytest.mark.parametrize("whole", [True, False], ids=["whole", "piecewise"])
+def test_prefill_and_mixed_graphs_give_the_eager_tokens(tiny_model_factory, monkeypatch: pytest.MonkeyPatch,
+                                                        whole: bool) -> None:
+    from infercore_triton.backend import TritonAttentionBackend
+
+    monkeypatch.setattr(TritonAttentionBackend, "captures_mixed_steps", whole)
     folder = str(tiny_model_factory("Qwen3ForCausalLM"))
-    eager, (eager_replays, _) = _run(folder, enforce_eager=True)
-    graphed, (replays, aliases) = _run(folder, enforce_eager=False)
+    eager, (eager_replays, _, _) = _run(folder, enforce_eager=True)
+    graphed, (replays, kind, aliases) = _run(folder, enforce_eager=False)
     assert eager_replays == []
     assert len(replays) >= 5, replays
-    assert aliases is True  # the attention tensors were released to the shared pool
+    if whole:
+        assert kind == "WholeGraphs"
+    else:
+        assert kind == "MixedGraphs"
+        assert aliases is True  # the attention tensors were released to the shared pool
     assert graphed == eager

@@ -1,5 +1,6 @@
 """Compiles the prefill kernel with each of its Hopper launch configurations for sm_90 (an H100/H200)
-without a GPU, over a bf16 cache and, for the W-GPU model's head size, an fp8 one.
+without a GPU, over a bf16 cache and, for the W-GPU model's head size, an fp8 one and the uniform grid
+of a captured mixed step.
 
 Run as a script in a process of its own with ``TRITON_INTERPRET=0``: the interpreter accepts code the
 compiler refuses and knows nothing of shared memory. Prints one line per variant: its shared memory.
@@ -13,17 +14,19 @@ from triton.backends.compiler import GPUTarget
 from infercore_triton.prefill_attention import _HOPPER, PrefillConfig, _prefill_kernel
 
 FLOATS = ("scale", "v_scale")
-STEP_VARYING = ("block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt")
+STEP_VARYING = ("block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_reqs")
 #: The W-GPU model's KV groups are 2 query heads; pages of 16 tokens.
 GROUP, PAGE = 2, 16
 
 
-def compile_variant(config: PrefillConfig, head_pad: int, cache_type: str, windowed: bool) -> int:
+def compile_variant(config: PrefillConfig, head_pad: int, cache_type: str, windowed: bool,
+                    uniform_grid: bool = False) -> int:
     """Build one variant over bf16 activations for sm_90; returns the shared memory it asks for."""
     pack = config.heads_per_program(GROUP)
     constants = {"GROUP": GROUP, "PACK": pack, "HEAD": head_pad, "HEAD_PAD": head_pad, "PAGE": PAGE,
                  "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "DOT_PRECISION": "ieee",
-                 "WINDOWED": windowed, "M_BLOCKS_INNER": config.m_blocks_inner}
+                 "WINDOWED": windowed, "M_BLOCKS_INNER": config.m_blocks_inner,
+                 "UNIFORM_GRID": uniform_grid}
     signature = {}
     for name in _prefill_kernel.arg_names:
         if name in constants:
@@ -49,3 +52,4 @@ if __name__ == "__main__":
         print(f"sm_90 {group} {head_pad} *bf16: {compile_variant(config, head_pad, '*bf16', False)} bytes of shared memory")
     w_gpu = _HOPPER[(1, 128)]
     print(f"sm_90 1 128 *fp8e4nv: {compile_variant(w_gpu, 128, '*fp8e4nv', False)} bytes of shared memory")
+    print(f"sm_90 1 128 *bf16 uniform grid: {compile_variant(w_gpu, 128, '*bf16', False, True)} bytes of shared memory")

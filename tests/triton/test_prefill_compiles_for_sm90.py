@@ -20,6 +20,6 @@ def test_hopper_configs_compile_for_sm90_and_fit_shared_memory(tmp_path: Path) -
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    assert len(lines) == len(_HOPPER) + 1, lines
+    assert len(lines) == len(_HOPPER) + 2, lines
     shared = [int(line.split(": ")[1].split()[0]) for line in lines]
     assert all(0 < size <= SM90_SHARED_BYTES for size in shared), lines

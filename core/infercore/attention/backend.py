@@ -59,6 +59,13 @@ class CommonAttentionMetadata:
     * **Block table.** Row ``i`` lists request ``i``'s blocks in order; entries past its last block
       are unspecified. Rows may be shared between requests' prefixes (prefix caching): two requests
       of one step may read the same block.
+    * **Whole-step graphs** (``padded_for_graph``; only for a backend that sets
+      :attr:`AttentionBackend.captures_mixed_steps`). A step with prompt tokens replays a graph
+      captured for ``len(slot_mapping)`` tokens and ``num_reqs`` requests: the requests past the real
+      ones have no query tokens (``query_start_loc`` stays at ``num_actual_tokens``) and
+      ``seq_lens == 0``. Every launch must then depend only on those two counts and the tensors'
+      contents, never on ``max_query_len``, ``max_seq_len`` or the ``*_cpu`` copies, which describe the
+      step the graph was captured on.
     """
 
     num_reqs: int
@@ -71,6 +78,7 @@ class CommonAttentionMetadata:
     slot_mapping: torch.Tensor  # int64 [num_tokens]; -1 for padding tokens
     query_start_loc_cpu: torch.Tensor
     seq_lens_cpu: torch.Tensor
+    padded_for_graph: bool = False
 
     @property
     def is_pure_decode(self) -> bool:
@@ -161,6 +169,11 @@ class AttentionBackend(ABC):
     """A named attention implementation, registered through ``register_attention_backends``."""
 
     name: ClassVar[str] = ""
+    #: Whether steps with prompt tokens may be captured whole (optional; default False): the builder
+    #: honours :attr:`CommonAttentionMetadata.padded_for_graph`, launching from the padded token and
+    #: request counts alone. Otherwise such steps are captured in pieces between attention calls,
+    #: which run eagerly.
+    captures_mixed_steps: ClassVar[bool] = False
 
     @classmethod
     def validate(cls, request: AttentionRequest) -> list[str]:

@@ -1,9 +1,10 @@
 """Captured device graphs of prefill and mixed prefill+decode steps, split around attention.
 
-A decode step's attention has one fixed shape per batch size, so :mod:`infercore.worker.decode_graphs`
-captures the whole forward pass. A step with prompt tokens does not: which requests it holds, how
-long their queries are and where they start decide the attention kernels' launches. So here the
-forward pass of ``T`` tokens is captured in pieces: everything between two attention calls (norms,
+A decode step's attention has one fixed shape per batch size, so :mod:`infercore.worker.whole_graphs`
+captures the whole forward pass; so it does for steps with prompt tokens when the attention backend
+launches from padded counts alone (``captures_mixed_steps``). For other backends such a step's
+attention launches depend on which requests it holds, how long their queries are and where they
+start. So here the forward pass of ``T`` tokens is captured in pieces: everything between two attention calls (norms,
 projections, MLPs, the residual stream) is one graph, and each layer's attention call is left out
 and run eagerly with the step's own metadata between two replays. A step of ``t <= T`` tokens pads
 its inputs to ``T`` (padding tokens have slot ``-1`` and belong to no request), so the linear layers
@@ -27,7 +28,7 @@ from typing import Any
 import torch
 
 from infercore.forward_context import ForwardContext, get_forward_context, set_forward_context
-from infercore.worker.decode_graphs import smallest_captured
+from infercore.worker.whole_graphs import smallest_captured
 
 logger = logging.getLogger(__name__)
 

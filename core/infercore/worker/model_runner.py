@@ -24,11 +24,11 @@ from infercore.sample import Sampler, SamplingMetadata, compute_prompt_logprobs
 from infercore.sample.row_state import SamplingRowState
 from infercore.sampling_params import SamplingParams
 from infercore.worker.batch_layout import BatchLayout, make_layout
-from infercore.worker.decode_graphs import DecodeGraphs, capture_sizes
 from infercore.worker.mixed_graphs import MixedGraphs, mixed_capture_sizes
 from infercore.worker.pending_sample import PendingSample
 from infercore.worker.request_state import RequestState
 from infercore.worker.step_buffers import StepBuffers
+from infercore.worker.whole_graphs import WholeGraphs, capture_sizes
 
 logger = logging.getLogger(__name__)
 
@@ -119,8 +119,10 @@ class ModelRunner:
         self.num_tokens = np.zeros(self.max_num_reqs, dtype=np.int64)
         self.buffers = StepBuffers(max(self.max_num_tokens, self.max_num_reqs), self.max_num_reqs,
                                    self.max_blocks_per_req, self.device, self.platform.capabilities.pin_memory)
-        self.graphs: DecodeGraphs | None = None
-        self.mixed_graphs: MixedGraphs | None = None
+        self.graphs: WholeGraphs | None = None
+        #: Graphs of steps with prompt tokens: whole (the backend launches attention from padded counts,
+        #: ``captures_mixed_steps``) or in pieces around attention.
+        self.mixed_graphs: WholeGraphs | MixedGraphs | None = None
         self._pending: PendingSample | None = None
         #: Running requests that asked for prompt logprobs (a step without any skips looking for them).
         self._prompt_logprob_reqs: set[str] = set()
@@ -252,15 +254,27 @@ class ModelRunner:
                                               seed_source=np.random.default_rng(0))
             self.sampler(logits, metadata)
 
+    @property
+    def mixed_graphs_whole(self) -> bool:
+        """Whether steps with prompt tokens replay whole graphs (requests padded too), not pieces."""
+        return self.backend.captures_mixed_steps
+
+    def mixed_graph_reqs(self, size: int) -> int:
+        """The requests a whole prefill/mixed graph of ``size`` tokens is captured for (each has a token)."""
+        return min(size, self.max_num_reqs)
+
     @torch.inference_mode()
     def _capture_mixed_graphs(self, pool: Any) -> None:
-        """Piecewise graphs of steps with prompt tokens, for token counts up to ``max_mixed_graph_tokens``."""
+        """Graphs of steps with prompt tokens, for token counts up to ``max_mixed_graph_tokens``: whole
+        when the attention backend allows it, else in pieces around attention."""
         prompt_len = self.max_model_len
         sizes = [s for s in mixed_capture_sizes(self.config.model.max_mixed_graph_tokens, self.max_num_tokens)
                  if math.ceil(s / prompt_len) <= self.max_num_reqs]
         if not sizes:
             return
-        self.mixed_graphs = MixedGraphs(self.platform, sizes)
+        whole = self.mixed_graphs_whole
+        self.mixed_graphs = WholeGraphs(self.platform, sizes, "prefill/mixed") if whole else MixedGraphs(
+            self.platform, sizes)
 
         def context(size: int) -> ForwardContext:
             # Prompts that write nowhere (slot -1) and read the null block: the warm-up pass runs attention.
@@ -268,7 +282,8 @@ class ModelRunner:
             lengths[-1] = size - prompt_len * (len(lengths) - 1)
             layout = make_layout(np.arange(len(lengths)), lengths, np.zeros(len(lengths), dtype=np.int64))
             table = np.zeros((len(lengths), math.ceil(int(lengths.max()) / self.block_size)), dtype=np.int32)
-            common = self._fill(layout, np.zeros(size, dtype=np.int64), np.full(size, -1, dtype=np.int64), table)
+            common = self._fill(layout, np.zeros(size, dtype=np.int64), np.full(size, -1, dtype=np.int64), table,
+                                pad_reqs_to=self.mixed_graph_reqs(size) if whole else None)
             return ForwardContext(self.builder.build(common), size)
 
         buf = self.buffers
@@ -276,7 +291,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def _capture_decode_graphs(self, pool: Any) -> None:
-        self.graphs = DecodeGraphs(self.platform, capture_sizes(self.max_num_reqs))
+        self.graphs = WholeGraphs(self.platform, capture_sizes(self.max_num_reqs))
         buf = self.buffers
 
         def context(size: int) -> ForwardContext:
@@ -333,7 +348,7 @@ class ModelRunner:
         return rows
 
     def _metadata(self, num_reqs: int, num_tokens: int, max_query_len: int, max_seq_len: int,
-                  width: int, padded_tokens: int | None = None) -> CommonAttentionMetadata:
+                  width: int, padded_tokens: int | None = None, padded_for_graph: bool = False) -> CommonAttentionMetadata:
         buf = self.buffers
         return CommonAttentionMetadata(
             num_reqs=num_reqs, num_actual_tokens=num_tokens, max_query_len=max_query_len, max_seq_len=max_seq_len,
@@ -341,15 +356,18 @@ class ModelRunner:
             block_table=buf.block_table[:num_reqs, :width],
             slot_mapping=buf.slot_mapping[: padded_tokens or num_tokens],
             query_start_loc_cpu=buf.query_start_loc_host[: num_reqs + 1], seq_lens_cpu=buf.seq_lens_host[:num_reqs],
+            padded_for_graph=padded_for_graph,
         )
 
     def _fill(self, layout: BatchLayout, input_ids: np.ndarray, slots: np.ndarray, table: np.ndarray,
-              pad_to: int | None = None, pad_tokens_to: int | None = None) -> CommonAttentionMetadata:
+              pad_to: int | None = None, pad_tokens_to: int | None = None,
+              pad_reqs_to: int | None = None) -> CommonAttentionMetadata:
         """Write one step into the staging arrays, upload it, and describe it for attention.
 
         ``pad_to`` pads a decode batch with one-token dummy requests (a decode graph's size);
-        ``pad_tokens_to`` pads the tokens alone (a prefill/mixed graph's size): the extra tokens write
-        nowhere and belong to no request, so attention sees only the step's own."""
+        ``pad_tokens_to`` pads the tokens (a prefill/mixed graph's size): the extra tokens write
+        nowhere and belong to no request, so attention sees only the step's own. ``pad_reqs_to`` also
+        pads the requests with query-less dummies (a whole prefill/mixed graph's request count)."""
         buf = self.buffers
         t, b = layout.num_tokens, len(layout.rows)
         buf.np_input_ids[:t] = input_ids
@@ -366,9 +384,12 @@ class ModelRunner:
         elif pad_tokens_to is not None and pad_tokens_to > t:
             buf.pad_tokens(t, pad_tokens_to)
             padded = pad_tokens_to
+        if pad_reqs_to is not None:
+            buf.pad_requests(t, b, pad_reqs_to)
+            n_reqs = pad_reqs_to
         buf.upload(padded or n_tokens, n_reqs, width)
         return self._metadata(n_reqs, n_tokens, int(layout.num_scheduled.max()), int(layout.seq_lens.max()), width,
-                              padded_tokens=padded)
+                              padded_tokens=padded, padded_for_graph=pad_reqs_to is not None)
 
     def _prepare(self, so: SchedulerOutput, req_ids: list[str], batch_rows: list[int],
                  reorder: bool) -> tuple[BatchLayout, StepGraph | None, CommonAttentionMetadata, list[str]]:
@@ -409,9 +430,11 @@ class ModelRunner:
             self.buffers.bind_decode(decode_size or len(rows), width)
         else:
             self.buffers.bind_general()
+        mixed_size = graph.size if graph is not None and graph.mixed else None
         meta = self._fill(layout, self.token_ids[layout.token_rows, positions], slots, self.block_table[rows, :width],
-                          pad_to=decode_size,
-                          pad_tokens_to=graph.size if graph and graph.mixed else None)
+                          pad_to=decode_size, pad_tokens_to=mixed_size,
+                          pad_reqs_to=self.mixed_graph_reqs(mixed_size)
+                          if mixed_size is not None and self.mixed_graphs_whole else None)
         return layout, graph, meta, req_ids
 
     def _forward(self, layout: BatchLayout, graph: StepGraph | None, meta: CommonAttentionMetadata) -> StepForward:

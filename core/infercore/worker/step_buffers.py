@@ -177,6 +177,11 @@ class StepBuffers:
         self.np_positions[num_tokens:padded] = 0
         self.np_slot_mapping[num_tokens:padded] = -1
 
+    def pad_requests(self, num_tokens: int, num_reqs: int, padded: int) -> None:
+        """Make requests ``num_reqs:padded`` query-less dummies: no query tokens, no context."""
+        self.np_query_start_loc[num_reqs + 1: padded + 1] = num_tokens
+        self.np_seq_lens[num_reqs:padded] = 0
+
     def pad(self, num_tokens: int, num_reqs: int, padded: int) -> None:
         """Make requests ``num_reqs:padded`` one-token dummies that write nowhere and read nothing."""
         if padded <= num_reqs:

@@ -97,7 +97,10 @@ class TritonAttentionMetadata:
     """One step's layout for the Triton kernels; the tensors are the runner's persistent views.
 
     The first ``num_decodes`` requests (one query token each) run the decode kernel, the rest the
-    prefill kernel, so decodes in a mixed step do not pay for a prefill tile each.
+    prefill kernel, so decodes in a mixed step do not pay for a prefill tile each. A step padded for a
+    whole-step graph (``uniform``) launches both kernels over every request instead: each program
+    looks up on the device whether its request is a decode, so the launches depend on the padded
+    counts alone.
     """
 
     num_reqs: int
@@ -111,6 +114,7 @@ class TritonAttentionMetadata:
     #: Context splits and launch parameters of the decode kernel for the leading decodes.
     num_splits: int
     decode_config: DecodeConfig
+    uniform: bool = False
 
 
 class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
@@ -122,7 +126,9 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
 
     def build(self, common: CommonAttentionMetadata) -> TritonAttentionMetadata:
         n = common.num_reqs
-        if common.is_pure_decode:
+        if common.padded_for_graph and not common.is_pure_decode:
+            num_decodes, num_splits, config = 0, 1, DecodeConfig()
+        elif common.is_pure_decode:
             num_decodes = n
             max_context = common.block_table.shape[1] * self.spec.block_size
             num_splits = choose_num_splits(n, self.spec.num_kv_heads, max_context, self.num_sms)
@@ -137,6 +143,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             max_query_len=common.max_query_len, query_start_loc=common.query_start_loc,
             seq_lens=common.seq_lens, block_table=common.block_table, slot_mapping=common.slot_mapping,
             num_decodes=num_decodes, num_splits=num_splits, decode_config=config,
+            uniform=common.padded_for_graph and not common.is_pure_decode,
         )
 
 
@@ -174,6 +181,13 @@ class TritonAttentionImpl(AttentionImpl):
     def _attend(self, q: torch.Tensor, kv_cache: torch.Tensor, meta: TritonAttentionMetadata, out: torch.Tensor,
                 k_scale: float, v_scale: float) -> torch.Tensor:
         n, d = meta.num_reqs, meta.num_decodes
+        if meta.uniform:
+            decode_attention(q, kv_cache, meta.seq_lens, meta.block_table, self.scale, out,
+                             sliding_window=self.sliding_window, config=meta.decode_config, k_scale=k_scale,
+                             v_scale=v_scale, query_start_loc=meta.query_start_loc)
+            return prefill_attention(q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_table, self.scale,
+                                     out, meta.max_query_len, sliding_window=self.sliding_window, k_scale=k_scale,
+                                     v_scale=v_scale, uniform_grid=True)
         if d > 0:
             decode_attention(q[:d], kv_cache, meta.seq_lens[:d], meta.block_table[:d], self.scale, out[:d],
                              num_splits=meta.num_splits, sliding_window=self.sliding_window,
@@ -190,6 +204,7 @@ class TritonAttentionBackend(AttentionBackend):
     """Paged attention in Triton for any GPU Triton targets (CUDA, ROCm, XPU)."""
 
     name = "triton"
+    captures_mixed_steps = True
 
     @classmethod
     def validate(cls, request: AttentionRequest) -> list[str]:

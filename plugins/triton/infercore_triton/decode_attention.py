@@ -5,6 +5,10 @@ head's group at once, so a KV block is read from memory once per group rather th
 head. The context is cut into ``num_splits`` equal ranges per sequence; each split writes a partial
 output and its log-sum-exp, and a second kernel merges them. The number of splits is fixed per
 launch (a graph-stable choice) while each sequence's ranges follow its own length.
+
+Given ``query_start_loc``, sequence ``i``'s query token is row ``query_start_loc[i]`` and only
+sequences with a one-token query are attended (the others exit at once): the decodes of a mixed
+step replayed from a captured graph, whose grid cannot depend on where the decodes are.
 """
 
 from __future__ import annotations
@@ -60,9 +64,9 @@ def _e4m3_ptx_to_fp16(raw):
 
 # Arguments that change from step to step (the block table's width, views at an offset into the
 # runner's buffers) are not specialised on: a step of a new shape would compile a variant mid-run.
-@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "stride_bt"])
+@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt"])
 def _decode_split_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr,
+    q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
     out_ptr, part_out_ptr, part_lse_ptr,
     scale, v_scale, sliding_window,
     stride_qt, stride_qh,
@@ -73,11 +77,18 @@ def _decode_split_kernel(
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
+    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, QUERY_STARTS: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
+    if QUERY_STARTS:
+        row = tl.load(query_start_loc_ptr + seq)
+        if tl.load(query_start_loc_ptr + seq + 1) - row != 1:
+            return
+        row = row.to(tl.int64)
+    else:
+        row = seq
 
     seq_len = tl.load(seq_lens_ptr + seq)
     start = tl.maximum(seq_len - sliding_window, 0)
@@ -91,7 +102,7 @@ def _decode_split_kernel(
     heads = kv_head * GROUP + g
     g_mask = g < GROUP
     d_mask = d < HEAD
-    q = tl.load(q_ptr + seq * stride_qt + heads[:, None] * stride_qh + d[None, :],
+    q = tl.load(q_ptr + row * stride_qt + heads[:, None] * stride_qh + d[None, :],
                 mask=g_mask[:, None] & d_mask[None, :], other=0.0)
     if FP16_MATH:
         # Clamped to fp16's range first: an outsized query value saturates instead of becoming inf.
@@ -129,7 +140,7 @@ def _decode_split_kernel(
     result = acc * (v_scale / tl.where(empty, 1.0, denom))[:, None]
     out_mask = g_mask[:, None] & d_mask[None, :]
     if NUM_SPLITS == 1:
-        tl.store(out_ptr + seq * stride_ot + heads[:, None] * stride_oh + d[None, :],
+        tl.store(out_ptr + row * stride_ot + heads[:, None] * stride_oh + d[None, :],
                  result.to(out_ptr.dtype.element_ty), mask=out_mask)
     else:
         lse = tl.where(empty, float("-inf"), m + tl.log2(tl.where(empty, 1.0, denom)))
@@ -172,16 +183,23 @@ def _runs_ptx(x: torch.Tensor) -> bool:
 def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor,
                      scale: float, out: torch.Tensor, num_splits: int = 1, sliding_window: int | None = None,
                      config: DecodeConfig | None = None, k_scale: float = 1.0,
-                     v_scale: float = 1.0) -> torch.Tensor:
+                     v_scale: float = 1.0, query_start_loc: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of one query token per sequence over its paged context.
 
     ``q``/``out`` are [num_seqs, heads, head_size] (row ``i`` is sequence ``i``'s token at position
     ``seq_lens[i] - 1``); ``kv_cache`` is [2, blocks, block_size, kv_heads, head_size], its entries
     multiplied by ``k_scale`` / ``v_scale`` when read (an fp8 cache's scales; 1.0 otherwise). A
     sequence of length 0 gets zeros. Fills ``out`` and returns it.
+
+    With ``query_start_loc`` (``len(seq_lens) + 1`` entries), ``q``/``out`` are a ragged batch's
+    [num_tokens, heads, head_size] and only the sequences with one query token (at row
+    ``query_start_loc[i]``) are attended, in one split; the launch depends on ``len(seq_lens)`` alone.
     """
     config = config or DecodeConfig()
-    num_seqs, num_heads, head_size = q.shape
+    _, num_heads, head_size = q.shape
+    num_seqs = q.shape[0] if query_start_loc is None else seq_lens.shape[0]
+    if query_start_loc is not None and num_splits != 1:
+        raise ValueError("decodes located through query_start_loc run in one split")
     _, _, page, kv_heads, _ = kv_cache.shape
     group = num_heads // kv_heads
     fp16_math = config.fp8_via_fp16 and kv_cache.element_size() == 1 and q.dtype == torch.bfloat16
@@ -199,7 +217,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         part_out = out.new_empty((1, 1, 1, 1), dtype=torch.float32)
         part_lse = out.new_empty((1, 1, 1), dtype=torch.float32)
     _decode_split_kernel[(num_seqs, kv_heads, num_splits)](
-        q, k_cache, v_cache, block_table, seq_lens,
+        q, k_cache, v_cache, block_table, seq_lens, seq_lens if query_start_loc is None else query_start_loc,
         out, part_out, part_lse,
         scale * k_scale, float(v_scale), sliding_window or NO_WINDOW,
         q.stride(0), q.stride(1),
@@ -210,7 +228,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         part_lse.stride(0), part_lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
         PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits, DOT_PRECISION=dot_precision(q.dtype),
-        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx,
+        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, QUERY_STARTS=query_start_loc is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:

@@ -10,6 +10,13 @@ request times ``PACK`` query heads that share one KV head, so each K/V tile is r
 packed heads rather than once per head. Key tiles that every row may see skip the mask; only the
 tiles on the causal diagonal (or the sliding window's edge) pay it, and tiles that no row may see
 are never read. A request's m-blocks run last-first: the longest programs start first.
+
+A step replayed from a captured graph cannot size the grid by its own requests. With
+``uniform_grid`` the grid depends only on the padded token and request counts: request ``i``'s
+m-blocks are programs ``query_start_loc[i] // TOKENS + i`` onwards (``TOKENS`` query tokens per
+program), which never overlap and never exceed ``tokens // TOKENS + requests``; each program finds its
+request by binary search over ``query_start_loc`` and exits if it owns no m-block. One-token queries
+are left to the decode kernel there.
 """
 
 from __future__ import annotations
@@ -166,21 +173,34 @@ def key_ranges(first_pos, hi, sliding_window, BLOCK_N: tl.constexpr, WINDOWED: t
 
 
 # Step-varying arguments are not specialised on (see the decode kernel).
-@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt"])
+@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_reqs"])
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
-    scale, v_scale, sliding_window,
+    scale, v_scale, sliding_window, num_reqs,
     stride_qt, stride_qh,
     stride_cb, stride_cs, stride_ch,
     stride_bt,
     stride_ot, stride_oh,
     GROUP: tl.constexpr, PACK: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr,
-    M_BLOCKS_INNER: tl.constexpr,
+    M_BLOCKS_INNER: tl.constexpr, UNIFORM_GRID: tl.constexpr,
 ):
     TOKENS: tl.constexpr = BLOCK_M // PACK
     # The grid's first axis varies fastest in launch order.
-    if M_BLOCKS_INNER:
+    if UNIFORM_GRID:
+        # Request i's m-blocks start at program query_start_loc[i] // TOKENS + i: find the last request
+        # that starts at or before this program (requests past the step's have no query tokens).
+        work = tl.program_id(0)
+        lo = work * 0
+        hi = lo + num_reqs - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            after = tl.load(query_start_loc_ptr + mid) // TOKENS + mid > work
+            lo = tl.where(after, lo, mid)
+            hi = tl.where(after, mid - 1, hi)
+        seq = lo
+        m_index = work - tl.load(query_start_loc_ptr + seq) // TOKENS - seq
+    elif M_BLOCKS_INNER:
         seq = tl.program_id(2)
         m_index = tl.program_id(0)
     else:
@@ -191,7 +211,10 @@ def _prefill_kernel(
     q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
     # The request's last m-block (the most keys) first, so the longest programs are launched first.
     m_block = tl.cdiv(q_len, TOKENS) - 1 - m_index
-    if m_block < 0:
+    skip = m_block < 0
+    if UNIFORM_GRID:
+        skip = skip | (q_len == 1)  # the decode kernel's
+    if skip:
         return
     seq_len = tl.load(seq_lens_ptr + seq)
     context = seq_len - q_len
@@ -239,13 +262,17 @@ def _prefill_kernel(
 def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: torch.Tensor,
                       seq_lens: torch.Tensor, block_table: torch.Tensor, scale: float, out: torch.Tensor,
                       max_query_len: int, sliding_window: int | None = None, config: PrefillConfig | None = None,
-                      k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
+                      k_scale: float = 1.0, v_scale: float = 1.0, uniform_grid: bool = False) -> torch.Tensor:
     """Causal attention of every request's query run over its paged context.
 
     ``q``/``out`` are [num_tokens, heads, head_size]; ``query_start_loc`` has ``num_reqs + 1`` entries;
     ``max_query_len`` bounds the query runs (it sizes the launch grid). Cache entries are multiplied by
     ``k_scale`` / ``v_scale`` when read (an fp8 cache's scales). ``config`` defaults to
     :func:`default_config` for the shape and device. Fills ``out`` and returns it.
+
+    ``uniform_grid`` sizes the grid from ``q``'s rows and ``seq_lens``' length alone (a captured graph's
+    launch; ``max_query_len`` is ignored) and leaves one-token queries out: run
+    :func:`~infercore_triton.decode_attention.decode_attention` with ``query_start_loc`` for them.
     """
     num_reqs = seq_lens.shape[0]
     _, num_heads, head_size = q.shape
@@ -255,21 +282,25 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
     # a short prefill run would otherwise build a kernel variant while serving.
     config = config or default_config(group, head_size, q.device)
     pack = config.heads_per_program(group)
-    if num_reqs == 0 or max_query_len == 0:
+    if num_reqs == 0 or (max_query_len == 0 and not uniform_grid):
         return out
     k_cache, v_cache = kv_cache[0], kv_cache[1]
-    m_blocks = triton.cdiv(max_query_len, config.block_m // pack)
-    grid = (m_blocks, num_heads // pack, num_reqs) if config.m_blocks_inner else (num_reqs, num_heads // pack, m_blocks)
+    tokens_per_program = config.block_m // pack
+    if uniform_grid:
+        grid: tuple[int, ...] = (q.shape[0] // tokens_per_program + num_reqs, num_heads // pack)
+    else:
+        m_blocks = triton.cdiv(max_query_len, tokens_per_program)
+        grid = (m_blocks, num_heads // pack, num_reqs) if config.m_blocks_inner else (num_reqs, num_heads // pack, m_blocks)
     _prefill_kernel[grid](
         q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc,
-        scale * k_scale, float(v_scale), sliding_window or NO_WINDOW,
+        scale * k_scale, float(v_scale), sliding_window or NO_WINDOW, num_reqs,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_table.stride(0),
         out.stride(0), out.stride(1),
         GROUP=group, PACK=pack, HEAD=head_size, HEAD_PAD=triton.next_power_of_2(head_size), PAGE=page,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, DOT_PRECISION=dot_precision(q.dtype),
-        WINDOWED=bool(sliding_window), M_BLOCKS_INNER=config.m_blocks_inner,
+        WINDOWED=bool(sliding_window), M_BLOCKS_INNER=config.m_blocks_inner, UNIFORM_GRID=uniform_grid,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )

@@ -1,4 +1,6 @@
-"""Captured device graphs of the model's forward pass for pure-decode batches."""
+"""Captured device graphs of whole forward passes: one per batch size of pure-decode steps and, when the
+attention backend launches from padded counts (``captures_mixed_steps``), one per token count of steps
+with prompt tokens."""
 
 from __future__ import annotations
 
@@ -31,16 +33,18 @@ def smallest_captured(sizes: list[int], captured: Container[int], wanted: int) -
     return None
 
 
-class DecodeGraphs:
-    """One captured forward pass per batch size; a decode batch replays the smallest that fits.
+class WholeGraphs:
+    """One captured forward pass per size; a step replays the smallest size that fits it.
 
     Capturing reads the step buffers and the attention metadata through their persistent device
-    tensors, so a replay after the runner refills them computes the new step.
+    tensors, so a replay after the runner refills them computes the new step. ``kind`` names the
+    steps in the log ("decode": sizes are batch sizes; "prefill/mixed": token counts).
     """
 
-    def __init__(self, platform: Any, sizes: list[int]) -> None:
+    def __init__(self, platform: Any, sizes: list[int], kind: str = "decode") -> None:
         self.platform = platform
         self.sizes = sorted(sizes)
+        self.kind = kind
         self.graphs: dict[int, tuple[Any, torch.Tensor]] = {}
 
     def capture(self, run: Callable[[int], torch.Tensor], context: Callable[[int], ForwardContext],
@@ -58,12 +62,13 @@ class DecodeGraphs:
                     out = run(size)
             self.graphs[size] = (graph, out)
         self.platform.synchronize()
-        logger.info("captured %d decode graphs (batch sizes %d..%d) in %.1f s", len(self.graphs),
+        unit = "batch sizes" if self.kind == "decode" else "tokens"
+        logger.info("captured %d whole %s graphs (%s %d..%d) in %.1f s", len(self.graphs), self.kind, unit,
                     self.sizes[0], self.sizes[-1], time.perf_counter() - started)
 
-    def padded_size(self, num_reqs: int) -> int | None:
-        """The captured size a batch of ``num_reqs`` decodes pads to, or None if none fits."""
-        return smallest_captured(self.sizes, self.graphs, num_reqs)
+    def padded_size(self, wanted: int) -> int | None:
+        """The captured size a step of ``wanted`` decodes (or tokens) pads to, or None if none fits."""
+        return smallest_captured(self.sizes, self.graphs, wanted)
 
     def replay(self, size: int) -> torch.Tensor:
         graph, out = self.graphs[size]

@@ -1,0 +1,68 @@
+"""Attention of a step padded for a whole-step graph: launches sized by the padded token and request
+counts alone, each program finding its request on the device (through the interpreter)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from triton_cases import TOLERANCE, make_case, reference_attention, rel_err
+
+from infercore_triton.decode_attention import DecodeConfig, decode_attention
+from infercore_triton.kv_cache_write import write_kv
+from infercore_triton.prefill_attention import PrefillConfig, prefill_attention
+
+#: Decodes before, between and after prompts; a one-token chunk of a prompt after its prefix; a chunk
+#: after a cached prefix; a fresh prompt longer than one program's query tokens.
+SEQ_LENS = [40, 9, 77, 30, 21, 5, 64]
+QUERY_LENS = [1, 9, 20, 1, 1, 5, 37]
+
+
+def _padded(case, extra_tokens: int, extra_reqs: int):  # noqa: ANN001, ANN202
+    """The case's inputs as the runner pads them: tokens with no request, requests with no tokens."""
+    total, n = case.q.shape[0], case.seq_lens.shape[0]
+    q = torch.cat([case.q, torch.randn((extra_tokens, *case.q.shape[1:])).to(case.q.dtype)])
+    qsl = torch.cat([case.query_start_loc, torch.full((extra_reqs,), total, dtype=torch.int32)])
+    seq_lens = torch.cat([case.seq_lens, torch.zeros(extra_reqs, dtype=torch.int32)])
+    table = torch.cat([case.block_table, torch.zeros((extra_reqs, case.block_table.shape[1]), dtype=torch.int32)])
+    assert qsl.shape[0] == n + extra_reqs + 1
+    return q, qsl, seq_lens, table
+
+
+@pytest.mark.parametrize(("config", "window", "dtype"), [
+    (PrefillConfig(block_m=32, block_n=16, pack_heads=False), None, torch.float32),
+    (PrefillConfig(block_m=64, block_n=16, m_blocks_inner=False), 24, torch.float32),
+    (PrefillConfig(block_m=128, block_n=32, num_warps=8, m_blocks_inner=False), None, torch.bfloat16),
+], ids=["m32-nopack", "m64-window", "m128-bf16"])
+def test_uniform_launches_match_the_reference(config: PrefillConfig, window: int | None, dtype: torch.dtype) -> None:
+    group, kv_heads, head = 2, 2, 64
+    case = make_case(SEQ_LENS, QUERY_LENS, group * kv_heads, kv_heads, head, 16, dtype, seed=7)
+    write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
+    q, qsl, seq_lens, table = _padded(case, extra_tokens=10, extra_reqs=9)
+    out = torch.full_like(q, float("nan"))
+    scale = head**-0.5
+    decode_attention(q, case.kv_cache, seq_lens, table, scale, out, sliding_window=window, config=DecodeConfig(),
+                     query_start_loc=qsl)
+    # max_query_len is ignored by a uniform launch: pass one that would size an eager grid too small.
+    prefill_attention(q, case.kv_cache, qsl, seq_lens, table, scale, out, 1, sliding_window=window, config=config,
+                      uniform_grid=True)
+    total = case.q.shape[0]
+    want = reference_attention(case, scale, sliding_window=window)
+    assert rel_err(out[:total], want) < TOLERANCE[dtype]
+    assert torch.isnan(out[total:]).all()  # padding tokens belong to no request: never written
+
+
+def test_decodes_through_query_starts_leave_other_rows_alone() -> None:
+    case = make_case(SEQ_LENS, QUERY_LENS, 4, 2, 64, 16, torch.float32, seed=3)
+    write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
+    out = torch.full_like(case.q, float("nan"))
+    decode_attention(case.q, case.kv_cache, case.seq_lens, case.block_table, 0.125, out,
+                     query_start_loc=case.query_start_loc)
+    want = reference_attention(case, 0.125)
+    decode_rows = case.query_start_loc[:-1][torch.tensor(QUERY_LENS) == 1]
+    assert rel_err(out[decode_rows], want[decode_rows]) < TOLERANCE[torch.float32]
+    others = torch.ones(out.shape[0], dtype=torch.bool)
+    others[decode_rows] = False
+    assert torch.isnan(out[others]).all()
+    with pytest.raises(ValueError, match="one split"):
+        decode_attention(case.q, case.kv_cache, case.seq_lens, case.block_table, 0.125, out, num_splits=2,
+                         query_start_loc=case.query_start_loc)
