@@ -400,14 +400,19 @@ class ModelRunner:
         A pure-decode batch is ordered longest context first: attention kernels start their
         programs in batch order, so the long sequences start early and the short ones fill the
         tail of the launch instead of leaving the device waiting on a few long ones at the end.
-        A mixed batch puts its one-token queries first, so backends can run them as decodes.
+        A mixed batch run eagerly or in pieces puts its one-token queries first, so backends can run
+        them as decodes; one replayed from a whole graph puts them last, as the backend's uniform
+        launches want (its prefill programs walk the batch's tokens in order).
         ``reorder=False`` keeps the scheduler's order (a grammar bitmask's rows follow it).
         """
         rows = np.array(batch_rows, dtype=np.int64)
         num_sched = np.array(so.num_scheduled_tokens, dtype=np.int64)
         if reorder and len(rows) > 1:
             pure_decode = len(rows) == so.total_num_scheduled_tokens
-            key = -self.num_computed[rows] if pure_decode else (num_sched > 1).astype(np.int64)
+            whole_mixed = (not pure_decode and self.mixed_graphs is not None and self.mixed_graphs_whole
+                           and self.mixed_graphs.padded_size(so.total_num_scheduled_tokens) is not None)
+            key = (-self.num_computed[rows] if pure_decode else
+                   (num_sched == 1 if whole_mixed else num_sched > 1).astype(np.int64))
             order = np.argsort(key, kind="stable")
             rows, num_sched = rows[order], num_sched[order]
             req_ids = [req_ids[i] for i in order.tolist()]

@@ -7,12 +7,15 @@ output and its log-sum-exp, and a second kernel merges them. The number of split
 launch (a graph-stable choice) while each sequence's ranges follow its own length.
 
 Given ``query_start_loc``, sequence ``i``'s query token is row ``query_start_loc[i]`` and only
-sequences with a one-token query are attended (the others exit at once): the decodes of a mixed
-step replayed from a captured graph, whose grid cannot depend on where the decodes are.
+sequences with a one-token query are attended (the others are passed over): the decodes of a mixed
+step replayed from a captured graph, whose grid cannot depend on where the decodes are. A fixed
+number of programs then walk the sequences, so a step of few decodes among many padded rows does
+not launch a program per row.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -62,35 +65,15 @@ def _e4m3_ptx_to_fp16(raw):
         constraints="=r,=r,r", args=[raw], dtype=tl.float16, is_pure=True, pack=4)
 
 
-# Arguments that change from step to step (the block table's width, views at an offset into the
-# runner's buffers) are not specialised on: a step of a new shape would compile a variant mid-run.
-@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt"])
-def _decode_split_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
-    out_ptr, part_out_ptr, part_lse_ptr,
-    scale, v_scale, sliding_window,
-    stride_qt, stride_qh,
-    stride_cb, stride_cs, stride_ch,
-    stride_bt,
-    stride_ot, stride_oh,
-    stride_pt, stride_ph, stride_ps,
-    stride_lt, stride_lh,
-    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, QUERY_STARTS: tl.constexpr,
-):
-    seq = tl.program_id(0).to(tl.int64)
-    kv_head = tl.program_id(1)
-    split = tl.program_id(2)
-    if QUERY_STARTS:
-        row = tl.load(query_start_loc_ptr + seq)
-        if tl.load(query_start_loc_ptr + seq + 1) - row != 1:
-            return
-        row = row.to(tl.int64)
-    else:
-        row = seq
-
-    seq_len = tl.load(seq_lens_ptr + seq)
+@triton.jit
+def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, kv_head, split,
+                     out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
+                     stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
+                     stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
+                     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
+                     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                     DOT_PRECISION: tl.constexpr, FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr):
+    """Split ``split`` of sequence ``seq`` (query token at row ``row``) for one KV head's query heads."""
     start = tl.maximum(seq_len - sliding_window, 0)
     # Splits start on BLOCK_N boundaries so the loop's tiles never straddle two splits.
     chunk = tl.cdiv(tl.cdiv(seq_len - start, NUM_SPLITS), BLOCK_N) * BLOCK_N
@@ -113,7 +96,6 @@ def _decode_split_kernel(
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     denom = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_PAD], tl.float32)
-    table = block_table_ptr + seq * stride_bt
     for n0 in range(lo, hi, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         valid = n < hi
@@ -149,6 +131,51 @@ def _decode_split_kernel(
         tl.store(part_lse_ptr + seq * stride_lt + heads * stride_lh + split, lse, mask=g_mask)
 
 
+
+
+# Arguments that change from step to step (the block table's width, views at an offset into the
+# runner's buffers) are not specialised on: a step of a new shape would compile a variant mid-run.
+@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_seqs"])
+def _decode_split_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
+    out_ptr, part_out_ptr, part_lse_ptr,
+    scale, v_scale, sliding_window, num_seqs,
+    stride_qt, stride_qh,
+    stride_cb, stride_cs, stride_ch,
+    stride_bt,
+    stride_ot, stride_oh,
+    stride_pt, stride_ph, stride_ps,
+    stride_lt, stride_lh,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, QUERY_STARTS: tl.constexpr,
+):
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    if QUERY_STARTS:
+        # A fixed number of programs walk the sequences (most of a mixed step's may not be decodes).
+        for i in range(tl.program_id(0), num_seqs, tl.num_programs(0)):
+            seq = (tl.program_id(0) * 0 + i).to(tl.int64)
+            row = tl.load(query_start_loc_ptr + seq)
+            if tl.load(query_start_loc_ptr + seq + 1) - row == 1:
+                _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr + seq * stride_bt,
+                                 tl.load(seq_lens_ptr + seq), row.to(tl.int64), seq, kv_head, split,
+                                 out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
+                                 stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
+                                 stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
+                                 GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
+                                 FP16_MATH, FP8_PTX)
+    else:
+        seq = tl.program_id(0).to(tl.int64)
+        _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr + seq * stride_bt,
+                         tl.load(seq_lens_ptr + seq), seq, seq, kv_head, split,
+                         out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
+                         stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
+                         stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
+                         GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
+                         FP16_MATH, FP8_PTX)
+
+
 @triton.jit
 def _decode_reduce_kernel(
     part_out_ptr, part_lse_ptr, out_ptr,
@@ -172,6 +199,14 @@ def _decode_reduce_kernel(
     tl.store(out_ptr + seq * stride_ot + head * stride_oh + d, result.to(out_ptr.dtype.element_ty), mask=d < HEAD)
 
 
+@functools.lru_cache(maxsize=8)
+def _multiprocessors(device: torch.device) -> int:
+    """Multiprocessors of ``device`` (a handful on the host, where the interpreter runs the kernels)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 2
+
+
 def _runs_ptx(x: torch.Tensor) -> bool:
     """Whether kernels on ``x``'s device compile to PTX with fp8 conversions (an NVIDIA GPU of compute
     capability 8.9 or newer; not ROCm, not the interpreter)."""
@@ -193,7 +228,8 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
 
     With ``query_start_loc`` (``len(seq_lens) + 1`` entries), ``q``/``out`` are a ragged batch's
     [num_tokens, heads, head_size] and only the sequences with one query token (at row
-    ``query_start_loc[i]``) are attended, in one split; the launch depends on ``len(seq_lens)`` alone.
+    ``query_start_loc[i]``) are attended, in one split; the launch depends on ``len(seq_lens)`` alone,
+    and its programs (about two per multiprocessor) walk the sequences in turn.
     """
     config = config or DecodeConfig()
     _, num_heads, head_size = q.shape
@@ -216,10 +252,11 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     else:
         part_out = out.new_empty((1, 1, 1, 1), dtype=torch.float32)
         part_lse = out.new_empty((1, 1, 1), dtype=torch.float32)
-    _decode_split_kernel[(num_seqs, kv_heads, num_splits)](
+    rows = num_seqs if query_start_loc is None else min(num_seqs, triton.cdiv(2 * _multiprocessors(q.device), kv_heads))
+    _decode_split_kernel[(rows, kv_heads, num_splits)](
         q, k_cache, v_cache, block_table, seq_lens, seq_lens if query_start_loc is None else query_start_loc,
         out, part_out, part_lse,
-        scale * k_scale, float(v_scale), sliding_window or NO_WINDOW,
+        scale * k_scale, float(v_scale), sliding_window or NO_WINDOW, num_seqs,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_table.stride(0),

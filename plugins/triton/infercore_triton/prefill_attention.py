@@ -12,11 +12,11 @@ tiles on the causal diagonal (or the sliding window's edge) pay it, and tiles th
 are never read. A request's m-blocks run last-first: the longest programs start first.
 
 A step replayed from a captured graph cannot size the grid by its own requests. With
-``uniform_grid`` the grid depends only on the padded token and request counts: request ``i``'s
-m-blocks are programs ``query_start_loc[i] // TOKENS + i`` onwards (``TOKENS`` query tokens per
-program), which never overlap and never exceed ``tokens // TOKENS + requests``; each program finds its
-request by binary search over ``query_start_loc`` and exits if it owns no m-block. One-token queries
-are left to the decode kernel there.
+``uniform_grid`` the grid depends only on the padded token count: program ``p`` owns the flat query
+tokens ``TOKENS * p`` onwards (``TOKENS`` per program), finds their request by binary search over
+``query_start_loc`` and attends each request's part of its rows in turn; programs past the step's
+tokens exit at once. One-token queries are left to the decode kernel there, so a step should put its
+prefills before its decodes: a program then never walks through decodes one by one.
 """
 
 from __future__ import annotations
@@ -172,74 +172,30 @@ def key_ranges(first_pos, hi, sliding_window, BLOCK_N: tl.constexpr, WINDOWED: t
     return start, full_lo, full_hi
 
 
-# Step-varying arguments are not specialised on (see the decode kernel).
-@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_reqs"])
-def _prefill_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
-    scale, v_scale, sliding_window, num_reqs,
-    stride_qt, stride_qh,
-    stride_cb, stride_cs, stride_ch,
-    stride_bt,
-    stride_ot, stride_oh,
-    GROUP: tl.constexpr, PACK: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr,
-    M_BLOCKS_INNER: tl.constexpr, UNIFORM_GRID: tl.constexpr,
-):
-    TOKENS: tl.constexpr = BLOCK_M // PACK
-    # The grid's first axis varies fastest in launch order.
-    if UNIFORM_GRID:
-        # Request i's m-blocks start at program query_start_loc[i] // TOKENS + i: find the last request
-        # that starts at or before this program (requests past the step's have no query tokens).
-        work = tl.program_id(0)
-        lo = work * 0
-        hi = lo + num_reqs - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            after = tl.load(query_start_loc_ptr + mid) // TOKENS + mid > work
-            lo = tl.where(after, lo, mid)
-            hi = tl.where(after, mid - 1, hi)
-        seq = lo
-        m_index = work - tl.load(query_start_loc_ptr + seq) // TOKENS - seq
-    elif M_BLOCKS_INNER:
-        seq = tl.program_id(2)
-        m_index = tl.program_id(0)
-    else:
-        seq = tl.program_id(0)
-        m_index = tl.program_id(2)
-    head0 = tl.program_id(1) * PACK
-    q_start = tl.load(query_start_loc_ptr + seq)
-    q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
-    # The request's last m-block (the most keys) first, so the longest programs are launched first.
-    m_block = tl.cdiv(q_len, TOKENS) - 1 - m_index
-    skip = m_block < 0
-    if UNIFORM_GRID:
-        skip = skip | (q_len == 1)  # the decode kernel's
-    if skip:
-        return
-    seq_len = tl.load(seq_lens_ptr + seq)
-    context = seq_len - q_len
-    kv_head = head0 // GROUP
-
+@triton.jit
+def _attend_rows(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, table, q_start, context, r0, r1, head0, kv_offset,
+                 qk_scale, v_scale, sliding_window, stride_qt, stride_qh, stride_cb, stride_cs, stride_ot, stride_oh,
+                 PACK: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr):
+    """Query rows ``r0 .. r1 - 1`` (at most ``BLOCK_M // PACK``) of the request whose query starts at token
+    ``q_start`` after ``context`` cached tokens, for query heads ``head0 .. head0 + PACK - 1``."""
     # Row r of the tile is query token r // PACK of the block, for query head head0 + r % PACK.
     r = tl.arange(0, BLOCK_M)
-    rows = m_block * TOKENS + r // PACK
+    rows = r0 + r // PACK
     heads = head0 + r % PACK
-    row_mask = rows < q_len
+    row_mask = rows < r1
     q_pos = context + rows
     d = tl.arange(0, HEAD_PAD)
     d_mask = d < HEAD
     tokens = (q_start + rows).to(tl.int64)
     q = tl.load(q_ptr + (tokens * stride_qt + heads * stride_qh)[:, None] + d[None, :],
                 mask=row_mask[:, None] & d_mask[None, :], other=0.0)
-    qk_scale = scale * 1.4426950408889634
 
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     denom = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
-    table = block_table_ptr + seq.to(tl.int64) * stride_bt
-    kv_offset = kv_head * stride_ch
-    first_pos = context + m_block * TOKENS
-    hi = tl.minimum(first_pos + TOKENS, seq_len)
+    first_pos = context + r0
+    hi = context + r1
     start, full_lo, full_hi = key_ranges(first_pos, hi, sliding_window, BLOCK_N, WINDOWED)
     for n0 in range(start, full_lo, BLOCK_N):
         m, denom, acc = _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, acc,
@@ -259,6 +215,76 @@ def _prefill_kernel(
              result.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
 
 
+@triton.jit
+def _request_of(query_start_loc_ptr, num_reqs, token):
+    """The request whose query holds flat ``token``: the last whose query starts at or before it (requests
+    without query tokens start at the batch's end, past every token)."""
+    lo = token * 0
+    hi = lo + num_reqs - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        after = tl.load(query_start_loc_ptr + mid) > token
+        lo = tl.where(after, lo, mid)
+        hi = tl.where(after, mid - 1, hi)
+    return lo
+
+
+# Step-varying arguments are not specialised on (see the decode kernel).
+@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_reqs"])
+def _prefill_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
+    scale, v_scale, sliding_window, num_reqs,
+    stride_qt, stride_qh,
+    stride_cb, stride_cs, stride_ch,
+    stride_bt,
+    stride_ot, stride_oh,
+    GROUP: tl.constexpr, PACK: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr,
+    M_BLOCKS_INNER: tl.constexpr, UNIFORM_GRID: tl.constexpr,
+):
+    TOKENS: tl.constexpr = BLOCK_M // PACK
+    head0 = tl.program_id(1) * PACK
+    kv_offset = (head0 // GROUP) * stride_ch
+    qk_scale = scale * 1.4426950408889634
+    if UNIFORM_GRID:
+        # Program p owns flat tokens TOKENS * p onwards, last block first (the most keys start first);
+        # its rows run through every request they touch, one segment per request, skipping one-token
+        # queries (the decode kernel's). Prefills placed before decodes keep that to a segment or two.
+        token = (tl.num_programs(0) - 1 - tl.program_id(0)) * TOKENS
+        end = tl.minimum(token + TOKENS, tl.load(query_start_loc_ptr + num_reqs))
+        while token < end:
+            seq = _request_of(query_start_loc_ptr, num_reqs, token)
+            q_start = tl.load(query_start_loc_ptr + seq)
+            q_end = tl.load(query_start_loc_ptr + seq + 1)
+            segment_end = tl.minimum(q_end, end)
+            if q_end - q_start > 1:
+                context = tl.load(seq_lens_ptr + seq) - (q_end - q_start)
+                _attend_rows(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_table_ptr + seq.to(tl.int64) * stride_bt,
+                             q_start, context, token - q_start, segment_end - q_start, head0, kv_offset, qk_scale,
+                             v_scale, sliding_window, stride_qt, stride_qh, stride_cb, stride_cs, stride_ot, stride_oh,
+                             PACK, HEAD, HEAD_PAD, PAGE, BLOCK_M, BLOCK_N, DOT_PRECISION, WINDOWED)
+            token = segment_end
+    else:
+        # The grid's first axis varies fastest in launch order.
+        if M_BLOCKS_INNER:
+            seq = tl.program_id(2)
+            m_index = tl.program_id(0)
+        else:
+            seq = tl.program_id(0)
+            m_index = tl.program_id(2)
+        q_start = tl.load(query_start_loc_ptr + seq)
+        q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
+        # The request's last m-block (the most keys) first, so the longest programs are launched first.
+        m_block = tl.cdiv(q_len, TOKENS) - 1 - m_index
+        if m_block < 0:
+            return
+        context = tl.load(seq_lens_ptr + seq) - q_len
+        _attend_rows(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_table_ptr + seq.to(tl.int64) * stride_bt,
+                     q_start, context, m_block * TOKENS, tl.minimum(m_block * TOKENS + TOKENS, q_len), head0, kv_offset,
+                     qk_scale, v_scale, sliding_window, stride_qt, stride_qh, stride_cb, stride_cs, stride_ot, stride_oh,
+                     PACK, HEAD, HEAD_PAD, PAGE, BLOCK_M, BLOCK_N, DOT_PRECISION, WINDOWED)
+
+
 def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: torch.Tensor,
                       seq_lens: torch.Tensor, block_table: torch.Tensor, scale: float, out: torch.Tensor,
                       max_query_len: int, sliding_window: int | None = None, config: PrefillConfig | None = None,
@@ -270,9 +296,10 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
     ``k_scale`` / ``v_scale`` when read (an fp8 cache's scales). ``config`` defaults to
     :func:`default_config` for the shape and device. Fills ``out`` and returns it.
 
-    ``uniform_grid`` sizes the grid from ``q``'s rows and ``seq_lens``' length alone (a captured graph's
-    launch; ``max_query_len`` is ignored) and leaves one-token queries out: run
-    :func:`~infercore_triton.decode_attention.decode_attention` with ``query_start_loc`` for them.
+    ``uniform_grid`` sizes the grid from ``q``'s rows alone (a captured graph's launch; ``max_query_len``
+    is ignored) and leaves one-token queries out: run
+    :func:`~infercore_triton.decode_attention.decode_attention` with ``query_start_loc`` for them. It is
+    fastest with every prefill before every decode in the batch.
     """
     num_reqs = seq_lens.shape[0]
     _, num_heads, head_size = q.shape
@@ -287,7 +314,7 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     tokens_per_program = config.block_m // pack
     if uniform_grid:
-        grid: tuple[int, ...] = (q.shape[0] // tokens_per_program + num_reqs, num_heads // pack)
+        grid: tuple[int, ...] = (triton.cdiv(q.shape[0], tokens_per_program), num_heads // pack)
     else:
         m_blocks = triton.cdiv(max_query_len, tokens_per_program)
         grid = (m_blocks, num_heads // pack, num_reqs) if config.m_blocks_inner else (num_reqs, num_heads // pack, m_blocks)
