@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from infercore.plugin_api import RegisterFn, hookimpl
 
-INFERCORE_PLUGIN_API = (1, 4)  # apply_penalties and the thresholded gumbel_argmax
+INFERCORE_PLUGIN_API = (1, 5)  # captures_mixed_steps (whole-step graphs of steps with prompt tokens)
 
 #: Platforms whose devices Triton compiles for; each gets the kernels below as its custom ops.
 TRITON_PLATFORMS = ("cuda", "rocm", "xpu")
