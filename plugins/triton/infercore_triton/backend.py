@@ -21,7 +21,7 @@ from infercore.plugin_api import (
     QKNormRotary,
     kv_cache_fp8,
 )
-from infercore_triton.decode_attention import DecodeConfig, decode_attention
+from infercore_triton.decode_attention import DecodeConfig, decode_attention, multiprocessor_count
 from infercore_triton.fp8_support import has_fp8_dot
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
@@ -74,15 +74,6 @@ def count_leading_decodes(query_start_loc_cpu: torch.Tensor, num_reqs: int) -> i
     return int(longer[0, 0]) if len(longer) else num_reqs
 
 
-def _multiprocessor_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    if device.type == "xpu":
-        props = torch.xpu.get_device_properties(device)
-        return int(getattr(props, "gpu_subslice_count", 0) or getattr(props, "max_compute_units", 64))
-    return 4
-
-
 def _converts_fp8(device_type: str) -> bool:
     """Whether Triton converts e4m3 on this device type's current device: an NVIDIA GPU of capability 8.9+,
     or the host (Triton's interpreter). ROCm's and Intel's fp8 paths are untested, so they are refused."""
@@ -122,7 +113,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
 
     def __init__(self, spec: KVCacheSpec, device: torch.device, max_num_reqs: int, max_num_tokens: int) -> None:
         super().__init__(spec, device, max_num_reqs, max_num_tokens)
-        self.num_sms = _multiprocessor_count(device)
+        self.num_sms = multiprocessor_count(device)
 
     def build(self, common: CommonAttentionMetadata) -> TritonAttentionMetadata:
         n = common.num_reqs

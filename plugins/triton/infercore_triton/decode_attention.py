@@ -200,11 +200,15 @@ def _decode_reduce_kernel(
 
 
 @functools.lru_cache(maxsize=8)
-def _multiprocessors(device: torch.device) -> int:
-    """Multiprocessors of ``device`` (a handful on the host, where the interpreter runs the kernels)."""
+def multiprocessor_count(device: torch.device) -> int:
+    """Multiprocessors (CUDA/ROCm) or subslices (Intel) of ``device``; a handful on the host, where the
+    interpreter runs the kernels."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
-    return 2
+    if device.type == "xpu":
+        props = torch.xpu.get_device_properties(device)
+        return int(getattr(props, "gpu_subslice_count", 0) or getattr(props, "max_compute_units", 64))
+    return 4
 
 
 def _runs_ptx(x: torch.Tensor) -> bool:
@@ -252,7 +256,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     else:
         part_out = out.new_empty((1, 1, 1, 1), dtype=torch.float32)
         part_lse = out.new_empty((1, 1, 1), dtype=torch.float32)
-    rows = num_seqs if query_start_loc is None else min(num_seqs, triton.cdiv(2 * _multiprocessors(q.device), kv_heads))
+    rows = num_seqs if query_start_loc is None else min(num_seqs, triton.cdiv(2 * multiprocessor_count(q.device), kv_heads))
     _decode_split_kernel[(rows, kv_heads, num_splits)](
         q, k_cache, v_cache, block_table, seq_lens, seq_lens if query_start_loc is None else query_start_loc,
         out, part_out, part_lse,
