@@ -22,6 +22,7 @@ TIGHT = 1e-5
 SCALE = 32**-0.5
 DECODES = AttentionCase("decodes", ((1, 1), (17, 1), (70, 1), (33, 1)), fp8_scales=(0.5, 2.0))
 PREFILLS = AttentionCase("prefills", ((30, 30), (40, 8), (48, 16)), fp8_scales=(0.25, 0.5))
+MIXED = AttentionCase("mixed", ((30, 30), (17, 1), (40, 8), (70, 1), (48, 16)), fp8_scales=(0.5, 2.0))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -67,6 +68,19 @@ def test_prefill_reads_the_fp8_cache_with_its_scales() -> None:
     assert relative_error(out, _reference(PREFILLS, q, cache, common)) < TIGHT
     error = relative_error(out, unquantized_output(PREFILLS, torch.float32))
     assert 1e-4 < error < UNQUANTIZED_BOUND
+
+
+def test_uniform_launches_read_the_fp8_cache_with_its_scales() -> None:
+    """A mixed step as a whole-step graph runs it: decodes found through the query starts, prefill programs
+    over flat token ranges."""
+    q, k, v, cache, common = build_step(MIXED, torch.device("cpu"), torch.float32)
+    write_kv(k, v, cache, common.slot_mapping, *MIXED.scales)
+    out = torch.full_like(q, float("nan"))
+    decode_attention(q, cache, common.seq_lens, common.block_table, SCALE, out, k_scale=MIXED.scales[0],
+                     v_scale=MIXED.scales[1], query_start_loc=common.query_start_loc)
+    prefill_attention(q, cache, common.query_start_loc, common.seq_lens, common.block_table, SCALE, out, 0,
+                      k_scale=MIXED.scales[0], v_scale=MIXED.scales[1], uniform_grid=True)
+    assert relative_error(out, _reference(MIXED, q, cache, common)) < TIGHT
 
 
 @pytest.mark.parametrize("case", FP8_CASES, ids=[c.name for c in FP8_CASES])
