@@ -34,6 +34,9 @@ class AttentionCase:
     share: dict[int, tuple[int, int]] = field(default_factory=dict)  # request -> (source request, blocks)
     #: Pad the step as a captured graph would: extra slots of -1 and longer host length tensors.
     padded: bool = False
+    #: Pad it as a whole-step graph of a step with prompt tokens would (for backends that set
+    #: ``captures_mixed_steps``): padding tokens, and query-less padding requests the launch counts too.
+    whole_graph: bool = False
     #: An fp8 (e4m3) cache with these per-tensor scales instead of a cache in the activation dtype.
     fp8_scales: tuple[float, float] | None = None
 
@@ -59,6 +62,13 @@ CASES: tuple[AttentionCase, ...] = (
     AttentionCase("sliding window", ((30, 30), (17, 1), (40, 8), (70, 1), (48, 16)), sliding_window=7),
     AttentionCase("alibi", ((30, 30), (17, 1), (40, 8), (33, 2)), alibi=True),
     AttentionCase("graph padding", ((16, 1), (17, 1), (70, 1)), padded=True),
+)
+
+#: Cases run for backends that set ``captures_mixed_steps``: a mixed step padded as its whole-step graph
+#: pads it (decodes among the prompts, so the backend must find them itself).
+WHOLE_GRAPH_CASES: tuple[AttentionCase, ...] = (
+    AttentionCase("whole-step graph padding", ((30, 30), (17, 1), (40, 8), (5, 1), (64, 1), (48, 16)),
+                  whole_graph=True),
 )
 
 #: Cases over an fp8 cache, run for backends whose ``validate`` accepts one. K/V are N(0, 1): the
@@ -148,13 +158,21 @@ def _assemble(case, qs, ks, vs, slots, starts, table, cache, device):
         qsl_cpu = torch.cat([qsl, torch.full((4,), num_tokens, dtype=torch.int32)])
         lens_cpu = torch.cat([lens, torch.zeros(4, dtype=torch.int32)])
     q, k, v = torch.cat(qs), torch.cat(ks), torch.cat(vs)
-    if case.padded:
+    if case.padded or case.whole_graph:
         q, k, v = (torch.cat([t, torch.zeros(3, *t.shape[1:], dtype=t.dtype)]) for t in (q, k, v))
+    num_reqs = n
+    if case.whole_graph:
+        # Three padding tokens (slot -1) and five query-less requests, in the device tensors too.
+        slot_mapping = torch.cat([slot_mapping, torch.full((3,), -1, dtype=torch.long)])
+        qsl = qsl_cpu = torch.cat([qsl, torch.full((5,), num_tokens, dtype=torch.int32)])
+        lens = lens_cpu = torch.cat([lens, torch.zeros(5, dtype=torch.int32)])
+        table = torch.cat([table, torch.zeros((5, table.shape[1]), dtype=torch.int32)])
+        num_reqs = n + 5
     common = CommonAttentionMetadata(
-        num_reqs=n, num_actual_tokens=num_tokens, max_query_len=max(ql for _, ql in case.requests),
+        num_reqs=num_reqs, num_actual_tokens=num_tokens, max_query_len=max(ql for _, ql in case.requests),
         max_seq_len=int(lens.max()), query_start_loc=qsl.to(device), seq_lens=lens.to(device),
         block_table=table.to(device), slot_mapping=slot_mapping.to(device), query_start_loc_cpu=qsl_cpu,
-        seq_lens_cpu=lens_cpu)
+        seq_lens_cpu=lens_cpu, padded_for_graph=case.whole_graph)
     return q.to(device), k.to(device), v.to(device), cache.to(device), common
 
 
@@ -189,7 +207,7 @@ def run_case(backend: type[AttentionBackend], case: AttentionCase, device: torch
     spec = layer_spec(case, dtype)
     slopes = torch.tensor(spec.alibi_slopes, device=device) if spec.alibi_slopes else None
     expected = paged_attention(q, ref_cache, common.query_start_loc_cpu, common.seq_lens_cpu, common.block_table,
-                               spec.scale, torch.zeros_like(q), case.sliding_window, slopes, common.num_reqs,
+                               spec.scale, torch.zeros_like(q), case.sliding_window, slopes, len(case.requests),
                                *case.scales)
     kv_spec = KVCacheSpec(BLOCK, KV_HEADS, HEAD, case.kv_cache_dtype(dtype))
     builder = backend.get_builder_cls()(kv_spec, device, 64, 512)

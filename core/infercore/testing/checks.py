@@ -20,6 +20,7 @@ from infercore.plugins.manager import get_plugin_manager
 from infercore.testing.attention_cases import (
     CASES,
     FP8_CASES,
+    WHOLE_GRAPH_CASES,
     AttentionCase,
     attention_request,
     default_layout,
@@ -185,6 +186,16 @@ def _fp8_cases(config: pytest.Config, backend_name: str | None) -> tuple[Attenti
     return FP8_CASES if not backend.validate(request) and default_layout(backend) else ()
 
 
+def _whole_graph_cases(config: pytest.Config, backend_name: str | None) -> tuple[AttentionCase, ...]:
+    """The whole-step graph cases, when the backend (the platform's choice, by default) declares it
+    captures steps with prompt tokens whole."""
+    platform = get_plugin_manager().registry("platform").load(_platform_name(config))()
+    request = attention_request(WHOLE_GRAPH_CASES[0], platform.capabilities.default_dtype, platform.device_type)
+    name = backend_name or platform.select_attention_backend(request)
+    backend = get_plugin_manager().registry("attention_backend").load(name)
+    return WHOLE_GRAPH_CASES if backend.captures_mixed_steps else ()
+
+
 # -- custom ops ------------------------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Capability checks for the flags the platform sets; attention checks per backend asked for
@@ -196,7 +207,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         backends = metafunc.config.getoption("--infercore-attention-backend") or [None]
         if "case" in metafunc.fixturenames:
             params = [pytest.param(b, case, id=f"{b or 'platform-choice'}-{case.name}")
-                      for b in backends for case in CASES + _fp8_cases(metafunc.config, b)]
+                      for b in backends
+                      for case in CASES + _fp8_cases(metafunc.config, b) + _whole_graph_cases(metafunc.config, b)]
             metafunc.parametrize(("backend_name", "case"), params)
         else:
             metafunc.parametrize("backend_name", backends, ids=[b or "platform-choice" for b in backends])
