@@ -4,9 +4,9 @@ A decode step's attention has one fixed shape per batch size, so :mod:`infercore
 captures the whole forward pass; so it does for steps with prompt tokens when the attention backend
 launches from padded counts alone (``captures_mixed_steps``). For other backends such a step's
 attention launches depend on which requests it holds, how long their queries are and where they
-start. So here the forward pass of ``T`` tokens is captured in pieces: everything between two attention calls (norms,
-projections, MLPs, the residual stream) is one graph, and each layer's attention call is left out
-and run eagerly with the step's own metadata between two replays. A step of ``t <= T`` tokens pads
+start. So here the forward pass of ``T`` tokens is captured in pieces: everything between two
+attention calls (norms, projections, MLPs, the residual stream) is one graph, and each layer's
+attention call is left out and run eagerly with the step's own metadata between two replays. A step of ``t <= T`` tokens pads
 its inputs to ``T`` (padding tokens have slot ``-1`` and belong to no request), so the linear layers
 see the captured shape while attention sees exactly the step's requests.
 
