@@ -10,7 +10,8 @@
 # Knobs (environment): WORKLOAD, MODEL (a config-only folder), DTYPE, INPUT_LEN, OUTPUT_LEN, MAX_MODEL_LEN,
 # N1/N64/N256 (requests at concurrency 1/C64/C256), C64, C256, SWEEP_RATES, SWEEP_N, PROBES (offline
 # prefill probes), LOADS (which of c1 c64 c256 to run), SWEEP=0 (no Poisson sweep), GPU_UTIL, SERVE_EXTRA (more serve flags), ENGINE_EXTRA (more offline engine args, JSON
-# members), API_SERVERS (--api-server-count), LATENCY=0 / THROUGHPUT=0 to skip those references,
+# members), API_SERVERS (--api-server-count), LATENCY=0 / THROUGHPUT=0 to skip those references, C64_RUNS
+# (how many times the concurrency-64 load runs on the same server; the verdict takes the worst),
 # C64_WORKERS / C256_WORKERS (bench serve client processes), LATENCY_MAX_NUM_SEQS (bench latency's max_num_seqs,
 # a list; the last is the verdict's reference), PYSPY=1 (py-spy profiles of the server's processes under a concurrency-C256 load; PYSPY_SECONDS,
 # PYSPY_NATIVE=0 for Python frames only).
@@ -127,9 +128,14 @@ step warmup 60 "${BENCH[@]}" --num-prompts "$WARM_N" --max-concurrency "$WARM_N"
 wants() { [[ " ${LOADS:-c1 c64 c256} " == *" $1 "* ]]; }
 # (c) single stream: TTFT and TPOT of one request at a time.
 wants c1 && step c1 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 --label c1 2>"$WORK/c1.err" | tee -a "$RES"
-# (b) concurrency 64: ITL p99 against TPOT p50.
-wants c64 && step c64 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" --num-workers "$(workers "$C64" "${C64_WORKERS:-6}")" \
-    --label c64 2>"$WORK/c64.err" | tee -a "$RES"
+# (b) concurrency 64: ITL p99 against TPOT p50, C64_RUNS times (default 1) on the same server; the
+# verdict judges every run and reports the worst.
+if wants c64; then
+    for ((run = 1; run <= ${C64_RUNS:-1}; run++)); do
+        step "c64-run$run" 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" \
+            --num-workers "$(workers "$C64" "${C64_WORKERS:-6}")" --label c64 2>>"$WORK/c64.err" | tee -a "$RES"
+    done
+fi
 # (a) concurrency 256 next to the same requests through LLM.generate, whose engine then also times the
 # batch-1 prefill of PROBES other prompts of the same length (the reference of c1's TTFT).
 wants c256 && step c256 240 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" --num-workers "$(workers "$C256" "${C256_WORKERS:-6}")" \

@@ -67,13 +67,18 @@ def judge_throughput(c256: dict[str, Any] | None) -> dict[str, Any]:
             "c256_pass": None if ratio is None else ratio >= MIN_ONLINE_OVER_OFFLINE}
 
 
-def judge_bursts(c64: dict[str, Any] | None) -> dict[str, Any]:
-    """Concurrency 64: ITL p99 against TPOT p50."""
-    itl = c64.get("itl_p99_ms") if c64 else None
-    tpot = c64.get("tpot_p50_ms") if c64 else None
-    ratio = _ratio(itl, tpot)
-    return {"c64_itl_p99_ms": itl, "c64_tpot_p50_ms": tpot, "c64_itl_p99_over_tpot_p50": ratio,
-            "c64_pass": None if ratio is None else ratio <= MAX_ITL_P99_OVER_TPOT_P50}
+def judge_bursts(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Concurrency 64: ITL p99 against TPOT p50, in every run (gpu_serving.sh's C64_RUNS repeats it on one
+    server). The figures are the worst run's; ``c64_runs`` lists each run's ratio in order."""
+    ratios = [_ratio(r.get("itl_p99_ms"), r.get("tpot_p50_ms")) for r in runs]
+    known = [(ratio, run) for ratio, run in zip(ratios, runs, strict=True) if ratio is not None]
+    if not known:
+        return {"c64_itl_p99_ms": None, "c64_tpot_p50_ms": None, "c64_itl_p99_over_tpot_p50": None,
+                "c64_runs": ratios, "c64_pass": None}
+    ratio, worst = max(known, key=lambda pair: pair[0])
+    return {"c64_itl_p99_ms": worst.get("itl_p99_ms"), "c64_tpot_p50_ms": worst.get("tpot_p50_ms"),
+            "c64_itl_p99_over_tpot_p50": ratio, "c64_runs": ratios,
+            "c64_pass": ratio <= MAX_ITL_P99_OVER_TPOT_P50 and len(known) == len(runs)}
 
 
 def _offline_prefill(records: list[dict[str, Any]]) -> tuple[float | None, str | None]:
@@ -115,7 +120,7 @@ def verdict(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Every criterion's figures and pass flag, the sweep rows, what was missing and failed requests."""
     result: dict[str, Any] = {"verdict": "serving-acceptance"}
     result |= judge_throughput(_last(records, "c256"))
-    result |= judge_bursts(_last(records, "c64"))
+    result |= judge_bursts(_by_label(records, "c64"))
     result |= judge_single_stream(records)
     result["sweep"] = sweep_rows(records)
     flags = {k: v for k, v in result.items() if k.endswith("_pass")}
@@ -140,7 +145,8 @@ def markdown(result: dict[str, Any]) -> str:
              f"{_fmt(result['c256_offline_output_tok_s'], 0)} = {_fmt(result['c256_online_over_offline'], 3)} | "
              f">= {MIN_ONLINE_OVER_OFFLINE} | {_fmt(result['c256_pass'])} |",
              f"| c64 ITL p99 / TPOT p50 ms | {_fmt(result['c64_itl_p99_ms'])} / {_fmt(result['c64_tpot_p50_ms'])} = "
-             f"{_fmt(result['c64_itl_p99_over_tpot_p50'])} | <= {MAX_ITL_P99_OVER_TPOT_P50} | "
+             f"{_fmt(result['c64_itl_p99_over_tpot_p50'])} (worst of {len(result['c64_runs'])}: "
+             f"{', '.join(_fmt(r) for r in result['c64_runs'])}) | <= {MAX_ITL_P99_OVER_TPOT_P50} | "
              f"{_fmt(result['c64_pass'])} |",
              f"| c1 TTFT p50 - offline prefill ms | {_fmt(result['c1_ttft_p50_ms'])} - "
              f"{_fmt(result['offline_prefill_ms'])} = {_fmt(result['c1_ttft_minus_prefill_ms'])} | "

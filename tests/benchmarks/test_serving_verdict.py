@@ -53,6 +53,15 @@ def test_a_run_meeting_every_bound_passes() -> None:
     assert [row["request_rate"] for row in result["sweep"]] == [4.0, 16.0]
 
 
+def test_every_c64_run_is_judged_and_the_worst_reported() -> None:
+    lines = _run_lines(itl_p99=5.0)
+    lines.insert(2, {"label": "c64", "completed": 256, "failed": 0, "itl_p99_ms": 7.0, "tpot_p50_ms": 2.0})
+    result = verdict_mod.verdict(lines)
+    assert result["c64_runs"] == pytest.approx([2.5, 3.5])
+    assert result["c64_itl_p99_over_tpot_p50"] == pytest.approx(3.5) and result["c64_itl_p99_ms"] == 7.0
+    assert result["c64_pass"] is False and not result["all_pass"]
+
+
 @pytest.mark.parametrize(("change", "flag"), [
     ({"c256_ratio": 0.85}, "c256_pass"),
     ({"itl_p99": 6.5}, "c64_pass"),
