@@ -248,13 +248,14 @@ def _prefill_kernel(
     qk_scale = scale * 1.4426950408889634
     if UNIFORM_GRID:
         # Program p owns flat tokens TOKENS * p onwards, last block first (the most keys start first);
-        # its rows run through every request they touch, one segment per request, skipping one-token
-        # queries (the decode kernel's). Prefills placed before decodes keep that to a segment or two.
+        # its rows run through every request they touch, one segment per request (requests are
+        # contiguous, so only the first is searched for), skipping one-token queries (the decode
+        # kernel's). Prefills placed before decodes keep that to a segment or two.
         token = (tl.num_programs(0) - 1 - tl.program_id(0)) * TOKENS
         end = tl.minimum(token + TOKENS, tl.load(query_start_loc_ptr + num_reqs))
+        seq = _request_of(query_start_loc_ptr, num_reqs, token)
+        q_start = tl.load(query_start_loc_ptr + seq)
         while token < end:
-            seq = _request_of(query_start_loc_ptr, num_reqs, token)
-            q_start = tl.load(query_start_loc_ptr + seq)
             q_end = tl.load(query_start_loc_ptr + seq + 1)
             segment_end = tl.minimum(q_end, end)
             if q_end - q_start > 1:
@@ -264,6 +265,8 @@ def _prefill_kernel(
                              v_scale, sliding_window, stride_qt, stride_qh, stride_cb, stride_cs, stride_ot, stride_oh,
                              PACK, HEAD, HEAD_PAD, PAGE, BLOCK_M, BLOCK_N, DOT_PRECISION, WINDOWED)
             token = segment_end
+            seq += 1
+            q_start = q_end
     else:
         # The grid's first axis varies fastest in launch order.
         if M_BLOCKS_INNER:
