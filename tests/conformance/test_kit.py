@@ -43,11 +43,10 @@ def test_kit_passes_the_example_platform_and_model(gpt2_folder: Path) -> None:
 
 def test_kit_runs_the_whole_graph_case_for_backends_that_declare_it() -> None:
     """The Triton backend (through the interpreter) sets captures_mixed_steps: the kit pads a mixed step as
-    its whole-step graph would and checks it; the cpu backend does not, so the case is not generated."""
+    its whole-step graph would and checks it. (The cpu and acme backends do not, and their runs above
+    pass without it.)"""
     proc = run_kit("--infercore-platform", "cpu", "--infercore-attention-backend", "triton", "-k", "whole-step")
     assert proc.returncode == 0 and "1 passed" in proc.stdout, _summary(proc)
-    proc = run_kit("--infercore-platform", "cpu", "-k", "whole-step")
-    assert proc.returncode == 5, _summary(proc)  # no test collected
 
 
 @pytest.fixture

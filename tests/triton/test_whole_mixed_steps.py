@@ -17,7 +17,7 @@ from infercore_cpu.platform import CpuPlatform
 
 ENGINE = {"dtype": "float32", "max_model_len": 96, "num_gpu_blocks_override": 40, "max_num_seqs": 4,
           "cpu_threads": 1, "max_num_batched_tokens": 32}
-GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+GREEDY = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
 #: Prompts of 40, 9, 17 and 2 tokens: chunked over 32-token steps (the stand-in pads to multiples of 16,
 #: within the step buffers) beside the others' decodes.
 PROMPTS = [{"prompt_token_ids": list(range(start, start + n))} for start, n in ((3, 40), (50, 9), (90, 17), (7, 2))]
