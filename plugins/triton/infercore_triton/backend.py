@@ -117,7 +117,8 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
 
     def build(self, common: CommonAttentionMetadata) -> TritonAttentionMetadata:
         n = common.num_reqs
-        if common.padded_for_graph and not common.is_pure_decode:
+        uniform = common.padded_for_graph and not common.is_pure_decode
+        if uniform:
             num_decodes, num_splits, config = 0, 1, DecodeConfig()
         elif common.is_pure_decode:
             num_decodes = n
@@ -134,7 +135,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             max_query_len=common.max_query_len, query_start_loc=common.query_start_loc,
             seq_lens=common.seq_lens, block_table=common.block_table, slot_mapping=common.slot_mapping,
             num_decodes=num_decodes, num_splits=num_splits, decode_config=config,
-            uniform=common.padded_for_graph and not common.is_pure_decode,
+            uniform=uniform,
         )
 
 

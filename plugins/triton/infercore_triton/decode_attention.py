@@ -131,8 +131,6 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
         tl.store(part_lse_ptr + seq * stride_lt + heads * stride_lh + split, lse, mask=g_mask)
 
 
-
-
 # Arguments that change from step to step (the block table's width, views at an offset into the
 # runner's buffers) are not specialised on: a step of a new shape would compile a variant mid-run.
 @triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_seqs"])
