@@ -146,11 +146,13 @@ def test_a_duplicate_id_leaves_the_running_request_alone(llm, wire) -> None:
     """The engine refuses a second request with an id in use (an error output for the id); the
     request already running keeps its own parameters."""
     core = llm.llm_engine.engine_core
-    wire.send(_add_frames(_request("same")))
+    # Long enough that it is still running however many steps the loop takes before the duplicate.
+    running = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+    wire.send(_add_frames(_request("same", running)))
     wire.serve_until(lambda: "same" in wire.tokens)
-    wire.send(_add_frames(_request("same", SamplingParams(max_tokens=50))))
+    wire.send(_add_frames(_request("same", SamplingParams(max_tokens=5))))
     wire.loop.run_once()
-    assert core.scheduler.requests["same"].max_tokens == GREEDY.max_tokens
+    assert core.scheduler.requests["same"].max_tokens == running.max_tokens
     # Outputs of steps before the refusal may still be on their way from the engine's IO thread.
     refusal: list = []
     while not refusal and wire.from_engine.poll(2000):
