@@ -19,6 +19,9 @@ from infercore.engine.scheduler_output import (
 )
 
 _DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+#: The fewest prompt tokens ``max_prefill_tokens_per_decode`` leaves a step beside decodes: a prompt of
+#: typical length still prefills in one step when few requests decode.
+MIN_PREFILL_TOKENS_WHILE_DECODING = 512
 
 _RUNNING = RequestStatus.RUNNING
 _STOPPED = RequestStatus.FINISHED_STOPPED
@@ -62,6 +65,8 @@ class Scheduler:
         self.enable_chunked_prefill = scheduler_config.enable_chunked_prefill
         #: Most prompt tokens a step takes while some request is decoding (None: the whole budget).
         self.max_num_batched_tokens_while_decoding = scheduler_config.max_num_batched_tokens_while_decoding
+        #: Most prompt tokens a step takes per decoding request (None: no such bound).
+        self.max_prefill_tokens_per_decode = scheduler_config.max_prefill_tokens_per_decode
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
@@ -148,14 +153,7 @@ class Scheduler:
         req_ids, num_computed = cached.req_ids, cached.num_computed_tokens
         num_scheduled: list[int] = []
         idx = 0
-        # While requests decode, a step may have a smaller budget: their tokens count against it and
-        # prompts get the rest, so a decode never waits on a bigger step (bounded inter-token latency).
-        cap = self.max_num_batched_tokens_while_decoding
-        prefill_left = budget
-        if chunked and cap is not None and cap < budget:
-            decoding = sum(1 for r in running if r.output_token_ids or r.num_output_placeholders)
-            if decoding:
-                prefill_left = max(cap - decoding, 0)
+        prefill_left = self._prefill_tokens_allowed(budget) if chunked else budget
         while idx < len(running) and budget > 0:
             request = running[idx]
             placeholders = request.num_output_placeholders
@@ -218,6 +216,22 @@ class Scheduler:
         if num_scheduled:
             self._unfolded.append((scheduler_output, cached_blocks))
         return scheduler_output
+
+    def _prefill_tokens_allowed(self, budget: int) -> int:
+        """Prompt tokens this step may take. While requests decode, a step may have a smaller budget (their
+        tokens count against ``max_num_batched_tokens_while_decoding`` and prompts get the rest) or a budget
+        in proportion to them (``max_prefill_tokens_per_decode``), so a decode never waits on a much longer
+        step: bounded inter-token latency."""
+        cap, per_decode = self.max_num_batched_tokens_while_decoding, self.max_prefill_tokens_per_decode
+        if (cap is None or cap >= budget) and per_decode is None:
+            return budget
+        decoding = sum(1 for r in self.running if r.output_token_ids or r.num_output_placeholders)
+        if not decoding:
+            return budget
+        allowed = budget if cap is None else max(cap - decoding, 0)
+        if per_decode is not None:
+            allowed = min(allowed, max(per_decode * decoding, MIN_PREFILL_TOKENS_WHILE_DECODING))
+        return allowed
 
     def _preempt_for(self, request: Request, num_new: int, idx: int, cached: CachedRequests,
                      num_scheduled: list[int]) -> tuple[list[int] | None, int, int]:

@@ -1,0 +1,83 @@
+"""``max_prefill_tokens_per_decode``: while requests decode, a step's prompt tokens are bounded in proportion
+to the decodes (never below ``MIN_PREFILL_TOKENS_WHILE_DECODING``), so a burst of prompts beside few decodes
+spreads over short steps while a full batch of decodes still takes long chunks."""
+
+from __future__ import annotations
+
+from sched_fakes import FakeRunner, make_request, run_to_completion, scheduled
+
+from infercore.config import CacheConfig, SchedulerConfig
+from infercore.engine.scheduler import MIN_PREFILL_TOKENS_WHILE_DECODING as FLOOR
+from infercore.engine.scheduler import Scheduler
+
+BLOCK = 16
+
+
+def _scheduler(per_decode: int | None, cap: int | None = None, budget: int = 8192,
+               chunked: bool = True) -> Scheduler:
+    return Scheduler(SchedulerConfig(max_num_seqs=64, enable_chunked_prefill=chunked,
+                                     max_num_batched_tokens_while_decoding=cap,
+                                     max_prefill_tokens_per_decode=per_decode),
+                     CacheConfig(block_size=BLOCK), max_model_len=4096, num_blocks=4096, block_size=BLOCK,
+                     max_num_batched_tokens=budget)
+
+
+def _step(scheduler: Scheduler, runner: FakeRunner) -> dict[str, int]:
+    out = scheduler.schedule()
+    scheduler.update_from_output(out, runner.execute(out))
+    return scheduled(out)
+
+
+def _decoding(scheduler: Scheduler, runner: FakeRunner, n: int) -> None:
+    """``n`` requests past their prompts, each decoding one token a step from now on."""
+    for i in range(n):
+        scheduler.add_request(make_request(f"d{i}", 8, max_tokens=100))
+    assert _step(scheduler, runner) == {f"d{i}": 8 for i in range(n)}
+
+
+def test_prompt_tokens_beside_decodes_follow_the_decode_count() -> None:
+    for decodes, per_decode, allowed in ((1, 100, FLOOR), (8, 100, 800), (20, 100, 2000), (20, 300, 6000)):
+        scheduler, runner = _scheduler(per_decode), FakeRunner(BLOCK)
+        _decoding(scheduler, runner, decodes)
+        scheduler.add_request(make_request("p", 4000, max_tokens=2))
+        scheduler.add_request(make_request("q", 4000, max_tokens=2))
+        plan = _step(scheduler, runner)
+        assert all(plan[f"d{i}"] == 1 for i in range(decodes)), plan
+        prompt_tokens = plan.get("p", 0) + plan.get("q", 0)
+        assert prompt_tokens == allowed, (decodes, per_decode, plan)
+
+
+def test_without_decodes_the_budget_rules() -> None:
+    scheduler, runner = _scheduler(per_decode=1), FakeRunner(BLOCK)
+    scheduler.add_request(make_request("p", 3000, max_tokens=2))
+    scheduler.add_request(make_request("q", 3000, max_tokens=2))
+    assert _step(scheduler, runner) == {"p": 3000, "q": 3000}
+
+
+def test_the_smaller_of_the_fixed_cap_and_the_per_decode_bound_holds() -> None:
+    for cap, per_decode, allowed in ((700, 100, 700 - 10), (4000, 100, 1000)):
+        scheduler, runner = _scheduler(per_decode, cap=cap), FakeRunner(BLOCK)
+        _decoding(scheduler, runner, 10)
+        scheduler.add_request(make_request("p", 3000, max_tokens=2))
+        plan = _step(scheduler, runner)
+        assert plan["p"] == allowed, plan
+
+
+def test_bounded_runs_give_the_same_tokens() -> None:
+    results = []
+    for per_decode in (None, 1):
+        scheduler, runner = _scheduler(per_decode, budget=2048), FakeRunner(BLOCK)
+        for i in range(12):
+            scheduler.add_request(make_request(f"r{i}", 300 + 97 * i, max_tokens=5 + i))
+        results.append(run_to_completion(scheduler, runner))
+    assert results[0] == results[1] and len(results[0]) == 12
+
+
+def test_it_is_a_serve_flag_and_off_by_default() -> None:
+    from infercore.entrypoints.cli import build_parser
+    from infercore.entrypoints.serve_args import config_from_args
+
+    default = config_from_args(build_parser().parse_args(["serve", "/models/x"]))
+    assert default.scheduler.max_prefill_tokens_per_decode is None
+    given = config_from_args(build_parser().parse_args(["serve", "/models/x", "--max-prefill-tokens-per-decode", "16"]))
+    assert given.scheduler.max_prefill_tokens_per_decode == 16
