@@ -69,11 +69,10 @@ class SchedulerConfig(BaseSettings):
         None, ge=1, description="token budget of a step while requests decode: their tokens count against "
         "it and prompts get the rest, so a decode never waits on a bigger step (default: the whole budget)")
     max_prefill_tokens_per_decode: int | None = Field(
-        None, ge=0, description="while requests decode, a step's prompt tokens are at most this many per "
+        None, ge=1, description="while requests decode, a step's prompt tokens are at most this many per "
         "decoding request (never fewer than 512), so a step beside D decodes costs about the same multiple of "
-        "a decode step at any load; bounds inter-token latency when many prompts arrive at once. It steps "
-        "aside while more than twice as many requests wait for their first token as decode. 0 or unset: off; "
-        "`infercore serve` sets 32 unless given")
+        "a decode step at any load; bounds inter-token latency when many prompts arrive at once, at a cost in "
+        "throughput at full load (default: off)")
     enable_chunked_prefill: bool = Field(True, description="split long prompts across steps")
     scheduling_policy: Literal["fcfs", "priority"] = Field("fcfs", description="order of waiting requests")
     max_num_queued_requests: int | None = Field(None, ge=1, description="reject new requests past this many waiting")

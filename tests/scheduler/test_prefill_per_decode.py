@@ -73,37 +73,11 @@ def test_bounded_runs_give_the_same_tokens() -> None:
     assert results[0] == results[1] and len(results[0]) == 12
 
 
-def test_the_bound_steps_aside_while_many_more_wait_than_decode() -> None:
-    scheduler, runner = _scheduler(per_decode=10), FakeRunner(BLOCK)
-    _decoding(scheduler, runner, 3)
-    for i in range(7):  # 7 waiting > 2 x 3 decoding: the whole budget
-        scheduler.add_request(make_request(f"p{i}", 1500, max_tokens=2))
-    plan = _step(scheduler, runner)
-    assert sum(n for rid, n in plan.items() if rid.startswith("p")) == 8192 - 3, plan
-    scheduler, runner = _scheduler(per_decode=10), FakeRunner(BLOCK)
-    _decoding(scheduler, runner, 3)
-    for i in range(6):  # 6 waiting = 2 x 3 decoding: bounded
-        scheduler.add_request(make_request(f"p{i}", 1500, max_tokens=2))
-    plan = _step(scheduler, runner)
-    assert sum(n for rid, n in plan.items() if rid.startswith("p")) == FLOOR, plan
-
-
-def test_zero_turns_it_off() -> None:
-    scheduler, runner = _scheduler(per_decode=0), FakeRunner(BLOCK)
-    _decoding(scheduler, runner, 2)
-    scheduler.add_request(make_request("p", 3000, max_tokens=2))
-    assert _step(scheduler, runner)["p"] == 3000
-
-
-def test_the_server_sets_it_unless_given_and_the_offline_engine_does_not() -> None:
-    from infercore.config import SchedulerConfig
+def test_it_is_a_serve_flag_and_off_by_default() -> None:
     from infercore.entrypoints.cli import build_parser
     from infercore.entrypoints.serve_args import config_from_args
 
-    assert SchedulerConfig().max_prefill_tokens_per_decode is None
     default = config_from_args(build_parser().parse_args(["serve", "/models/x"]))
-    assert default.scheduler.max_prefill_tokens_per_decode == 32
-    for value in (16, 0):
-        given = config_from_args(build_parser().parse_args(
-            ["serve", "/models/x", "--max-prefill-tokens-per-decode", str(value)]))
-        assert given.scheduler.max_prefill_tokens_per_decode == value
+    assert default.scheduler.max_prefill_tokens_per_decode is None
+    given = config_from_args(build_parser().parse_args(["serve", "/models/x", "--max-prefill-tokens-per-decode", "16"]))
+    assert given.scheduler.max_prefill_tokens_per_decode == 16

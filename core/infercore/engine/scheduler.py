@@ -229,11 +229,7 @@ class Scheduler:
         if not decoding:
             return budget
         allowed = budget if cap is None else max(cap - decoding, 0)
-        # The proportional bound serves the decodes while they are many. When more than twice as many
-        # requests wait for their first token (running ones still in prefill count) as decode, as after a
-        # wave of requests finished together, long steps serve most users best and the bound steps aside.
-        prefilling = len(self.waiting) + len(self.running) - decoding
-        if per_decode and 2 * decoding >= prefilling:
+        if per_decode is not None:
             allowed = min(allowed, max(per_decode * decoding, MIN_PREFILL_TOKENS_WHILE_DECODING))
         return allowed
 

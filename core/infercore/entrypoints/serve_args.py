@@ -78,15 +78,10 @@ def _run_serve(args: argparse.Namespace) -> int:
     return run_serve(args)
 
 
-#: Where the server's defaults differ from the offline engine's: an online user sees each token as it comes,
-#: so a burst of new prompts is spread over steps bounded by the requests decoding beside them.
-SERVE_DEFAULTS: dict[str, object] = {"max_prefill_tokens_per_decode": 32}
-
-
 def config_from_args(args: argparse.Namespace) -> InfercoreConfig:
-    """The configuration the given flags describe, with the server's defaults (raises ConfigError)."""
+    """The configuration the given flags describe (raises ConfigError)."""
     fields = field_section()
-    kwargs = SERVE_DEFAULTS | {k: v for k, v in vars(args).items() if k in fields}
+    kwargs = {k: v for k, v in vars(args).items() if k in fields}
     if getattr(args, "model_tag", None):
         if "model" in kwargs and kwargs["model"] != args.model_tag:
             raise ConfigError("MODEL and --model disagree; give the model once")
