@@ -35,8 +35,8 @@ class ModelConfig(BaseSettings):
     max_logprobs: int = Field(20, ge=0, le=1024, description="max logprobs/prompt_logprobs per request")
     enforce_eager: bool = Field(False, description="never capture device graphs")
     max_mixed_graph_tokens: int = Field(
-        2048, ge=0, description="steps with prompt tokens of up to this many tokens replay graphs captured in "
-        "pieces around attention (0: run them eagerly)")
+        2048, ge=0, le=2048, description="steps with prompt tokens of up to this many tokens replay captured "
+        "graphs (0: run them eagerly; 2048, the largest size captured, is the most)")
     quantization: str | None = Field(
         None, description="quantization method (e.g. fp8); default: the checkpoint's quantization_config. "
                           "Given for an unquantized checkpoint, its weights are quantized as they load")

@@ -33,7 +33,7 @@ from infercore.worker.whole_graphs import smallest_captured
 logger = logging.getLogger(__name__)
 
 #: Token counts of the captured sizes: steps of more tokens than the largest run eagerly (their
-#: device time dwarfs the launches a graph saves).
+#: device time dwarfs the launches a graph saves); ``ModelConfig.max_mixed_graph_tokens`` is at most the last.
 _SIZES = (16, 32, 64, 128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048)
 
 #: An attention call left out of the graphs: ``call(metadata, *tensors)``.
