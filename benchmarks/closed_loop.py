@@ -19,7 +19,6 @@ tokens, run eagerly), each with the number of decodes rounded down to a multiple
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import random
@@ -129,9 +128,7 @@ def main() -> None:
 
     workload = WORKLOADS[args.workload]
     if args.tiny:
-        config = dict(workload.model_config, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=10240)
-        workload = dataclasses.replace(workload, model_config=config, dtype="float32")
+        workload = workload.tiny()
     common = {"load_format": "dummy", "dtype": workload.dtype, "max_model_len": args.max_model_len,
               "skip_tokenizer_init": True, **json.loads(args.engine_args)}
     vocab = min(int(workload.model_config.get("vocab_size", 10240)), 10000)

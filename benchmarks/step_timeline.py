@@ -201,9 +201,7 @@ def main() -> None:
     if args.num_requests:
         workload = dataclasses.replace(workload, num_requests=args.num_requests)
     if args.tiny:
-        config = dict(workload.model_config, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=10240)
-        workload = dataclasses.replace(workload, model_config=config, dtype="float32")
+        workload = workload.tiny()
     timeline = Timeline([int(w) for w in args.windows.split(",") if w], args.window_len)
     kwargs: dict[str, Any] = {}
     if args.async_scheduling != "auto":

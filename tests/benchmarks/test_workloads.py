@@ -121,3 +121,11 @@ def test_the_plain_w_gpu_keeps_its_bandwidth_ceiling() -> None:
     assert WORKLOADS["w-gpu"].bandwidth_ceiling_tok_s == WORKLOADS["w-gpu-sampling"].bandwidth_ceiling_tok_s == 35_000
     assert _parse("--workload", "w-gpu-sampling").workload == [WORKLOADS["w-gpu-sampling"]]
     assert _parse().workload == [WORKLOADS["w-cpu"]]
+
+
+def test_the_tiny_form_keeps_the_requests_and_shrinks_the_model() -> None:
+    workload = WORKLOADS["w-gpu"]
+    tiny = workload.tiny()
+    assert tiny.requests(3) == workload.requests(3) and tiny.dtype == "float32"
+    assert tiny.model_config["num_hidden_layers"] == 2 and tiny.model_config["hidden_size"] == 64
+    assert tiny.model_config["architectures"] == workload.model_config["architectures"]

@@ -72,12 +72,3 @@ def test_bounded_runs_give_the_same_tokens() -> None:
         results.append(run_to_completion(scheduler, runner))
     assert results[0] == results[1] and len(results[0]) == 12
 
-
-def test_it_is_a_serve_flag_and_off_by_default() -> None:
-    from infercore.entrypoints.cli import build_parser
-    from infercore.entrypoints.serve_args import config_from_args
-
-    default = config_from_args(build_parser().parse_args(["serve", "/models/x"]))
-    assert default.scheduler.max_prefill_tokens_per_decode is None
-    given = config_from_args(build_parser().parse_args(["serve", "/models/x", "--max-prefill-tokens-per-decode", "16"]))
-    assert given.scheduler.max_prefill_tokens_per_decode == 16

@@ -43,9 +43,10 @@ def test_flags_build_the_config_and_help_groups_sections(capsys) -> None:
     assert "--max-num-queued-requests" in help_text and "--shutdown-timeout" in help_text
 
 
-def test_the_token_budget_while_decoding_is_a_flag_and_off_by_default() -> None:
+@pytest.mark.parametrize("field", ["max_num_batched_tokens_while_decoding", "max_prefill_tokens_per_decode"])
+def test_the_prompt_bounds_while_decoding_are_flags_and_off_by_default(field: str) -> None:
     default = config_from_args(build_parser().parse_args(["serve", "/models/x"]))
-    assert default.scheduler.max_num_batched_tokens_while_decoding is None
+    assert getattr(default.scheduler, field) is None
     given = config_from_args(build_parser().parse_args(
-        ["serve", "/models/x", "--max-num-batched-tokens-while-decoding", "4096"]))
-    assert given.scheduler.max_num_batched_tokens_while_decoding == 4096
+        ["serve", "/models/x", "--" + field.replace("_", "-"), "16"]))
+    assert getattr(given.scheduler, field) == 16

@@ -65,6 +65,13 @@ class Workload:
         return (json.dumps(self.model_config, sort_keys=True), self.dtype, self.max_model_len,
                 json.dumps(self.engine_kwargs, sort_keys=True))
 
+    def tiny(self) -> Workload:
+        """The same requests on a 2-layer, 64-wide model of this shape in float32: a developer tool's run on a
+        CPU, where the host's share of a step is what is studied."""
+        config = dict(self.model_config, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=10240)
+        return dataclasses.replace(self, model_config=config, dtype="float32")
+
     def write_model_folder(self, path: Path) -> Path:
         """A config-only HF folder of this shape (weights come from ``load_format="dummy"``)."""
         path.mkdir(parents=True, exist_ok=True)
