@@ -32,17 +32,29 @@ CEILING_BYTES_PER_S = 4.3e12
 FP8_K_SCALE, FP8_V_SCALE = 0.02, 0.03
 
 
-def _make_cache(shape: tuple[int, ...], kv_dtype: str, dev: str) -> tuple[torch.Tensor, float, float]:
-    """A random bf16 cache, or the same values quantized into an fp8 cache (with their k/v scales)."""
+def _make_cache(shape: tuple[int, ...], kv_dtype: str, dev: str,
+                layout: str = "slot-major") -> tuple[torch.Tensor, float, float]:
+    """A random bf16 cache, or the same values quantized into an fp8 cache (with their k/v scales).
+
+    ``layout="head-major"`` stores each KV head's page contiguously ([2, blocks, kv_heads, page, head]) and
+    returns it viewed in the kernels' [2, blocks, page, kv_heads, head] shape, its strides telling the
+    difference.
+    """
     values = torch.randn(shape, dtype=torch.bfloat16, device=dev)
-    if kv_dtype != "fp8":
-        return values, 1.0, 1.0
-    cache = torch.empty(shape, dtype=torch.float8_e4m3fn, device=dev)
-    slots = torch.arange(shape[1] * shape[2], device=dev)
-    # Through the cache-write kernel, as the engine fills it.
-    write_kv(values[0].reshape(-1, shape[-2], shape[-1]), values[1].reshape(-1, shape[-2], shape[-1]), cache,
-             slots, FP8_K_SCALE, FP8_V_SCALE)
-    return cache, FP8_K_SCALE, FP8_V_SCALE
+    scales = (1.0, 1.0)
+    if kv_dtype == "fp8":
+        cache = torch.empty(shape, dtype=torch.float8_e4m3fn, device=dev)
+        slots = torch.arange(shape[1] * shape[2], device=dev)
+        # Through the cache-write kernel, as the engine fills it.
+        write_kv(values[0].reshape(-1, shape[-2], shape[-1]), values[1].reshape(-1, shape[-2], shape[-1]), cache,
+                 slots, FP8_K_SCALE, FP8_V_SCALE)
+        values, scales = cache, (FP8_K_SCALE, FP8_V_SCALE)
+    if layout == "head-major":
+        two, blocks, page, kv_heads, head = shape
+        stored = torch.empty((two, blocks, kv_heads, page, head), dtype=values.dtype, device=dev)
+        stored.permute(0, 1, 3, 2, 4).copy_(values)
+        values = stored.permute(0, 1, 3, 2, 4)
+    return values, *scales
 
 
 def _dequantized(cache: torch.Tensor, k_scale: float, v_scale: float) -> torch.Tensor:
@@ -66,6 +78,8 @@ def main() -> None:
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--kv-cache-dtype", choices=["bfloat16", "fp8"], default="bfloat16",
                         help="cache entries: bf16, or e4m3 with per-tensor k/v scales")
+    parser.add_argument("--layout", choices=["slot-major", "head-major"], default="slot-major",
+                        help="cache page layout: a token's heads adjacent (the engine's), or a head's tokens")
     parser.add_argument("--sweep", action="store_true", help="time several launch configurations first")
     parser.add_argument("--ragged", default=None, metavar="LOW:HIGH:WIDTH",
                         help="instead: uniform random lengths in [LOW, HIGH] with a block table WIDTH tokens "
@@ -82,7 +96,7 @@ def main() -> None:
     b, ctx, h, kvh, d, bs = args.batch, args.context, args.heads, args.kv_heads, args.head_size, args.block_size
     blocks_per_seq = triton.cdiv(ctx, bs)
     num_blocks = b * blocks_per_seq
-    kv_cache, k_scale, v_scale = _make_cache((2, num_blocks, bs, kvh, d), args.kv_cache_dtype, dev)
+    kv_cache, k_scale, v_scale = _make_cache((2, num_blocks, bs, kvh, d), args.kv_cache_dtype, dev, args.layout)
     block_table = torch.randperm(num_blocks, device=dev).view(b, blocks_per_seq).to(torch.int32)
     seq_lens = torch.full((b,), ctx, dtype=torch.int32, device=dev)
     q = torch.randn((b, h, d), dtype=dtype, device=dev)
@@ -121,8 +135,8 @@ def main() -> None:
     # Reference: one SDPA over the same K/V made contiguous (the gather is timed apart).
     idx = block_table.long()
     dense_cache = _dequantized(kv_cache, k_scale, v_scale)
-    k_dense = dense_cache[0][idx].view(b, ctx, kvh, d).transpose(1, 2).contiguous()
-    v_dense = dense_cache[1][idx].view(b, ctx, kvh, d).transpose(1, 2).contiguous()
+    k_dense = dense_cache[0][idx].reshape(b, ctx, kvh, d).transpose(1, 2).contiguous()
+    v_dense = dense_cache[1][idx].reshape(b, ctx, kvh, d).transpose(1, 2).contiguous()
     qs = q.unsqueeze(2)
     sdpa_us = _median_us(lambda: F.scaled_dot_product_attention(qs, k_dense, v_dense, scale=scale, enable_gqa=True))
     raw = kv_cache.view(torch.uint8) if kv_cache.element_size() == 1 else kv_cache  # the bytes, whatever dtype
@@ -135,7 +149,7 @@ def main() -> None:
 
     print(json.dumps({
         "benchmark": "decode_attention", "batch": b, "context": ctx, "heads": h, "kv_heads": kvh, "head_size": d,
-        "block_size": bs, "dtype": "bfloat16", "kv_cache_dtype": args.kv_cache_dtype, "kv_bytes": kv_bytes, "num_splits": splits,
+        "block_size": bs, "dtype": "bfloat16", "kv_cache_dtype": args.kv_cache_dtype, "layout": args.layout, "kv_bytes": kv_bytes, "num_splits": splits,
         "config": {"block_n": best.block_n, "num_warps": best.num_warps, "num_stages": best.num_stages,
                    "fp8_via_fp16": best.fp8_via_fp16, "fp8_inline_ptx": best.fp8_inline_ptx},
         "triton_us": round(triton_us, 1), "triton_us_one_split": round(unsplit_us, 1), "triton_TBps": round(kv_bytes / triton_us / 1e6, 3),

@@ -69,10 +69,13 @@ class SchedulerConfig(BaseSettings):
         None, ge=1, description="token budget of a step while requests decode: their tokens count against "
         "it and prompts get the rest, so a decode never waits on a bigger step (default: the whole budget)")
     max_prefill_tokens_per_decode: int | None = Field(
-        None, ge=1, description="while requests decode, a step's prompt tokens are at most this many per "
-        "decoding request (never fewer than 512), so a step beside D decodes costs about the same multiple of "
-        "a decode step at any load; bounds inter-token latency when many prompts arrive at once, at a cost in "
-        "throughput at full load (default: off)")
+        16, ge=1, description="while requests decode, a step's prompt tokens are at most this many per "
+        "decoding request (never fewer than 512), so a new prompt never stalls the running streams for "
+        "long: bounded inter-token latency. Applies below per_decode_bound_below_load only (None: off)")
+    per_decode_bound_below_load: float = Field(
+        0.5, gt=0.0, le=1.0, description="max_prefill_tokens_per_decode applies while the requests in the "
+        "engine (running and waiting) are fewer than this fraction of max_num_seqs; at higher load the "
+        "engine is near full, throughput comes first and prompts prefill in steps of the whole budget")
     enable_chunked_prefill: bool = Field(True, description="split long prompts across steps")
     scheduling_policy: Literal["fcfs", "priority"] = Field("fcfs", description="order of waiting requests")
     max_num_queued_requests: int | None = Field(None, ge=1, description="reject new requests past this many waiting")

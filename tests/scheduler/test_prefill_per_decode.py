@@ -1,6 +1,7 @@
 """``max_prefill_tokens_per_decode``: while requests decode, a step's prompt tokens are bounded in proportion
 to the decodes (never below ``MIN_PREFILL_TOKENS_WHILE_DECODING``), so a burst of prompts beside few decodes
-spreads over short steps while a full batch of decodes still takes long chunks."""
+spreads over short steps while a full batch of decodes still takes long chunks. At high load (requests in the
+engine at least ``per_decode_bound_below_load`` of ``max_num_seqs``) the bound stands aside."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ BLOCK = 16
 
 
 def _scheduler(per_decode: int | None, cap: int | None = None, budget: int = 8192,
-               chunked: bool = True) -> Scheduler:
+               chunked: bool = True, below_load: float = 0.5) -> Scheduler:
     return Scheduler(SchedulerConfig(max_num_seqs=64, enable_chunked_prefill=chunked,
                                      max_num_batched_tokens_while_decoding=cap,
-                                     max_prefill_tokens_per_decode=per_decode),
+                                     max_prefill_tokens_per_decode=per_decode,
+                                     per_decode_bound_below_load=below_load),
                      CacheConfig(block_size=BLOCK), max_model_len=4096, num_blocks=4096, block_size=BLOCK,
                      max_num_batched_tokens=budget)
 
@@ -72,3 +74,27 @@ def test_bounded_runs_give_the_same_tokens() -> None:
         results.append(run_to_completion(scheduler, runner))
     assert results[0] == results[1] and len(results[0]) == 12
 
+
+
+def test_the_bound_stands_aside_at_high_load() -> None:
+    # max_num_seqs 64 at 0.5: the bound holds below 32 requests running or waiting, not from 32 on.
+    for decodes, waiting, bounded in ((20, 2, True), (29, 2, True), (30, 2, False), (31, 4, False)):
+        scheduler, runner = _scheduler(per_decode=10), FakeRunner(BLOCK)
+        _decoding(scheduler, runner, decodes)
+        for i in range(waiting):
+            scheduler.add_request(make_request(f"p{i}", 3000, max_tokens=2))
+        plan = _step(scheduler, runner)
+        prompt_tokens = sum(plan.get(f"p{i}", 0) for i in range(waiting))
+        assert prompt_tokens == (FLOOR if bounded else min(3000 * waiting, 8192 - decodes)), (decodes, waiting, plan)
+
+
+def test_the_load_fraction_is_configurable() -> None:
+    scheduler, runner = _scheduler(per_decode=20, below_load=1.0), FakeRunner(BLOCK)
+    _decoding(scheduler, runner, 40)
+    scheduler.add_request(make_request("p", 3000, max_tokens=2))
+    assert _step(scheduler, runner)["p"] == 40 * 20
+
+
+def test_the_bound_is_on_by_default() -> None:
+    config = SchedulerConfig()
+    assert config.max_prefill_tokens_per_decode == 16 and config.per_decode_bound_below_load == 0.5

@@ -19,7 +19,8 @@ def _sample_argv(name: str) -> list[str]:
         return [flag]
     if "choices" in kwargs:
         return [flag, str(kwargs["choices"][-1])]
-    return [flag, {int: "3", float: "0.5"}.get(kwargs.get("type"), "x")]
+    number = kwargs.get("metavar", "").split("|")[0]  # INT, FLOAT, or INT|none for one that can be off
+    return [flag, {"INT": "3", "FLOAT": "0.5"}.get(number, "x")]
 
 
 @pytest.mark.parametrize("name", sorted(field_section()))
@@ -43,10 +44,16 @@ def test_flags_build_the_config_and_help_groups_sections(capsys) -> None:
     assert "--max-num-queued-requests" in help_text and "--shutdown-timeout" in help_text
 
 
-@pytest.mark.parametrize("field", ["max_num_batched_tokens_while_decoding", "max_prefill_tokens_per_decode"])
-def test_the_prompt_bounds_while_decoding_are_flags_and_off_by_default(field: str) -> None:
-    default = config_from_args(build_parser().parse_args(["serve", "/models/x"]))
-    assert getattr(default.scheduler, field) is None
-    given = config_from_args(build_parser().parse_args(
-        ["serve", "/models/x", "--" + field.replace("_", "-"), "16"]))
-    assert getattr(given.scheduler, field) == 16
+@pytest.mark.parametrize(("field", "default"), [("max_num_batched_tokens_while_decoding", None),
+                                               ("max_prefill_tokens_per_decode", 16)])
+def test_the_prompt_bounds_while_decoding_are_flags(field: str, default: int | None) -> None:
+    parse = build_parser().parse_args
+    assert getattr(config_from_args(parse(["serve", "/models/x"])).scheduler, field) == default
+    flag = "--" + field.replace("_", "-")
+    assert getattr(config_from_args(parse(["serve", "/models/x", flag, "24"])).scheduler, field) == 24
+    if default is not None:  # a bound on by default turns off with "none"
+        assert getattr(config_from_args(parse(["serve", "/models/x", flag, "none"])).scheduler, field) is None
+        with pytest.raises(SystemExit):
+            parse(["serve", "/models/x", flag, "many"])
+    load = config_from_args(parse(["serve", "/models/x", "--per-decode-bound-below-load", "0.25"]))
+    assert load.scheduler.per_decode_bound_below_load == 0.25

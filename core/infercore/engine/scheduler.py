@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 
@@ -67,6 +68,8 @@ class Scheduler:
         self.max_num_batched_tokens_while_decoding = scheduler_config.max_num_batched_tokens_while_decoding
         #: Most prompt tokens a step takes per decoding request (None: no such bound).
         self.max_prefill_tokens_per_decode = scheduler_config.max_prefill_tokens_per_decode
+        #: The per-decode bound applies while fewer requests than this are running or waiting.
+        self.per_decode_bound_load = math.ceil(scheduler_config.per_decode_bound_below_load * self.max_num_seqs)
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
@@ -221,8 +224,12 @@ class Scheduler:
         """Prompt tokens this step may take. While requests decode, a step may have a smaller budget (their
         tokens count against ``max_num_batched_tokens_while_decoding`` and prompts get the rest) or a budget
         in proportion to them (``max_prefill_tokens_per_decode``), so a decode never waits on a much longer
-        step: bounded inter-token latency."""
+        step: bounded inter-token latency. The proportional bound stands aside at high load
+        (``per_decode_bound_below_load``): there, holding prompts back leaves sequence slots idle and costs
+        throughput that a full engine cannot make up."""
         cap, per_decode = self.max_num_batched_tokens_while_decoding, self.max_prefill_tokens_per_decode
+        if per_decode is not None and len(self.running) + len(self.waiting) >= self.per_decode_bound_load:
+            per_decode = None
         if (cap is None or cap >= budget) and per_decode is None:
             return budget
         decoding = sum(1 for r in self.running if r.output_token_ids or r.num_output_placeholders)

@@ -30,9 +30,18 @@ def _unwrap_optional(annotation: Any) -> Any:
     return annotation
 
 
+def _number_or_none(kind: type) -> typing.Callable[[str], Any]:
+    """An argparse type for an optional number with a default: ``none`` (or ``off``) turns it off."""
+    def parse(text: str) -> Any:
+        return None if text.lower() in ("none", "off") else kind(text)
+    parse.__name__ = kind.__name__  # argparse names the type in its error messages
+    return parse
+
+
 def _flag_kwargs(field: FieldInfo) -> dict[str, Any]:
     """argparse keyword arguments for one pydantic field; defaults stay with the config (SUPPRESS)."""
     annotation = _unwrap_optional(field.annotation)
+    optional = annotation is not field.annotation
     default = field.get_default(call_default_factory=True)
     help_text = field.description or ""
     if default not in (None, [], "") and "default" not in help_text:
@@ -47,6 +56,9 @@ def _flag_kwargs(field: FieldInfo) -> dict[str, Any]:
     elif annotation in (int, float):
         kwargs["type"] = annotation
         kwargs["metavar"] = annotation.__name__.upper()
+        if optional and default is not None:
+            kwargs["type"] = _number_or_none(annotation)
+            kwargs["metavar"] += "|none"
     return kwargs
 
 
