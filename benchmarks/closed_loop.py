@@ -88,11 +88,13 @@ class StepClock:
 
 
 def closed_loop(engine: LLMEngine, concurrency: int, num_requests: int, input_len: int, output_len: int,
-                vocab: int, rnd: random.Random, tag: str) -> tuple[int, float]:
-    """Keep ``concurrency`` requests in the engine until ``num_requests`` finished; returns (output tokens,
-    seconds)."""
+                vocab: int, rnd: random.Random, tag: str, refill_delay_steps: int = 0) -> tuple[int, float]:
+    """Keep ``concurrency`` requests in the engine until ``num_requests`` finished, each replacement added
+    ``refill_delay_steps`` steps after the request it replaces finished (a server's round trip); returns
+    (output tokens, seconds)."""
     params = SamplingParams(max_tokens=output_len, ignore_eos=True, temperature=0)
     sent = done = tokens = 0
+    due: list[int] = []  # per pending replacement, the steps left before it is sent
 
     def send() -> None:
         nonlocal sent
@@ -104,12 +106,20 @@ def closed_loop(engine: LLMEngine, concurrency: int, num_requests: int, input_le
         send()
     start = time.perf_counter()
     while done < num_requests:
-        for out in engine.step():
+        outputs = engine.step()
+        due = [steps - 1 for steps in due]
+        while due and due[0] <= 0:
+            due.pop(0)
+            send()
+        for out in outputs:
             if out.finished:
                 done += 1
                 tokens += len(out.outputs[0].token_ids)
-                if sent < num_requests:
-                    send()
+                if sent + len(due) < num_requests:
+                    if refill_delay_steps:
+                        due.append(refill_delay_steps)
+                    else:
+                        send()
     return tokens, time.perf_counter() - start
 
 
@@ -124,6 +134,8 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=1024)
     parser.add_argument("--engine-args", default="{}", help="JSON engine arguments common to every setting")
     parser.add_argument("--settings", default="[{}]", help="JSON list of engine-argument sets, one run each")
+    parser.add_argument("--refill-delay-steps", type=int, nargs="+", default=[0],
+                        help="steps between a request's finish and its replacement's arrival; one run each")
     args = parser.parse_args()
 
     workload = WORKLOADS[args.workload]
@@ -139,11 +151,13 @@ def main() -> None:
             clock = StepClock(engine)
             rnd = random.Random(0)
             closed_loop(engine, args.concurrency, args.num_requests, args.input_len, args.output_len, vocab, rnd, "warm")
-            clock.reset()
-            tokens, seconds = closed_loop(engine, args.concurrency, args.num_requests, args.input_len, args.output_len,
-                                          vocab, rnd, "timed")
-            print(json.dumps({"setting": setting, "concurrency": args.concurrency, "requests": args.num_requests,
-                              "output_tok_s": round(tokens / seconds), "steps": clock.summary()}), flush=True)
+            for delay in args.refill_delay_steps:
+                clock.reset()
+                tokens, seconds = closed_loop(engine, args.concurrency, args.num_requests, args.input_len,
+                                              args.output_len, vocab, rnd, f"timed{delay}", delay)
+                print(json.dumps({"setting": setting, "concurrency": args.concurrency, "requests": args.num_requests,
+                                  "refill_delay_steps": delay, "output_tok_s": round(tokens / seconds),
+                                  "steps": clock.summary()}), flush=True)
             engine.engine_core.shutdown()
             del engine, clock
             gc.collect()

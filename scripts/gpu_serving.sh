@@ -20,7 +20,8 @@
 # server takes N1 requests at concurrency 1 and N64 at C64; the per-stage p50/p99 of each (where the
 # first token's time goes, each token's delay from stage to stage, the gaps at every stage) go to stdout
 # and $WORK/trace.jsonl as JSON lines labelled c1-apiN / c64-apiN, after each run's bench serve line
-# (about 4 minutes on an H200).
+# (about 4 minutes on an H200). TRACE_LOADS picks the loads among c1 c64 c256 (default "c1 c64"); each
+# label's `occupancy` line says where the client's in-flight slots went.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-/tmp/infercore-serving}
@@ -89,26 +90,32 @@ SERVE_FLAGS=(--load-format dummy --dtype "$DTYPE" --max-model-len "$MAX_MODEL_LE
 BENCH=(infercore bench serve --base-url "$URL" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN"
        --vocab-size "${VOCAB:-10000}" --no-progress)
 
-# TRACE=1: one traced server per API server count, c1 and c64 loads, the per-stage figures; nothing else.
+# TRACE=1: one traced server per API server count, the TRACE_LOADS loads (default c1 c64), the per-stage
+# figures; nothing else.
 if [[ "${TRACE:-0}" == 1 ]]; then
     TRACE_RES="$WORK/trace.jsonl"
     : >"$TRACE_RES"
     export INFERCORE_TRACE_LATENCY=1
+    tracing() { [[ " ${TRACE_LOADS:-c1 c64} " == *" $1 "* ]]; }
     for n in ${TRACE_API_SERVERS:-1 4}; do
         export INFERCORE_TRACE_LATENCY_DIR="$WORK/trace-api$n"
         start_server "$URL" "$WORK/serve-trace-api$n.log" "$MODEL" "${SERVE_FLAGS[@]}" --api-server-count "$n" \
             || continue
         step "trace-warmup-api$n" 60 "${BENCH[@]}" --num-prompts "$WARM_N" --max-concurrency "$WARM_N" \
             --label warmup >/dev/null 2>"$WORK/trace-warmup-api$n.err"
-        step "trace-c1-api$n" 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 --label "c1-api$n" \
-            2>"$WORK/trace-c1-api$n.err" | tee -a "$TRACE_RES"
-        step "trace-c64-api$n" 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" \
+        tracing c1 && step "trace-c1-api$n" 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 \
+            --label "c1-api$n" 2>"$WORK/trace-c1-api$n.err" | tee -a "$TRACE_RES"
+        tracing c64 && step "trace-c64-api$n" 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" \
             --num-workers "$(workers "$C64" 2)" --label "c64-api$n" 2>"$WORK/trace-c64-api$n.err" \
             | tee -a "$TRACE_RES"
+        tracing c256 && step "trace-c256-api$n" 120 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" \
+            --num-workers "$(workers "$C256" "${C256_WORKERS:-6}")" --label "c256-api$n" \
+            2>"$WORK/trace-c256-api$n.err" | tee -a "$TRACE_RES"
         stop_server  # the engine and API servers close their trace files
-        for label in "c1-api$n" "c64-api$n"; do
-            step "trace-report-$label" 60 python3 -m infercore.benchmarks.serve_trace "$INFERCORE_TRACE_LATENCY_DIR" \
-                --label "$label" | tee -a "$TRACE_RES"
+        for label in c1 c64 c256; do
+            tracing "$label" || continue
+            step "trace-report-$label-api$n" 90 python3 -m infercore.benchmarks.serve_trace \
+                "$INFERCORE_TRACE_LATENCY_DIR" --label "$label-api$n" | tee -a "$TRACE_RES"
         done
     done
     unset INFERCORE_TRACE_LATENCY INFERCORE_TRACE_LATENCY_DIR

@@ -13,7 +13,9 @@ import pytest
 from infercore.benchmarks.serve_trace import (
     FIRST_TOKEN_STAMPS,
     TOKEN_STAGES,
+    PHASES,
     TracedRequest,
+    occupancy,
     report,
     token_arrivals,
 )
@@ -93,3 +95,34 @@ def test_report_gives_each_stage_of_the_label(traced: Path) -> None:
     gaps = {line["stage"]: line for line in lines if line["path"] == "gaps"}
     assert set(gaps) == set(TOKEN_STAGES) and all(line["n"] > 0 for line in gaps.values())
     assert report(traced, "no-such-label") == []
+    (slots,) = [line for line in lines if line["path"] == "occupancy"]
+    assert slots["n"] == NUM_REQUESTS and slots["peak_in_flight"] == 1  # concurrency 1
+    run = slots["run"]
+    assert sum(run[name] for name, _, _ in PHASES) == pytest.approx(run["in_flight"], abs=0.03)
+
+
+def _request(send: int, recv: int, first_step: int, steps: list[int], events: list[int]) -> TracedRequest:
+    return TracedRequest({"send": send, "events": events}, None,
+                         {"recv": recv, "first_step": first_step, "step_done": steps})
+
+
+def test_occupancy_splits_the_slots_by_phase() -> None:
+    ms = 1_000_000
+    # Two slots. A: in flight 0-10 ms (1 in, 1 queued, 2 prefill, 5 decoding, 1 out); B: 0-4 ms, then the
+    # slot stays empty until C is sent at 6 ms and runs to 10 ms.
+    requests = [
+        _request(0, 1 * ms, 2 * ms, [4 * ms, 9 * ms], [5 * ms, 10 * ms]),
+        _request(0, 0, 0, [1 * ms, 3 * ms], [2 * ms, 4 * ms]),
+        _request(6 * ms, 7 * ms, 7 * ms, [8 * ms, 9 * ms], [10 * ms]),
+    ]
+    result = occupancy(requests)
+    assert result["n"] == 3 and result["peak_in_flight"] == 2
+    run = result["run"]
+    assert run["seconds"] == 0.01
+    assert run["in_flight"] == pytest.approx((10 + 4 + 4) / 10)
+    assert run["empty"] == pytest.approx(2 - 1.8)
+    assert run["decoding"] == pytest.approx((5 + 2 + 1) / 10)
+    assert run["inbound"] == pytest.approx((1 + 0 + 1) / 10)
+    assert run["outbound"] == pytest.approx((1 + 1 + 1) / 10)
+    assert sum(run[name] for name, _, _ in PHASES) == pytest.approx(run["in_flight"])
+    assert occupancy([]) == {"n": 0}

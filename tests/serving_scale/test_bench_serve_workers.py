@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from infercore.benchmarks.serve import PROBE_SEED_OFFSET, _split, make_prompts
+from infercore.benchmarks.serve import PROBE_SEED_OFFSET, _shares, _split, make_prompts
 
 NUM_PROMPTS = 10
 OUTPUT_LEN = 6
@@ -35,12 +35,32 @@ def test_concurrency_is_shared_between_workers() -> None:
     assert _split(None, 0, 4) is None
 
 
+def test_requests_are_shared_in_proportion_to_each_workers_slots() -> None:
+    """1,024 requests at concurrency 256 over 6 processes: 4 requests per slot in every process (an even
+    split gave the 42-slot processes 170 requests, a fifth round of 2 after everyone else finished)."""
+    items = list(range(1024))
+    shares = _shares(items, 256, 6)
+    assert [c for _, c in shares] == [43, 43, 43, 43, 42, 42]
+    assert [len(s) for s, _ in shares] == [172, 172, 172, 172, 168, 168]
+    assert sorted(i for s, _ in shares for i in s) == items
+    # Not a multiple: every request is sent once, and no process's requests per slot differ by one or more.
+    shares = _shares(list(range(100)), 7, 3)
+    assert sum(len(s) for s, _ in shares) == 100 and sorted(i for s, _ in shares for i in s) == list(range(100))
+    per_slot = [len(s) / c for s, c in shares]
+    assert max(per_slot) - min(per_slot) < 1
+    # Without a concurrency (a request rate), requests are dealt out in turn.
+    assert _shares(list(range(5)), None, 2) == [([0, 2, 4], None), ([1, 3], None)]
+
+
 def test_two_workers_complete_every_request_and_report_cpu(server) -> None:
     [summary], _ = _bench(server.url, "--num-workers", "2", "--max-concurrency", "4")
     assert summary["completed"] == NUM_PROMPTS and summary["failed"] == 0
     assert summary["total_output_tokens"] == NUM_PROMPTS * OUTPUT_LEN
     assert summary["num_workers"] == 2
     assert summary["client_cpu_s"] > 0 and summary["client_cpu_busiest_worker"] > 0
+    # The processes wait for each other before loading: their loads start together, whenever each spawned.
+    assert 0 <= summary["client_start_spread_s"] < 0.1
+    assert summary["client_end_spread_s"] >= 0
     assert summary["ttft_p50_ms"] > 0 and summary["tpot_p50_ms"] > 0
 
 

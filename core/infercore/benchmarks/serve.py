@@ -203,8 +203,21 @@ class ShareResult:
     end: float
 
 
-def _share_of(items: list[Any], worker: int, num_workers: int) -> list[Any]:
-    return items[worker::num_workers]
+def _shares(items: list[Any], concurrency: int | None, num_workers: int) -> list[tuple[list[Any], int | None]]:
+    """Each client process's requests and concurrency. With a concurrency, a process's requests are in
+    proportion to its slots (largest remainder), so every process runs as many requests per slot as
+    the whole client would: no process is left with a last, nearly empty round of requests while the
+    others have finished (what an even split of requests over uneven slots does)."""
+    if concurrency is None:
+        return [(items[w::num_workers], None) for w in range(num_workers)]
+    slots = [_split(concurrency, w, num_workers) or 0 for w in range(num_workers)]
+    exact = [len(items) * s / concurrency for s in slots]
+    counts = [int(x) for x in exact]
+    by_remainder = sorted(range(num_workers), key=lambda w: (counts[w] - exact[w], w))
+    for w in by_remainder[:len(items) - sum(counts)]:
+        counts[w] += 1
+    starts = [sum(counts[:w]) for w in range(num_workers)]
+    return [(items[start:start + count], s) for start, count, s in zip(starts, counts, slots)]
 
 
 def _split(total: int | None, worker: int, num_workers: int) -> int | None:
@@ -215,8 +228,9 @@ def _split(total: int | None, worker: int, num_workers: int) -> int | None:
 
 
 async def _run_share(args: argparse.Namespace, model: str, prompts: list[Any], concurrency: int | None,
-                     rate: float, seed: int, show_progress: bool) -> ShareResult:
-    """Send ``prompts`` with at most ``concurrency`` in flight at ``rate`` requests/s; time each."""
+                     rate: float, seed: int, show_progress: bool, barrier: Any = None) -> ShareResult:
+    """Send ``prompts`` with at most ``concurrency`` in flight at ``rate`` requests/s; time each. With a
+    ``barrier`` (one per client process), no process starts its load before every one is ready."""
     from tqdm import tqdm
 
     base_url = args.base_url.rstrip("/")
@@ -227,6 +241,8 @@ async def _run_share(args: argparse.Namespace, model: str, prompts: list[Any], c
     # The prompts and every import live through the load: a full collection walking them would pause
     # this client's streams, and the gaps it measures would be its own.
     freeze_startup_heap()
+    if barrier is not None:
+        barrier.wait()
     cpu_start, wall_start = time.process_time(), time.time()
     async with httpx.AsyncClient(timeout=httpx.Timeout(args.timeout), limits=limits) as http:
         client = lean or http
@@ -261,9 +277,10 @@ async def _run_share(args: argparse.Namespace, model: str, prompts: list[Any], c
 
 
 def _worker(args: argparse.Namespace, model: str, prompts: list[Any], concurrency: int | None, rate: float,
-            seed: int) -> ShareResult:
+            seed: int, barrier: Any) -> ShareResult:
     """A client process's entry (importable for the spawn context)."""
-    return _run_loop(_run_share(args, model, prompts, concurrency, rate, seed, show_progress=False))
+    return _run_loop(_run_share(args, model, prompts, concurrency, rate, seed, show_progress=False,
+                                barrier=barrier))
 
 
 def _use_lean_client(args: argparse.Namespace) -> bool:
@@ -286,13 +303,16 @@ def _run_shares(args: argparse.Namespace, model: str, prompts: list[Any], rate: 
     if n == 1:
         return [_run_loop(_run_share(args, model, prompts, args.max_concurrency, rate, args.seed,
                                        show_progress=not args.no_progress))]
-    shares = [(_share_of(prompts, w, n), _split(args.max_concurrency, w, n), rate / n, args.seed + w)
-              for w in range(n)]
+    shares = [(share, concurrency, rate / n, args.seed + w)
+              for w, (share, concurrency) in enumerate(_shares(prompts, args.max_concurrency, n)) if share]
     picklable = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "func"})
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=n, mp_context=context) as pool:
-        futures = [pool.submit(_worker, picklable, model, share, concurrency, share_rate, seed)
-                   for share, concurrency, share_rate, seed in shares if share]
+    # Processes start (spawn, imports, connections) at different times; the barrier starts their loads
+    # together, so the measured window never holds one process's load without the others'.
+    with context.Manager() as manager, ProcessPoolExecutor(max_workers=len(shares), mp_context=context) as pool:
+        barrier = manager.Barrier(len(shares))
+        futures = [pool.submit(_worker, picklable, model, share, concurrency, share_rate, seed, barrier)
+                   for share, concurrency, share_rate, seed in shares]
         return [future.result() for future in futures]
 
 
@@ -301,6 +321,8 @@ def _client_cpu(shares: list[ShareResult], duration: float) -> dict[str, Any]:
     busiest = max((s.cpu_s / max(s.end - s.start, 1e-9) for s in shares), default=0.0)
     return {"num_workers": len(shares), "client_cpu_s": sum(s.cpu_s for s in shares),
             "client_cpu_busiest_worker": round(busiest, 3),
+            "client_start_spread_s": round(max(s.start for s in shares) - min(s.start for s in shares), 4),
+            "client_end_spread_s": round(max(s.end for s in shares) - min(s.end for s in shares), 4),
             "client_cpu_util": sum(s.cpu_s for s in shares) / duration / len(shares) if duration else 0.0}
 
 

@@ -13,6 +13,10 @@ records of each request by its id and prints JSON lines, grouped by the client r
 * ``path: gaps`` - at each of those stages, the gaps between a request's successive deliveries
   (inter-token latency as that stage sees it) and their p99 over the median time per output token: the
   stage where this ratio jumps is where tokens start to arrive in bursts.
+* ``path: occupancy`` - where the client's in-flight slots go: the mean number of requests in each phase
+  (on the way in, queued in the engine, in their prefill step, decoding, on the way out) and the slots the
+  client left empty, over the whole run and over its steady part (from the first time the most requests
+  were in flight to the last send). Throughput at a fixed concurrency is the decoding share.
 
     python3 -m infercore.benchmarks.serve_trace /tmp/infercore-latency-trace [--label c1]
 """
@@ -191,6 +195,68 @@ def token_report(requests: list[TracedRequest]) -> tuple[dict[str, list[float]],
     return delays, summary
 
 
+#: The phases of a request's life in the client's slot: (name, start, end); a stamp is (role, key, index),
+#: the index picking one of a list's values (the first step's output, the last client event).
+PHASES = [
+    ("inbound", ("client", "send", 0), ("engine", "recv", 0)),
+    ("queued", ("engine", "recv", 0), ("engine", "first_step", 0)),
+    ("prefill", ("engine", "first_step", 0), ("engine", "step_done", 0)),
+    ("decoding", ("engine", "step_done", 0), ("engine", "step_done", -1)),
+    ("outbound", ("engine", "step_done", -1), ("client", "events", -1)),
+]
+
+
+def _phase_stamp(request: TracedRequest, role: str, key: str, index: int) -> int | None:
+    record = getattr(request, role)
+    value = record.get(key) if record is not None else None
+    if isinstance(value, list):
+        return value[index] if value else None
+    return value
+
+
+def _overlap(start: int, end: int, lo: int, hi: int) -> int:
+    return max(0, min(end, hi) - max(start, lo))
+
+
+def occupancy(requests: list[TracedRequest]) -> dict[str, Any]:
+    """The mean number of requests in each phase of :data:`PHASES`, and of client slots left empty (the
+    most requests ever in flight, less the mean in flight), over the run and over its steady part."""
+    spans = []  # (send, end, {phase: (start, end)})
+    for request in requests:
+        send, end = _phase_stamp(request, "client", "send", 0), _phase_stamp(request, "client", "events", -1)
+        if send is None or end is None:
+            continue
+        phases = {}
+        for name, start_stamp, end_stamp in PHASES:
+            start, stop = _phase_stamp(request, *start_stamp), _phase_stamp(request, *end_stamp)
+            if start is not None and stop is not None and stop >= start:
+                phases[name] = (start, stop)
+        spans.append((send, end, phases))
+    if not spans:
+        return {"n": 0}
+    edges = sorted([(s, 1) for s, _, _ in spans] + [(e, -1) for _, e, _ in spans])
+    in_flight = peak = 0
+    peak_at = edges[0][0]
+    for when, change in edges:
+        in_flight += change
+        if in_flight > peak:
+            peak, peak_at = in_flight, when
+    windows = {"run": (min(s for s, _, _ in spans), max(e for _, e, _ in spans)),
+               "steady": (peak_at, max(s for s, _, _ in spans))}
+    result: dict[str, Any] = {"n": len(spans), "peak_in_flight": peak}
+    for window, (lo, hi) in windows.items():
+        length = hi - lo
+        if length <= 0:
+            continue
+        in_flight_mean = sum(_overlap(s, e, lo, hi) for s, e, _ in spans) / length
+        line = {"seconds": round(length / 1e9, 3), "in_flight": round(in_flight_mean, 2),
+                "empty": round(peak - in_flight_mean, 2)}
+        for name, _, _ in PHASES:
+            line[name] = round(sum(_overlap(*p[name], lo, hi) for _, _, p in spans if name in p) / length, 2)
+        result[window] = line
+    return result
+
+
 def report(directory: Path, label: str | None = None) -> list[dict[str, Any]]:
     """The JSON lines of the trace in ``directory`` (of one client ``label``, or of all)."""
     lines: list[dict[str, Any]] = []
@@ -204,6 +270,7 @@ def report(directory: Path, label: str | None = None) -> list[dict[str, Any]]:
             lines.append({"label": name, "path": "per_token", "stage": stage, **percentiles(values)})
         for stage, summary in gaps.items():
             lines.append({"label": name, "path": "gaps", "stage": stage, **summary})
+        lines.append({"label": name, "path": "occupancy", **occupancy(requests)})
     return lines
 
 
