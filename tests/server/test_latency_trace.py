@@ -12,8 +12,8 @@ import pytest
 
 from infercore.benchmarks.serve_trace import (
     FIRST_TOKEN_STAMPS,
-    TOKEN_STAGES,
     PHASES,
+    TOKEN_STAGES,
     TracedRequest,
     occupancy,
     report,
