@@ -102,13 +102,13 @@ if [[ "${TRACE:-0}" == 1 ]]; then
         start_server "$URL" "$WORK/serve-trace-api$n.log" "$MODEL" "${SERVE_FLAGS[@]}" --api-server-count "$n" \
             || continue
         step "trace-warmup-api$n" 60 "${BENCH[@]}" --num-prompts "$WARM_N" --max-concurrency "$WARM_N" \
-            --label warmup >/dev/null 2>"$WORK/trace-warmup-api$n.err"
-        tracing c1 && step "trace-c1-api$n" 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 \
+            --seed 900 --label warmup >/dev/null 2>"$WORK/trace-warmup-api$n.err"
+        tracing c1 && step "trace-c1-api$n" 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 --seed 1 \
             --label "c1-api$n" 2>"$WORK/trace-c1-api$n.err" | tee -a "$TRACE_RES"
-        tracing c64 && step "trace-c64-api$n" 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" \
+        tracing c64 && step "trace-c64-api$n" 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" --seed 641 \
             --num-workers "$(workers "$C64" 2)" --label "c64-api$n" 2>"$WORK/trace-c64-api$n.err" \
             | tee -a "$TRACE_RES"
-        tracing c256 && step "trace-c256-api$n" 120 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" \
+        tracing c256 && step "trace-c256-api$n" 120 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" --seed 256 \
             --num-workers "$(workers "$C256" "${C256_WORKERS:-6}")" --label "c256-api$n" \
             2>"$WORK/trace-c256-api$n.err" | tee -a "$TRACE_RES"
         stop_server  # the engine and API servers close their trace files
@@ -129,23 +129,24 @@ start_server "$URL" "$WORK/serve.log" "$MODEL" "${SERVE_FLAGS[@]}" || exit 1
 OFFLINE_ARGS="{\"load_format\": \"dummy\", \"dtype\": \"$DTYPE\", \"max_model_len\": $MAX_MODEL_LEN, \
 \"skip_tokenizer_init\": true, \"gpu_memory_utilization\": $GPU_UTIL${ENGINE_EXTRA:+, $ENGINE_EXTRA}}"
 
-# Warm-up (CUDA graphs, allocator), not reported.
-step warmup 60 "${BENCH[@]}" --num-prompts "$WARM_N" --max-concurrency "$WARM_N" >/dev/null 2>"$WORK/warmup.err"
+# Warm-up (CUDA graphs, allocator), not reported. Every load sends prompts of its own seed: none finds an
+# earlier load's prompts in the server's prefix cache (the offline engine, fresh, finds none either).
+step warmup 60 "${BENCH[@]}" --num-prompts "$WARM_N" --max-concurrency "$WARM_N" --seed 900 >/dev/null 2>"$WORK/warmup.err"
 # The loads to run (LOADS, default all three), each its own step.
 wants() { [[ " ${LOADS:-c1 c64 c256} " == *" $1 "* ]]; }
 # (c) single stream: TTFT and TPOT of one request at a time.
-wants c1 && step c1 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 --label c1 2>"$WORK/c1.err" | tee -a "$RES"
+wants c1 && step c1 60 "${BENCH[@]}" --num-prompts "$N1" --max-concurrency 1 --seed 1 --label c1 2>"$WORK/c1.err" | tee -a "$RES"
 # (b) concurrency 64: ITL p99 against TPOT p50, C64_RUNS times (default 1) on the same server; the
 # verdict judges every run and reports the worst.
 if wants c64; then
     for ((run = 1; run <= ${C64_RUNS:-1}; run++)); do
-        step "c64-run$run" 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" \
+        step "c64-run$run" 90 "${BENCH[@]}" --num-prompts "$N64" --max-concurrency "$C64" --seed $((640 + run)) \
             --num-workers "$(workers "$C64" "${C64_WORKERS:-6}")" --label c64 2>>"$WORK/c64.err" | tee -a "$RES"
     done
 fi
 # (a) concurrency 256 next to the same requests through LLM.generate, whose engine then also times the
 # batch-1 prefill of PROBES other prompts of the same length (the reference of c1's TTFT).
-wants c256 && step c256 240 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" --num-workers "$(workers "$C256" "${C256_WORKERS:-6}")" \
+wants c256 && step c256 240 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" --seed 256 --num-workers "$(workers "$C256" "${C256_WORKERS:-6}")" \
     --offline-model "$MODEL" --offline-engine-args "$OFFLINE_ARGS" --offline-prefill-probes "$PROBES" \
     --label c256 2>"$WORK/c256.err" | tee -a "$RES"
 # Profiles of the server's processes under the same load (a run of its own, so the profiler's pauses
@@ -155,7 +156,7 @@ if [[ "$PYSPY" == 1 ]]; then
         echo "== PYSPY=1 but py-spy is not installed; no profiles" >&2
     else
         start_profiles
-        step c256-profiled 120 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" \
+        step c256-profiled 120 "${BENCH[@]}" --num-prompts "$N256" --max-concurrency "$C256" --seed 257 \
             --num-workers "$(workers "$C256" 4)" --label c256-profiled 2>"$WORK/c256-profiled.err" | tee -a "$RES"
         for pid in "${BACKGROUND_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
         BACKGROUND_PIDS=()
@@ -163,7 +164,7 @@ if [[ "$PYSPY" == 1 ]]; then
 fi
 # (d) the Poisson sweep, one line per rate (SWEEP=0 skips it).
 # shellcheck disable=SC2086  # SWEEP_RATES is a list
-[[ "${SWEEP:-1}" == 1 ]] && step sweep 150 "${BENCH[@]}" --num-prompts "$SWEEP_N" --request-rate $SWEEP_RATES --num-workers "$(workers "$SWEEP_N" 2)" \
+[[ "${SWEEP:-1}" == 1 ]] && step sweep 150 "${BENCH[@]}" --num-prompts "$SWEEP_N" --request-rate $SWEEP_RATES --seed 400 --num-workers "$(workers "$SWEEP_N" 2)" \
     --label sweep 2>"$WORK/sweep.err" | tee -a "$RES"
 stop_server
 

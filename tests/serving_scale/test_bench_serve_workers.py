@@ -105,3 +105,27 @@ def test_prefill_probes_without_an_offline_model_are_refused(server) -> None:
         [sys.executable, "-m", "infercore.entrypoints.cli", "bench", "serve", "--base-url", server.url,
          "--offline-prefill-probes", "4"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "needs --offline-model" in result.stderr
+
+
+def test_each_rate_of_a_sweep_sends_prompts_of_its_own(monkeypatch) -> None:
+    """A later rate never meets the last rate's prompts in the server's prefix cache (a flattered TTFT)."""
+    import argparse
+
+    from infercore.benchmarks import serve
+
+    calls = []
+
+    def fake_run(args, rate, seed):
+        calls.append((rate, seed))
+        return {"request_rate": rate, "completed": 1, "output_throughput_tok_s": 1.0, "ttft_p50_ms": 1.0,
+                "ttft_p99_ms": 1.0, "tpot_p50_ms": 1.0, "tpot_p99_ms": 1.0}
+
+    monkeypatch.setattr(serve, "run_benchmark", fake_run)
+    subparsers = argparse.ArgumentParser().add_subparsers()
+    args = serve.add_bench_serve_parser(subparsers).parse_args(["--request-rate", "4", "16", "64", "--seed", "3"])
+    assert serve.run_bench_serve(args) == 0
+    assert [rate for rate, _ in calls] == [4.0, 16.0, 64.0]
+    seeds = [seed for _, seed in calls]
+    assert seeds[0] == 3 and len(set(seeds)) == 3
+    prompts = [serve.make_prompts(4, 32, True, 10000, seed=seed) for seed in seeds]
+    assert not {tuple(p[:16]) for p in prompts[0]} & {tuple(p[:16]) for p in prompts[1] + prompts[2]}

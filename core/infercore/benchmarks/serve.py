@@ -30,6 +30,8 @@ from infercore.gc_heap import freeze_startup_heap
 
 #: Above this share of one core, a client process may be slowing the load it measures.
 CLIENT_BUSY = 0.8
+#: Added to --seed once per rate of a sweep after the first, so each rate sends prompts of its own.
+RATE_SEED_STEP = 104729
 #: Added to --seed for the offline prefill probes' prompts, so they differ from the run's.
 PROBE_SEED_OFFSET = 7919
 _WORDS = ["the", "model", "engine", "token", "cache", "block", "request", "server", "stream", "batch", "prompt", "output", "latency", "kernel", "device", "memory", "schedule", "decode", "prefill", "sample"]
@@ -333,12 +335,13 @@ def _model_name_sync(base_url: str, api_key: str | None, timeout: float) -> str:
     return response.json()["data"][0]["id"]
 
 
-def run_benchmark(args: argparse.Namespace, rate: float | None = None) -> dict[str, Any]:
-    """Run the benchmark described by ``args`` (at ``rate``, default its first ``--request-rate``) and
-    return its summary."""
+def run_benchmark(args: argparse.Namespace, rate: float | None = None, seed: int | None = None) -> dict[str, Any]:
+    """Run the benchmark described by ``args`` (at ``rate``, default its first ``--request-rate``; prompts of
+    ``seed``, default ``--seed``) and return its summary."""
     rate = args.request_rate[0] if rate is None else rate
+    seed = args.seed if seed is None else seed
     prompts = make_prompts(args.num_prompts, args.input_len, args.prompt_type == "token-ids", args.vocab_size,
-                           args.seed, load_tokenizer(args.tokenizer))
+                           seed, load_tokenizer(args.tokenizer))
     model = args.model or _model_name_sync(args.base_url, args.api_key, args.timeout)
     shares = _run_shares(args, model, prompts, rate)
     duration = max(s.end for s in shares) - min(s.start for s in shares)
@@ -388,7 +391,9 @@ def add_bench_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="with --prompt-type text: cut each prompt to --input-len tokens of this tokenizer "
                              "(the server's), rather than as many words")
     parser.add_argument("--vocab-size", type=int, default=256, help="token ids are drawn below this")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the prompts and arrival times")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the prompts and arrival times (each later rate of a sweep adds its own "
+                             "offset: a server's prefix cache never holds a rate's prompts from the last one)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before one request fails")
     parser.add_argument("--http-client", choices=["auto", "lean", "httpx"], default="auto",
                         help="the lean built-in HTTP/1.1 client (plain http:// only; about a millisecond less "
@@ -433,8 +438,10 @@ def run_bench_serve(args: argparse.Namespace) -> int:
         return 2
     summaries = []
     try:
-        for rate in args.request_rate:
-            summaries.append(run_benchmark(args, rate))
+        # Each rate of a sweep sends prompts of its own seed: none finds the last rate's prompts in the
+        # server's prefix cache, which would flatter its TTFT.
+        for i, rate in enumerate(args.request_rate):
+            summaries.append(run_benchmark(args, rate, args.seed + i * RATE_SEED_STEP))
             if args.offline_model is None:
                 print(json.dumps(summaries[-1]), flush=True)
     except httpx.HTTPError as exc:
