@@ -2,8 +2,9 @@
 
 Runs a named workload (default W-GPU) through ``LLM.generate`` with the engine's host phases
 wrapped in timers, and prints JSON lines: one per batch-size bucket (mean milliseconds per step of
-each phase), one summary, and, on a GPU, one per profiled window (kernel time, device busy
-fraction, the kernels that take longest). ``--tiny`` swaps in a very small model of the same
+each phase, and the context tokens its decodes read), one summary, and, on a GPU, one per profiled
+window (kernel time, device busy fraction, the kernels that take longest, and the TB/s the decode
+attention kernels read the KV cache at). ``--tiny`` swaps in a very small model of the same
 request set so the host cost can be studied on a CPU.
 
     python benchmarks/step_timeline.py --workload w-gpu --windows 300,800
@@ -58,8 +59,10 @@ PHASES = (
 class Timeline:
     """Per-step timers and the profiler windows."""
 
-    def __init__(self, windows: list[int], window_len: int) -> None:
+    def __init__(self, windows: list[int], window_len: int, kv_bytes_per_token: int = 0) -> None:
         self.steps: list[dict[str, float]] = []
+        #: KV cache bytes one context token holds over all layers (K and V): what decode attention reads.
+        self.kv_bytes_per_token = kv_bytes_per_token
         self.current: dict[str, float] = defaultdict(float)
         self.windows = windows
         self.window_len = window_len
@@ -87,6 +90,7 @@ class Timeline:
             out = original(sched)
             timeline.current["num_reqs"] = len(out.num_scheduled_tokens)
             timeline.current["num_tokens"] = out.total_num_scheduled_tokens
+            timeline.current["decode_context_tokens"] = decode_context_tokens(out)
             return out
 
         Scheduler.schedule = schedule  # type: ignore[method-assign]
@@ -161,6 +165,9 @@ class Timeline:
                 entry[1] += 1
         steps = self.steps[self.profiler_start:]
         top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:20]
+        decode_us = sum(t for name, (t, _) in by_name.items() if name.startswith("_decode_")) / self.window_len
+        context = sum(s.get("decode_context_tokens", 0) for s in steps) / max(len(steps), 1)
+        kv_bytes = context * self.kv_bytes_per_token
         self.window_results.append({
             "window_first_step": self.profiler_start, "steps": self.window_len,
             "mean_num_reqs": round(sum(s.get("num_reqs", 0) for s in steps) / max(len(steps), 1), 1),
@@ -168,11 +175,33 @@ class Timeline:
             "device_busy_ms_per_step": round(busy / 1e3 / self.window_len, 3),
             "device_span_ms_per_step": round(span / 1e3 / self.window_len, 3),
             "kernels_per_step": round(len(kernels) / self.window_len, 1),
+            # What the decode kernels read (each decode's context, every layer's K and V) over their time.
+            "decode_context_tokens_per_step": round(context, 1),
+            "decode_attention_us_per_step": round(decode_us, 1),
+            "decode_attention_tb_s": round(kv_bytes / decode_us / 1e6, 3) if decode_us else None,
             "top_kernels_us_per_step": {name: [round(t / self.window_len, 1), round(n / self.window_len, 1)]
                                         for name, (t, n) in top},
             "runtime_calls_us_per_step": {name: [round(t / self.window_len, 1), round(n / self.window_len, 1)]
                                           for name, (t, n) in sorted(runtime.items(), key=lambda kv: -kv[1][0])[:8]},
         })
+
+
+def decode_context_tokens(out: Any) -> int:
+    """Context tokens a step's decodes attend to: each request computing one token after
+    ``num_computed_tokens`` reads that many keys plus its own."""
+    cached = out.scheduled_cached_reqs
+    return sum(computed + 1 for computed, num in zip(cached.num_computed_tokens, out.num_scheduled_tokens, strict=False)
+               if num == 1)
+
+
+def kv_bytes_per_token(workload: Workload) -> int:
+    """KV cache bytes of one context token over all layers: K and V of every KV head, in the cache's dtype."""
+    config = workload.model_config
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or config["num_attention_heads"]
+    fp8 = str(workload.engine_kwargs.get("kv_cache_dtype", "auto")).startswith("fp8")
+    element = 1 if fp8 else torch.empty((), dtype=getattr(torch, workload.dtype)).element_size()
+    return config["num_hidden_layers"] * kv_heads * head_dim * 2 * element
 
 
 def bucket(num_reqs: int, num_tokens: int) -> str:
@@ -202,8 +231,8 @@ def main() -> None:
         workload = dataclasses.replace(workload, num_requests=args.num_requests)
     if args.tiny:
         workload = workload.tiny()
-    timeline = Timeline([int(w) for w in args.windows.split(",") if w], args.window_len)
-    kwargs: dict[str, Any] = {}
+    timeline = Timeline([int(w) for w in args.windows.split(",") if w], args.window_len, kv_bytes_per_token(workload))
+    kwargs: dict[str, Any] = dict(workload.engine_kwargs)  # e.g. w-gpu-fp8kv's cache dtype
     if args.async_scheduling != "auto":
         kwargs["async_scheduling"] = args.async_scheduling == "on"
     with tempfile.TemporaryDirectory() as tmp:
@@ -230,13 +259,14 @@ def main() -> None:
     buckets: dict[str, list[dict[str, float]]] = defaultdict(list)
     for step in timeline.steps:
         buckets[bucket(int(step.get("num_reqs", 0)), int(step.get("num_tokens", 0)))].append(step)
-    keys = [k for k, _, _ in PHASES] + ["sampling_metadata", "wait_for_device"]
+    keys = [k for k, _, _ in PHASES] + ["sampling_metadata", "wait_for_device", "decode_context_tokens"]
     for name, steps in sorted(buckets.items()):
         row = {"bucket": name, "steps": len(steps),
                "mean_reqs": round(sum(s.get("num_reqs", 0) for s in steps) / len(steps), 1)}
         row.update({k: round(sum(s.get(k, 0.0) for s in steps) / len(steps), 3) for k in keys})
         print(json.dumps(row))
-    totals = {k: round(sum(s.get(k, 0.0) for s in timeline.steps) / 1e3, 3) for k in keys}
+    totals = {k: round(sum(s.get(k, 0.0) for s in timeline.steps) / 1e3, 3) for k in keys
+              if k != "decode_context_tokens"}
     print(json.dumps({"summary": True, "workload": workload.name, "tiny": args.tiny, "steps": len(timeline.steps),
                       "wall_s": round(elapsed, 3), "output_tokens": tokens,
                       "output_tok_s": round(tokens / elapsed, 1), "phase_totals_s": totals,

@@ -42,3 +42,25 @@ def test_a_tiny_sampling_run_times_the_runners_metadata_gather() -> None:
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["workload"] == "w-gpu-sampling" and summary["output_tokens"] > 0
     assert summary["phase_totals_s"]["sampling_metadata"] > 0
+
+
+def test_decode_reads_are_counted_from_the_plan_and_the_cache_shape() -> None:
+    """Each one-token request reads its computed tokens plus its own; prompt chunks are not decodes. A W-GPU
+    context token holds 28 layers x 8 KV heads x 128 x K and V in bf16, half that in an fp8 cache."""
+    from infercore.engine.scheduler_output import CachedRequests, SchedulerOutput
+
+    script = load_script()
+    cached = CachedRequests(req_ids=["a", "b", "c"], num_computed_tokens=[10, 99, 500])
+    out = SchedulerOutput(scheduled_new_reqs=[], scheduled_cached_reqs=cached, num_scheduled_tokens=[1, 64, 1],
+                          total_num_scheduled_tokens=66, finished_req_ids=set())
+    assert script.decode_context_tokens(out) == 11 + 501
+    assert script.kv_bytes_per_token(WORKLOADS["w-gpu"]) == 28 * 8 * 128 * 2 * 2
+    assert script.kv_bytes_per_token(WORKLOADS["w-gpu-fp8kv"]) == 28 * 8 * 128 * 2
+
+
+def test_a_tiny_run_reports_the_decode_context_per_bucket() -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--num-requests", "3"],
+                          capture_output=True, text=True, timeout=300, check=True)
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"bucket"')]
+    decodes = [r for r in rows if r["bucket"].startswith("decode")]
+    assert decodes and all(r["decode_context_tokens"] > 0 for r in decodes)
