@@ -259,14 +259,14 @@ def main() -> None:
     buckets: dict[str, list[dict[str, float]]] = defaultdict(list)
     for step in timeline.steps:
         buckets[bucket(int(step.get("num_reqs", 0)), int(step.get("num_tokens", 0)))].append(step)
-    keys = [k for k, _, _ in PHASES] + ["sampling_metadata", "wait_for_device", "decode_context_tokens"]
+    keys = [k for k, _, _ in PHASES] + ["sampling_metadata", "wait_for_device"]
     for name, steps in sorted(buckets.items()):
         row = {"bucket": name, "steps": len(steps),
                "mean_reqs": round(sum(s.get("num_reqs", 0) for s in steps) / len(steps), 1)}
-        row.update({k: round(sum(s.get(k, 0.0) for s in steps) / len(steps), 3) for k in keys})
+        row.update({k: round(sum(s.get(k, 0.0) for s in steps) / len(steps), 3)
+                    for k in [*keys, "decode_context_tokens"]})
         print(json.dumps(row))
-    totals = {k: round(sum(s.get(k, 0.0) for s in timeline.steps) / 1e3, 3) for k in keys
-              if k != "decode_context_tokens"}
+    totals = {k: round(sum(s.get(k, 0.0) for s in timeline.steps) / 1e3, 3) for k in keys}
     print(json.dumps({"summary": True, "workload": workload.name, "tiny": args.tiny, "steps": len(timeline.steps),
                       "wall_s": round(elapsed, 3), "output_tokens": tokens,
                       "output_tok_s": round(tokens / elapsed, 1), "phase_totals_s": totals,
