@@ -66,20 +66,14 @@ def _e4m3_ptx_to_fp16(raw):
 
 
 @triton.jit
-def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, kv_head, split,
-                     out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
-                     stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
-                     stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
-                     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-                     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
-                     DOT_PRECISION: tl.constexpr, FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr):
-    """Split ``split`` of sequence ``seq`` (query token at row ``row``) for one KV head's query heads."""
-    start = tl.maximum(seq_len - sliding_window, 0)
-    # Splits start on BLOCK_N boundaries so the loop's tiles never straddle two splits.
-    chunk = tl.cdiv(tl.cdiv(seq_len - start, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    lo = start + split * chunk
-    hi = tl.minimum(lo + chunk, seq_len)
-
+def _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
+                  stride_qt, stride_qh, stride_cs, stride_cb, stride_ch,
+                  GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
+                  PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+                  DOT_PRECISION: tl.constexpr, FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr):
+    """Attention of the query token at ``row`` (every query head of KV head ``kv_head``) over context positions
+    [lo, hi) of the sequence whose block table row is ``table``: the unnormalised output, the running maximum
+    (base 2) and the softmax denominator, one row per query head of the group."""
     g = tl.arange(0, GROUP_PAD)
     d = tl.arange(0, HEAD_PAD)
     heads = kv_head * GROUP + g
@@ -90,7 +84,7 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
     if FP16_MATH:
         # Clamped to fp16's range first: an outsized query value saturates instead of becoming inf.
         q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
-    # Scores live in base 2 (exp2 is the cheap exponential); the merge kernel stays in base 2 too.
+    # Scores live in base 2 (exp2 is the cheap exponential); the merges stay in base 2 too.
     qk_scale = scale * 1.4426950408889634
 
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
@@ -116,11 +110,35 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
         denom = denom * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
         m = m_new
+    return acc, m, denom
 
+
+@triton.jit
+def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, kv_head, split,
+                     out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
+                     stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
+                     stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
+                     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
+                     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                     DOT_PRECISION: tl.constexpr, FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr):
+    """Split ``split`` of sequence ``seq`` (query token at row ``row``) for one KV head's query heads."""
+    start = tl.maximum(seq_len - sliding_window, 0)
+    # Splits start on BLOCK_N boundaries so the loop's tiles never straddle two splits.
+    chunk = tl.cdiv(tl.cdiv(seq_len - start, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = start + split * chunk
+    hi = tl.minimum(lo + chunk, seq_len)
+    acc, m, denom = _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
+                                  stride_qt, stride_qh, stride_cs, stride_cb, stride_ch,
+                                  GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, DOT_PRECISION, FP16_MATH, FP8_PTX)
+
+    g = tl.arange(0, GROUP_PAD)
+    d = tl.arange(0, HEAD_PAD)
+    heads = kv_head * GROUP + g
+    g_mask = g < GROUP
     empty = denom == 0.0
     # An fp8 cache's V scale is applied once to the output rather than to every loaded value.
     result = acc * (v_scale / tl.where(empty, 1.0, denom))[:, None]
-    out_mask = g_mask[:, None] & d_mask[None, :]
+    out_mask = g_mask[:, None] & (d < HEAD)[None, :]
     if NUM_SPLITS == 1:
         tl.store(out_ptr + row * stride_ot + heads[:, None] * stride_oh + d[None, :],
                  result.to(out_ptr.dtype.element_ty), mask=out_mask)
