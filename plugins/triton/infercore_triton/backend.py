@@ -22,7 +22,6 @@ from infercore.plugin_api import (
     kv_cache_fp8,
 )
 from infercore_triton.decode_attention import DecodeConfig, decode_attention, multiprocessor_count
-from infercore_triton.decode_attention_chunked import chunk_counters, decode_attention_chunked
 from infercore_triton.fp8_support import has_fp8_dot
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
@@ -68,34 +67,6 @@ def choose_decode_config(num_reqs: int, fp8_cache: bool = False) -> DecodeConfig
     return _WIDE_TILE if num_reqs >= WIDE_TILE_MIN_BATCH else DecodeConfig()
 
 
-@dataclass(frozen=True)
-class DecodeChunking:
-    """A pure-decode launch of the chunked kernel: context chunks of ``chunk`` tokens walked by ``programs``
-    programs per KV head (:mod:`infercore_triton.decode_attention_chunked`)."""
-
-    chunk: int
-    programs: int
-
-
-#: Decode batches of at least this many sequences run the chunked kernel: a fixed grid walking equal chunks of
-#: context keeps every multiprocessor busy whatever the lengths, where the split kernel's programs (one per
-#: sequence, KV head and split) end unevenly on ragged batches.
-CHUNKED_MIN_BATCH = 16
-#: Tokens per chunk and programs per multiprocessor of the chunked kernel.
-CHUNK_TOKENS = 256
-CHUNK_PROGRAMS_PER_SM = 3
-
-
-def choose_decode_chunking(num_reqs: int, num_kv_heads: int, max_context: int, num_sms: int,
-                           config: DecodeConfig) -> DecodeChunking | None:
-    """The chunked kernel's settings for a pure-decode batch of ``num_reqs``, or None for the split kernel
-    (graph-stable: the batch size and the table's width only)."""
-    if num_reqs < CHUNKED_MIN_BATCH:
-        return None
-    chunk = max(CHUNK_TOKENS // config.block_n, 1) * config.block_n
-    return DecodeChunking(chunk, max(1, triton.cdiv(CHUNK_PROGRAMS_PER_SM * num_sms, num_kv_heads)))
-
-
 def count_leading_decodes(query_start_loc_cpu: torch.Tensor, num_reqs: int) -> int:
     """How many requests at the front of the batch have a one-token query."""
     query_lens = query_start_loc_cpu[1: num_reqs + 1] - query_start_loc_cpu[:num_reqs]
@@ -135,10 +106,6 @@ class TritonAttentionMetadata:
     num_splits: int
     decode_config: DecodeConfig
     uniform: bool = False
-    #: Set when the leading decodes run the chunked kernel instead of the split one.
-    chunking: DecodeChunking | None = None
-    #: The chunked kernel's counters (zero between launches), owned by the builder.
-    chunk_counters: torch.Tensor | None = None
 
 
 class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
@@ -147,12 +114,10 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
     def __init__(self, spec: KVCacheSpec, device: torch.device, max_num_reqs: int, max_num_tokens: int) -> None:
         super().__init__(spec, device, max_num_reqs, max_num_tokens)
         self.num_sms = multiprocessor_count(device)
-        self.chunk_counters = chunk_counters(max_num_reqs, spec.num_kv_heads, device)
 
     def build(self, common: CommonAttentionMetadata) -> TritonAttentionMetadata:
         n = common.num_reqs
         uniform = common.padded_for_graph and not common.is_pure_decode
-        chunking = None
         if uniform:
             num_decodes, num_splits, config = 0, 1, DecodeConfig()
         elif common.is_pure_decode:
@@ -160,7 +125,6 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             max_context = common.block_table.shape[1] * self.spec.block_size
             num_splits = choose_num_splits(n, self.spec.num_kv_heads, max_context, self.num_sms)
             config = choose_decode_config(n, kv_cache_fp8.is_fp8_kv(self.spec.dtype))
-            chunking = choose_decode_chunking(n, self.spec.num_kv_heads, max_context, self.num_sms, config)
         else:
             # Decodes beside a prefill: one fixed launch (no split, default tiles), so the ragged
             # decode counts of mixed steps never compile new kernel variants mid-run.
@@ -171,7 +135,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             max_query_len=common.max_query_len, query_start_loc=common.query_start_loc,
             seq_lens=common.seq_lens, block_table=common.block_table, slot_mapping=common.slot_mapping,
             num_decodes=num_decodes, num_splits=num_splits, decode_config=config,
-            uniform=uniform, chunking=chunking, chunk_counters=self.chunk_counters,
+            uniform=uniform,
         )
 
 
@@ -216,12 +180,7 @@ class TritonAttentionImpl(AttentionImpl):
             return prefill_attention(q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_table, self.scale,
                                      out, meta.max_query_len, sliding_window=self.sliding_window, k_scale=k_scale,
                                      v_scale=v_scale, uniform_grid=True)
-        if d > 0 and meta.chunking is not None:
-            decode_attention_chunked(q[:d], kv_cache, meta.seq_lens[:d], meta.block_table[:d], self.scale, out[:d],
-                                     meta.chunking.chunk, meta.chunking.programs, sliding_window=self.sliding_window,
-                                     config=meta.decode_config, k_scale=k_scale, v_scale=v_scale,
-                                     counters=meta.chunk_counters)
-        elif d > 0:
+        if d > 0:
             decode_attention(q[:d], kv_cache, meta.seq_lens[:d], meta.block_table[:d], self.scale, out[:d],
                              num_splits=meta.num_splits, sliding_window=self.sliding_window,
                              config=meta.decode_config, k_scale=k_scale, v_scale=v_scale)
