@@ -14,7 +14,7 @@ from infercore.attention.reference import write_kv as reference_write_kv
 from infercore.kv_cache.fp8 import FP8_KV_DTYPE, quantize_kv
 from infercore.testing.attention_cases import FP8_CASES, run_case
 from infercore_triton.backend import TritonAttentionBackend, choose_num_splits
-from infercore_triton.decode_attention import decode_attention
+from infercore_triton.decode_attention import DecodeConfig, decode_attention
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
 
@@ -49,9 +49,10 @@ def test_fp8_write_stores_the_reference_bytes(dtype: torch.dtype) -> None:
     assert torch.equal(cache.view(torch.uint8), ref_cache.view(torch.uint8))
 
 
+@pytest.mark.parametrize("v_words", [False, True])
 @pytest.mark.parametrize("head_size", [64, 128])
 @pytest.mark.parametrize("group", [1, 4, 8])
-def test_fp8_decode_long_contexts(head_size: int, group: int) -> None:
+def test_fp8_decode_long_contexts(head_size: int, group: int, v_words: bool) -> None:
     seq_lens = [1, 77, 1024, 3001, 8192, 513]
     case = make_case(seq_lens, [1] * len(seq_lens), 4 * group, 4, head_size, 16, torch.bfloat16, "cuda",
                      seed=group + head_size)
@@ -62,7 +63,7 @@ def test_fp8_decode_long_contexts(head_size: int, group: int) -> None:
     for splits in (1, choose_num_splits(len(seq_lens), 4, 8192, 132)):
         out = torch.full_like(case.q, float("nan"))
         decode_attention(case.q, cache, case.seq_lens, case.block_table, scale, out, num_splits=splits,
-                         k_scale=K_SCALE, v_scale=V_SCALE)
+                         k_scale=K_SCALE, v_scale=V_SCALE, config=DecodeConfig(fp8_v_words=v_words))
         assert rel_err(out, expected) < TOLERANCE[torch.bfloat16], f"{splits} splits"
         assert rel_err(out, unquantized) < UNQUANTIZED_BOUND, f"{splits} splits"
 

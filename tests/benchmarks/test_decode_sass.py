@@ -1,0 +1,36 @@
+"""The decode kernel's sm_90 machine code, compiled on the host: the tool finds the context loop, and over an fp8
+cache the V-as-words setting drops the byte-wise gathers of V and issues fewer instructions per token."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TOOL = Path(__file__).resolve().parents[2] / "benchmarks" / "decode_sass.py"
+
+
+def _run(*args: str, tmp_path: Path) -> list[dict]:
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path), "TRITON_DEFAULT_FP_FUSION": "1"}
+    done = subprocess.run([sys.executable, str(TOOL), *args], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_fp8_v_words_drop_the_byte_gathers(tmp_path: Path) -> None:
+    default, words = _run("--kv-cache-dtype", "fp8", "--settings", "128:4:3", "128:4:2:words", tmp_path=tmp_path)
+    assert not default["fp8_v_words"] and words["fp8_v_words"]
+    # Every trip of the loop runs the two dots: 64 tensor-core instructions per warp for a 128-token tile.
+    assert default["watched"]["HMMA.16816.F32"] == words["watched"]["HMMA.16816.F32"] == 64
+    assert default["watched"]["LDS.U8"] > 0 and words["watched"]["LDS.U8"] == 0
+    assert words["watched"]["LDSM.16.MT88.4"] > 0  # fp16 V through transposing ldmatrix, as over bf16
+    assert words["instructions_per_128_tokens"] < 0.8 * default["instructions_per_128_tokens"]
+    assert 0 < words["registers"] <= 255 and 0 < words["shared_bytes"] <= 227 * 1024
+
+
+def test_a_bf16_cache_has_no_conversions(tmp_path: Path) -> None:
+    (bf16,) = _run("--kv-cache-dtype", "bfloat16", "--settings", "128:4:3", tmp_path=tmp_path)
+    assert bf16["loop_instructions_per_warp"] > 0
+    assert bf16["watched"]["F2FP.F16.E4M3.UNPACK_B"] == 0 and bf16["watched"]["LDS.U8"] == 0
