@@ -101,8 +101,9 @@ def main() -> None:
     parser.add_argument("--ragged", default=None, metavar="LOW:HIGH:WIDTH",
                         help="instead: uniform random lengths in [LOW, HIGH] with a block table WIDTH tokens "
                              "wide (as in a captured graph); times split strategies, one JSON line each")
-    parser.add_argument("--config", default=None, metavar="BLOCK_N:WARPS:STAGES[:words]",
-                        help="time this launch setting instead of the engine's (':words' sets fp8_v_words)")
+    parser.add_argument("--config", default=None, metavar="BLOCK_N:WARPS:STAGES[:v|:k|:kv]",
+                        help="time this launch setting instead of the engine's (':v', ':k', ':kv': fp8 V, K or both "
+                             "loaded as words)")
     parser.add_argument("--timer", choices=["graph", "do_bench"], default="graph",
                         help="graph: device time from CUDA-graph replays (default); do_bench: per call, launch gaps "
                              "included")
@@ -138,26 +139,27 @@ def main() -> None:
     if args.config:
         parts = args.config.split(":")
         best = dataclasses.replace(best, block_n=int(parts[0]), num_warps=int(parts[1]), num_stages=int(parts[2]),
-                                   fp8_v_words=parts[3:] == ["words"])
+                                   fp8_v_words="v" in "".join(parts[3:]), fp8_k_words="k" in "".join(parts[3:]))
     if args.sweep:
         # Every setting is also timed on a W-GPU-like ragged batch: a setting that wins on equal contexts can
         # lose badly on the engine's batches (one fp8 setting was 6% faster here and 27% slower there).
         ragged_run = _ragged_timer(args, RAGGED_SWEEP_LENGTHS, RAGGED_SWEEP_WIDTH)
         results = []
-        if args.kv_cache_dtype == "fp8":  # bigger tiles (half the bytes per token), both conversions, V as words
-            conversions = ((False, False), (True, False), (True, True))  # (inline PTX, V as words)
-            grid = [(bn, w, st, True, ptx, words) for bn, w, st in itertools.product((64, 128, 256), (4, 8), (1, 2, 3))
-                    for ptx, words in conversions]
+        if args.kv_cache_dtype == "fp8":  # bigger tiles (half the bytes per token), both conversions, words
+            # (inline PTX, V as words, K as words)
+            conversions = ((False, False, False), (True, False, False), (True, True, False), (True, True, True))
+            grid = [(bn, w, st, True, *conv) for bn, w, st in itertools.product((64, 128, 256), (4, 8), (1, 2, 3))
+                    for conv in conversions]
         else:
-            grid = itertools.product((16, 32, 64, 128), (2, 4, 8), (1, 2, 3, 4), (True,), (True,), (False,))
-        for block_n, warps, stages, fp16, ptx, words in grid:
-            config = DecodeConfig(block_n, warps, stages, fp16, ptx, words)
+            grid = itertools.product((16, 32, 64, 128), (2, 4, 8), (1, 2, 3, 4), (True,), (True,), (False,), (False,))
+        for block_n, warps, stages, fp16, ptx, v_words, k_words in grid:
+            config = DecodeConfig(block_n, warps, stages, fp16, ptx, v_words, k_words)
             try:
                 results.append((run(config), ragged_run(config), config))
             except Exception as exc:  # a tile too big for shared memory  # noqa: BLE001
                 print(f"{config}: {type(exc).__name__}", flush=True)
                 continue
-            print(f"block_n={block_n:4d} warps={warps} stages={stages} fp16={fp16} inline_ptx={ptx} v_words={words}: "
+            print(f"block_n={block_n:4d} warps={warps} stages={stages} fp16={fp16} inline_ptx={ptx} v_words={v_words} k_words={k_words}: "
                   f"{results[-1][0]:8.1f} us {kv_bytes / results[-1][0] / 1e6:6.2f} TB/s, ragged "
                   f"{results[-1][1]:8.1f} us", flush=True)
         best = min(results, key=lambda r: r[0])[2]
@@ -187,7 +189,7 @@ def main() -> None:
         "block_size": bs, "dtype": "bfloat16", "kv_cache_dtype": args.kv_cache_dtype, "layout": args.layout, "kv_bytes": kv_bytes, "num_splits": splits,
         "config": {"block_n": best.block_n, "num_warps": best.num_warps, "num_stages": best.num_stages,
                    "fp8_via_fp16": best.fp8_via_fp16, "fp8_inline_ptx": best.fp8_inline_ptx,
-                   "fp8_v_words": best.fp8_v_words},
+                   "fp8_v_words": best.fp8_v_words, "fp8_k_words": best.fp8_k_words},
         "timer": TIMER, "triton_us": round(triton_us, 1), "triton_us_one_split": round(unsplit_us, 1), "triton_TBps": round(kv_bytes / triton_us / 1e6, 3),
         "triton_fraction_of_4.3TBps": round(kv_bytes / triton_us / 1e6 / (CEILING_BYTES_PER_S / 1e12), 3),
         # SDPA reads the bf16 (dequantized) values: its bytes are twice the fp8 cache's.

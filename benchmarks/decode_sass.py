@@ -6,9 +6,10 @@ shared memory. A memory-bound kernel that issues too many instructions per byte 
 time is spent: over an fp8 cache, the default setting's loop gathers V byte by byte from shared memory
 (``LDS.U8`` and ``PRMT``) and reloads the query's operand in pieces (``LDS.64`` and ``IMAD.MOV``).
 
-    TRITON_INTERPRET=0 python benchmarks/decode_sass.py --kv-cache-dtype fp8 --settings 128:4:3 128:4:2:words
+    TRITON_INTERPRET=0 python benchmarks/decode_sass.py --kv-cache-dtype fp8 --settings 128:4:3 128:4:2:v 128:4:1:kv
 
-Settings are ``BLOCK_N:WARPS:STAGES`` with ``:words`` for ``fp8_v_words``. The shape is W-GPU's (groups of
+Settings are ``BLOCK_N:WARPS:STAGES``, then ``:v``, ``:k`` or ``:kv`` to load V, K or both as words
+(``fp8_v_words``, ``fp8_k_words``). The shape is W-GPU's (groups of
 2 query heads, heads of 128, pages of 16). Prints one JSON line per setting.
 """
 
@@ -36,12 +37,13 @@ WATCHED = ("LDS.U8", "PRMT", "IMAD.MOV.U32", "LDS.64", "LDS.128", "LDSM.16.M88.4
            "F2FP.F16.E4M3.UNPACK_B", "HMMA.16816.F32")
 
 
-def compile_sm90(fp8: bool, block_n: int, warps: int, stages: int, v_words: bool,
+def compile_sm90(fp8: bool, block_n: int, warps: int, stages: int, v_words: bool, k_words: bool = False,
                  group: int = 2, head: int = 128, page: int = 16) -> triton.compiler.CompiledKernel:
     """The decode kernel over an fp8 (as bytes, converted in PTX) or bf16 cache, one split, for sm_90."""
     constants = {"GROUP": group, "GROUP_PAD": max(16, triton.next_power_of_2(group)), "HEAD": head,
                  "HEAD_PAD": triton.next_power_of_2(head), "PAGE": page, "BLOCK_N": block_n, "NUM_SPLITS": 1,
-                 "DOT_PRECISION": "ieee", "FP16_MATH": fp8, "FP8_PTX": fp8, "FP8_V_WORDS": fp8 and v_words,
+                 "DOT_PRECISION": "ieee", "FP16_MATH": fp8, "FP8_PTX": fp8, "FP8_K_WORDS": fp8 and k_words,
+                 "FP8_V_WORDS": fp8 and v_words,
                  "QUERY_STARTS": False}
     signature = {}
     for name in _decode_split_kernel.arg_names:
@@ -98,15 +100,16 @@ def resource_usage(compiled: triton.compiler.CompiledKernel) -> dict[str, int]:
 
 
 def report(fp8: bool, setting: str) -> dict:
-    """One JSON record for ``BLOCK_N:WARPS:STAGES[:words]``."""
+    """One JSON record for ``BLOCK_N:WARPS:STAGES[:v|:k|:kv]``."""
     parts = setting.split(":")
     block_n, warps, stages = (int(x) for x in parts[:3])
-    v_words = parts[3:] == ["words"]
-    compiled = compile_sm90(fp8, block_n, warps, stages, v_words)
+    words = parts[3] if len(parts) > 3 else ""
+    v_words, k_words = "v" in words, "k" in words
+    compiled = compile_sm90(fp8, block_n, warps, stages, v_words, k_words)
     ops = loop_instructions(compiled.asm["sass"])
     kinds = Counter(ops)
     return {"benchmark": "decode_sass", "target": "sm_90", "kv_cache_dtype": "fp8" if fp8 else "bfloat16",
-            "block_n": block_n, "num_warps": warps, "num_stages": stages, "fp8_v_words": v_words and fp8,
+            "block_n": block_n, "num_warps": warps, "num_stages": stages, "fp8_v_words": v_words and fp8, "fp8_k_words": k_words and fp8,
             "loop_instructions_per_warp": len(ops),
             "instructions_per_128_tokens": round(len(ops) * warps * 128 / block_n),
             **resource_usage(compiled), "shared_bytes": compiled.metadata.shared,
@@ -117,7 +120,7 @@ def report(fp8: bool, setting: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kv-cache-dtype", choices=["bfloat16", "fp8"], default="fp8")
-    parser.add_argument("--settings", nargs="+", default=["128:4:3", "128:4:2:words"])
+    parser.add_argument("--settings", nargs="+", default=["128:4:3", "128:4:2:v", "128:4:1:kv"])
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         raise SystemExit("compiling for sm_90 needs TRITON_INTERPRET=0")

@@ -1,5 +1,5 @@
 """The decode kernel's sm_90 machine code, compiled on the host: the tool finds the context loop, and over an fp8
-cache the V-as-words setting drops the byte-wise gathers of V and issues fewer instructions per token."""
+cache loading V as words drops the byte-wise gathers of V and issues fewer instructions per token."""
 
 from __future__ import annotations
 
@@ -20,8 +20,12 @@ def _run(*args: str, tmp_path: Path) -> list[dict]:
 
 
 def test_fp8_v_words_drop_the_byte_gathers(tmp_path: Path) -> None:
-    default, words = _run("--kv-cache-dtype", "fp8", "--settings", "128:4:3", "128:4:2:words", tmp_path=tmp_path)
-    assert not default["fp8_v_words"] and words["fp8_v_words"]
+    default, words, both = _run("--kv-cache-dtype", "fp8", "--settings", "128:4:3", "128:4:2:v", "128:4:1:kv",
+                                tmp_path=tmp_path)
+    assert not default["fp8_v_words"] and words["fp8_v_words"] and not words["fp8_k_words"]
+    assert both["fp8_v_words"] and both["fp8_k_words"]
+    # With K as words too, the query's operand loads whole: no pieces moved into place.
+    assert both["watched"]["IMAD.MOV.U32"] < 0.2 * default["watched"]["IMAD.MOV.U32"]
     # Every trip of the loop runs the two dots: 64 tensor-core instructions per warp for a 128-token tile.
     assert default["watched"]["HMMA.16816.F32"] == words["watched"]["HMMA.16816.F32"] == 64
     assert default["watched"]["LDS.U8"] > 0 and words["watched"]["LDS.U8"] == 0

@@ -49,10 +49,12 @@ def test_fp8_write_stores_the_reference_bytes(dtype: torch.dtype) -> None:
     assert torch.equal(cache.view(torch.uint8), ref_cache.view(torch.uint8))
 
 
-@pytest.mark.parametrize("v_words", [False, True])
+@pytest.mark.parametrize("words", ["", "v", "kv"])
 @pytest.mark.parametrize("head_size", [64, 128])
 @pytest.mark.parametrize("group", [1, 4, 8])
-def test_fp8_decode_long_contexts(head_size: int, group: int, v_words: bool) -> None:
+def test_fp8_decode_long_contexts(head_size: int, group: int, words: str) -> None:
+    # K and V read as bytes (the default) or as 32-bit words of four e4m3 values.
+    config = DecodeConfig(fp8_v_words="v" in words, fp8_k_words="k" in words)
     seq_lens = [1, 77, 1024, 3001, 8192, 513]
     case = make_case(seq_lens, [1] * len(seq_lens), 4 * group, 4, head_size, 16, torch.bfloat16, "cuda",
                      seed=group + head_size)
@@ -63,7 +65,7 @@ def test_fp8_decode_long_contexts(head_size: int, group: int, v_words: bool) -> 
     for splits in (1, choose_num_splits(len(seq_lens), 4, 8192, 132)):
         out = torch.full_like(case.q, float("nan"))
         decode_attention(case.q, cache, case.seq_lens, case.block_table, scale, out, num_splits=splits,
-                         k_scale=K_SCALE, v_scale=V_SCALE, config=DecodeConfig(fp8_v_words=v_words))
+                         k_scale=K_SCALE, v_scale=V_SCALE, config=config)
         assert rel_err(out, expected) < TOLERANCE[torch.bfloat16], f"{splits} splits"
         assert rel_err(out, unquantized) < UNQUANTIZED_BOUND, f"{splits} splits"
 

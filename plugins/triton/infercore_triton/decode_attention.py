@@ -51,9 +51,14 @@ class DecodeConfig:
     #: meets the P·V dot, which then reads fp16 V from shared memory with transposing ldmatrix, as over a bf16
     #: cache. Converted at the dot instead (the default), V's pairs along the context are gathered byte by
     #: byte: 128 shared loads and 96 byte permutes per warp and 128-token tile. Compiled for sm_90
-    #: (``benchmarks/decode_sass.py``), the loop of the 128-token tile runs 687 instructions per warp at two
+    #: by Triton 3.9 (``benchmarks/decode_sass.py``), the 128-token tile's loop runs 687 instructions per warp at two
     #: stages (144 registers) against 1,115 at three today (168). Not the default until an H200 times it.
     fp8_v_words: bool = False
+    #: The same for K: the Q·K dot then reads fp16 K with ldmatrix and the query's operand loads whole
+    #: (without, it is reloaded in 64-bit pieces and moved into place: 42 loads and 179 moves per warp and
+    #: tile). Costs shared memory for the fp16 tiles: at one stage 597 instructions per warp and tile,
+    #: 122 registers, 68 KiB (sm_90).
+    fp8_k_words: bool = False
 
 
 def dot_precision(dtype: torch.dtype, settings: KernelSettings | None = None) -> str:
@@ -92,7 +97,7 @@ def _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, 
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
                   PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
                   DOT_PRECISION: tl.constexpr, FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
-                  FP8_V_WORDS: tl.constexpr):
+                  FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr):
     """Attention of the query token at ``row`` (every query head of KV head ``kv_head``) over context positions
     [lo, hi) of the sequence whose block table row is ``table``: the unnormalised output, the running maximum
     (base 2) and the softmax denominator, one row per query head of the group."""
@@ -119,11 +124,18 @@ def _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, 
         offs = page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
         kv_mask = valid[:, None] & d_mask[None, :]
         if FP8_PTX:
-            k = _e4m3_ptx_to_fp16(tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0))
+            # A token's row read as words: masked by the head size in words (it is a multiple of 4).
+            w = tl.arange(0, HEAD_PAD // 4)
+            word_mask = valid[:, None] & (w < HEAD // 4)[None, :]
+            if FP8_K_WORDS:
+                words = tl.load((k_cache_ptr + offs[:, None]).to(tl.pointer_type(tl.int32)) + w[None, :],
+                                mask=word_mask, other=0)
+                k = tl.reshape(_e4m3_words_to_fp16(words), (BLOCK_N, HEAD_PAD))
+            else:
+                k = _e4m3_ptx_to_fp16(tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0))
             if FP8_V_WORDS:
-                w = tl.arange(0, HEAD_PAD // 4)
                 words = tl.load((v_cache_ptr + offs[:, None]).to(tl.pointer_type(tl.int32)) + w[None, :],
-                                mask=valid[:, None] & (w < HEAD // 4)[None, :], other=0)
+                                mask=word_mask, other=0)
                 v = tl.reshape(_e4m3_words_to_fp16(words), (BLOCK_N, HEAD_PAD))
             else:
                 v = _e4m3_ptx_to_fp16(tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0))
@@ -149,7 +161,7 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
                      GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
                      PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
                      DOT_PRECISION: tl.constexpr, FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
-                     FP8_V_WORDS: tl.constexpr):
+                     FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr):
     """Split ``split`` of sequence ``seq`` (query token at row ``row``) for one KV head's query heads."""
     start = tl.maximum(seq_len - sliding_window, 0)
     # Splits start on BLOCK_N boundaries so the loop's tiles never straddle two splits.
@@ -159,7 +171,7 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
     acc, m, denom = _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
                                   stride_qt, stride_qh, stride_cs, stride_cb, stride_ch,
                                   GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, DOT_PRECISION, FP16_MATH, FP8_PTX,
-                                  FP8_V_WORDS)
+                                  FP8_K_WORDS, FP8_V_WORDS)
 
     g = tl.arange(0, GROUP_PAD)
     d = tl.arange(0, HEAD_PAD)
@@ -194,7 +206,8 @@ def _decode_split_kernel(
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, FP8_V_WORDS: tl.constexpr, QUERY_STARTS: tl.constexpr,
+    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr,
+    QUERY_STARTS: tl.constexpr,
 ):
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -210,7 +223,7 @@ def _decode_split_kernel(
                                  stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                                  stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                                  GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
-                                 FP16_MATH, FP8_PTX, FP8_V_WORDS)
+                                 FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS)
     else:
         seq = tl.program_id(0).to(tl.int64)
         _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr + seq * stride_bt,
@@ -219,7 +232,7 @@ def _decode_split_kernel(
                          stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                          stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                          GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
-                         FP16_MATH, FP8_PTX, FP8_V_WORDS)
+                         FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS)
 
 
 @triton.jit
@@ -315,8 +328,8 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         part_lse.stride(0), part_lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
         PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits, DOT_PRECISION=dot_precision(q.dtype),
-        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, FP8_V_WORDS=fp8_ptx and config.fp8_v_words and head_size % 4 == 0,
-        QUERY_STARTS=query_start_loc is not None,
+        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, FP8_K_WORDS=fp8_ptx and config.fp8_k_words and head_size % 4 == 0,
+        FP8_V_WORDS=fp8_ptx and config.fp8_v_words and head_size % 4 == 0, QUERY_STARTS=query_start_loc is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:
