@@ -159,7 +159,8 @@ def main() -> None:
             except Exception as exc:  # a tile too big for shared memory  # noqa: BLE001
                 print(f"{config}: {type(exc).__name__}", flush=True)
                 continue
-            print(f"block_n={block_n:4d} warps={warps} stages={stages} fp16={fp16} inline_ptx={ptx} v_words={v_words} k_words={k_words}: "
+            print(f"block_n={block_n:4d} warps={warps} stages={stages} fp16={fp16} inline_ptx={ptx} "
+                  f"v_words={v_words} k_words={k_words}: "
                   f"{results[-1][0]:8.1f} us {kv_bytes / results[-1][0] / 1e6:6.2f} TB/s, ragged "
                   f"{results[-1][1]:8.1f} us", flush=True)
         best = min(results, key=lambda r: r[0])[2]

@@ -109,7 +109,8 @@ def report(fp8: bool, setting: str) -> dict:
     ops = loop_instructions(compiled.asm["sass"])
     kinds = Counter(ops)
     return {"benchmark": "decode_sass", "target": "sm_90", "kv_cache_dtype": "fp8" if fp8 else "bfloat16",
-            "block_n": block_n, "num_warps": warps, "num_stages": stages, "fp8_v_words": v_words and fp8, "fp8_k_words": k_words and fp8,
+            "block_n": block_n, "num_warps": warps, "num_stages": stages,
+            "fp8_v_words": v_words and fp8, "fp8_k_words": k_words and fp8,
             "loop_instructions_per_warp": len(ops),
             "instructions_per_128_tokens": round(len(ops) * warps * 128 / block_n),
             **resource_usage(compiled), "shared_bytes": compiled.metadata.shared,

@@ -50,9 +50,10 @@ class DecodeConfig:
     #: With ``fp8_inline_ptx``, load V as 32-bit words of four e4m3 values and convert them before the tile
     #: meets the P·V dot, which then reads fp16 V from shared memory with transposing ldmatrix, as over a bf16
     #: cache. Converted at the dot instead (the default), V's pairs along the context are gathered byte by
-    #: byte: 128 shared loads and 96 byte permutes per warp and 128-token tile. Compiled for sm_90
-    #: by Triton 3.9 (``benchmarks/decode_sass.py``), the 128-token tile's loop runs 687 instructions per warp at two
-    #: stages (144 registers) against 1,115 at three today (168). Not the default until an H200 times it.
+    #: byte: 128 shared loads and 96 byte permutes per warp and 128-token tile. Compiled for sm_90 by
+    #: Triton 3.9 (``benchmarks/decode_sass.py``), the 128-token tile's loop runs 687 instructions per warp
+    #: at two stages (144 registers) against 1,115 at three today (168). Not the default until an H200
+    #: times it.
     fp8_v_words: bool = False
     #: The same for K: the Q·K dot then reads fp16 K with ldmatrix and the query's operand loads whole
     #: (without, it is reloaded in 64-bit pieces and moved into place: 42 loads and 179 moves per warp and
