@@ -74,6 +74,14 @@ def _num_sms() -> int:
     return multiprocessor_count(torch.device(DEVICE))
 
 
+def parse_setting(text: str, base: DecodeConfig | None = None) -> DecodeConfig:
+    """``BLOCK_N:WARPS:STAGES`` then ``:v``, ``:k`` or ``:kv`` (fp8 V, K or both loaded as words), over ``base``."""
+    parts = text.split(":")
+    words = parts[3] if len(parts) > 3 else ""
+    return dataclasses.replace(base or DecodeConfig(), block_n=int(parts[0]), num_warps=int(parts[1]),
+                               num_stages=int(parts[2]), fp8_v_words="v" in words, fp8_k_words="k" in words)
+
+
 #: How calls are timed (``--timer``): "graph", the device's time from CUDA-graph replays; or "do_bench", per call
 #: as Triton times it, which also counts any time the device waits for the host to launch a short call.
 TIMER = "graph"
@@ -137,9 +145,7 @@ def main() -> None:
 
     best = choose_decode_config(b, args.kv_cache_dtype == "fp8")
     if args.config:
-        parts = args.config.split(":")
-        best = dataclasses.replace(best, block_n=int(parts[0]), num_warps=int(parts[1]), num_stages=int(parts[2]),
-                                   fp8_v_words="v" in "".join(parts[3:]), fp8_k_words="k" in "".join(parts[3:]))
+        best = parse_setting(args.config, best)
     if args.sweep:
         # Every setting is also timed on a W-GPU-like ragged batch: a setting that wins on equal contexts can
         # lose badly on the engine's batches (one fp8 setting was 6% faster here and 27% slower there).

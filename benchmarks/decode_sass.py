@@ -25,6 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 import triton
+from decode_attention import parse_setting  # the sibling benchmark (this folder is on sys.path as a script)
 from triton.backends.compiler import GPUTarget
 
 from infercore_triton.decode_attention import _decode_split_kernel
@@ -101,10 +102,9 @@ def resource_usage(compiled: triton.compiler.CompiledKernel) -> dict[str, int]:
 
 def report(fp8: bool, setting: str) -> dict:
     """One JSON record for ``BLOCK_N:WARPS:STAGES[:v|:k|:kv]``."""
-    parts = setting.split(":")
-    block_n, warps, stages = (int(x) for x in parts[:3])
-    words = parts[3] if len(parts) > 3 else ""
-    v_words, k_words = "v" in words, "k" in words
+    config = parse_setting(setting)
+    block_n, warps, stages = config.block_n, config.num_warps, config.num_stages
+    v_words, k_words = config.fp8_v_words, config.fp8_k_words
     compiled = compile_sm90(fp8, block_n, warps, stages, v_words, k_words)
     ops = loop_instructions(compiled.asm["sass"])
     kinds = Counter(ops)

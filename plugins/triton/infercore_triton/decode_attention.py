@@ -93,6 +93,21 @@ def _e4m3_words_to_fp16(words):
 
 
 @triton.jit
+def _load_e4m3_tile(cache_ptr, offs, valid, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
+                    WORDS: tl.constexpr):
+    """A [BLOCK_N, HEAD_PAD] tile of e4m3 bytes (token rows at ``offs``) as fp16: read as bytes, or as 32-bit
+    words of four values (``WORDS``; the head size is a multiple of 4) converted before the tile meets a dot."""
+    if WORDS:
+        w = tl.arange(0, HEAD_PAD // 4)
+        words = tl.load((cache_ptr + offs[:, None]).to(tl.pointer_type(tl.int32)) + w[None, :],
+                        mask=valid[:, None] & (w < HEAD // 4)[None, :], other=0)
+        return tl.reshape(_e4m3_words_to_fp16(words), (BLOCK_N, HEAD_PAD))
+    d = tl.arange(0, HEAD_PAD)
+    return _e4m3_ptx_to_fp16(tl.load(cache_ptr + offs[:, None] + d[None, :],
+                                     mask=valid[:, None] & (d < HEAD)[None, :], other=0))
+
+
+@triton.jit
 def _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
                   stride_qt, stride_qh, stride_cs, stride_cb, stride_ch,
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
@@ -125,21 +140,8 @@ def _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, 
         offs = page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
         kv_mask = valid[:, None] & d_mask[None, :]
         if FP8_PTX:
-            # A token's row read as words: masked by the head size in words (it is a multiple of 4).
-            w = tl.arange(0, HEAD_PAD // 4)
-            word_mask = valid[:, None] & (w < HEAD // 4)[None, :]
-            if FP8_K_WORDS:
-                words = tl.load((k_cache_ptr + offs[:, None]).to(tl.pointer_type(tl.int32)) + w[None, :],
-                                mask=word_mask, other=0)
-                k = tl.reshape(_e4m3_words_to_fp16(words), (BLOCK_N, HEAD_PAD))
-            else:
-                k = _e4m3_ptx_to_fp16(tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0))
-            if FP8_V_WORDS:
-                words = tl.load((v_cache_ptr + offs[:, None]).to(tl.pointer_type(tl.int32)) + w[None, :],
-                                mask=word_mask, other=0)
-                v = tl.reshape(_e4m3_words_to_fp16(words), (BLOCK_N, HEAD_PAD))
-            else:
-                v = _e4m3_ptx_to_fp16(tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0))
+            k = _load_e4m3_tile(k_cache_ptr, offs, valid, HEAD, HEAD_PAD, BLOCK_N, FP8_K_WORDS)
+            v = _load_e4m3_tile(v_cache_ptr, offs, valid, HEAD, HEAD_PAD, BLOCK_N, FP8_V_WORDS)
         else:
             k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
             v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
