@@ -50,15 +50,14 @@ class DecodeConfig:
     #: With ``fp8_inline_ptx``, load V as 32-bit words of four e4m3 values and convert them before the tile
     #: meets the P·V dot, which then reads fp16 V from shared memory with transposing ldmatrix, as over a bf16
     #: cache. Converted at the dot instead (the default), V's pairs along the context are gathered byte by
-    #: byte: 128 shared loads and 96 byte permutes per warp and 128-token tile. Compiled for sm_90 by
-    #: Triton 3.9 (``benchmarks/decode_sass.py``), the 128-token tile's loop runs 687 instructions per warp
-    #: at two stages (144 registers) against 1,115 at three today (168). Not the default until an H200
-    #: times it.
+    #: byte: 128 shared loads and 96 byte permutes per warp and 128-token tile. Fewer instructions (sm_90,
+    #: ``benchmarks/decode_sass.py``: 1,015 against 1,410 per warp and tile with Triton 3.6, 687 against
+    #: 1,115 with 3.9) but slower on an H200 (Triton 3.6, batch 256 x context 1024): 208 µs at two stages,
+    #: 201 at three, against 188 for the default; 9-12% slower on ragged batches too. The words make an extra
+    #: trip through shared memory: copied in as words, read back, converted, stored as fp16, read by the dot.
     fp8_v_words: bool = False
-    #: The same for K: the Q·K dot then reads fp16 K with ldmatrix and the query's operand loads whole
-    #: (without, it is reloaded in 64-bit pieces and moved into place: 42 loads and 179 moves per warp and
-    #: tile). Costs shared memory for the fp16 tiles: at one stage 597 instructions per warp and tile,
-    #: 122 registers, 68 KiB (sm_90).
+    #: The same for K: the Q·K dot then reads fp16 K with ldmatrix and the query's operand loads whole. On
+    #: the H200 as above, with V as words too: 200 µs at two stages, 225 at one.
     fp8_k_words: bool = False
 
 
