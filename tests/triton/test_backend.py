@@ -49,7 +49,10 @@ def test_num_splits_fill_the_device_and_stay_bounded() -> None:
     assert choose_num_splits(256, 8, 4096, 132) == 1
     assert choose_num_splits(1, 8, 8192, 132) == MAX_SPLITS
     assert choose_num_splits(1, 8, 300, 132) == 5
-    assert choose_num_splits(16, 8, 4096, 132) == 3
+    # About PROGRAMS_PER_SM programs per multiprocessor (12: 16 x 8 x 13 = 1,664 for 132 of them), or as asked.
+    assert choose_num_splits(16, 8, 4096, 132) == 13
+    assert choose_num_splits(16, 8, 4096, 132, programs_per_sm=2) == 3
+    assert choose_num_splits(128, 8, 4096, 132) == 2
     # A narrow table (max_model_len 1024) at batch 1 gets as many splits as its 64-token tiles.
     assert choose_num_splits(1, 8, 1024, 132) == 16
 
@@ -59,7 +62,8 @@ def test_leading_decodes_and_their_launch_config() -> None:
     assert count_leading_decodes(torch.tensor([0, 1, 2, 3, 0, 0]), 3) == 3  # entries past num_reqs are unused
     assert count_leading_decodes(torch.tensor([0, 5, 6]), 2) == 0
     assert choose_decode_config(256).block_n == 128
-    assert choose_decode_config(64).block_n == 64
+    assert choose_decode_config(64).block_n == 128
+    assert choose_decode_config(4).block_n == 64
 
 
 def test_validate_names_what_it_cannot_serve() -> None:

@@ -37,21 +37,34 @@ MIN_TOKENS_PER_SPLIT = 64
 MAX_SPLITS = 32
 
 
-def choose_num_splits(num_reqs: int, num_kv_heads: int, max_context: int, num_sms: int) -> int:
-    """Splits per (sequence, KV head) so that a decode launch has about two programs per multiprocessor.
+#: Decode programs per multiprocessor a split launch aims for over a bf16 cache. On an H200 (ragged W-GPU
+#: batches: contexts 100-2,048 in a 4,096-token table, longest first, 128-token tiles, timed from CUDA-graph
+#: replays) the best split counts put 10-17 programs on each multiprocessor from batch 16 to 128: at batch
+#: 16/32/64/96 they took 31.6/52.3/79.8/127.7 µs against 36.2/57.3/90.6/136.5 with two programs per
+#: multiprocessor and 64-token tiles. Over an fp8 cache the split count was not re-measured: two per SM.
+PROGRAMS_PER_SM = 12
+FP8_PROGRAMS_PER_SM = 2
+
+
+def choose_num_splits(num_reqs: int, num_kv_heads: int, max_context: int, num_sms: int,
+                      programs_per_sm: int = PROGRAMS_PER_SM) -> int:
+    """Splits per (sequence, KV head) so that a decode launch has about ``programs_per_sm`` programs per
+    multiprocessor, each split at least :data:`MIN_TOKENS_PER_SPLIT` of the table wide.
 
     Depends only on the batch size and the block table's width, never on this step's lengths, so
     a step replayed from a captured graph keeps the split count it was captured with.
     """
     programs = max(1, num_reqs * num_kv_heads)
-    wanted = triton.cdiv(2 * num_sms, programs)
+    wanted = triton.cdiv(programs_per_sm * num_sms, programs)
     by_context = max(1, triton.cdiv(max_context, MIN_TOKENS_PER_SPLIT))
     return max(1, min(wanted, by_context, MAX_SPLITS))
 
 
-#: Decode batches of at least this many sequences load 128-token tiles: on an H200 they read a
-#: ragged W-GPU batch about 3% faster at 128-256 sequences and about 6% slower at 64.
-WIDE_TILE_MIN_BATCH = 128
+#: Decode batches of at least this many sequences load 128-token tiles (over a bf16 cache). With the
+#: split counts above, on an H200 the 128-token tile was as fast or faster at every batch from 8 to 256
+#: (18.1 against 19.1 µs at batch 8, 147.5 against 151.9 at 128); batches under 8 keep 64-token tiles,
+#: whose splits reach more of a short context.
+WIDE_TILE_MIN_BATCH = 8
 _WIDE_TILE = DecodeConfig(block_n=128, num_warps=4, num_stages=3)
 
 
@@ -123,8 +136,10 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         elif common.is_pure_decode:
             num_decodes = n
             max_context = common.block_table.shape[1] * self.spec.block_size
-            num_splits = choose_num_splits(n, self.spec.num_kv_heads, max_context, self.num_sms)
-            config = choose_decode_config(n, kv_cache_fp8.is_fp8_kv(self.spec.dtype))
+            fp8 = kv_cache_fp8.is_fp8_kv(self.spec.dtype)
+            num_splits = choose_num_splits(n, self.spec.num_kv_heads, max_context, self.num_sms,
+                                           FP8_PROGRAMS_PER_SM if fp8 else PROGRAMS_PER_SM)
+            config = choose_decode_config(n, fp8)
         else:
             # Decodes beside a prefill: one fixed launch (no split, default tiles), so the ragged
             # decode counts of mixed steps never compile new kernel variants mid-run.
