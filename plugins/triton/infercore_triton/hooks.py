@@ -36,8 +36,8 @@ FP8_OPS = {
     "fp8_block_linear": "infercore_triton.fp8_block_gemm:fp8_block_linear",
 }
 
-#: Ops tuned for NVIDIA GPUs only: the skinny and tile GEMMs of decode batches (``F.linear`` for other shapes).
-NVIDIA_OPS = {"linear": "infercore_triton.linear:linear"}
+#: Ops tuned for NVIDIA GPUs only: the skinny GEMM of decode batches (``F.linear`` for other shapes).
+NVIDIA_OPS = {"linear": "infercore_triton.skinny_gemm:linear"}
 
 
 @hookimpl
