@@ -4,7 +4,9 @@ Runs a named workload (default W-GPU) through ``LLM.generate`` with the engine's
 wrapped in timers, and prints JSON lines: one per batch-size bucket (mean milliseconds per step of
 each phase, and the context tokens its decodes read), one summary, and, on a GPU, one per profiled
 window (kernel time, device busy fraction, the kernels that take longest, and the TB/s the decode
-attention kernels read the KV cache at). ``--tiny`` swaps in a very small model of the same
+attention kernels read the KV cache at). On a GPU it also prints one ``device_gaps`` line from CUDA
+events recorded around every step's launches (no profiler, so nothing is slowed): the device's time per
+step and its idle time between steps, by batch bucket. ``--tiny`` swaps in a very small model of the same
 request set so the host cost can be studied on a CPU.
 
     python benchmarks/step_timeline.py --workload w-gpu --windows 300,800
@@ -186,6 +188,63 @@ class Timeline:
         })
 
 
+class DeviceGaps:
+    """CUDA events on the stream around each step: one before the runner's inputs are copied in, one after
+    its sample is launched. A step's device time runs from the first to the second (so it includes any wait
+    inside the step for the host's sample launch); the device idles between steps when the host had not yet
+    launched the next one when the last finished."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[Any, Any, int, int]] = []
+        self._start: tuple[Any, int, int] | None = None
+
+    def install(self) -> None:
+        launch, sample = ModelRunner._launch_forward, ModelRunner._sample
+        gaps = self
+
+        def launch_forward(runner: ModelRunner, so: Any, *args: Any, **kwargs: Any) -> Any:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            gaps._start = (start, so.total_num_scheduled_tokens, len(so.num_scheduled_tokens))
+            return launch(runner, so, *args, **kwargs)
+
+        def sample_launch(runner: ModelRunner, *args: Any, **kwargs: Any) -> Any:
+            pending = sample(runner, *args, **kwargs)
+            if gaps._start is not None:
+                end = torch.cuda.Event(enable_timing=True)
+                end.record()
+                start, tokens, reqs = gaps._start
+                gaps.records.append((start, end, tokens, reqs))
+                gaps._start = None
+            return pending
+
+        ModelRunner._launch_forward = launch_forward  # type: ignore[method-assign]
+        ModelRunner._sample = sample_launch  # type: ignore[method-assign]
+
+    def summary(self) -> dict[str, Any]:
+        torch.cuda.synchronize()
+        steps = [(s.elapsed_time(e), n, r) for s, e, n, r in self.records]
+        gaps = [self.records[i][1].elapsed_time(self.records[i + 1][0]) for i in range(len(self.records) - 1)]
+        return summarize_gaps(steps, gaps)
+
+
+def summarize_gaps(steps: list[tuple[float, int, int]], gaps: list[float]) -> dict[str, Any]:
+    """Totals (ms) of per-step device time and of the idle time after each step, overall and by batch bucket;
+    ``steps`` holds (device ms, scheduled tokens, requests) per step, ``gaps[i]`` the idle ms after step i."""
+    buckets: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    for i, (device_ms, tokens, reqs) in enumerate(steps):
+        row = buckets[bucket(reqs, tokens)]
+        row[0] += 1
+        row[1] += device_ms
+        row[2] += max(gaps[i], 0.0) if i < len(gaps) else 0.0
+    step_ms = sum(ms for ms, _, _ in steps)
+    idle_ms = sum(max(g, 0.0) for g in gaps)
+    return {"device_gaps": True, "steps": len(steps), "step_ms": round(step_ms, 1), "idle_between_steps_ms": round(idle_ms, 2),
+            "idle_fraction": round(idle_ms / (step_ms + idle_ms), 4) if step_ms + idle_ms else 0.0,
+            "by_bucket": {name: {"steps": int(n), "step_ms": round(ms, 1), "idle_after_ms": round(idle, 2)}
+                          for name, (n, ms, idle) in sorted(buckets.items())}}
+
+
 def decode_context_tokens(out: Any) -> int:
     """Context tokens a step's decodes attend to: each request computing one token after
     ``num_computed_tokens`` reads that many keys plus its own."""
@@ -248,6 +307,9 @@ def main() -> None:
         timeline.wrap_step_boundary()
         # The runner gathers each step's metadata from its per-row state (SamplingMetadata.build does too).
         SamplingRowState.gather = _timed_gather(SamplingRowState.gather, timeline)  # type: ignore[method-assign]
+        device_gaps = DeviceGaps() if torch.cuda.is_available() else None
+        if device_gaps is not None:
+            device_gaps.install()
         syncs: Counter[str] = Counter()
         allocator_before = allocator_counters()
         with _sync_debug(syncs, args.sync_debug and torch.cuda.is_available()):
@@ -271,6 +333,8 @@ def main() -> None:
                       "wall_s": round(elapsed, 3), "output_tokens": tokens,
                       "output_tok_s": round(tokens / elapsed, 1), "phase_totals_s": totals,
                       "allocator_events_during_run": allocator}))
+    if device_gaps is not None:
+        print(json.dumps({"workload": workload.name, **device_gaps.summary()}))
     for window in timeline.window_results:
         print(json.dumps(window))
     if args.sync_debug:

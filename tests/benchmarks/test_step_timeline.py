@@ -64,3 +64,20 @@ def test_a_tiny_run_reports_the_decode_context_per_bucket() -> None:
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"bucket"')]
     decodes = [r for r in rows if r["bucket"].startswith("decode")]
     assert decodes and all(r["decode_context_tokens"] > 0 for r in decodes)
+
+
+def test_device_gaps_total_the_idle_time_after_each_step_by_bucket() -> None:
+    """Each step's device time goes to its batch bucket with the idle time that followed it; the last step
+    has none after it, and an overlap (the next step queued before this one ended) counts as no idle time."""
+    script = load_script()
+    steps = [(40.0, 4096, 8), (5.0, 256, 256), (4.0, 200, 200), (1.0, 3, 3)]
+    summary = script.summarize_gaps(steps, [0.5, -0.01, 0.25])
+    assert summary["steps"] == 4 and summary["step_ms"] == 50.0
+    assert summary["idle_between_steps_ms"] == 0.75
+    assert summary["idle_fraction"] == round(0.75 / 50.75, 4)
+    assert summary["by_bucket"] == {
+        "prefill/mixed": {"steps": 1, "step_ms": 40.0, "idle_after_ms": 0.5},
+        "decode>=224": {"steps": 1, "step_ms": 5.0, "idle_after_ms": 0.0},
+        "decode>=160": {"steps": 1, "step_ms": 4.0, "idle_after_ms": 0.25},
+        "decode>=1": {"steps": 1, "step_ms": 1.0, "idle_after_ms": 0.0},
+    }
