@@ -9,6 +9,9 @@ the bytes counted are the fp8 cache's (half of bf16's), and the reference is SDP
 dequantized cache. ``--sweep`` also times each setting on a W-GPU-like ragged batch (contexts 100-2,048 in
 a 4,096-token table, longest first), since equal contexts can crown a setting the engine's batches punish;
 ``--ragged LOW:HIGH:WIDTH`` times split counts and settings on such a batch alone (either cache dtype).
+``--split-sweep B1,B2,...`` times both tile widths at every split count on such a batch (W-GPU's contexts
+unless ``--ragged`` gives others) for each batch size, one JSON line per batch with the engine's choice and the
+fastest: what ``PROGRAMS_PER_SM`` and ``WIDE_TILE_MIN_BATCH`` in ``infercore_triton/backend.py`` rest on.
 """
 
 from __future__ import annotations
@@ -27,7 +30,12 @@ import triton
 import triton.testing
 
 from infercore.benchmarks.kernel_timing import graph_median_us
-from infercore_triton.backend import choose_decode_config, choose_num_splits
+from infercore_triton.backend import (
+    FP8_PROGRAMS_PER_SM,
+    PROGRAMS_PER_SM,
+    choose_decode_config,
+    choose_num_splits,
+)
 from infercore_triton.decode_attention import DecodeConfig, decode_attention, multiprocessor_count
 from infercore_triton.kv_cache_write import write_kv
 
@@ -109,6 +117,8 @@ def main() -> None:
     parser.add_argument("--ragged", default=None, metavar="LOW:HIGH:WIDTH",
                         help="instead: uniform random lengths in [LOW, HIGH] with a block table WIDTH tokens "
                              "wide (as in a captured graph); times split strategies, one JSON line each")
+    parser.add_argument("--split-sweep", default=None, metavar="B1,B2,...",
+                        help="instead: for each batch size, both tile widths at every split count on a ragged batch")
     parser.add_argument("--config", default=None, metavar="BLOCK_N:WARPS:STAGES[:v|:k|:kv]",
                         help="time this launch setting instead of the engine's (':v', ':k', ':kv': fp8 V, K or both "
                              "loaded as words)")
@@ -121,6 +131,9 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("this benchmark needs a GPU that torch can see")
 
+    if args.split_sweep:
+        split_sweep(args)
+        return
     if args.ragged:
         ragged(args)
         return
@@ -275,6 +288,53 @@ def ragged(args: argparse.Namespace) -> None:
                               "config": [config.block_n, config.num_warps, config.num_stages], "timer": TIMER,
                               "chosen_today": splits == chosen, "us": round(us, 1),
                               "TBps": round(kv_bytes / us / 1e6, 3), "rel_err_vs_one_split": err}), flush=True)
+
+
+#: Split counts ``--split-sweep`` tries, and the most programs per multiprocessor it lets a split launch have.
+SPLIT_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16)
+SPLIT_SWEEP_MAX_PROGRAMS_PER_SM = 24
+
+
+def split_sweep(args: argparse.Namespace) -> None:
+    """For each batch size of ``--split-sweep``: a ragged batch, longest context first, timed with 64- and
+    128-token tiles at every split count of :data:`SPLIT_COUNTS`, against the engine's choice."""
+    low, high, width = (int(x) for x in args.ragged.split(":")) if args.ragged else (
+        *RAGGED_SWEEP_LENGTHS, RAGGED_SWEEP_WIDTH)
+    fp8 = args.kv_cache_dtype == "fp8"
+    sms, kvh, d = _num_sms(), args.kv_heads, args.head_size
+    for b in (int(x) for x in args.split_sweep.split(",")):
+        q, kv_cache, seq_lens, block_table, k_scale, v_scale = _ragged_batch(
+            argparse.Namespace(**{**vars(args), "batch": b}), low, high, width)
+        order = torch.argsort(seq_lens, descending=True)
+        q, seq_lens, block_table = q[order].contiguous(), seq_lens[order].contiguous(), block_table[order].contiguous()
+        out = torch.empty_like(q)
+        ref = torch.empty_like(q)
+        kv_bytes = 2 * int(seq_lens.sum()) * kvh * d * kv_cache.element_size()
+        engine = choose_decode_config(b, fp8)
+        engine_splits = choose_num_splits(b, kvh, width, sms, FP8_PROGRAMS_PER_SM if fp8 else PROGRAMS_PER_SM)
+        decode_attention(q, kv_cache, seq_lens, block_table, d**-0.5, ref, num_splits=1, config=engine,
+                         k_scale=k_scale, v_scale=v_scale)
+        cases = {(block_n, splits) for block_n in (64, 128) for splits in SPLIT_COUNTS
+                 if splits == 1 or b * kvh * splits <= SPLIT_SWEEP_MAX_PROGRAMS_PER_SM * sms}
+        cases.add((engine.block_n, engine_splits))
+        times, worst_err = {}, 0.0
+        for block_n, splits in sorted(cases):
+            config = dataclasses.replace(engine, block_n=block_n)
+            times[(block_n, splits)] = _median_us(functools.partial(
+                decode_attention, q, kv_cache, seq_lens, block_table, d**-0.5, out, num_splits=splits, config=config,
+                k_scale=k_scale, v_scale=v_scale))
+            worst_err = max(worst_err, ((out.float() - ref.float()).norm() / ref.float().norm()).item())
+        best = min(times, key=times.__getitem__)
+        engine_us = times[(engine.block_n, engine_splits)]
+        print(json.dumps({"benchmark": "decode_attention_split_sweep", "batch": b, "lengths": [low, high],
+                          "table_width": width, "kv_cache_dtype": args.kv_cache_dtype, "timer": TIMER,
+                          "engine": {"block_n": engine.block_n, "splits": engine_splits, "us": round(engine_us, 1),
+                                     "TBps": round(kv_bytes / engine_us / 1e6, 3)},
+                          "best": {"block_n": best[0], "splits": best[1], "us": round(times[best], 1),
+                                   "TBps": round(kv_bytes / times[best] / 1e6, 3)},
+                          "engine_over_best": round(engine_us / times[best], 3),
+                          "us": {f"{bn}x{s}": round(t, 1) for (bn, s), t in sorted(times.items())},
+                          "max_rel_err_vs_one_split": worst_err}), flush=True)
 
 
 if __name__ == "__main__":

@@ -55,3 +55,19 @@ def test_the_sweep_times_a_setting_on_a_ragged_batch(on_host: None) -> None:
     timer = bench._ragged_timer(_args("fp8"), (20, 70), 96)
     assert timer(bench.choose_decode_config(3, True)) == 1.0
     assert timer(bench.DecodeConfig(block_n=32, num_warps=4, num_stages=2)) == 1.0
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["bfloat16", "fp8"])
+def test_split_sweep_times_both_tiles_at_every_split_and_the_engines_choice(
+        on_host: None, kv_cache_dtype: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(bench, "SPLIT_COUNTS", (1, 2))
+    args = argparse.Namespace(**{**vars(_args(kv_cache_dtype)), "split_sweep": "1,3"})
+    bench.split_sweep(args)
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["batch"] for r in records] == [1, 3]
+    for r in records:
+        engine = r["engine"]
+        # Both tiles at each listed split count, and the engine's own choice, all computing the same attention.
+        assert {"64x1", "64x2", "128x1", "128x2", f"{engine['block_n']}x{engine['splits']}"} == set(r["us"])
+        assert r["max_rel_err_vs_one_split"] < 2e-2
+        assert r["engine_over_best"] >= 1.0 and r["kv_cache_dtype"] == kv_cache_dtype
