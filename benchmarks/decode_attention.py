@@ -82,6 +82,12 @@ def _num_sms() -> int:
     return multiprocessor_count(torch.device(DEVICE))
 
 
+def engine_splits(num_reqs: int, num_kv_heads: int, width: int, kv_cache_dtype: str) -> int:
+    """The split count the engine's Triton backend launches a batch with over a table ``width`` tokens wide."""
+    per_sm = FP8_PROGRAMS_PER_SM if kv_cache_dtype == "fp8" else PROGRAMS_PER_SM
+    return choose_num_splits(num_reqs, num_kv_heads, width, _num_sms(), per_sm)
+
+
 def parse_setting(text: str, base: DecodeConfig | None = None) -> DecodeConfig:
     """``BLOCK_N:WARPS:STAGES`` then ``:v``, ``:k`` or ``:kv`` (fp8 V, K or both loaded as words), over ``base``."""
     parts = text.split(":")
@@ -149,7 +155,7 @@ def main() -> None:
     out = torch.empty_like(q)
     scale = d**-0.5
     kv_bytes = 2 * b * ctx * kvh * d * kv_cache.element_size()
-    splits = choose_num_splits(b, kvh, blocks_per_seq * bs, _num_sms())
+    splits = engine_splits(b, kvh, blocks_per_seq * bs, args.kv_cache_dtype)
 
     def run(config: DecodeConfig, num_splits: int = splits) -> float:
         return _median_us(lambda: decode_attention(q, kv_cache, seq_lens, block_table, scale, out,
@@ -250,7 +256,7 @@ def _ragged_timer(args: argparse.Namespace, lengths: tuple[int, int], width: int
     order = torch.argsort(seq_lens, descending=True)
     q, seq_lens, block_table = q[order].contiguous(), seq_lens[order].contiguous(), block_table[order].contiguous()
     out = torch.empty_like(q)
-    splits = choose_num_splits(args.batch, args.kv_heads, width, _num_sms())
+    splits = engine_splits(args.batch, args.kv_heads, width, args.kv_cache_dtype)
     return lambda config: _median_us(lambda: decode_attention(q, kv_cache, seq_lens, block_table, args.head_size**-0.5,
                                                               out, num_splits=splits, config=config,
                                                               k_scale=k_scale, v_scale=v_scale))
@@ -264,11 +270,10 @@ def ragged(args: argparse.Namespace) -> None:
     out = torch.empty_like(q)
     ref = torch.empty_like(q)
     kv_bytes = 2 * int(seq_lens.sum()) * kvh * d * kv_cache.element_size()
-    sms = _num_sms()
     base = choose_decode_config(b, args.kv_cache_dtype == "fp8")
     decode_attention(q, kv_cache, seq_lens, block_table, d**-0.5, ref, num_splits=1, config=base, k_scale=k_scale,
                      v_scale=v_scale)
-    chosen = choose_num_splits(b, kvh, width, sms)
+    chosen = engine_splits(b, kvh, width, args.kv_cache_dtype)
     orders = {"random": torch.arange(b, device=DEVICE),
               "longest_first": torch.argsort(seq_lens, descending=True)}
     cases = [(s, base) for s in (1, 2, 4)]
@@ -311,12 +316,12 @@ def split_sweep(args: argparse.Namespace) -> None:
         ref = torch.empty_like(q)
         kv_bytes = 2 * int(seq_lens.sum()) * kvh * d * kv_cache.element_size()
         engine = choose_decode_config(b, fp8)
-        engine_splits = choose_num_splits(b, kvh, width, sms, FP8_PROGRAMS_PER_SM if fp8 else PROGRAMS_PER_SM)
+        splits_today = engine_splits(b, kvh, width, args.kv_cache_dtype)
         decode_attention(q, kv_cache, seq_lens, block_table, d**-0.5, ref, num_splits=1, config=engine,
                          k_scale=k_scale, v_scale=v_scale)
         cases = {(block_n, splits) for block_n in (64, 128) for splits in SPLIT_COUNTS
                  if splits == 1 or b * kvh * splits <= SPLIT_SWEEP_MAX_PROGRAMS_PER_SM * sms}
-        cases.add((engine.block_n, engine_splits))
+        cases.add((engine.block_n, splits_today))
         times, worst_err = {}, 0.0
         for block_n, splits in sorted(cases):
             config = dataclasses.replace(engine, block_n=block_n)
@@ -325,10 +330,10 @@ def split_sweep(args: argparse.Namespace) -> None:
                 k_scale=k_scale, v_scale=v_scale))
             worst_err = max(worst_err, ((out.float() - ref.float()).norm() / ref.float().norm()).item())
         best = min(times, key=times.__getitem__)
-        engine_us = times[(engine.block_n, engine_splits)]
+        engine_us = times[(engine.block_n, splits_today)]
         print(json.dumps({"benchmark": "decode_attention_split_sweep", "batch": b, "lengths": [low, high],
                           "table_width": width, "kv_cache_dtype": args.kv_cache_dtype, "timer": TIMER,
-                          "engine": {"block_n": engine.block_n, "splits": engine_splits, "us": round(engine_us, 1),
+                          "engine": {"block_n": engine.block_n, "splits": splits_today, "us": round(engine_us, 1),
                                      "TBps": round(kv_bytes / engine_us / 1e6, 3)},
                           "best": {"block_n": best[0], "splits": best[1], "us": round(times[best], 1),
                                    "TBps": round(kv_bytes / times[best] / 1e6, 3)},
