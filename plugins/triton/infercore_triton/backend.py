@@ -39,8 +39,9 @@ MAX_SPLITS = 32
 
 #: Decode programs per multiprocessor a split launch aims for over a bf16 cache. On an H200 (ragged W-GPU
 #: batches: contexts 100-2,048 in a 4,096-token table, longest first, 128-token tiles, timed from CUDA-graph
-#: replays; ``benchmarks/decode_attention.py --split-sweep``) the best split counts put 10-17 programs on each multiprocessor from batch 16 to 128: at batch
-#: 16/32/64/96 they took 31.6/52.3/79.8/127.7 µs against 36.2/57.3/90.6/136.5 with two programs per
+#: replays by ``benchmarks/decode_attention.py --split-sweep``), from batch 16 to 128 the best split counts
+#: put 12-23 programs on each multiprocessor, and counts near 12 were within 1% of the best. At batch
+#: 16/32/64/96 the best took 31.6/52.3/79.8/127.7 µs against 36.2/57.3/90.6/136.5 with two programs per
 #: multiprocessor and 64-token tiles. Over an fp8 cache the split count was not re-measured: two per SM.
 PROGRAMS_PER_SM = 12
 FP8_PROGRAMS_PER_SM = 2
