@@ -100,12 +100,15 @@ class _Launcher:
         self.engines: list[BaseProcess] = []
         self.servers: list[BaseProcess] = []
         self.stop_signal: int | None = None
+        #: API servers sent SIGTERM (by pid), so stopping after a signal does not send a second one.
+        self._signalled: set[int] = set()
 
     def _on_signal(self, sig: int, frame: types.FrameType | None) -> None:
         if self.stop_signal is None:
             logger.info("received %s: draining the API servers", signal.Signals(sig).name)
+            self._signal_servers()  # the drain starts now, not when the watch loop next wakes
         else:  # a second signal: the API servers stop at once (see serve._Server)
-            self._signal_servers()
+            self._signal_servers(again=True)
         self.stop_signal = sig
 
     def start(self, sock: socket.socket, socket_dir: str) -> None:
@@ -141,10 +144,13 @@ class _Launcher:
                 return sentinels[ready[0]]  # type: ignore[index]
         return None
 
-    def _signal_servers(self) -> None:
+    def _signal_servers(self, again: bool = False) -> None:
+        """SIGTERM to every live API server not sent one yet; with ``again``, to every live one (a second
+        SIGTERM stops a draining server at once)."""
         for process in self.servers:
-            if process.is_alive() and process.pid is not None:
+            if process.is_alive() and process.pid is not None and (again or process.pid not in self._signalled):
                 os.kill(process.pid, signal.SIGTERM)
+                self._signalled.add(process.pid)
 
     def stop(self) -> bool:
         """Drain and stop the API servers, then the engines; True if every API server exited cleanly."""
