@@ -30,12 +30,7 @@ import triton
 import triton.testing
 
 from infercore.benchmarks.kernel_timing import graph_median_us
-from infercore_triton.backend import (
-    FP8_PROGRAMS_PER_SM,
-    PROGRAMS_PER_SM,
-    choose_decode_config,
-    choose_num_splits,
-)
+from infercore_triton.backend import choose_decode_config, choose_num_splits
 from infercore_triton.decode_attention import DecodeConfig, decode_attention, multiprocessor_count
 from infercore_triton.kv_cache_write import write_kv
 
@@ -84,8 +79,7 @@ def _num_sms() -> int:
 
 def engine_splits(num_reqs: int, num_kv_heads: int, width: int, kv_cache_dtype: str) -> int:
     """The split count the engine's Triton backend launches a batch with over a table ``width`` tokens wide."""
-    per_sm = FP8_PROGRAMS_PER_SM if kv_cache_dtype == "fp8" else PROGRAMS_PER_SM
-    return choose_num_splits(num_reqs, num_kv_heads, width, _num_sms(), per_sm)
+    return choose_num_splits(num_reqs, num_kv_heads, width, _num_sms(), kv_cache_dtype == "fp8")
 
 
 def parse_setting(text: str, base: DecodeConfig | None = None) -> DecodeConfig:
@@ -229,10 +223,11 @@ def main() -> None:
     }))
 
 
-def _ragged_batch(args: argparse.Namespace, low: int, high: int, width: int) -> tuple[torch.Tensor, ...]:
+def _ragged_batch(args: argparse.Namespace, low: int, high: int, width: int,
+                  longest_first: bool = False) -> tuple[torch.Tensor, ...]:
     """A ragged batch: query, cache (of ``--kv-cache-dtype``), lengths uniform in [low, high] and a block table
     ``width`` tokens wide whose sequences' blocks are mostly consecutive, as the engine's free queue hands
-    them out."""
+    them out; with ``longest_first``, its sequences ordered as the engine orders a decode batch."""
     torch.manual_seed(0)
     b, h, kvh, d, bs = args.batch, args.heads, args.kv_heads, args.head_size, args.block_size
     blocks_per_seq = triton.cdiv(width, bs)
@@ -241,6 +236,9 @@ def _ragged_batch(args: argparse.Namespace, low: int, high: int, width: int) -> 
     block_table = (1 + torch.arange(num_blocks - 1, device=DEVICE)).view(b, blocks_per_seq).to(torch.int32)
     seq_lens = torch.randint(low, high + 1, (b,), dtype=torch.int32, device=DEVICE)
     q = torch.randn((b, h, d), dtype=torch.bfloat16, device=DEVICE)
+    if longest_first:
+        order = torch.argsort(seq_lens, descending=True)
+        q, seq_lens, block_table = q[order].contiguous(), seq_lens[order].contiguous(), block_table[order].contiguous()
     return q, kv_cache, seq_lens, block_table, k_scale, v_scale
 
 
@@ -252,9 +250,7 @@ RAGGED_SWEEP_LENGTHS, RAGGED_SWEEP_WIDTH = (100, 2048), 4096
 
 def _ragged_timer(args: argparse.Namespace, lengths: tuple[int, int], width: int):  # noqa: ANN202
     """A function timing one setting on a ragged batch, longest context first, with the engine's split count."""
-    q, kv_cache, seq_lens, block_table, k_scale, v_scale = _ragged_batch(args, *lengths, width)
-    order = torch.argsort(seq_lens, descending=True)
-    q, seq_lens, block_table = q[order].contiguous(), seq_lens[order].contiguous(), block_table[order].contiguous()
+    q, kv_cache, seq_lens, block_table, k_scale, v_scale = _ragged_batch(args, *lengths, width, longest_first=True)
     out = torch.empty_like(q)
     splits = engine_splits(args.batch, args.kv_heads, width, args.kv_cache_dtype)
     return lambda config: _median_us(lambda: decode_attention(q, kv_cache, seq_lens, block_table, args.head_size**-0.5,
@@ -309,9 +305,7 @@ def split_sweep(args: argparse.Namespace) -> None:
     sms, kvh, d = _num_sms(), args.kv_heads, args.head_size
     for b in (int(x) for x in args.split_sweep.split(",")):
         q, kv_cache, seq_lens, block_table, k_scale, v_scale = _ragged_batch(
-            argparse.Namespace(**{**vars(args), "batch": b}), low, high, width)
-        order = torch.argsort(seq_lens, descending=True)
-        q, seq_lens, block_table = q[order].contiguous(), seq_lens[order].contiguous(), block_table[order].contiguous()
+            argparse.Namespace(**{**vars(args), "batch": b}), low, high, width, longest_first=True)
         out = torch.empty_like(q)
         ref = torch.empty_like(q)
         kv_bytes = 2 * int(seq_lens.sum()) * kvh * d * kv_cache.element_size()

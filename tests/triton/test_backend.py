@@ -49,9 +49,10 @@ def test_num_splits_fill_the_device_and_stay_bounded() -> None:
     assert choose_num_splits(256, 8, 4096, 132) == 1
     assert choose_num_splits(1, 8, 8192, 132) == MAX_SPLITS
     assert choose_num_splits(1, 8, 300, 132) == 5
-    # About PROGRAMS_PER_SM programs per multiprocessor (12: 16 x 8 x 13 = 1,664 for 132 of them), or as asked.
+    # About PROGRAMS_PER_SM programs per multiprocessor (12: 16 x 8 x 13 = 1,664 for 132 of them); over an fp8
+    # cache FP8_PROGRAMS_PER_SM (2).
     assert choose_num_splits(16, 8, 4096, 132) == 13
-    assert choose_num_splits(16, 8, 4096, 132, programs_per_sm=2) == 3
+    assert choose_num_splits(16, 8, 4096, 132, fp8_cache=True) == 3
     assert choose_num_splits(128, 8, 4096, 132) == 2
     # A narrow table (max_model_len 1024) at batch 1 gets as many splits as its 64-token tiles.
     assert choose_num_splits(1, 8, 1024, 132) == 16

@@ -48,15 +48,17 @@ FP8_PROGRAMS_PER_SM = 2
 
 
 def choose_num_splits(num_reqs: int, num_kv_heads: int, max_context: int, num_sms: int,
-                      programs_per_sm: int = PROGRAMS_PER_SM) -> int:
-    """Splits per (sequence, KV head) so that a decode launch has about ``programs_per_sm`` programs per
-    multiprocessor, each split at least :data:`MIN_TOKENS_PER_SPLIT` of the table wide.
+                      fp8_cache: bool = False) -> int:
+    """Splits per (sequence, KV head) so that a decode launch has about :data:`PROGRAMS_PER_SM` programs per
+    multiprocessor (:data:`FP8_PROGRAMS_PER_SM` over an fp8 cache), each split at least
+    :data:`MIN_TOKENS_PER_SPLIT` of the table wide.
 
     Depends only on the batch size and the block table's width, never on this step's lengths, so
     a step replayed from a captured graph keeps the split count it was captured with.
     """
     programs = max(1, num_reqs * num_kv_heads)
-    wanted = triton.cdiv(programs_per_sm * num_sms, programs)
+    per_sm = FP8_PROGRAMS_PER_SM if fp8_cache else PROGRAMS_PER_SM
+    wanted = triton.cdiv(per_sm * num_sms, programs)
     by_context = max(1, triton.cdiv(max_context, MIN_TOKENS_PER_SPLIT))
     return max(1, min(wanted, by_context, MAX_SPLITS))
 
@@ -138,8 +140,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             num_decodes = n
             max_context = common.block_table.shape[1] * self.spec.block_size
             fp8 = kv_cache_fp8.is_fp8_kv(self.spec.dtype)
-            num_splits = choose_num_splits(n, self.spec.num_kv_heads, max_context, self.num_sms,
-                                           FP8_PROGRAMS_PER_SM if fp8 else PROGRAMS_PER_SM)
+            num_splits = choose_num_splits(n, self.spec.num_kv_heads, max_context, self.num_sms, fp8)
             config = choose_decode_config(n, fp8)
         else:
             # Decodes beside a prefill: one fixed launch (no split, default tiles), so the ragged
