@@ -17,8 +17,9 @@ from infercore.engine.core_proc import (
 from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs
 from infercore.engine.output_sender import OutputSender
 
-SENDS = 30
-BUSY_S = 0.006
+SENDS = 12
+BUSY_S = 0.025
+LONG_INTERVAL_S = 0.02
 ATTEMPTS = 3
 
 
@@ -38,8 +39,8 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def _slow_tenth_s() -> float:
-    """The 90th percentile of the delay from ``send`` to the socket write while the loop spins."""
+def _median_delay_s() -> float:
+    """The median delay from ``send`` to the socket write while the step loop spins."""
     socket = TimingSocket()
     sender = OutputSender(socket)
     delays = []
@@ -51,20 +52,42 @@ def _slow_tenth_s() -> float:
             time.sleep(0.0005)
         delays.append(socket.written[i] - queued)
     sender.close()
-    return sorted(delays)[int(0.9 * SENDS)]
+    return sorted(delays)[SENDS // 2]
+
+
+def _median_delay_with_interval_s(interval_s: float) -> float:
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(interval_s)
+    try:
+        return _median_delay_s()
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def test_the_engine_process_sets_a_short_switch_interval() -> None:
+    previous = sys.getswitchinterval()
+    try:
+        tune_interpreter()
+        assert sys.getswitchinterval() == pytest.approx(ENGINE_SWITCH_INTERVAL_S)
+    finally:
+        sys.setswitchinterval(previous)
 
 
 def test_io_thread_writes_while_the_step_loop_spins() -> None:
-    previous = sys.getswitchinterval()
-    tune_interpreter()
-    try:
-        assert sys.getswitchinterval() == pytest.approx(ENGINE_SWITCH_INTERVAL_S)
-        # Best of three: a busy machine may delay the thread's wake-up itself once in a while. With the
-        # default 5 ms interval every attempt's slow tenth waits out the whole interval (about 5.5 ms).
-        slow = [_slow_tenth_s() for _ in range(ATTEMPTS)]
-    finally:
-        sys.setswitchinterval(previous)
-    assert min(slow) < 0.003, [round(s * 1e3, 2) for s in slow]
+    """The switch interval is what bounds the handoff: with the engine's interval the IO thread writes
+    early in a 25 ms host-bound step; with a 20 ms interval it waits out the interval.
+
+    Compared in one run rather than against a fixed figure in milliseconds: a loaded machine delays the
+    thread's wake-up by a few milliseconds, which the 20 ms interval's delay dwarfs either way."""
+    ratios = []
+    for _ in range(ATTEMPTS):  # best of three: a busy machine may stall one attempt
+        short = _median_delay_with_interval_s(ENGINE_SWITCH_INTERVAL_S)
+        long = _median_delay_with_interval_s(LONG_INTERVAL_S)
+        assert long >= 0.9 * LONG_INTERVAL_S, f"the 20 ms interval was not waited out: {long * 1e3:.2f} ms"
+        ratios.append(short / long)
+        if ratios[-1] < 0.5:
+            break
+    assert min(ratios) < 0.5, [round(r, 3) for r in ratios]
 
 
 @pytest.mark.parametrize(("value", "expected"), [("", ENGINE_SWITCH_INTERVAL_S), ("0.005", 0.005),
