@@ -12,6 +12,10 @@ from typing import Any
 class ForwardContext:
     """What one forward pass needs beyond its inputs: the attention backend's metadata.
 
+    ``attn_metadata`` is the first KV cache group's (the only one for most models); with several groups
+    (:mod:`infercore.kv_cache.groups`), ``group_attn_metadata[g - 1]`` is group ``g``'s: the same step
+    over that group's slot mapping and block table.
+
     ``split_at_attention`` is set only while a forward pass is captured in pieces
     (:mod:`infercore.worker.mixed_graphs`): attention layers then hand it their backend call and its
     tensors, ``split_at_attention(call, tensors)``, instead of running ``call(attn_metadata, *tensors)``.
@@ -20,6 +24,7 @@ class ForwardContext:
     attn_metadata: Any
     num_tokens: int
     split_at_attention: Callable[[Callable[..., None], tuple[Any, ...]], None] | None = None
+    group_attn_metadata: tuple[Any, ...] = ()
 
 
 _context: ForwardContext | None = None

@@ -8,17 +8,14 @@ and without async scheduling (whose in-flight tokens are patched into the arena'
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 import torch
+from decode_graph_stand_in import DecodeGraphStandIn
 from engine_cases import ENGINE_DEFAULTS, PROMPTS
 
 from infercore import LLM, SamplingParams
-from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.worker.step_buffers import StepBuffers
-from infercore.worker.whole_graphs import capture_sizes, smallest_captured
 
 
 def _buffers() -> StepBuffers:
@@ -76,29 +73,6 @@ def test_general_layout_uploads_at_once() -> None:
     assert buf.input_ids[:3].tolist() == [1, 2, 3]
 
 
-class DecodeGraphStandIn:
-    """Pads decode steps to capture sizes and runs them eagerly on the bound decode layout's views,
-    reading them as a replayed graph does (its attention metadata built from those views), and ends
-    with the LM head as the runner's decode graphs do."""
-
-    def __init__(self, runner: Any) -> None:
-        self.runner = runner
-        self.sizes = capture_sizes(runner.max_num_reqs)
-        self.replayed: list[int] = []
-
-    def padded_size(self, num_reqs: int) -> int | None:
-        return smallest_captured(self.sizes, self.sizes, num_reqs)
-
-    def replay(self, size: int) -> torch.Tensor:
-        runner, buf = self.runner, self.runner.buffers
-        assert buf.decode_shape == (size, runner.max_blocks_per_req)
-        self.replayed.append(size)
-        common = runner._metadata(size, size, 1, int(buf.np_seq_lens[:size].max()), runner.max_blocks_per_req)
-        with set_forward_context(ForwardContext(runner.builder.build(common), size)):
-            hidden = runner.model(buf.input_ids[:size], buf.positions[:size])
-        return runner.model.compute_logits(hidden) if runner.logits_in_decode_graphs else hidden
-
-
 @pytest.mark.parametrize(("async_scheduling", "logits_in_graph"), [(False, True), (True, True), (True, False)])
 def test_padded_decode_steps_in_the_arena_match_unpadded(qwen3_folder, async_scheduling: bool,
                                                          logits_in_graph: bool) -> None:
@@ -120,3 +94,21 @@ def test_padded_decode_steps_in_the_arena_match_unpadded(qwen3_folder, async_sch
             for token, lp in got_step.items():
                 assert lp.logprob == pytest.approx(want_step[token].logprob, abs=1e-5)
     assert any(size > len(PROMPTS) for size in stand_in.replayed)  # padded past the batch
+
+
+def test_the_other_kv_groups_tables_and_slots_travel_beside_the_arena() -> None:
+    buf = StepBuffers(64, 8, 6, torch.device("cpu"), pin=False, separate=True, kv_groups=3)
+    assert buf.group_block_table.shape == (2, 8, 6) and buf.group_slot_mapping.shape == (2, 64)
+    buf.bind_decode(4, 6)
+    buf.np_group_slot_mapping[:, :2] = [[5, 6], [7, 8]]
+    buf.np_group_block_table[:, :2, :3] = [[[1, 2, 3], [4, 5, 6]], [[7, 8, 9], [1, 1, 1]]]
+    buf.pad(2, 2, 4)  # two one-token dummies: written nowhere, reading the null block
+    buf.upload(4, 4, 6)
+    buf.flush()
+    assert buf.group_slot_mapping[:, :4].tolist() == [[5, 6, -1, -1], [7, 8, -1, -1]]
+    assert buf.group_block_table[1, :4, :3].tolist() == [[7, 8, 9], [1, 1, 1], [0, 0, 0], [0, 0, 0]]
+    buf.swap()
+    buf.bind_general()
+    buf.np_group_slot_mapping[:, :3] = [[1, 2, 3], [4, 5, 6]]
+    buf.upload(3, 1, 2)
+    assert buf.group_slot_mapping[:, :3].tolist() == [[1, 2, 3], [4, 5, 6]]

@@ -6,6 +6,7 @@ import hashlib
 from array import array
 
 from infercore.config import CacheConfig, SchedulerConfig
+from infercore.engine.block_pool import NULL_BLOCK_ID
 from infercore.engine.messages import EngineCoreOutputs
 from infercore.engine.request import Request
 from infercore.engine.scheduler import Scheduler
@@ -128,3 +129,51 @@ def run_to_completion(scheduler: Scheduler, runner: FakeRunner, max_steps: int =
         if on_step is not None:
             on_step(out, outputs)
     return results
+
+
+class GroupedRunner:
+    """A fake runner for KV cache groups (:mod:`infercore.kv_cache.groups`): one token-level cache per
+    group, written through the group's block table (every ``G``-th entry of the interleaved ids, never
+    the null block); before sampling, each group's window (all of the context for a global group) must
+    read back the request's tokens."""
+
+    def __init__(self, block_size: int, windows: list[int | None]) -> None:
+        self.block_size = block_size
+        self.windows = windows
+        self.kv: list[dict[int, dict[int, int]]] = [{} for _ in windows]
+        self.state: dict[str, tuple[list[int], list[int]]] = {}
+
+    def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        for rid in out.finished_req_ids:
+            self.state.pop(rid, None)
+        start_of: dict[str, int] = {}
+        for new in out.scheduled_new_reqs:
+            self.state[new.req_id] = (list(new.prompt_token_ids) + list(new.output_token_ids), list(new.block_ids))
+            start_of[new.req_id] = new.num_computed_tokens
+        cached = out.scheduled_cached_reqs
+        for i, block_ids in cached.new_blocks():
+            self.state[cached.req_ids[i]][1].extend(block_ids)
+        start_of.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
+        groups, bs = len(self.windows), self.block_size
+        req_ids, sampled = [], []
+        for rid, num in zip(out.req_ids, out.num_scheduled_tokens, strict=True):
+            tokens, ids = self.state[rid]
+            assert len(ids) % groups == 0
+            start = start_of[rid]
+            for g in range(groups):
+                table = ids[g::groups]
+                for pos in range(start, start + num):
+                    assert table[pos // bs] != NULL_BLOCK_ID, f"{rid} writes {pos} into group {g}'s null block"
+                    self.kv[g].setdefault(table[pos // bs], {})[pos % bs] = tokens[pos]
+            new_tokens: list[int] = []
+            if start + num == len(tokens):
+                for g, window in enumerate(self.windows):
+                    table = ids[g::groups]
+                    first = 0 if window is None else max(0, len(tokens) - window)
+                    got = [self.kv[g].get(table[p // bs], {}).get(p % bs) for p in range(first, len(tokens))]
+                    assert got == tokens[first:], f"group {g} of {rid} lost tokens of its window"
+                new_tokens = [next_token(tokens)]
+                tokens.extend(new_tokens)
+            req_ids.append(rid)
+            sampled.append(new_tokens)
+        return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, logprobs=None, prompt_logprobs=None)

@@ -64,7 +64,7 @@ def _trace(specs: list[dict], skip_settled: bool, window: int | None, prefix_cac
     sched = Scheduler(SchedulerConfig(max_num_seqs=8, scheduling_policy="priority"),
                       CacheConfig(block_size=bs, enable_prefix_caching=prefix_caching),
                       max_model_len=64, num_blocks=24, block_size=bs, max_num_batched_tokens=24,
-                      sliding_window=window)
+                      kv_group_windows=(window,))
     kv = sched.kv_cache_manager
     if not skip_settled:
         kv.settled_until = _Unsettled()

@@ -1,26 +1,18 @@
 """Blocks that left every layer's sliding window go back to the pool while their request runs.
 
-The rule: when every attention layer slides, a query at position ``p`` reads keys after
-``p - window`` (the largest window) only, so blocks wholly before ``num_computed_tokens - window + 1``
-are freed; a model with a global layer frees nothing early.
+The rule: when every layer a KV cache group serves slides over ``window``, a query at position ``p``
+reads keys after ``p - window`` only, so the group's blocks wholly before
+``num_computed_tokens - window + 1`` are freed (a group of global layers frees nothing early).
 """
 
 from __future__ import annotations
 
-from sched_fakes import make_request, next_token
+from sched_fakes import GroupedRunner, make_request
 
 from infercore.config import CacheConfig, SchedulerConfig
 from infercore.engine.block_pool import NULL_BLOCK_ID
-from infercore.engine.kv_cache_manager import KVCacheManager, freeing_window
+from infercore.engine.kv_cache_manager import KVCacheManager
 from infercore.engine.scheduler import Scheduler
-from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
-
-
-def test_freeing_window_is_the_largest_window_only_when_every_layer_slides() -> None:
-    assert freeing_window([8, 4, 8]) == 8
-    assert freeing_window([8, None, 8]) is None
-    assert freeing_window([None]) is None
-    assert freeing_window([]) is None
 
 
 def _prefill(kv: KVCacheManager, request) -> list[int]:
@@ -79,55 +71,15 @@ def test_freed_blocks_keep_their_prefix_cache_entries() -> None:
     assert num_hit == 16 and [blk.block_id for blk in hit] == a_ids[:4]
 
 
-class WindowedRunner:
-    """Writes each scheduled token into the slot its block table names and, before sampling, checks
-    that the positions a query may still read (the last ``window``) hold the request's tokens."""
-
-    def __init__(self, block_size: int, window: int) -> None:
-        self.block_size, self.window = block_size, window
-        self.kv: dict[int, dict[int, int]] = {}
-        self.state: dict[str, tuple[list[int], list[int]]] = {}
-
-    def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
-        for rid in out.finished_req_ids:
-            self.state.pop(rid, None)
-        start_of: dict[str, int] = {}
-        for new in out.scheduled_new_reqs:
-            self.state[new.req_id] = (list(new.prompt_token_ids) + list(new.output_token_ids), list(new.block_ids))
-            start_of[new.req_id] = new.num_computed_tokens
-        cached = out.scheduled_cached_reqs
-        for i, block_ids in cached.new_blocks():
-            self.state[cached.req_ids[i]][1].extend(block_ids)
-        start_of.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
-        req_ids, sampled = [], []
-        bs = self.block_size
-        for rid, num in zip(out.req_ids, out.num_scheduled_tokens, strict=True):
-            tokens, blocks = self.state[rid]
-            start = start_of[rid]
-            for pos in range(start, start + num):
-                assert blocks[pos // bs] != NULL_BLOCK_ID, f"{rid} writes position {pos} into the null block"
-                self.kv.setdefault(blocks[pos // bs], {})[pos % bs] = tokens[pos]
-            new_tokens: list[int] = []
-            if start + num == len(tokens):
-                readable = range(max(0, len(tokens) - self.window), len(tokens))
-                cached = [self.kv.get(blocks[p // bs], {}).get(p % bs) for p in readable]
-                assert cached == tokens[readable.start:], f"the window of {rid} lost its tokens"
-                new_tokens = [next_token(tokens)]
-                tokens.extend(new_tokens)
-            req_ids.append(rid)
-            sampled.append(new_tokens)
-        return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, logprobs=None, prompt_logprobs=None)
-
-
 def _run(window: int | None) -> tuple[dict[str, list[int]], int]:
     """Four requests whose whole sequences need 12 blocks each, in a pool of 19 usable blocks; with
     window 8 each holds 3 or 4 at a time."""
     bs = 4
     sched = Scheduler(SchedulerConfig(max_num_seqs=8), CacheConfig(block_size=bs), max_model_len=48,
-                      num_blocks=20, block_size=bs, max_num_batched_tokens=32, sliding_window=window)
+                      num_blocks=20, block_size=bs, max_num_batched_tokens=32, kv_group_windows=(window,))
     for i in range(4):
         sched.add_request(make_request(f"r{i}", 10 + i, max_tokens=34, ignore_eos=True))
-    runner = WindowedRunner(bs, window or 64)
+    runner = GroupedRunner(bs, [window])
     results: dict[str, list[int]] = {}
     for _ in range(1000):
         if not sched.has_unfinished_requests():

@@ -32,10 +32,12 @@ def layer_specs(model: nn.Module) -> list[AttentionLayerSpec]:
 
 
 def bind_attention(model: nn.Module, backend_cls: type[AttentionBackend], kv_caches: list[torch.Tensor],
-                   dtype: torch.dtype | None = None, kv_cache_dtype: torch.dtype | None = None) -> None:
+                   dtype: torch.dtype | None = None, kv_cache_dtype: torch.dtype | None = None,
+                   layer_groups: list[int] | None = None) -> None:
     """Give every :class:`Attention` layer of ``model`` an impl of ``backend_cls`` (built with the layer's
-    spec, completed with the dtypes and the layer's KV cache scales) and its cache,
-    ``kv_caches[layer.layer_index]``."""
+    spec, completed with the dtypes and the layer's KV cache scales), its cache,
+    ``kv_caches[layer.layer_index]``, and its KV cache group, ``layer_groups[layer.layer_index]`` (0 for
+    every layer when None)."""
     impl_cls = backend_cls.get_impl_cls()
     for module in attention_layers(model):
         if module.layer_index >= len(kv_caches):
@@ -47,3 +49,4 @@ def bind_attention(model: nn.Module, backend_cls: type[AttentionBackend], kv_cac
                                    k_scale=module.k_scale, v_scale=module.v_scale)
         module.impl = impl_cls(spec)
         module.kv_cache = cache
+        module.kv_group = layer_groups[module.layer_index] if layer_groups is not None else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,8 @@ class Attention(nn.Module):
         self.v_scale = 1.0
         self.impl: AttentionImpl | None = None
         self.kv_cache: torch.Tensor = torch.empty(0)
+        #: The KV cache group whose metadata this layer reads (:mod:`infercore.kv_cache.groups`).
+        self.kv_group = 0
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q: [T, num_heads * head_size]; k, v: [T, num_kv_heads * head_size] → [T, num_heads * head_size].
@@ -91,10 +94,14 @@ class Attention(nn.Module):
         self._run(call, (positions, q, k, v, out))
         return out.view(n, self.num_heads * self.head_size)
 
-    @staticmethod
-    def _run(call: Callable[..., None], tensors: tuple[torch.Tensor, ...]) -> None:
-        """Run the backend ``call(metadata, *tensors)`` now, or hand it to a piecewise graph capture."""
+    def _run(self, call: Callable[..., None], tensors: tuple[torch.Tensor, ...]) -> None:
+        """Run the backend ``call(metadata, *tensors)`` now, or hand it to a piecewise graph capture.
+
+        A layer of a KV cache group after the first reads that group's metadata, from the forward context
+        current when the call runs (a piecewise replay passes the first group's)."""
         ctx = get_forward_context()
+        if self.kv_group:
+            call = functools.partial(_in_group, call, self.kv_group - 1)
         if ctx.split_at_attention is not None:
             ctx.split_at_attention(call, tensors)
         else:
@@ -110,3 +117,7 @@ class Attention(nn.Module):
         n = q.shape[0]
         return (q.view(n, self.num_heads, self.head_size), k.view(n, self.num_kv_heads, self.head_size),
                 v.view(n, self.num_kv_heads, self.head_size))
+
+
+def _in_group(call: Callable[..., None], index: int, _first_group_metadata: Any, *tensors: torch.Tensor) -> None:
+    call(get_forward_context().group_attn_metadata[index], *tensors)

@@ -79,7 +79,7 @@ class EngineCore:
             self.async_mode = self.platform.capabilities.async_scheduling and not config.model.enforce_eager
         self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, num_blocks,
                                    config.cache.block_size, self.max_num_batched_tokens,
-                                   sliding_window=self.executor.collective_rpc("kv_freeing_window")[0])
+                                   kv_group_windows=self.executor.collective_rpc("kv_group_windows")[0])
         #: The step launched last in overlapped mode and the future of its output.
         self._inflight: tuple[SchedulerOutput, StepFuture] | None = None
         self.grammars = GrammarGate(config, self.model_info.vocab_size, self.model_info.generation_stop_ids)

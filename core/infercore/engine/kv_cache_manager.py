@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from infercore.engine.block_hash import extend_block_hashes
 from infercore.engine.block_pool import NULL_BLOCK_ID, BlockPool, KVBlock
 from infercore.engine.request import Request
-
-
-def freeing_window(layer_windows: Iterable[int | None]) -> int | None:
-    """The window that bounds what any attention layer reads: the largest window when every layer
-    slides, None when a layer attends to the whole context (then no block can ever be freed early)."""
-    windows = list(layer_windows)
-    if not windows or any(w is None for w in windows):
-        return None
-    return max(w for w in windows if w is not None)
 
 
 class KVCacheManager:
@@ -28,8 +17,8 @@ class KVCacheManager:
     a request's computed tokens when it frees them (it was preempted before its step ran), and those
     of a step that failed (the scheduler takes them with :meth:`take_newly_cached` each step).
 
-    With ``sliding_window`` set (every attention layer slides, none further than it: see
-    :func:`freeing_window`), a query at position ``p`` reads keys after ``p - sliding_window`` only,
+    With ``sliding_window`` set (every layer the blocks serve slides over that window: see
+    :mod:`infercore.kv_cache.groups`), a query at position ``p`` reads keys after ``p - sliding_window`` only,
     so a block whose last token is at or before ``num_computed_tokens - sliding_window`` is never read
     again. Such blocks go back to the pool (keeping their prefix-cache entry) the next time the
     request allocates; the request's table keeps the null block in their place. Backends must then
@@ -92,15 +81,30 @@ class KVCacheManager:
             hit.append(block)
         return hit, len(hit) * bs
 
+    def cached_blocks(self, request: Request, num_blocks: int) -> list[KVBlock | None]:
+        """The prefix cache's block for each of the request's first ``num_blocks`` blocks (None: not cached);
+        the request's hashes must reach that far."""
+        get = self.pool.get_cached_block
+        return [get(h) for h in request.block_hashes[:num_blocks]]
+
+    def first_needed_block(self, num_computed_tokens: int) -> int:
+        """The first block a query at position ``num_computed_tokens`` or later can read (0 without a window)."""
+        if self.sliding_window is None:
+            return 0
+        return max(0, num_computed_tokens - self.sliding_window + 1) // self.block_size
+
     def allocate_slots(
-        self, request: Request, num_new_tokens: int, new_computed_blocks: list[KVBlock] | None = None
+        self, request: Request, num_new_tokens: int, new_computed_blocks: list[KVBlock] | None = None,
+        num_skipped: int = 0,
     ) -> list[int] | None:
         """Make room for ``num_new_tokens`` more tokens after the computed ones.
 
         ``new_computed_blocks`` (from :meth:`get_computed_blocks`, for a request being scheduled
         from the waiting queue) are prefix-cache hits placed before the new tokens; passing a
-        list, even empty, counts a prefix-cache query. Returns the ids of the blocks appended to
-        the request's block table (hits first), or None, changing nothing, when too few blocks are free.
+        list, even empty, counts a prefix-cache query. ``num_skipped`` null blocks go before the hits:
+        with a window, the leading blocks of a hit that no query of the request will read. Returns the
+        ids of the blocks appended to the request's block table (nulls and hits first), or None,
+        changing nothing, when too few blocks are free.
         """
         bs = self.block_size
         rid = request.request_id
@@ -115,30 +119,53 @@ class KVCacheManager:
                     self._cache_full_blocks(request, blocks, min(num_tokens, request.num_tokens))
                 self._settle(rid, blocks)
                 return []
-        num_held = len(blocks) if blocks is not None else 0
         hit = new_computed_blocks or []
-        num_tokens = request.num_computed_tokens + len(hit) * bs + num_new_tokens
-        num_needed = -(-num_tokens // bs) - num_held - len(hit)
+        num_tokens = request.num_computed_tokens + (num_skipped + len(hit)) * bs + num_new_tokens
+        num_needed = self._num_needed(blocks, num_tokens, hit, num_skipped)
+        if num_needed is None:
+            return None
         new_ids: list[int] = []
-        if num_needed > 0 or hit:
+        if num_needed > 0 or hit or num_skipped:
             pool = self.pool
-            num_hits_in_free_queue = sum(1 for b in hit if b.ref_cnt == 0)
-            if num_needed > pool.num_free_blocks - num_hits_in_free_queue:
-                return None
             pool.touch(hit)
-            appended = hit + pool.allocate(num_needed) if num_needed > 0 else hit
+            null = pool.blocks[NULL_BLOCK_ID]
+            appended = [null] * num_skipped + hit + (pool.allocate(num_needed) if num_needed > 0 else [])
             if blocks is None:
                 blocks = self._req_blocks[rid] = []
+            if num_skipped:
+                # The skipped blocks count as left the window and as handled by the prefix cache.
+                self._num_skipped_blocks[rid] = num_skipped
+                self._num_cached_blocks[rid] = num_skipped
             blocks.extend(appended)
             new_ids = [b.block_id for b in appended]
         if new_computed_blocks is not None:
             self.prefix_cache_queries += request.num_tokens
-            self.prefix_cache_hits += len(hit) * bs
+            self.prefix_cache_hits += (num_skipped + len(hit)) * bs
         if blocks is not None:
             if self.enable_caching:
                 self._cache_full_blocks(request, blocks, min(num_tokens, request.num_tokens))
             self._settle(rid, blocks)
         return new_ids
+
+    def can_allocate(self, request: Request, num_new_tokens: int, new_computed_blocks: list[KVBlock] | None = None,
+                     num_skipped: int = 0) -> bool:
+        """Whether :meth:`allocate_slots` with these arguments would succeed (blocks that left the window
+        go back to the pool first, as there)."""
+        blocks = self._req_blocks.get(request.request_id)
+        if blocks is not None and self.sliding_window is not None:
+            self._free_out_of_window(request, blocks, self.sliding_window)
+        hit = new_computed_blocks or []
+        num_tokens = request.num_computed_tokens + (num_skipped + len(hit)) * self.block_size + num_new_tokens
+        return self._num_needed(blocks, num_tokens, hit, num_skipped) is not None
+
+    def _num_needed(self, blocks: list[KVBlock] | None, num_tokens: int, hit: list[KVBlock],
+                    num_skipped: int) -> int | None:
+        """New blocks to take from the pool for a table of ``num_tokens`` tokens (None: too few are free)."""
+        num_held = len(blocks) if blocks is not None else 0
+        num_needed = -(-num_tokens // self.block_size) - num_held - num_skipped - len(hit)
+        if num_needed > 0 and num_needed > self.pool.num_free_blocks - sum(1 for b in hit if b.ref_cnt == 0):
+            return None
+        return num_needed
 
     def _settle(self, rid: str, blocks: list[KVBlock]) -> None:
         """Record how far the request may grow before :meth:`allocate_slots` has work again."""
@@ -186,6 +213,11 @@ class KVCacheManager:
         """The blocks put into the prefix cache since the previous call: those a step is about to write."""
         taken, self._newly_cached = self._newly_cached, []
         return taken
+
+    def uncache(self, taken: list[KVBlock]) -> None:
+        """Take blocks from :meth:`take_newly_cached` out of the prefix cache again (their step failed)."""
+        for block in taken:
+            self.pool.uncache_block(block)
 
     def free(self, request: Request) -> None:
         """Give back a request's blocks. Call it before ``num_computed_tokens`` is reset: blocks past

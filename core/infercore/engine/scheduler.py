@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from infercore.config import CacheConfig, SchedulerConfig
-from infercore.engine.block_pool import KVBlock
+from infercore.engine.hybrid_kv_cache_manager import HybridKVCacheManager
 from infercore.engine.kv_cache_manager import KVCacheManager
 from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, Logprobs, SchedulerStats
 from infercore.engine.request import Request, RequestStatus
@@ -18,6 +19,7 @@ from infercore.engine.scheduler_output import (
     NewRequestData,
     SchedulerOutput,
 )
+from infercore.kv_cache.groups import group_pool_sizes
 
 _DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 #: The fewest prompt tokens ``max_prefill_tokens_per_decode`` leaves a step beside decodes: a prompt of
@@ -44,8 +46,10 @@ class Scheduler:
     are known (async scheduling): scheduled tokens count as computed when the step is scheduled,
     and a sample the step will draw counts as a placeholder token until it is folded in.
 
-    ``sliding_window`` (set when every attention layer of the model slides) lets the KV manager give
-    back the blocks of a running request that left the window.
+    ``kv_group_windows`` gives the window of each KV cache group (:mod:`infercore.kv_cache.groups`),
+    the primary group first: with one sliding group the KV manager gives back the blocks of a running
+    request that left the window; with several (sliding layers beside global ones) each group has a
+    pool and a block table of its own, the primary's pool holding ``num_blocks``.
     """
 
     def __init__(
@@ -56,7 +60,7 @@ class Scheduler:
         num_blocks: int,
         block_size: int,
         max_num_batched_tokens: int | None = None,
-        sliding_window: int | None = None,
+        kv_group_windows: Sequence[int | None] = (None,),
     ) -> None:
         self.max_model_len = max_model_len
         self.block_size = block_size
@@ -75,8 +79,15 @@ class Scheduler:
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
                 f"({max_model_len}), so without chunked prefill a long prompt could never run; "
                 "enable chunked prefill or raise max_num_batched_tokens")
-        self.kv_cache_manager = KVCacheManager(num_blocks, block_size, cache_config.enable_prefix_caching,
-                                               sliding_window=sliding_window)
+        self.kv_cache_manager: KVCacheManager | HybridKVCacheManager
+        if len(kv_group_windows) == 1:
+            self.kv_cache_manager = KVCacheManager(num_blocks, block_size, cache_config.enable_prefix_caching,
+                                                   sliding_window=kv_group_windows[0])
+        else:
+            sizes = group_pool_sizes(num_blocks, kv_group_windows, block_size, self.max_num_seqs,
+                                     self.max_num_batched_tokens)
+            self.kv_cache_manager = HybridKVCacheManager(kv_group_windows, sizes, block_size,
+                                                         cache_config.enable_prefix_caching)
         blocks_per_seq = -(-max_model_len // block_size)
         if blocks_per_seq > self.kv_cache_manager.num_usable_blocks:
             raise ValueError(
@@ -90,8 +101,8 @@ class Scheduler:
         self._finished_req_ids: set[str] = set()
         self.num_preemptions = 0
         #: Steps scheduled but not yet folded in, oldest first, each with the blocks it put into
-        #: the prefix cache before writing them (taken out again if the step fails).
-        self._unfolded: deque[tuple[SchedulerOutput, list[KVBlock]]] = deque()
+        #: the prefix cache before writing them (``take_newly_cached``; taken out again if the step fails).
+        self._unfolded: deque[tuple[SchedulerOutput, Any]] = deque()
 
     @property
     def num_running(self) -> int:
@@ -135,11 +146,9 @@ class Scheduler:
         prefix cache (no later request may hit KV that was never written) and finish their requests
         with an error. Returns the ids of those requests."""
         ids: dict[str, None] = {}
-        uncache = self.kv_cache_manager.pool.uncache_block
         for scheduler_output, cached_blocks in self._unfolded:
             ids.update(dict.fromkeys(scheduler_output.req_ids))
-            for block in cached_blocks:
-                uncache(block)
+            self.kv_cache_manager.uncache(cached_blocks)
         self._unfolded.clear()
         self.abort_requests(ids, RequestStatus.FINISHED_ERROR)
         return list(ids)

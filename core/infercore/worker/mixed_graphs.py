@@ -19,6 +19,7 @@ its own pieces put them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -129,7 +130,7 @@ class MixedGraphs:
             with set_forward_context(ctx):
                 run(size)  # warm-up outside any graph: kernels built, workspaces allocated
             recorder = _PieceRecorder(self.platform, pool)
-            split_ctx = ForwardContext(ctx.attn_metadata, ctx.num_tokens, split_at_attention=recorder.split)
+            split_ctx = dataclasses.replace(ctx, split_at_attention=recorder.split)
             try:
                 with set_forward_context(split_ctx):
                     recorder.begin()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from typing import Any, NamedTuple
@@ -12,11 +13,11 @@ import torch
 from infercore.attention.backend import AttentionBackend, AttentionRequest, CommonAttentionMetadata
 from infercore.attention.binding import bind_attention, layer_specs
 from infercore.config import InfercoreConfig
-from infercore.engine.kv_cache_manager import freeing_window
 from infercore.engine.messages import Logprobs
 from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.kv_cache.fp8 import kv_cache_dtype
+from infercore.kv_cache.groups import group_pool_sizes, kv_cache_groups, primary_blocks_for_budget
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore.platforms.interface import UNPROFILED_KV_FRACTION, Platform
 from infercore.plugins.manager import get_plugin_manager
@@ -73,6 +74,12 @@ class ModelRunner:
         self.vocab_size = int(self.hf_config.get_text_config().vocab_size)
         self.block_size = config.cache.block_size
         self.kv_spec, self.num_layers = self._kv_cache_spec()
+        #: Layers by the window they read (:mod:`infercore.kv_cache.groups`): one group unless windows differ.
+        self.kv_groups = kv_cache_groups([s.sliding_window for s in layer_specs(self.model)])
+        self.layer_groups = [0] * self.num_layers
+        for g, group in enumerate(self.kv_groups):
+            for layer in group.layers:
+                self.layer_groups[layer] = g
         self.backend = self._select_backend()
         self.sampler = Sampler(config.model.seed)
         self.requests: dict[str, RequestState] = {}
@@ -81,6 +88,8 @@ class ModelRunner:
         self._alloc_host_state()
         self.kv_caches: list[torch.Tensor] = []
         self.builder: Any = None
+        #: The metadata builders of the KV cache groups after the first.
+        self.group_builders: list[Any] = []
 
     # -- setup ---------------------------------------------------------------------------------
     def _kv_cache_spec(self) -> tuple[KVCacheSpec, int]:
@@ -114,11 +123,13 @@ class ModelRunner:
 
     def _alloc_host_state(self) -> None:
         self.token_ids = np.zeros((self.max_num_reqs, self.max_model_len), dtype=np.int64)
-        self.block_table = np.zeros((self.max_num_reqs, self.max_blocks_per_req), dtype=np.int32)
+        # Block ids interleaved by KV cache group: column j * G + g is group g's j-th block.
+        self.block_table = np.zeros((self.max_num_reqs, self.max_blocks_per_req * len(self.kv_groups)), dtype=np.int32)
         self.num_computed = np.zeros(self.max_num_reqs, dtype=np.int64)
         self.num_tokens = np.zeros(self.max_num_reqs, dtype=np.int64)
         self.buffers = StepBuffers(max(self.max_num_tokens, self.max_num_reqs), self.max_num_reqs,
-                                   self.max_blocks_per_req, self.device, self.platform.capabilities.pin_memory)
+                                   self.max_blocks_per_req, self.device, self.platform.capabilities.pin_memory,
+                                   kv_groups=len(self.kv_groups))
         self.graphs: WholeGraphs | None = None
         #: Graphs of steps with prompt tokens: whole (the backend launches attention from padded counts,
         #: ``captures_mixed_steps``) or in pieces around attention.
@@ -136,13 +147,21 @@ class ModelRunner:
         self.sampling_state = SamplingRowState(self.max_num_reqs, self.vocab_size, self.device,
                                                self.platform.capabilities.pin_memory and not self.buffers.same)
 
-    def kv_freeing_window(self) -> int | None:
-        """The window past which no attention layer reads a request's KV (None when one reads it all)."""
-        return freeing_window(s.sliding_window for s in layer_specs(self.model))
+    def kv_group_windows(self) -> list[int | None]:
+        """The window of each KV cache group, the primary group first."""
+        return [group.window for group in self.kv_groups]
 
-    def page_size_bytes(self) -> int:
-        """Bytes one block takes across all layers."""
-        return self.kv_spec.page_size_bytes * self.num_layers
+    def group_pool_sizes(self, num_blocks: int) -> list[int]:
+        """Blocks in each KV cache group's pool when the primary group has ``num_blocks`` (as the scheduler
+        sizes them)."""
+        return group_pool_sizes(num_blocks, self.kv_group_windows(), self.block_size, self.max_num_reqs,
+                                self.max_num_tokens)
+
+    def cache_bytes(self, num_blocks: int) -> int:
+        """Bytes of the whole KV cache when the primary group has ``num_blocks`` blocks."""
+        page = self.kv_spec.page_size_bytes
+        sizes = self.group_pool_sizes(num_blocks)
+        return sum(page * len(group.layers) * n for group, n in zip(self.kv_groups, sizes, strict=True))
 
     def determine_num_blocks(self) -> int:
         """KV cache blocks that fit the configured budget (never more than max_num_seqs full contexts)."""
@@ -156,10 +175,11 @@ class ModelRunner:
             budget = self._profile_free_bytes()
         else:
             budget = self._unprofiled_budget()
-        num_blocks = min(budget // self.page_size_bytes(), cap)
+        num_blocks = primary_blocks_for_budget(budget, cap, self.cache_bytes)
         if num_blocks < 2:
             raise ValueError(
-                f"the KV cache budget of {budget} bytes holds fewer than 2 blocks of {self.page_size_bytes()} bytes; "
+                f"the KV cache budget of {budget} bytes holds fewer than 2 blocks of "
+                f"{self.kv_spec.page_size_bytes * self.num_layers} bytes; "
                 "raise --gpu-memory-utilization or --kv-cache-memory-bytes, or use a smaller model")
         return int(num_blocks)
 
@@ -198,31 +218,57 @@ class ModelRunner:
         lengths[-1] = prompt_tokens - seq * (num_prompts - 1)
         n_req = len(lengths)
         per_req = math.ceil(seq / self.block_size)
-        caches = self._allocate_caches(n_req * per_req + 1)
-        bind_attention(self.model, self.backend, caches, self.dtype)
-        builder = self.backend.get_builder_cls()(self.kv_spec, self.device, self.max_num_reqs, self.max_num_tokens)
+        caches = self._allocate_caches([n_req * per_req + 1] * len(self.kv_groups))
+        bind_attention(self.model, self.backend, caches, self.dtype, layer_groups=self.layer_groups)
+        builders = self._new_builders()
         layout = make_layout(np.arange(n_req), lengths, np.zeros(n_req, dtype=np.int64))
         table = 1 + np.arange(n_req * per_req, dtype=np.int32).reshape(n_req, per_req)
         blocks = table[layout.token_rows, layout.positions // self.block_size].astype(np.int64)
         slots = blocks * self.block_size + layout.positions % self.block_size
         meta = self._fill(layout, np.zeros(layout.num_tokens, dtype=np.int64), slots, table)
-        with set_forward_context(ForwardContext(builder.build(meta), layout.num_tokens)):
+        with set_forward_context(self._context(meta, layout.num_tokens, builders)):
             hidden = self.model(self.buffers.input_ids[: layout.num_tokens], self.buffers.positions[: layout.num_tokens])
             self.model.compute_logits(hidden[-self.max_num_reqs:])
         del caches
 
-    def _allocate_caches(self, num_blocks: int) -> list[torch.Tensor]:
-        shape = self.backend.get_kv_cache_shape(num_blocks, self.block_size, self.kv_spec.num_kv_heads,
-                                                self.kv_spec.head_size)
-        return [torch.zeros(shape, dtype=self.kv_spec.dtype, device=self.device) for _ in range(self.num_layers)]
+    def _allocate_caches(self, group_blocks: list[int]) -> list[torch.Tensor]:
+        """One cache per layer, of its KV cache group's ``group_blocks[g]`` blocks."""
+        shapes = [self.backend.get_kv_cache_shape(n, self.block_size, self.kv_spec.num_kv_heads,
+                                                  self.kv_spec.head_size) for n in group_blocks]
+        return [torch.zeros(shapes[g], dtype=self.kv_spec.dtype, device=self.device) for g in self.layer_groups]
+
+    def _new_builders(self) -> list[Any]:
+        """A metadata builder per KV cache group (each may keep buffers of its own)."""
+        return [self.backend.get_builder_cls()(self.kv_spec, self.device, self.max_num_reqs, self.max_num_tokens)
+                for _ in self.kv_groups]
+
+    def _context(self, meta: CommonAttentionMetadata, num_tokens: int, builders: list[Any] | None = None) -> ForwardContext:
+        """The forward context of a step: the first group's metadata from ``meta``, the other groups' from
+        their slot mappings and block tables in the step buffers."""
+        builders = builders or [self.builder, *self.group_builders]
+        if len(builders) == 1:
+            return ForwardContext(builders[0].build(meta), num_tokens)
+        buf = self.buffers
+        num_reqs, width = meta.block_table.shape
+        slots = len(meta.slot_mapping)
+        groups = tuple(builder.build(dataclasses.replace(meta, block_table=buf.group_block_table[g, :num_reqs, :width],
+                                                         slot_mapping=buf.group_slot_mapping[g, :slots]))
+                       for g, builder in enumerate(builders[1:]))
+        return ForwardContext(builders[0].build(meta), num_tokens, group_attn_metadata=groups)
 
     def initialize_kv_cache(self, num_blocks: int) -> None:
-        self.kv_caches = self._allocate_caches(num_blocks)
-        bind_attention(self.model, self.backend, self.kv_caches, self.dtype)
-        self.builder = self.backend.get_builder_cls()(self.kv_spec, self.device, self.max_num_reqs,
-                                                      self.max_num_tokens)
-        logger.info("KV cache: %d blocks of %d tokens (%.1f MiB)", num_blocks, self.block_size,
-                    num_blocks * self.page_size_bytes() / 2**20)
+        sizes = self.group_pool_sizes(num_blocks)
+        self.kv_caches = self._allocate_caches(sizes)
+        bind_attention(self.model, self.backend, self.kv_caches, self.dtype, layer_groups=self.layer_groups)
+        self.builder, *self.group_builders = self._new_builders()
+        if len(sizes) == 1:
+            logger.info("KV cache: %d blocks of %d tokens (%.1f MiB)", num_blocks, self.block_size,
+                        self.cache_bytes(num_blocks) / 2**20)
+        else:
+            logger.info("KV cache: %s blocks of %d tokens for the layer groups of windows %s (%.1f MiB)",
+                        " / ".join(map(str, sizes)), self.block_size,
+                        " / ".join("global" if w is None else str(w) for w in self.kv_group_windows()),
+                        self.cache_bytes(num_blocks) / 2**20)
         self._warm_up_sampler()
         self._warm_up_logits()
         if self.platform.capabilities.graph_capture and not self.config.model.enforce_eager:
@@ -284,7 +330,7 @@ class ModelRunner:
             table = np.zeros((len(lengths), math.ceil(int(lengths.max()) / self.block_size)), dtype=np.int32)
             common = self._fill(layout, np.zeros(size, dtype=np.int64), np.full(size, -1, dtype=np.int64), table,
                                 pad_reqs_to=self.mixed_graph_reqs(size) if whole else None)
-            return ForwardContext(self.builder.build(common), size)
+            return self._context(common, size)
 
         buf = self.buffers
         self.mixed_graphs.capture(lambda size: self.model(buf.input_ids[:size], buf.positions[:size]), context, pool)
@@ -302,7 +348,7 @@ class ModelRunner:
             buf.upload(size, size, self.max_blocks_per_req)
             buf.flush()
             common = self._metadata(size, size, 1, 1, self.max_blocks_per_req)
-            return ForwardContext(self.builder.build(common), size)
+            return self._context(common, size)
 
         def run(size: int) -> torch.Tensor:
             hidden = self.model(buf.input_ids[:size], buf.positions[:size])
@@ -361,8 +407,11 @@ class ModelRunner:
 
     def _fill(self, layout: BatchLayout, input_ids: np.ndarray, slots: np.ndarray, table: np.ndarray,
               pad_to: int | None = None, pad_tokens_to: int | None = None,
-              pad_reqs_to: int | None = None) -> CommonAttentionMetadata:
-        """Write one step into the staging arrays, upload it, and describe it for attention.
+              pad_reqs_to: int | None = None, group_slots: list[np.ndarray] | None = None,
+              group_tables: list[np.ndarray] | None = None) -> CommonAttentionMetadata:
+        """Write one step into the staging arrays, upload it, and describe it (the first KV cache group's
+        view) for attention. ``group_slots`` / ``group_tables`` are the other groups' slot mappings and
+        block tables (the first group's when None: a step that writes nowhere, or scratch caches).
 
         ``pad_to`` pads a decode batch with one-token dummy requests (a decode graph's size);
         ``pad_tokens_to`` pads the tokens (a prefill/mixed graph's size): the extra tokens write
@@ -377,6 +426,9 @@ class ModelRunner:
         buf.np_seq_lens[:b] = layout.seq_lens
         width = table.shape[1]
         buf.np_block_table[:b, :width] = table
+        for g in range(buf.extra_groups):
+            buf.np_group_slot_mapping[g, :t] = slots if group_slots is None else group_slots[g]
+            buf.np_group_block_table[g, :b, :width] = table if group_tables is None else group_tables[g]
         n_reqs, n_tokens, padded = b, t, None
         if pad_to is not None:
             buf.pad(t, b, pad_to)
@@ -426,20 +478,34 @@ class ModelRunner:
             size = self.mixed_graphs.padded_size(layout.num_tokens)
             graph = StepGraph(True, size) if size is not None else None
         decode_size = graph.size if graph is not None and not graph.mixed else None
-        block_idx = self.block_table[layout.token_rows, positions // self.block_size]
-        slots = block_idx.astype(np.int64) * self.block_size + positions % self.block_size
         width = (self.max_blocks_per_req if decode_size is not None
                  else math.ceil(int(layout.seq_lens.max()) / self.block_size))
+        num_groups = len(self.kv_groups)
+        group_slots = group_tables = None
+        if num_groups == 1:
+            block_idx = self.block_table[layout.token_rows, positions // self.block_size]
+            slots = block_idx.astype(np.int64) * self.block_size + positions % self.block_size
+            table = self.block_table[rows, :width]
+        else:
+            # Group g's blocks are every G-th column from column g.
+            columns = (positions // self.block_size) * num_groups
+            offsets = positions % self.block_size
+            slots, *group_slots = [
+                self.block_table[layout.token_rows, columns + g].astype(np.int64) * self.block_size + offsets
+                for g in range(num_groups)]
+            interleaved = self.block_table[rows, : width * num_groups]
+            table, *group_tables = [interleaved[:, g::num_groups] for g in range(num_groups)]
         if layout.num_tokens == len(rows):
             # A pure-decode step: every input in one arena, one copy (``flush``).
             self.buffers.bind_decode(decode_size or len(rows), width)
         else:
             self.buffers.bind_general()
         mixed_size = graph.size if graph is not None and graph.mixed else None
-        meta = self._fill(layout, self.token_ids[layout.token_rows, positions], slots, self.block_table[rows, :width],
+        meta = self._fill(layout, self.token_ids[layout.token_rows, positions], slots, table,
                           pad_to=decode_size, pad_tokens_to=mixed_size,
                           pad_reqs_to=self.mixed_graph_reqs(mixed_size)
-                          if mixed_size is not None and self.mixed_graphs_whole else None)
+                          if mixed_size is not None and self.mixed_graphs_whole else None,
+                          group_slots=group_slots, group_tables=group_tables)
         return layout, graph, meta, req_ids
 
     def _forward(self, layout: BatchLayout, graph: StepGraph | None, meta: CommonAttentionMetadata) -> StepForward:
@@ -449,9 +515,9 @@ class ModelRunner:
             return StepForward(self.graphs.replay(graph.size)[:t], self.logits_in_decode_graphs)
         if graph is not None:
             assert self.mixed_graphs is not None
-            with set_forward_context(ForwardContext(self.builder.build(meta), graph.size)):
+            with set_forward_context(self._context(meta, graph.size)):
                 return StepForward(self.mixed_graphs.replay(graph.size)[:t], False)
-        with set_forward_context(ForwardContext(self.builder.build(meta), t)):
+        with set_forward_context(self._context(meta, t)):
             return StepForward(self.model(self.buffers.input_ids[:t], self.buffers.positions[:t]), False)
 
     # -- the step ------------------------------------------------------------------------------

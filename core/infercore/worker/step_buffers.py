@@ -21,11 +21,17 @@ _FIELDS = (
 class _HostSet:
     """One set of host staging tensors with numpy views of them, and a host decode arena."""
 
-    def __init__(self, sizes: dict[str, int], max_reqs: int, max_blocks: int, pin: bool, arena_bytes: int) -> None:
+    def __init__(self, sizes: dict[str, int], max_reqs: int, max_blocks: int, pin: bool, arena_bytes: int,
+                 extra_groups: int) -> None:
         self.tensors: dict[str, torch.Tensor] = {}
         for name, dtype, kind in _FIELDS:
             self.tensors[name] = torch.zeros(sizes[kind], dtype=dtype, pin_memory=pin)
         self.tensors["block_table"] = torch.zeros((max_reqs, max_blocks), dtype=torch.int32, pin_memory=pin)
+        # The slot mappings and block tables of the KV cache groups after the first (hybrid models).
+        self.tensors["group_slot_mapping"] = torch.zeros((extra_groups, sizes["tokens"]), dtype=torch.long,
+                                                         pin_memory=pin)
+        self.tensors["group_block_table"] = torch.zeros((extra_groups, max_reqs, max_blocks), dtype=torch.int32,
+                                                        pin_memory=pin)
         self.arrays = {name: t.numpy() for name, t in self.tensors.items()}
         self.arena = torch.zeros(arena_bytes, dtype=torch.uint8, pin_memory=pin)
 
@@ -68,6 +74,10 @@ class StepBuffers:
     a step can be prepared while the previous step's copies are still queued. On a CPU device the
     host tensors *are* the device buffers and nothing is copied. Device buffers never move, so a
     captured graph that reads them sees each step's values.
+
+    With ``kv_groups`` > 1 (a hybrid model, :mod:`infercore.kv_cache.groups`), ``group_slot_mapping[g - 1]``
+    and ``group_block_table[g - 1]`` are group ``g``'s; ``slot_mapping`` and ``block_table`` are the first
+    group's. They stay out of the decode arena and are copied beside it.
     """
 
     input_ids: torch.Tensor
@@ -97,18 +107,26 @@ class StepBuffers:
     block_table: torch.Tensor
     block_table_host: torch.Tensor
     np_block_table: np.ndarray
+    group_slot_mapping: torch.Tensor
+    group_slot_mapping_host: torch.Tensor
+    np_group_slot_mapping: np.ndarray
+    group_block_table: torch.Tensor
+    group_block_table_host: torch.Tensor
+    np_group_block_table: np.ndarray
 
     def __init__(self, max_tokens: int, max_reqs: int, max_blocks: int, device: torch.device, pin: bool,
-                 separate: bool | None = None) -> None:
+                 separate: bool | None = None, kv_groups: int = 1) -> None:
         self.device = device
         #: Whether the host tensors are the device buffers (a CPU device; ``separate=True`` keeps them
         #: apart there too, as tests of the copies do).
         self.same = device.type == "cpu" if separate is None else not separate
         sizes = {"tokens": max_tokens, "reqs": max_reqs, "reqs+1": max_reqs + 1}
         arena_bytes = _arena_layout(max_reqs, max_blocks)[1]
-        self._sets = [_HostSet(sizes, max_reqs, max_blocks, pin and not self.same, arena_bytes)]
+        #: KV cache groups after the first.
+        self.extra_groups = kv_groups - 1
+        self._sets = [_HostSet(sizes, max_reqs, max_blocks, pin and not self.same, arena_bytes, self.extra_groups)]
         if not self.same:
-            self._sets.append(_HostSet(sizes, max_reqs, max_blocks, pin, arena_bytes))
+            self._sets.append(_HostSet(sizes, max_reqs, max_blocks, pin, arena_bytes, self.extra_groups))
         first = self._sets[0].tensors
         self.device_tensors = first if self.same else {
             name: torch.zeros_like(t, device=device) for name, t in first.items()}
@@ -176,6 +194,7 @@ class StepBuffers:
         self.np_input_ids[num_tokens:padded] = 0
         self.np_positions[num_tokens:padded] = 0
         self.np_slot_mapping[num_tokens:padded] = -1
+        self.np_group_slot_mapping[:, num_tokens:padded] = -1
 
     def pad_requests(self, num_tokens: int, num_reqs: int, padded: int) -> None:
         """Make requests ``num_reqs:padded`` query-less dummies: no query tokens, no context."""
@@ -190,12 +209,18 @@ class StepBuffers:
         self.np_query_start_loc[num_reqs + 1: padded + 1] = np.arange(num_tokens + 1, num_tokens + 1 + padded - num_reqs)
         self.np_seq_lens[num_reqs:padded] = 0
         self.np_block_table[num_reqs:padded] = 0
+        self.np_group_block_table[:, num_reqs:padded] = 0
 
     def upload(self, num_tokens: int, num_reqs: int, width: int) -> None:
         """Copy the used part of every step input to the device without blocking (no-op on CPU). With a
         decode layout bound, the copy waits for ``flush``."""
         if self.same:
             return
+        if self.extra_groups:
+            self.group_slot_mapping[:, :num_tokens].copy_(self.group_slot_mapping_host[:, :num_tokens],
+                                                          non_blocking=True)
+            self.group_block_table[:, :num_reqs, :width].copy_(self.group_block_table_host[:, :num_reqs, :width],
+                                                               non_blocking=True)
         if self.decode_shape is not None:
             self._pending_upload = True
             return

@@ -21,7 +21,7 @@ from infercore.platforms.interface import Platform
 logger = logging.getLogger(__name__)
 
 #: Methods an executor may call on a worker over RPC.
-RPC_METHODS = frozenset({"determine_num_blocks", "kv_freeing_window", "initialize_kv_cache", "execute_model",
+RPC_METHODS = frozenset({"determine_num_blocks", "kv_group_windows", "initialize_kv_cache", "execute_model",
                          "execute_model_async", "finish_pending", "get_pid", "ping"})
 
 
@@ -64,9 +64,9 @@ class Worker:
         """KV cache blocks that fit this device (the executor takes the minimum over ranks)."""
         return self.runner.determine_num_blocks()
 
-    def kv_freeing_window(self) -> int | None:
-        """The window past which the model reads no KV (None when a layer attends to everything)."""
-        return self.runner.kv_freeing_window()
+    def kv_group_windows(self) -> list[int | None]:
+        """The window of each KV cache group, the primary group first (None: the group's layers read everything)."""
+        return self.runner.kv_group_windows()
 
     def initialize_kv_cache(self, num_blocks: int) -> None:
         """Allocate ``num_blocks`` blocks of this rank's KV heads and finish start-up (warm-up, graphs)."""
