@@ -53,6 +53,9 @@ class CacheConfig(BaseSettings):
     kv_cache_memory_bytes: int | None = Field(None, ge=1, description="bytes for the KV cache (overrides sizing)")
     num_gpu_blocks_override: int | None = Field(None, ge=1, description="number of KV cache blocks (overrides sizing)")
     enable_prefix_caching: bool = Field(True, description="reuse KV blocks of identical prompt prefixes")
+    disable_hybrid_kv_cache_manager: bool = Field(
+        False, description="one block table for every layer even when their windows differ (Gemma 3): "
+        "sliding layers then keep every block, as global ones do")
     kv_cache_dtype: Literal["auto", "float32", "bfloat16", "float16", "fp8", "fp8_e4m3"] = Field(
         "auto", description="KV cache dtype; fp8 (alias fp8_e4m3) stores e4m3 entries with the checkpoint's "
         "per-layer k/v scales (1.0 when it has none)")

@@ -65,3 +65,16 @@ def test_a_memory_budget_holds_more_global_blocks_with_a_small_sliding_pool(case
     # One global layer, two sliding layers of `bound` blocks; one pool for all three would hold 341.
     assert sliding == bound and primary == 1024 - 2 * bound
     assert primary > 1.9 * (budget // (3 * page))
+
+
+def test_disabling_hybrid_groups_gives_one_table_and_the_same_tokens(case_folder) -> None:
+    prompts = [{"prompt_token_ids": list(range(3, 50))}, {"prompt_token_ids": list(range(9, 30))}]
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    runs = {}
+    for disable in (False, True):
+        llm = LLM(model=str(case_folder("gemma3")), **ENGINE_ARGS, disable_hybrid_kv_cache_manager=disable)
+        kv = llm.llm_engine.engine_core.scheduler.kv_cache_manager
+        assert isinstance(kv, HybridKVCacheManager) != disable
+        runs[disable] = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+    assert runs[True] == runs[False]
+    assert llm.llm_engine.engine_core.executor.runner.kv_group_windows() == [None]

@@ -36,6 +36,12 @@ def test_layers_group_by_window_global_first_then_widest() -> None:
     assert kv_cache_groups([6, 6]) == [KVCacheGroup(6, (0, 1))]
 
 
+def test_without_hybrid_groups_one_group_takes_the_window_that_bounds_every_layer() -> None:
+    assert kv_cache_groups([8, None, 8], hybrid=False) == [KVCacheGroup(None, (0, 1, 2))]
+    assert kv_cache_groups([8, 4, 8], hybrid=False) == [KVCacheGroup(8, (0, 1, 2))]
+    assert kv_cache_groups([4, 4], hybrid=False) == [KVCacheGroup(4, (0, 1))]
+
+
 def test_a_sliding_pool_holds_every_seat_s_window_and_one_step_never_more_than_the_primary() -> None:
     # 8 seats x (blocks over 7 earlier tokens + 2 partly filled) + 32 new tokens + the null block.
     assert sliding_pool_bound(8, BS, 8, 32) == 8 * (2 + 2) + 8 + 1

@@ -27,13 +27,18 @@ class KVCacheGroup:
     layers: tuple[int, ...]
 
 
-def kv_cache_groups(layer_windows: Sequence[int | None]) -> list[KVCacheGroup]:
+def kv_cache_groups(layer_windows: Sequence[int | None], hybrid: bool = True) -> list[KVCacheGroup]:
     """The groups of layers with equal windows: the widest window first (global layers before any
-    sliding ones), which is the group whose pool the scheduler's limits are stated in."""
+    sliding ones), which is the group whose pool the scheduler's limits are stated in.
+
+    ``hybrid=False`` puts every layer in one group whose window is the widest (None with a global
+    layer): what bounds every layer's reads, so no block leaves a window before it left all of them."""
     by_window: dict[int | None, list[int]] = {}
     for layer, window in enumerate(layer_windows):
         by_window.setdefault(window, []).append(layer)
     order = sorted(by_window, key=lambda w: -math.inf if w is None else -w)
+    if not hybrid and len(order) > 1:
+        return [KVCacheGroup(order[0], tuple(range(len(layer_windows))))]
     return [KVCacheGroup(w, tuple(by_window[w])) for w in order]
 
 

@@ -75,7 +75,8 @@ class ModelRunner:
         self.block_size = config.cache.block_size
         self.kv_spec, self.num_layers = self._kv_cache_spec()
         #: Layers by the window they read (:mod:`infercore.kv_cache.groups`): one group unless windows differ.
-        self.kv_groups = kv_cache_groups([s.sliding_window for s in layer_specs(self.model)])
+        self.kv_groups = kv_cache_groups([s.sliding_window for s in layer_specs(self.model)],
+                                         hybrid=not config.cache.disable_hybrid_kv_cache_manager)
         self.layer_groups = [0] * self.num_layers
         for g, group in enumerate(self.kv_groups):
             for layer in group.layers:
