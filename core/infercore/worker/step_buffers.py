@@ -27,11 +27,13 @@ class _HostSet:
         for name, dtype, kind in _FIELDS:
             self.tensors[name] = torch.zeros(sizes[kind], dtype=dtype, pin_memory=pin)
         self.tensors["block_table"] = torch.zeros((max_reqs, max_blocks), dtype=torch.int32, pin_memory=pin)
-        # The slot mappings and block tables of the KV cache groups after the first (hybrid models).
+        # The slot mappings and block tables of the KV cache groups after the first (hybrid models); empty
+        # (and never pinned) otherwise.
+        pin_groups = pin and extra_groups > 0
         self.tensors["group_slot_mapping"] = torch.zeros((extra_groups, sizes["tokens"]), dtype=torch.long,
-                                                         pin_memory=pin)
+                                                         pin_memory=pin_groups)
         self.tensors["group_block_table"] = torch.zeros((extra_groups, max_reqs, max_blocks), dtype=torch.int32,
-                                                        pin_memory=pin)
+                                                        pin_memory=pin_groups)
         self.arrays = {name: t.numpy() for name, t in self.tensors.items()}
         self.arena = torch.zeros(arena_bytes, dtype=torch.uint8, pin_memory=pin)
 
