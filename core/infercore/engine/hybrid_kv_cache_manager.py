@@ -40,7 +40,6 @@ class HybridKVCacheManager:
             raise ValueError(f"a hybrid KV cache needs a window and a pool size per group (at least two), got "
                              f"{list(windows)} and {list(pool_sizes)}")
         self.block_size = block_size
-        self.enable_caching = enable_caching
         self.groups = [KVCacheManager(n, block_size, enable_caching, sliding_window=w)
                        for w, n in zip(windows, pool_sizes, strict=True)]
         self.primary = self.groups[0]

@@ -108,9 +108,7 @@ class KVCacheManager:
         """
         bs = self.block_size
         rid = request.request_id
-        blocks = self._req_blocks.get(rid)
-        if blocks is not None and self.sliding_window is not None:
-            self._free_out_of_window(request, blocks, self.sliding_window)
+        blocks = self._held_blocks(request)
         if blocks is not None and new_computed_blocks is None:
             # Decode fast path: the tokens fit the blocks held.
             num_tokens = request.num_computed_tokens + num_new_tokens
@@ -120,8 +118,7 @@ class KVCacheManager:
                 self._settle(rid, blocks)
                 return []
         hit = new_computed_blocks or []
-        num_tokens = request.num_computed_tokens + (num_skipped + len(hit)) * bs + num_new_tokens
-        num_needed = self._num_needed(blocks, num_tokens, hit, num_skipped)
+        num_tokens, num_needed = self._plan(request, blocks, num_new_tokens, hit, num_skipped)
         if num_needed is None:
             return None
         new_ids: list[int] = []
@@ -151,21 +148,26 @@ class KVCacheManager:
                      num_skipped: int = 0) -> bool:
         """Whether :meth:`allocate_slots` with these arguments would succeed (blocks that left the window
         go back to the pool first, as there)."""
+        blocks = self._held_blocks(request)
+        return self._plan(request, blocks, num_new_tokens, new_computed_blocks or [], num_skipped)[1] is not None
+
+    def _held_blocks(self, request: Request) -> list[KVBlock] | None:
+        """The request's blocks (None: it holds none), those that left the window given back first."""
         blocks = self._req_blocks.get(request.request_id)
         if blocks is not None and self.sliding_window is not None:
             self._free_out_of_window(request, blocks, self.sliding_window)
-        hit = new_computed_blocks or []
-        num_tokens = request.num_computed_tokens + (num_skipped + len(hit)) * self.block_size + num_new_tokens
-        return self._num_needed(blocks, num_tokens, hit, num_skipped) is not None
+        return blocks
 
-    def _num_needed(self, blocks: list[KVBlock] | None, num_tokens: int, hit: list[KVBlock],
-                    num_skipped: int) -> int | None:
-        """New blocks to take from the pool for a table of ``num_tokens`` tokens (None: too few are free)."""
+    def _plan(self, request: Request, blocks: list[KVBlock] | None, num_new_tokens: int, hit: list[KVBlock],
+              num_skipped: int) -> tuple[int, int | None]:
+        """The tokens the request's table will cover, and the new blocks to take from the pool for them
+        (None: too few are free)."""
+        num_tokens = request.num_computed_tokens + (num_skipped + len(hit)) * self.block_size + num_new_tokens
         num_held = len(blocks) if blocks is not None else 0
         num_needed = -(-num_tokens // self.block_size) - num_held - num_skipped - len(hit)
         if num_needed > 0 and num_needed > self.pool.num_free_blocks - sum(1 for b in hit if b.ref_cnt == 0):
-            return None
-        return num_needed
+            return num_tokens, None
+        return num_tokens, num_needed
 
     def _settle(self, rid: str, blocks: list[KVBlock]) -> None:
         """Record how far the request may grow before :meth:`allocate_slots` has work again."""

@@ -481,21 +481,15 @@ class ModelRunner:
         decode_size = graph.size if graph is not None and not graph.mixed else None
         width = (self.max_blocks_per_req if decode_size is not None
                  else math.ceil(int(layout.seq_lens.max()) / self.block_size))
+        # Group g's blocks are every G-th column of the table from column g (all of them with one group).
         num_groups = len(self.kv_groups)
-        group_slots = group_tables = None
-        if num_groups == 1:
-            block_idx = self.block_table[layout.token_rows, positions // self.block_size]
-            slots = block_idx.astype(np.int64) * self.block_size + positions % self.block_size
-            table = self.block_table[rows, :width]
-        else:
-            # Group g's blocks are every G-th column from column g.
-            columns = (positions // self.block_size) * num_groups
-            offsets = positions % self.block_size
-            slots, *group_slots = [
-                self.block_table[layout.token_rows, columns + g].astype(np.int64) * self.block_size + offsets
-                for g in range(num_groups)]
-            interleaved = self.block_table[rows, : width * num_groups]
-            table, *group_tables = [interleaved[:, g::num_groups] for g in range(num_groups)]
+        columns = (positions // self.block_size) * num_groups
+        offsets = positions % self.block_size
+        slots, *group_slots = [
+            self.block_table[layout.token_rows, columns + g].astype(np.int64) * self.block_size + offsets
+            for g in range(num_groups)]
+        interleaved = self.block_table[rows, : width * num_groups]
+        table, *group_tables = [interleaved[:, g::num_groups] for g in range(num_groups)]
         if layout.num_tokens == len(rows):
             # A pure-decode step: every input in one arena, one copy (``flush``).
             self.buffers.bind_decode(decode_size or len(rows), width)
