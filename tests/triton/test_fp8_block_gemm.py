@@ -7,7 +7,12 @@ import torch
 from triton_cases import rel_err
 
 from infercore.quantization import fp8_math
-from infercore_triton.fp8_block_gemm import fp8_block_gemm, fp8_block_linear
+from infercore_triton.fp8_block_gemm import (
+    BlockGemmConfig,
+    default_config,
+    fp8_block_gemm,
+    fp8_block_linear,
+)
 from infercore_triton.fp8_quant import quantize_groups
 
 
@@ -57,3 +62,26 @@ def test_activation_quantizer_matches_the_reference(m: int, k: int, group: int) 
     lost_carry = (ours * 2 == ref) & (torch.log2(ref.abs()) % 1 == 0)
     assert bool(((ours == ref) | lost_carry).all())
     assert int(lost_carry.sum()) < ref.numel() // 10
+
+
+@pytest.mark.parametrize("config", [BlockGemmConfig(block_m=16, tile_n=16, split_k=2),
+                                    BlockGemmConfig(block_m=16, tile_n=32, split_k=4, num_warps=2)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_split_k_and_narrow_tiles_match_the_reference(config: BlockGemmConfig, with_bias: bool) -> None:
+    # Five scale groups over 4 splits leave the last split one group; 96 rows end in a partial tile.
+    x, wq, ws, bias = _case(3, 96, 160, 32)
+    xq, xs = fp8_math.quantize_per_group(x, 32)
+    out = fp8_block_gemm(xq, xs, wq, ws, 32, 32, bias if with_bias else None, torch.float32, config)
+    assert rel_err(out, fp8_math.fp8_block_linear(x, wq, ws, 32, 32, bias if with_bias else None)) < 1e-5
+
+
+def test_default_config_fills_the_machine_at_decode_sizes() -> None:
+    # Qwen3-8B's qkv projection at one row: 48 tiles of 128 columns would leave most of 132 SMs idle.
+    cfg = default_config(1, 6144, 4096, 128, 128, 132)
+    programs = (6144 // cfg.tile_n) * cfg.split_k
+    assert programs >= 2 * 132 and cfg.tile_n >= 32
+    assert default_config(256, 6144, 4096, 128, 128, 132).split_k == 1
+    with pytest.raises(ValueError, match="divide"):
+        x, wq, ws, _ = _case(2, 64, 64, 32)
+        xq, xs = fp8_math.quantize_per_group(x, 32)
+        fp8_block_gemm(xq, xs, wq, ws, 32, 32, None, torch.float32, BlockGemmConfig(block_m=16, tile_n=64))

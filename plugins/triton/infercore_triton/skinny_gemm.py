@@ -264,10 +264,17 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split_k > 1:
-        block = min(1024, triton.next_power_of_2(n))
-        _split_k_reduce_kernel[(triton.cdiv(n, block), m)](part, bias_arg, out, m, n, out.stride(0),
-                                                           SPLIT_K=split_k, BLOCK=block, HAS_BIAS=bias is not None)
+        split_k_reduce(part, bias, out)
     return out
+
+
+def split_k_reduce(part: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+    """``out = part.sum(0) + bias`` for float32 partials [SPLIT_K, M, N], rounded once into ``out`` [M, N]."""
+    split_k, m, n = part.shape
+    block = min(1024, triton.next_power_of_2(n))
+    _split_k_reduce_kernel[(triton.cdiv(n, block), m)](part, bias if bias is not None else out, out, m, n,
+                                                       out.stride(0), SPLIT_K=split_k, BLOCK=block,
+                                                       HAS_BIAS=bias is not None)
 
 
 def uses_kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
