@@ -6,7 +6,7 @@ import pytest
 import torch
 from triton_cases import rel_err
 
-from infercore.quantization import fp8_math
+from infercore.ops import fp8_math
 from infercore_triton.fp8_block_gemm import fp8_block_gemm, fp8_block_linear
 from infercore_triton.fp8_quant import quantize_groups
 
