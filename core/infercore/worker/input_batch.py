@@ -104,10 +104,6 @@ class InputBatch:
             self._free_rows.append(state.row)
             self.prompt_logprob_reqs.discard(req_id)
 
-    def is_live(self, state: RequestState) -> bool:
-        """Whether ``state`` still holds its row (it was not finished or preempted since)."""
-        return self.requests.get(state.req_id) is state
-
     def append_sampled(self, states: list[RequestState], tokens: list[int]) -> None:
         """Fold one sampled token into each live request of ``states``; the others' rows may be reused."""
         live_rows, live_tokens = [], []

@@ -349,8 +349,9 @@ class ModelRunner:
         pending = self._pending
         assert pending is not None
         source = np.full(self.max_num_reqs, -1, dtype=np.int64)
+        requests = self.input_batch.requests
         for j, state in enumerate(pending.states):
-            if self.input_batch.is_live(state):
+            if requests.get(state.req_id) is state:  # not finished or preempted since: its row is its own
                 source[state.row] = j
         src = source[layout.rows]
         known = self.input_batch.num_tokens[layout.rows]
