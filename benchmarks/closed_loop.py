@@ -33,7 +33,7 @@ import torch
 from infercore import SamplingParams
 from infercore.benchmarks.workloads import WORKLOADS
 from infercore.config import InfercoreConfig
-from infercore.engine.llm_engine import LLMEngine
+from infercore.frontend.llm_engine import LLMEngine
 
 
 class StepClock:

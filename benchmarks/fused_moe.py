@@ -17,7 +17,7 @@ import torch
 import triton.testing
 
 from infercore.layers.fused_moe import select_experts
-from infercore.layers.fused_moe.reference import fused_moe as reference_fused_moe
+from infercore.ops.moe_reference import fused_moe as reference_fused_moe
 from infercore_triton.fused_moe import fused_moe
 
 H200_BF16_DENSE_FLOPS = 989e12

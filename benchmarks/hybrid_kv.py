@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, model: str, disable_hybrid: bool) -> dict[str,
             "output_tokens": tokens, "output_tok_s": round(tokens / seconds, 1),
             "preemptions": scheduler.num_preemptions - preempted, "most_running": most_running,
             "pool_blocks": [g.pool.num_blocks for g in groups],
-            "windows": core.executor.collective_rpc("kv_group_windows")[0],
+            "windows": core.kv_layout.windows,
             "outputs": [o.outputs[0].token_ids for o in outputs]}
 
 

@@ -17,8 +17,8 @@ import time
 import zmq
 
 from infercore.engine.core_proc import tune_interpreter
-from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, SchedulerStats
 from infercore.engine.output_sender import OutputSender
+from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs, SchedulerStats
 
 
 def _spin(ms: float) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from infercore.benchmarks.workloads import WORKLOADS, Workload
 from infercore.config import InfercoreConfig
-from infercore.engine.async_llm import AsyncLLM
+from infercore.frontend.async_llm import AsyncLLM
 
 #: Model shapes besides W-GPU's own (Qwen3-0.6B).
 SHAPES: dict[str, dict[str, Any]] = {

@@ -33,12 +33,13 @@ from infercore import LLM, SamplingParams
 from infercore.benchmarks.allocator_events import allocator_counters, increase
 from infercore.benchmarks.workloads import WORKLOADS, Workload
 from infercore.engine.core import EngineCore
-from infercore.engine.llm_engine import LLMEngine
-from infercore.engine.output_processor import OutputProcessor
-from infercore.engine.scheduler import Scheduler
+from infercore.frontend.llm_engine import LLMEngine
+from infercore.frontend.output_processor import OutputProcessor
 from infercore.layers.vocab_embedding import ParallelLMHead
 from infercore.sample.row_state import SamplingRowState
 from infercore.sample.sampler import Sampler
+from infercore.scheduler.scheduler import Scheduler
+from infercore.worker.input_batch import InputBatch
 from infercore.worker.model_runner import ModelRunner
 
 PHASES = (
@@ -46,7 +47,7 @@ PHASES = (
     ("EngineCore.step", EngineCore, "step"),
     ("schedule", Scheduler, "schedule"),
     ("update_from_output", Scheduler, "update_from_output"),
-    ("runner.update_states", ModelRunner, "_update_states"),
+    ("runner.update_states", InputBatch, "update"),
     ("runner.prepare", ModelRunner, "_prepare"),
     ("runner.patch_inflight", ModelRunner, "_patch_inflight_tokens"),
     ("runner.forward_launch", ModelRunner, "_forward"),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from infercore import LLM, SamplingParams
-from infercore.engine.llm_engine import LLMEngine
-from infercore.engine.output_processor import RequestOutputKind
+from infercore.frontend.llm_engine import LLMEngine
+from infercore.frontend.output_processor import RequestOutputKind
 from infercore.outputs import RequestOutput
 
 #: Small engine settings: every test engine fits a few hundred tokens per request. One torch thread: the

@@ -97,6 +97,7 @@ if TYPE_CHECKING:
         StackedParam,
         load_checkpoint_weights,
     )
+    from infercore.ops import fp8_math as fp8_reference
     from infercore.ops import reference as op_reference
     from infercore.ops.dispatch import (
         get_op,
@@ -127,7 +128,6 @@ if TYPE_CHECKING:
         QuantizationMethod,
         set_layout,
     )
-    from infercore.quantization import fp8_math as fp8_reference
     from infercore.tiny_models import (
         build_model_folder,
     )
@@ -194,7 +194,7 @@ _LAZY: dict[str, str] = {
 
 _LAZY_MODULES: dict[str, str] = {
     "attention_reference": "infercore.attention.reference",
-    "fp8_reference": "infercore.quantization.fp8_math",
+    "fp8_reference": "infercore.ops.fp8_math",
     "kv_cache_fp8": "infercore.kv_cache.fp8",
     "op_reference": "infercore.ops.reference",
 }

@@ -47,7 +47,7 @@ def test_a_tiny_sampling_run_times_the_runners_metadata_gather() -> None:
 def test_decode_reads_are_counted_from_the_plan_and_the_cache_shape() -> None:
     """Each one-token request reads its computed tokens plus its own; prompt chunks are not decodes. A W-GPU
     context token holds 28 layers x 8 KV heads x 128 x K and V in bf16, half that in an fp8 cache."""
-    from infercore.engine.scheduler_output import CachedRequests, SchedulerOutput
+    from infercore.wire.scheduler_output import CachedRequests, SchedulerOutput
 
     script = load_script()
     cached = CachedRequests(req_ids=["a", "b", "c"], num_computed_tokens=[10, 99, 500])

@@ -10,9 +10,9 @@ from distributed_cases import ENGINE_ARGS
 
 from infercore import LLM, SamplingParams
 from infercore.config import InfercoreConfig
-from infercore.distributed.dp_client import DataParallelClient, merge_stats
-from infercore.engine.async_llm import AsyncLLM
-from infercore.engine.messages import SchedulerStats
+from infercore.frontend.async_llm import AsyncLLM
+from infercore.frontend.dp_client import DataParallelClient, merge_stats
+from infercore.wire.messages import SchedulerStats
 
 PARAMS = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
 PROMPTS = [f"request {i}: the model of the token" for i in range(32)]

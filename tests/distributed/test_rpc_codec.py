@@ -14,14 +14,14 @@ from infercore.distributed.rpc_codec import (
     encode_call,
     encode_reply,
 )
-from infercore.engine.messages import Logprobs
-from infercore.engine.scheduler_output import (
+from infercore.sampling_params import SamplingParams
+from infercore.wire.messages import Logprobs
+from infercore.wire.scheduler_output import (
     CachedRequests,
     ModelRunnerOutput,
     NewRequestData,
     SchedulerOutput,
 )
-from infercore.sampling_params import SamplingParams
 from infercore.worker.worker import RPC_METHODS, Worker
 
 

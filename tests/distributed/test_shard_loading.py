@@ -7,8 +7,8 @@ import torch
 from safetensors.torch import load_file
 
 from infercore.config import InfercoreConfig
+from infercore.layers.checkpoint_slice import CheckpointSlice
 from infercore.layers.tensor_parallel import set_tp_state
-from infercore.models.checkpoint_slice import CheckpointSlice
 from infercore.models.loader import load_model
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from infercore.engine.scheduler_output import CachedRequests, ModelRunnerOutput, SchedulerOutput
 from infercore.executor.base import Executor
+from infercore.wire.scheduler_output import CachedRequests, ModelRunnerOutput, SchedulerOutput
 
 
 class ScriptedExecutor(Executor):

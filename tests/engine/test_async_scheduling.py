@@ -38,7 +38,7 @@ def test_async_scheduling_gives_identical_outputs(qwen3_folder, blocks):
 
 
 def test_a_lone_prompt_hands_out_its_first_token_before_the_next_step_is_launched(qwen3_folder):
-    from infercore.engine.messages import EngineCoreRequest
+    from infercore.wire.messages import EngineCoreRequest
 
     llm = LLM(model=str(qwen3_folder), max_model_len=128, async_scheduling=True)
     core = llm.llm_engine.engine_core

@@ -6,7 +6,7 @@ import pytest
 from engine_cases import GREEDY_32, PROMPTS, generate_tokens
 
 from infercore import SamplingParams
-from infercore.engine.input_processor import InputError
+from infercore.frontend.input_processor import InputError
 
 
 def test_rejected_prompt_leaves_no_requests_behind(make_llm) -> None:

@@ -12,10 +12,10 @@ import zmq
 
 from infercore import SamplingParams
 from infercore.engine.core_proc import EngineLoop
-from infercore.engine.messages import EngineCoreOutputs, EngineCoreRequest
 from infercore.engine.output_sender import OutputSender
-from infercore.engine.serial import MessageKind, WireCodec, leading_request_id
 from infercore.sampling_params import StructuredOutputsParams
+from infercore.wire.codec import MessageKind, WireCodec, leading_request_id
+from infercore.wire.messages import EngineCoreOutputs, EngineCoreRequest
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
 PROMPT = [5, 17, 29, 41, 53, 65, 77]

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from infercore import SamplingParams
-from infercore.engine.output_processor import RequestOutputKind
+from infercore.frontend.output_processor import RequestOutputKind
 
 PROMPTS = [
     {"prompt_token_ids": [(13 * i + 7 * k) % 450 + 3 for i in range(10 + 9 * k)]} for k in range(8)

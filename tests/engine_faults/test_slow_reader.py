@@ -11,20 +11,20 @@ from transformers import AutoTokenizer
 
 from infercore import SamplingParams
 from infercore.config import InfercoreConfig
-from infercore.engine.async_llm import AsyncLLM, RequestAbortedError
-from infercore.engine.input_processor import InputProcessor
-from infercore.engine.messages import (
+from infercore.frontend.async_llm import AsyncLLM, RequestAbortedError
+from infercore.frontend.input_processor import InputProcessor
+from infercore.frontend.output_processor import OutputProcessor, RequestOutputKind
+from infercore.frontend.output_stream import OutputStream
+from infercore.outputs import CompletionOutput, RequestOutput
+from infercore.tiny_models import build_tokenizer
+from infercore.wire.messages import (
     EngineCoreOutput,
     EngineCoreOutputs,
     EngineCoreRequest,
     FinishReason,
     Logprobs,
 )
-from infercore.engine.model_info import ModelInfo
-from infercore.engine.output_processor import OutputProcessor, RequestOutputKind
-from infercore.engine.output_stream import OutputStream
-from infercore.outputs import CompletionOutput, RequestOutput
-from infercore.tiny_models import build_tokenizer
+from infercore.wire.model_info import ModelInfo
 
 TEXT = "Streams: naïve café, 日本語のテキスト, emoji 😀🚀 and plain words to the end."
 PARAMS = SamplingParams(n=2, temperature=1.0, max_tokens=64, logprobs=1, stop=["plain words"])

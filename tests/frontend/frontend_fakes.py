@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from infercore.engine.input_processor import InputProcessor
-from infercore.engine.messages import EngineCoreOutput, FinishReason
+from infercore.frontend.input_processor import InputProcessor
+from infercore.wire.messages import EngineCoreOutput, FinishReason
 
 
 def processor_for(tokenizer, max_model_len: int = 4096, max_logprobs: int = 20) -> InputProcessor:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from infercore.config import InfercoreConfig
-from infercore.engine import async_llm
-from infercore.engine.async_llm import AsyncLLM
-from infercore.engine.core_client import EngineStartupError
+from infercore.frontend import async_llm
+from infercore.frontend.async_llm import AsyncLLM
+from infercore.frontend.core_client import EngineStartupError
 
 
 class _FailingClient:

@@ -7,10 +7,10 @@ import time
 import pytest
 from frontend_fakes import processor_for, token_by_token
 
-from infercore.engine.detokenizer import StreamDetokenizer, WindowDetokenizer, make_detokenizer
-from infercore.engine.messages import FinishReason
-from infercore.engine.output_processor import OutputProcessor, RequestOutputKind
+from infercore.frontend.detokenizer import StreamDetokenizer, WindowDetokenizer, make_detokenizer
+from infercore.frontend.output_processor import OutputProcessor, RequestOutputKind
 from infercore.sampling_params import SamplingParams
+from infercore.wire.messages import FinishReason
 
 CJK_EMOJI = "你好，世界！这是一个测试。日本語のテキストです。emoji: 😀 🚀 ✨ 👍🏽 🇫🇷 — naïve café <tool_call> done"
 DETOKENIZERS = [StreamDetokenizer, WindowDetokenizer]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from frontend_fakes import processor_for
 
-from infercore.engine.input_processor import InputError, InputProcessor
+from infercore.frontend.input_processor import InputError, InputProcessor
 from infercore.sampling_params import SamplingParams
 
 

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 from frontend_fakes import processor_for, token_by_token
 
-from infercore.engine import output_processor as op_module
-from infercore.engine.messages import EngineCoreOutput, FinishReason, Logprobs
-from infercore.engine.output_processor import OutputProcessor, RequestOutputKind
+from infercore.frontend import output_processor as op_module
+from infercore.frontend.output_processor import OutputProcessor, RequestOutputKind
 from infercore.sampling_params import SamplingParams
+from infercore.wire.messages import EngineCoreOutput, FinishReason, Logprobs
 
 TEXTS = ["hello world 你好", "the city of Paris 😀", "tool call json"]
 

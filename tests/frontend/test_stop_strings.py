@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from frontend_fakes import processor_for, token_by_token
 
-from infercore.engine.messages import EngineCoreOutput
-from infercore.engine.output_processor import OutputProcessor, RequestOutputKind
-from infercore.engine.stop_checker import StopChecker
+from infercore.frontend.output_processor import OutputProcessor, RequestOutputKind
+from infercore.frontend.stop_checker import StopChecker
 from infercore.sampling_params import SamplingParams
+from infercore.wire.messages import EngineCoreOutput
 
 TEXT = "The weather in Paris: 你好，世界！ then the end of the city stream."
 

@@ -11,7 +11,7 @@ import torch
 from gpu_marks import requires_gpu
 from triton_cases import rel_err
 
-from infercore.quantization import fp8_math
+from infercore.ops import fp8_math
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "quantization"))
 

@@ -7,7 +7,7 @@ import torch
 from gpu_marks import requires_gpu
 
 from infercore.layers.fused_moe import select_experts
-from infercore.layers.fused_moe.reference import fused_moe as reference_fused_moe
+from infercore.ops.moe_reference import fused_moe as reference_fused_moe
 from infercore_triton.fused_moe import fused_moe
 
 pytestmark = requires_gpu

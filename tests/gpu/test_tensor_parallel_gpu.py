@@ -78,7 +78,7 @@ def test_bf16_tp2_teacher_forced_logprobs_close_to_tp1(tmp_path):
 def test_dp2_on_two_gpus_matches_dp1(tiny_model_factory):
     from infercore import SamplingParams
     from infercore.config import InfercoreConfig
-    from infercore.engine.async_llm import AsyncLLM
+    from infercore.frontend.async_llm import AsyncLLM
 
     folder = tiny_model_factory("Qwen3ForCausalLM")
     expected = _greedy(folder)

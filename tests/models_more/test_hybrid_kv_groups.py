@@ -8,7 +8,7 @@ from __future__ import annotations
 from dense_cases import ENGINE_ARGS
 
 from infercore import LLM, SamplingParams
-from infercore.engine.hybrid_kv_cache_manager import HybridKVCacheManager
+from infercore.scheduler.hybrid_kv_cache_manager import HybridKVCacheManager
 
 WINDOW = 8  # the tiny Gemma 3's sliding window; layer 2 of 3 is global
 
@@ -21,9 +21,10 @@ def test_gemma3_runs_a_global_and_a_sliding_group_that_holds_only_its_window(cas
     runner = core.executor.runner
     kv = core.scheduler.kv_cache_manager
     assert isinstance(kv, HybridKVCacheManager)
-    assert runner.kv_group_windows() == [None, WINDOW] and runner.layer_groups == [1, 1, 0]
+    layout = core.kv_layout
+    assert layout is runner.kv_layout and layout.windows == [None, WINDOW] and layout.layer_groups == [1, 1, 0]
     sizes = [group.pool.num_blocks for group in kv.groups]
-    assert runner.group_pool_sizes(sizes[0]) == sizes == [160, 9]
+    assert layout.pool_sizes == sizes == [160, 9]
     per_block = runner.kv_caches[2].numel() // sizes[0]
     assert [cache.numel() // per_block for cache in runner.kv_caches] == [sizes[1], sizes[1], sizes[0]]
 
@@ -57,7 +58,7 @@ def test_a_memory_budget_holds_more_global_blocks_with_a_small_sliding_pool(case
     probe = LLM(model=str(case_folder("gemma3")), **{**args, "num_gpu_blocks_override": 80})
     runner = probe.llm_engine.engine_core.executor.runner
     page = runner.kv_spec.page_size_bytes
-    bound = runner.group_pool_sizes(10**6)[1]
+    bound = runner.kv_setup.layout(10**6).pool_sizes[1]
     budget = 1024 * page
     llm = LLM(model=str(case_folder("gemma3")), **{**args, "kv_cache_memory_bytes": budget})
     kv = llm.llm_engine.engine_core.scheduler.kv_cache_manager
@@ -77,4 +78,4 @@ def test_disabling_hybrid_groups_gives_one_table_and_the_same_tokens(case_folder
         assert isinstance(kv, HybridKVCacheManager) != disable
         runs[disable] = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
     assert runs[True] == runs[False]
-    assert llm.llm_engine.engine_core.executor.runner.kv_group_windows() == [None]
+    assert llm.llm_engine.engine_core.kv_layout.windows == [None]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from infercore.layers.fused_moe.reference import fused_moe
 from infercore.ops import get_op
+from infercore.ops.moe_reference import fused_moe
 
 
 def dense_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_fused_moe_op import random_case
 
-from infercore.layers.fused_moe.reference import fused_moe as reference_fused_moe
+from infercore.ops.moe_reference import fused_moe as reference_fused_moe
 from infercore.plugins import get_plugin_manager
 from infercore_triton.fused_moe import block_sizes, fused_moe
 from infercore_triton.fused_moe_align import align_slots_to_experts

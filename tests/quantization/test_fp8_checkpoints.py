@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from infercore import LLM, SamplingParams
-from infercore.quantization import fp8_math
+from infercore.ops import fp8_math
 
 SCHEMES = ["block", "channel", "tensor"]
 PROMPTS = ["hello", "The engine cache block request server stream json tool call",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infercore.quantization import fp8_math
-from infercore.quantization.fp8_math import FP8_DTYPE, FP8_MAX
+from infercore.ops import fp8_math
+from infercore.ops.fp8_math import FP8_DTYPE, FP8_MAX
 
 #: e4m3 keeps 3 mantissa bits: a value rounds to within 2^-4 of itself (relative), plus subnormals.
 E4M3_ROUNDING = 2**-4

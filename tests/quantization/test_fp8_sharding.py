@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from infercore.layers import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear, set_tp_state
+from infercore.ops.fp8_math import FP8_DTYPE
 from infercore.quantization import building_with
 from infercore.quantization.fp8 import Fp8Config
-from infercore.quantization.fp8_math import FP8_DTYPE
 
 BLOCK = Fp8Config((16, 16), static_input=False, quantize_on_load=False)
 PER_TENSOR = Fp8Config(None, static_input=True, quantize_on_load=False)

@@ -16,10 +16,10 @@ from infercore.config import InfercoreConfig
 from infercore.entrypoints.plugins_cmd import describe_plugins
 from infercore.layers.linear import LinearBase
 from infercore.models import load_model
+from infercore.ops.fp8_math import FP8_DTYPE
 from infercore.plugins import hookimpl, reset_plugin_manager
 from infercore.plugins.manager import PluginManager
 from infercore.quantization import QuantizationConfig, QuantizationMethod
-from infercore.quantization.fp8_math import FP8_DTYPE
 from infercore.quantization.fp8_methods import Fp8BlockLinearMethod
 from infercore.quantization.unquantized import UnquantizedLinearMethod
 

@@ -16,13 +16,13 @@ import sys
 import httpx
 import pytest
 
-from infercore.engine import block_hash, block_pool, kv_cache_manager, request, scheduler
-from infercore.engine.block_hash import extend_block_hashes, hash_block, root_hash
+from infercore.scheduler import block_hash, block_pool, kv_cache_manager, request, scheduler
+from infercore.scheduler.block_hash import extend_block_hashes, hash_block, root_hash
 
 PREFIX_CODE = [block_hash, block_pool, kv_cache_manager, request, scheduler]
 CHAIN_SCRIPT = """
 import json, sys
-from infercore.engine.block_hash import extend_block_hashes
+from infercore.scheduler.block_hash import extend_block_hashes
 hashes = []
 extend_block_hashes(hashes, list(range(40)), 5, 8, sys.argv[1])
 print(json.dumps([h.hex() for h in hashes]))

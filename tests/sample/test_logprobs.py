@@ -1,10 +1,10 @@
 import torch
 from sampler_helpers import build_metadata
 
-from infercore.engine.messages import Logprobs
 from infercore.sample import LogprobsTensors, Sampler, compute_prompt_logprobs
 from infercore.sample.logprobs import gather_logprobs
 from infercore.sampling_params import SamplingParams
+from infercore.wire.messages import Logprobs
 
 VOCAB = 500
 

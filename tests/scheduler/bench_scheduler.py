@@ -9,11 +9,13 @@ import argparse
 import statistics
 import time
 
+from sched_fakes import kv_layout
+
 from infercore.config import CacheConfig, SchedulerConfig
-from infercore.engine.request import Request
-from infercore.engine.scheduler import Scheduler
-from infercore.engine.scheduler_output import ModelRunnerOutput
 from infercore.sampling_params import SamplingParams
+from infercore.scheduler.request import Request
+from infercore.scheduler.scheduler import Scheduler
+from infercore.wire.scheduler_output import ModelRunnerOutput
 
 
 def main() -> None:
@@ -28,7 +30,7 @@ def main() -> None:
     blocks_per_req = -(-max_model_len // block_size)
     sched = Scheduler(
         SchedulerConfig(max_num_seqs=args.requests), CacheConfig(block_size=block_size),
-        max_model_len=max_model_len, num_blocks=args.requests * blocks_per_req + 1, block_size=block_size,
+        max_model_len=max_model_len, kv_layout=kv_layout(args.requests * blocks_per_req + 1, block_size),
         max_num_batched_tokens=max(8192, args.requests * args.prompt_len),
     )
     sp = SamplingParams(max_tokens=args.steps + 8, ignore_eos=True)

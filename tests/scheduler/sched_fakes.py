@@ -6,12 +6,14 @@ import hashlib
 from array import array
 
 from infercore.config import CacheConfig, SchedulerConfig
-from infercore.engine.block_pool import NULL_BLOCK_ID
-from infercore.engine.messages import EngineCoreOutputs
-from infercore.engine.request import Request
-from infercore.engine.scheduler import Scheduler
-from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from infercore.kv_cache.groups import KVCacheGroup, kv_cache_layout
 from infercore.sampling_params import SamplingParams
+from infercore.scheduler.block_pool import NULL_BLOCK_ID
+from infercore.scheduler.request import Request
+from infercore.scheduler.scheduler import Scheduler
+from infercore.wire.kv_layout import KVCacheLayout
+from infercore.wire.messages import EngineCoreOutputs
+from infercore.wire.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
 VOCAB = 1000
 EOS = 2
@@ -40,13 +42,21 @@ def make_request(rid: str, prompt: list[int] | int, max_tokens: int | None = 8, 
     return Request(rid, list(prompt), sp, **kwargs)
 
 
+def kv_layout(num_blocks: int, block_size: int, windows: tuple[int | None, ...] = (None,), *,
+              max_num_seqs: int = 1, budget: int = 1) -> KVCacheLayout:
+    """The layout a worker would send for one layer per group of ``windows`` (pools sized as it sizes them)."""
+    groups = [KVCacheGroup(window, (g,)) for g, window in enumerate(windows)]
+    return kv_cache_layout(groups, num_blocks, block_size=block_size, max_num_seqs=max_num_seqs,
+                           max_num_batched_tokens=budget)
+
+
 def make_scheduler(num_blocks: int = 64, block_size: int = 4, max_model_len: int = 64,
                    budget: int = 32, max_num_seqs: int = 16, policy: str = "fcfs",
                    chunked: bool = True, prefix_caching: bool = True) -> Scheduler:
     return Scheduler(
         SchedulerConfig(max_num_seqs=max_num_seqs, scheduling_policy=policy, enable_chunked_prefill=chunked),
         CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching),
-        max_model_len=max_model_len, num_blocks=num_blocks, block_size=block_size,
+        max_model_len=max_model_len, kv_layout=kv_layout(num_blocks, block_size),
         max_num_batched_tokens=budget,
     )
 

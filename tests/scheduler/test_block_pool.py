@@ -4,8 +4,8 @@ import hashlib
 
 import pytest
 
-from infercore.engine.block_hash import extend_block_hashes, hash_block, root_hash
-from infercore.engine.block_pool import NULL_BLOCK_ID, BlockPool
+from infercore.scheduler.block_hash import extend_block_hashes, hash_block, root_hash
+from infercore.scheduler.block_pool import NULL_BLOCK_ID, BlockPool
 
 
 def test_null_block_is_never_handed_out():

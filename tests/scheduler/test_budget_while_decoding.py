@@ -3,16 +3,16 @@ count against it and prompts get the rest."""
 
 from __future__ import annotations
 
-from sched_fakes import FakeRunner, make_request, make_scheduler, run_to_completion, scheduled
+from sched_fakes import FakeRunner, kv_layout, make_request, make_scheduler, run_to_completion, scheduled
 
 from infercore.config import CacheConfig, SchedulerConfig
-from infercore.engine.scheduler import Scheduler
+from infercore.scheduler.scheduler import Scheduler
 
 
 def _capped(cap: int | None, budget: int = 32, chunked: bool = True) -> Scheduler:
     return Scheduler(SchedulerConfig(max_num_seqs=16, enable_chunked_prefill=chunked,
                                      max_num_batched_tokens_while_decoding=cap),
-                     CacheConfig(block_size=4), max_model_len=64, num_blocks=128, block_size=4,
+                     CacheConfig(block_size=4), max_model_len=64, kv_layout=kv_layout(128, 4),
                      max_num_batched_tokens=budget)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sched_fakes import FakeRunner, make_request, make_scheduler, scheduled
 
-from infercore.engine.scheduler_output import CachedRequests
+from infercore.wire.scheduler_output import CachedRequests
 
 
 def _three_with_blocks() -> CachedRequests:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from sched_fakes import FakeRunner, make_request, make_scheduler, run_to_completion
+from sched_fakes import FakeRunner, kv_layout, make_request, make_scheduler, run_to_completion
 
 from infercore.config import CacheConfig, SchedulerConfig
-from infercore.engine.scheduler import Scheduler
+from infercore.scheduler.scheduler import Scheduler
 
 
 def _count_allocations(sched: Scheduler) -> list[int]:
@@ -63,8 +63,7 @@ def _trace(specs: list[dict], skip_settled: bool, window: int | None, prefix_cac
     bs = 4
     sched = Scheduler(SchedulerConfig(max_num_seqs=8, scheduling_policy="priority"),
                       CacheConfig(block_size=bs, enable_prefix_caching=prefix_caching),
-                      max_model_len=64, num_blocks=24, block_size=bs, max_num_batched_tokens=24,
-                      kv_group_windows=(window,))
+                      max_model_len=64, kv_layout=kv_layout(24, bs, (window,)), max_num_batched_tokens=24)
     kv = sched.kv_cache_manager
     if not skip_settled:
         kv.settled_until = _Unsettled()

@@ -11,20 +11,20 @@ must sample what full attention in one group samples.
 from __future__ import annotations
 
 import pytest
-from sched_fakes import GroupedRunner, make_request
+from sched_fakes import GroupedRunner, kv_layout, make_request
 
 from infercore.config import CacheConfig, SchedulerConfig
-from infercore.engine.block_pool import NULL_BLOCK_ID
-from infercore.engine.hybrid_kv_cache_manager import HybridKVCacheManager
-from infercore.engine.scheduler import Scheduler
 from infercore.kv_cache.groups import (
     KVCacheGroup,
     group_pool_sizes,
-    interleave,
     kv_cache_groups,
     primary_blocks_for_budget,
     sliding_pool_bound,
 )
+from infercore.scheduler.block_pool import NULL_BLOCK_ID
+from infercore.scheduler.hybrid_kv_cache_manager import HybridKVCacheManager
+from infercore.scheduler.scheduler import Scheduler
+from infercore.wire.kv_layout import interleave
 
 BS = 4
 
@@ -152,7 +152,8 @@ def test_a_prefix_hit_shortens_to_what_every_group_still_holds() -> None:
 def _serve(windows: tuple[int | None, ...], num_blocks: int) -> tuple[dict[str, list[int]], Scheduler, int]:
     """Requests sharing prefixes (hits), longer than a step's budget (chunks), in a small pool (preemption)."""
     sched = Scheduler(SchedulerConfig(max_num_seqs=6), CacheConfig(block_size=BS), max_model_len=96,
-                      num_blocks=num_blocks, block_size=BS, max_num_batched_tokens=24, kv_group_windows=windows)
+                      kv_layout=kv_layout(num_blocks, BS, tuple(windows), max_num_seqs=6, budget=24),
+                      max_num_batched_tokens=24)
     stem = list(range(200, 230))
     for i in range(8):
         prompt = stem[: 12 + 3 * i] + [300 + i] * (i % 3)
@@ -188,7 +189,8 @@ def test_hybrid_groups_sample_what_full_attention_samples_through_hits_chunks_an
 
 def test_a_failed_step_takes_every_group_s_new_blocks_out_of_the_prefix_cache() -> None:
     sched = Scheduler(SchedulerConfig(max_num_seqs=4), CacheConfig(block_size=BS), max_model_len=64,
-                      num_blocks=40, block_size=BS, max_num_batched_tokens=32, kv_group_windows=(None, 6))
+                      kv_layout=kv_layout(40, BS, (None, 6), max_num_seqs=4, budget=32),
+                      max_num_batched_tokens=32)
     sched.add_request(make_request("a", list(range(100, 120)), max_tokens=4))
     sched.schedule()
     assert sched.fail_unfolded_steps() == ["a"]

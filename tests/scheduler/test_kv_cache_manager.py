@@ -1,11 +1,11 @@
-"""KVCacheManager: allocation, prefix hits, sharing, salts, freeing."""
+"""SingleKVCacheManager: allocation, prefix hits, sharing, salts, freeing."""
 
 from sched_fakes import make_request
 
-from infercore.engine.kv_cache_manager import KVCacheManager
+from infercore.scheduler.single_kv_cache_manager import SingleKVCacheManager
 
 
-def _schedule(kv: KVCacheManager, request, num_new=None):
+def _schedule(kv: SingleKVCacheManager, request, num_new=None):
     """Allocate a waiting request the way the scheduler does."""
     hit, num_hit = kv.get_computed_blocks(request)
     num_new = request.num_tokens - num_hit if num_new is None else num_new
@@ -16,7 +16,7 @@ def _schedule(kv: KVCacheManager, request, num_new=None):
 
 
 def test_allocate_rounds_up_and_returns_only_new_blocks():
-    kv = KVCacheManager(num_blocks=10, block_size=4)
+    kv = SingleKVCacheManager(num_blocks=10, block_size=4)
     req = make_request("a", 6)
     ids, _ = _schedule(kv, req)
     assert len(ids) == 2 and kv.num_free_blocks == 7
@@ -29,14 +29,14 @@ def test_allocate_rounds_up_and_returns_only_new_blocks():
 
 
 def test_allocation_failure_changes_nothing():
-    kv = KVCacheManager(num_blocks=4, block_size=4)
+    kv = SingleKVCacheManager(num_blocks=4, block_size=4)
     req = make_request("a", 20)
     assert kv.allocate_slots(req, 20, []) is None
     assert kv.num_free_blocks == 3 and kv.get_block_ids(req) == []
 
 
 def test_prefix_hit_shares_blocks_and_leaves_one_token():
-    kv = KVCacheManager(num_blocks=20, block_size=4)
+    kv = SingleKVCacheManager(num_blocks=20, block_size=4)
     prompt = list(range(10, 20))  # 10 tokens: 2 full blocks
     a = make_request("a", prompt)
     a_ids, hit = _schedule(kv, a)
@@ -53,7 +53,7 @@ def test_prefix_hit_shares_blocks_and_leaves_one_token():
 
 
 def test_cache_salt_isolates():
-    kv = KVCacheManager(num_blocks=20, block_size=4)
+    kv = SingleKVCacheManager(num_blocks=20, block_size=4)
     prompt = list(range(12))
     _schedule(kv, make_request("a", prompt, cache_salt="alice"))
     assert _schedule(kv, make_request("b", prompt, cache_salt="bob"))[1] == 0
@@ -62,7 +62,7 @@ def test_cache_salt_isolates():
 
 
 def test_freed_blocks_stay_cached_until_evicted_lru():
-    kv = KVCacheManager(num_blocks=9, block_size=4)  # 8 usable
+    kv = SingleKVCacheManager(num_blocks=9, block_size=4)  # 8 usable
     a, b = make_request("a", list(range(100, 109))), make_request("b", list(range(200, 209)))
     for req in (a, b):
         _schedule(kv, req)
@@ -80,7 +80,7 @@ def test_freed_blocks_stay_cached_until_evicted_lru():
 
 
 def test_free_uncaches_blocks_that_were_never_computed():
-    kv = KVCacheManager(num_blocks=20, block_size=4)
+    kv = SingleKVCacheManager(num_blocks=20, block_size=4)
     prompt = list(range(16))
     a = make_request("a", prompt)
     _schedule(kv, a)  # blocks cached for the coming step...
@@ -89,13 +89,13 @@ def test_free_uncaches_blocks_that_were_never_computed():
 
 
 def test_prompt_logprobs_skip_the_cache():
-    kv = KVCacheManager(num_blocks=20, block_size=4)
+    kv = SingleKVCacheManager(num_blocks=20, block_size=4)
     _schedule(kv, make_request("a", list(range(12))))
     assert kv.get_computed_blocks(make_request("b", list(range(12)), prompt_logprobs=1)) == ([], 0)
 
 
 def test_caching_disabled():
-    kv = KVCacheManager(num_blocks=20, block_size=4, enable_caching=False)
+    kv = SingleKVCacheManager(num_blocks=20, block_size=4, enable_caching=False)
     a = make_request("a", list(range(12)))
     _schedule(kv, a)
     assert _schedule(kv, make_request("b", list(range(12))))[1] == 0

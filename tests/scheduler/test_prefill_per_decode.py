@@ -5,11 +5,11 @@ engine at least ``per_decode_bound_below_load`` of ``max_num_seqs``) the bound s
 
 from __future__ import annotations
 
-from sched_fakes import FakeRunner, make_request, run_to_completion, scheduled
+from sched_fakes import FakeRunner, kv_layout, make_request, run_to_completion, scheduled
 
 from infercore.config import CacheConfig, SchedulerConfig
-from infercore.engine.scheduler import MIN_PREFILL_TOKENS_WHILE_DECODING as FLOOR
-from infercore.engine.scheduler import Scheduler
+from infercore.scheduler.scheduler import MIN_PREFILL_TOKENS_WHILE_DECODING as FLOOR
+from infercore.scheduler.scheduler import Scheduler
 
 BLOCK = 16
 
@@ -20,7 +20,7 @@ def _scheduler(per_decode: int | None, cap: int | None = None, budget: int = 819
                                      max_num_batched_tokens_while_decoding=cap,
                                      max_prefill_tokens_per_decode=per_decode,
                                      per_decode_bound_below_load=below_load),
-                     CacheConfig(block_size=BLOCK), max_model_len=4096, num_blocks=4096, block_size=BLOCK,
+                     CacheConfig(block_size=BLOCK), max_model_len=4096, kv_layout=kv_layout(4096, BLOCK),
                      max_num_batched_tokens=budget)
 
 

@@ -5,9 +5,9 @@ import random
 import pytest
 from sched_fakes import FakeRunner, make_request, make_scheduler, run_to_completion, scheduled
 
-from infercore.engine.messages import Logprobs
-from infercore.engine.request import RequestStatus
-from infercore.engine.scheduler_output import ModelRunnerOutput
+from infercore.scheduler.request import RequestStatus
+from infercore.wire.messages import Logprobs
+from infercore.wire.scheduler_output import ModelRunnerOutput
 
 
 def _step(sched, runner):

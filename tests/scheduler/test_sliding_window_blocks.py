@@ -7,15 +7,15 @@ reads keys after ``p - window`` only, so the group's blocks wholly before
 
 from __future__ import annotations
 
-from sched_fakes import GroupedRunner, make_request
+from sched_fakes import GroupedRunner, kv_layout, make_request
 
 from infercore.config import CacheConfig, SchedulerConfig
-from infercore.engine.block_pool import NULL_BLOCK_ID
-from infercore.engine.kv_cache_manager import KVCacheManager
-from infercore.engine.scheduler import Scheduler
+from infercore.scheduler.block_pool import NULL_BLOCK_ID
+from infercore.scheduler.scheduler import Scheduler
+from infercore.scheduler.single_kv_cache_manager import SingleKVCacheManager
 
 
-def _prefill(kv: KVCacheManager, request) -> list[int]:
+def _prefill(kv: SingleKVCacheManager, request) -> list[int]:
     ids = kv.allocate_slots(request, request.num_tokens, [])
     assert ids is not None
     request.num_computed_tokens = request.num_tokens
@@ -23,7 +23,7 @@ def _prefill(kv: KVCacheManager, request) -> list[int]:
 
 
 def test_blocks_before_the_window_are_freed_on_the_next_allocation() -> None:
-    kv = KVCacheManager(num_blocks=12, block_size=4, sliding_window=6)
+    kv = SingleKVCacheManager(num_blocks=12, block_size=4, sliding_window=6)
     req = make_request("a", 20)
     ids = _prefill(kv, req)
     assert len(ids) == 5 and kv.num_free_blocks == 6
@@ -37,7 +37,7 @@ def test_blocks_before_the_window_are_freed_on_the_next_allocation() -> None:
 
 
 def test_a_block_still_in_the_window_is_kept() -> None:
-    kv = KVCacheManager(num_blocks=12, block_size=4, sliding_window=9)
+    kv = SingleKVCacheManager(num_blocks=12, block_size=4, sliding_window=9)
     req = make_request("a", 20)
     ids = _prefill(kv, req)
     # The query at 20 reads keys 12..20: blocks 0-2 go, block 3 (positions 12-15) stays.
@@ -52,7 +52,7 @@ def test_a_block_still_in_the_window_is_kept() -> None:
 
 
 def test_nothing_is_freed_without_a_window() -> None:
-    kv = KVCacheManager(num_blocks=12, block_size=4)
+    kv = SingleKVCacheManager(num_blocks=12, block_size=4)
     req = make_request("a", 20)
     ids = _prefill(kv, req)
     kv.allocate_slots(req, 1)
@@ -60,7 +60,7 @@ def test_nothing_is_freed_without_a_window() -> None:
 
 
 def test_freed_blocks_keep_their_prefix_cache_entries() -> None:
-    kv = KVCacheManager(num_blocks=12, block_size=4, sliding_window=4)
+    kv = SingleKVCacheManager(num_blocks=12, block_size=4, sliding_window=4)
     prompt = list(range(100, 120))
     a = make_request("a", prompt)
     a_ids = _prefill(kv, a)
@@ -76,7 +76,7 @@ def _run(window: int | None) -> tuple[dict[str, list[int]], int]:
     window 8 each holds 3 or 4 at a time."""
     bs = 4
     sched = Scheduler(SchedulerConfig(max_num_seqs=8), CacheConfig(block_size=bs), max_model_len=48,
-                      num_blocks=20, block_size=bs, max_num_batched_tokens=32, kv_group_windows=(window,))
+                      kv_layout=kv_layout(20, bs, (window,)), max_num_batched_tokens=32)
     for i in range(4):
         sched.add_request(make_request(f"r{i}", 10 + i, max_tokens=34, ignore_eos=True))
     runner = GroupedRunner(bs, [window])
@@ -102,7 +102,7 @@ def test_sliding_window_requests_run_without_preemption_where_full_attention_pre
 
 
 def test_a_preempted_request_gives_back_its_blocks_once_and_resumes_from_the_prefix_cache() -> None:
-    kv = KVCacheManager(num_blocks=12, block_size=4, sliding_window=4)
+    kv = SingleKVCacheManager(num_blocks=12, block_size=4, sliding_window=4)
     req = make_request("a", 20)
     ids = _prefill(kv, req)
     kv.allocate_slots(req, 1)

@@ -2,8 +2,8 @@
 
 from sched_fakes import EOS, FakeRunner, make_request, make_scheduler
 
-from infercore.engine.messages import FinishReason
-from infercore.engine.scheduler_output import ModelRunnerOutput
+from infercore.wire.messages import FinishReason
+from infercore.wire.scheduler_output import ModelRunnerOutput
 
 
 def _generate(script, max_model_len=64, tokens_per_step=1, **kwargs):
@@ -76,7 +76,7 @@ def test_several_tokens_per_step_stop_in_the_middle():
 
 
 def test_several_tokens_per_step_logprobs_are_cut_with_the_tokens():
-    from infercore.engine.messages import Logprobs
+    from infercore.wire.messages import Logprobs
     sched = make_scheduler()
     sched.add_request(make_request("r", 5, max_tokens=2, logprobs=0))
     out = sched.schedule()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from infercore.config import InfercoreConfig
-from infercore.engine.messages import (
+from infercore.wire.messages import (
     EngineCoreOutput,
     EngineCoreOutputs,
     EngineCoreRequest,
     FinishReason,
     SchedulerStats,
 )
-from infercore.engine.model_info import ModelInfo
+from infercore.wire.model_info import ModelInfo
 
 
 class EchoEngine:

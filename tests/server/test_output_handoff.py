@@ -14,8 +14,8 @@ from infercore.engine.core_proc import (
     switch_interval,
     tune_interpreter,
 )
-from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs
 from infercore.engine.output_sender import OutputSender
+from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs
 
 SENDS = 12
 BUSY_S = 0.025

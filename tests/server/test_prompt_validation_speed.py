@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from infercore.engine.input_processor import InputError, InputProcessor
+from infercore.frontend.input_processor import InputError, InputProcessor
 from infercore.sampling_params import SamplingParams
 
 VOCAB = 1000

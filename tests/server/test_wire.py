@@ -14,14 +14,14 @@ import msgspec
 import pytest
 import zmq
 
-import infercore.engine.core_client as core_client
 import infercore.engine.core_proc as core_proc
-import infercore.engine.serial as serial
+import infercore.frontend.core_client as core_client
+import infercore.wire.codec as serial
 from infercore.config import InfercoreConfig
-from infercore.engine.core_client import EngineCoreClient, EngineStartupError
-from infercore.engine.messages import EngineCoreOutputs, EngineCoreRequest
-from infercore.engine.serial import AbortRequests, MessageKind, WireCodec
+from infercore.frontend.core_client import EngineCoreClient, EngineStartupError
 from infercore.sampling_params import SamplingParams
+from infercore.wire.codec import AbortRequests, MessageKind, WireCodec
+from infercore.wire.messages import EngineCoreOutputs, EngineCoreRequest
 
 WIRE_MODULES = [serial, core_proc, core_client]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from infercore.engine.input_processor import MAX_CHARS_PER_TOKEN, InputError, InputProcessor
+from infercore.frontend.input_processor import MAX_CHARS_PER_TOKEN, InputError, InputProcessor
 from infercore.sampling_params import SamplingParams
 
 MAX_MODEL_LEN = 64

@@ -9,14 +9,14 @@ import sys
 import time
 from pathlib import Path
 
-from infercore.engine.core_client import remove_stale_socket_dirs
+from infercore.frontend.core_client import remove_stale_socket_dirs
 
 #: An API process stand-in: start an engine (the echo engine of the wire tests), say where its sockets
 #: are, and wait to be killed.
 _API_PROCESS = """
 import asyncio, sys, time
 from infercore.config import InfercoreConfig
-from infercore.engine.core_client import EngineCoreClient
+from infercore.frontend.core_client import EngineCoreClient
 client = EngineCoreClient(InfercoreConfig(), "fake_engine:EchoEngine")
 asyncio.run(client.start(timeout=120))
 print(client._dir, client.process.pid, flush=True)

@@ -11,11 +11,11 @@ from pathlib import Path
 import zmq
 
 from infercore.config import InfercoreConfig
-from infercore.engine.core_client import EngineCoreClient, EngineEndpoint, wait_pid_exit
-from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
-from infercore.engine.model_info import ModelInfo
-from infercore.engine.serial import AbortRequests, EngineReady, WireCodec
+from infercore.frontend.core_client import EngineCoreClient, EngineEndpoint, wait_pid_exit
 from infercore.sampling_params import SamplingParams
+from infercore.wire.codec import AbortRequests, EngineReady, WireCodec
+from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest
+from infercore.wire.model_info import ModelInfo
 
 
 def _model_info() -> ModelInfo:

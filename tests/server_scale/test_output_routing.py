@@ -9,10 +9,10 @@ import os
 import zmq
 
 from infercore.engine.core_proc import EngineLoop
-from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, SchedulerStats
 from infercore.engine.output_sender import OutputSender
-from infercore.engine.serial import AbortRequests, MessageKind, WireCodec
 from infercore.sampling_params import SamplingParams
+from infercore.wire.codec import AbortRequests, MessageKind, WireCodec
+from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, SchedulerStats
 
 CLIENTS = 3
 

@@ -7,9 +7,9 @@ import os
 import threading
 
 from infercore.engine.core_proc import EngineLoop
-from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs
 from infercore.engine.output_sender import OutputSender
-from infercore.engine.serial import MessageKind, WireCodec
+from infercore.wire.codec import MessageKind, WireCodec
+from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs
 
 STEPS = 5
 

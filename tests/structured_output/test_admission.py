@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from infercore.engine.input_processor import InputError, InputProcessor
+from infercore.frontend.input_processor import InputError, InputProcessor
 from infercore.regex_safety import MAX_REGEX_CHARS
 from infercore.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputsParams
 from infercore.structured_output.admission import (

@@ -6,7 +6,7 @@ import pytest
 import torch
 from triton_cases import rel_err
 
-from infercore.quantization import fp8_math
+from infercore.ops import fp8_math
 from infercore_triton.fp8_block_gemm import (
     BlockGemmConfig,
     default_config,

@@ -12,7 +12,7 @@ import mixed_graph_stand_in
 import pytest
 
 from infercore import LLM, SamplingParams
-from infercore.engine.hybrid_kv_cache_manager import HybridKVCacheManager
+from infercore.scheduler.hybrid_kv_cache_manager import HybridKVCacheManager
 from infercore.tiny_models import build_model_folder
 from infercore_cpu.platform import CpuPlatform
 

@@ -32,10 +32,9 @@ def layer_specs(model: nn.Module) -> list[AttentionLayerSpec]:
 
 
 def bind_attention(model: nn.Module, backend_cls: type[AttentionBackend], kv_caches: list[torch.Tensor],
-                   dtype: torch.dtype | None = None, kv_cache_dtype: torch.dtype | None = None,
-                   layer_groups: list[int] | None = None) -> None:
+                   dtype: torch.dtype | None = None, layer_groups: list[int] | None = None) -> None:
     """Give every :class:`Attention` layer of ``model`` an impl of ``backend_cls`` (built with the layer's
-    spec, completed with the dtypes and the layer's KV cache scales), its cache,
+    spec, completed with the model's dtype, its cache's dtype and the layer's KV cache scales), its cache,
     ``kv_caches[layer.layer_index]``, and its KV cache group, ``layer_groups[layer.layer_index]`` (0 for
     every layer when None)."""
     impl_cls = backend_cls.get_impl_cls()
@@ -45,7 +44,7 @@ def bind_attention(model: nn.Module, backend_cls: type[AttentionBackend], kv_cac
                              "caches were allocated, one per attention layer is needed")
         cache = kv_caches[module.layer_index]
         spec = dataclasses.replace(module.spec, dtype=dtype or module.spec.dtype,
-                                   kv_cache_dtype=kv_cache_dtype or cache.dtype,
+                                   kv_cache_dtype=cache.dtype,
                                    k_scale=module.k_scale, v_scale=module.v_scale)
         module.impl = impl_cls(spec)
         module.kv_cache = cache

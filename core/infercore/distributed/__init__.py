@@ -1,2 +1,2 @@
 """Machinery for running one engine over several devices and processes: the shared-memory message
-queue of the control path, process-group set-up, the worker RPC codec and the data-parallel client."""
+queue of the control path, process-group set-up and the worker RPC codec."""

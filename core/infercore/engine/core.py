@@ -8,16 +8,18 @@ import time
 
 from infercore.config import InfercoreConfig
 from infercore.engine.grammar_gate import GrammarGate
-from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason
-from infercore.engine.model_info import ModelInfo, resolve_demo_model, resolve_model_info
-from infercore.engine.request import Request, RequestStatus
-from infercore.engine.scheduler import Scheduler
-from infercore.engine.scheduler_output import SchedulerOutput
 from infercore.executor.base import Executor, ExecutorDeadError
 from infercore.executor.step_future import StepFuture
 from infercore.gc_heap import freeze_startup_heap
+from infercore.models.model_info import resolve_demo_model, resolve_model_info
 from infercore.platforms.selection import current_platform
 from infercore.plugins.manager import get_plugin_manager
+from infercore.scheduler.request import Request, RequestStatus
+from infercore.scheduler.scheduler import Scheduler
+from infercore.wire.kv_layout import KVCacheLayout
+from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason
+from infercore.wire.model_info import ModelInfo
+from infercore.wire.scheduler_output import SchedulerOutput
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +71,8 @@ class EngineCore:
         started = time.perf_counter()
         self.executor: Executor = executor_cls(config, self.platform, self.model_info, self.max_num_batched_tokens)
         num_blocks = self.executor.determine_num_blocks()
-        self.executor.initialize_kv_cache(num_blocks)
+        #: The KV cache as the workers allocated it; the scheduler reads it, never recomputes it.
+        self.kv_layout: KVCacheLayout = self.executor.initialize_kv_cache(num_blocks)
         self.model_info.num_kv_blocks = num_blocks
         logger.info("engine ready on %s in %.1f s (%d KV blocks)", self.platform.name,
                     time.perf_counter() - started, num_blocks)
@@ -77,9 +80,8 @@ class EngineCore:
         self.async_mode = config.scheduler.async_scheduling
         if self.async_mode is None:
             self.async_mode = self.platform.capabilities.async_scheduling and not config.model.enforce_eager
-        self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, num_blocks,
-                                   config.cache.block_size, self.max_num_batched_tokens,
-                                   kv_group_windows=self.executor.collective_rpc("kv_group_windows")[0])
+        self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, self.kv_layout,
+                                   self.max_num_batched_tokens)
         #: The step launched last in overlapped mode and the future of its output.
         self._inflight: tuple[SchedulerOutput, StepFuture] | None = None
         self.grammars = GrammarGate(config, self.model_info.vocab_size, self.model_info.generation_stop_ids)

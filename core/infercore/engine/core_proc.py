@@ -1,6 +1,6 @@
 """The EngineCore process: build the engine, then loop over requests in, steps, outputs out.
 
-It is started by :class:`infercore.engine.core_client.EngineCoreClient` (or, with several API
+It is started by :class:`infercore.frontend.core_client.EngineCoreClient` (or, with several API
 server processes, by the launcher of ``infercore serve``) with the multiprocessing spawn context,
 connects to the input and output socket of every API process, sends each a ready message (or the
 startup error) and serves until told to stop, until its parent disappears or until a step fails.
@@ -24,9 +24,8 @@ import zmq
 
 from infercore.config import InfercoreConfig
 from infercore.engine.latency_trace import EngineTrace, now_ns, open_writer
-from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from infercore.engine.output_sender import OutputSender
-from infercore.engine.serial import (
+from infercore.wire.codec import (
     AbortRequests,
     EngineFailure,
     EngineReady,
@@ -34,6 +33,7 @@ from infercore.engine.serial import (
     WireCodec,
     leading_request_id,
 )
+from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs, FinishReason
 
 logger = logging.getLogger("infercore.engine")
 

@@ -8,11 +8,11 @@ from typing import Any
 import torch
 
 from infercore.config import InfercoreConfig
-from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, FinishReason
-from infercore.engine.request import Request
-from infercore.engine.scheduler import Scheduler
-from infercore.engine.scheduler_output import SchedulerOutput
 from infercore.parsers import ReasoningParser, get_reasoning_parser
+from infercore.scheduler.request import Request
+from infercore.scheduler.scheduler import Scheduler
+from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs, FinishReason
+from infercore.wire.scheduler_output import SchedulerOutput
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TextIO
 
-from infercore.engine.messages import EngineCoreOutput
+from infercore.wire.messages import EngineCoreOutput
 
 #: Set to 1 to write the trace.
 ENV_ENABLE = "INFERCORE_TRACE_LATENCY"

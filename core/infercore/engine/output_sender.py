@@ -27,8 +27,8 @@ from typing import Any
 import zmq
 
 from infercore.engine.latency_trace import EngineTrace
-from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs
-from infercore.engine.serial import MessageKind, WireCodec
+from infercore.wire.codec import MessageKind, WireCodec
+from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs
 
 logger = logging.getLogger("infercore.engine")
 

@@ -9,7 +9,7 @@ Every API server serves HTTP on the one listening socket, inherited as a duplica
 waiting in ``accept``. One socket rather than SO_REUSEPORT because the port is then bound exactly once,
 before anything starts (a busy port fails at once, with one error), and no other process can join the
 port's group and take connections. Each API server binds its own ZMQ input/output pair for every
-engine (:class:`~infercore.engine.core_client.EngineEndpoint`); an engine polls the inputs of all API
+engine (:class:`~infercore.frontend.core_client.EngineEndpoint`); an engine polls the inputs of all API
 servers and returns each request's outputs to the server that sent it. With ``--data-parallel-size M``
 each API server has a DataParallelClient over all M engines, balancing its own requests.
 
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 
 from infercore.config import DEMO_MODEL, InfercoreConfig
-from infercore.distributed.dp_client import rank_config
-from infercore.engine.core_client import EngineEndpoint, make_socket_dir, run_engine
-from infercore.engine.model_info import resolve_demo_model
+from infercore.frontend.core_client import EngineEndpoint, make_socket_dir, run_engine
+from infercore.frontend.dp_client import rank_config
+from infercore.models.model_info import resolve_demo_model
 
 logger = logging.getLogger("infercore.server")
 

@@ -9,8 +9,8 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from infercore.config import InfercoreConfig
-from infercore.engine.llm_engine import LLMEngine
-from infercore.engine.output_processor import RequestOutputKind
+from infercore.frontend.llm_engine import LLMEngine
+from infercore.frontend.output_processor import RequestOutputKind
 from infercore.outputs import RequestOutput
 from infercore.sampling_params import SamplingParams
 from infercore.tokenizer import apply_chat_template

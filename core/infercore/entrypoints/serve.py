@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 import uvicorn
 
 from infercore.config import DEMO_MODEL, InfercoreConfig
-from infercore.engine.async_llm import AsyncLLM
-from infercore.engine.core_client import EngineStartupError
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
-from infercore.engine.model_info import resolve_demo_model
 from infercore.entrypoints.serve_args import config_from_args
+from infercore.frontend.async_llm import AsyncLLM
+from infercore.frontend.core_client import EngineStartupError
 from infercore.gc_heap import freeze_startup_heap
+from infercore.models.model_info import resolve_demo_model
 
 if TYPE_CHECKING:
     from infercore.entrypoints.api_server_procs import ApiServerSlot
@@ -95,10 +95,10 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
     is one of several API server processes: it reaches the engines the launcher started through the
     slot's endpoints and serves on the slot's (shared) listening socket."""
     from infercore.demo import DEMO_NOTICE
-    from infercore.distributed.dp_client import make_engine_client
     from infercore.entrypoints.openai.app import build_app
     from infercore.entrypoints.openai.http_protocol import MAX_HEAD_BYTES, bounded_http_protocol
     from infercore.entrypoints.openai.metrics import ServerMetrics
+    from infercore.frontend.dp_client import make_engine_client
 
     if config.model.model == DEMO_MODEL:
         logger.warning(DEMO_NOTICE)

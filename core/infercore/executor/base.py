@@ -15,8 +15,9 @@ from typing import Any
 import torch
 
 from infercore.config import InfercoreConfig
-from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from infercore.executor.step_future import StepFuture
+from infercore.wire.kv_layout import KVCacheLayout
+from infercore.wire.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
 
 def check_model_splits(config: InfercoreConfig) -> None:
@@ -50,9 +51,10 @@ class Executor(ABC):
         """KV cache blocks every worker can hold: the minimum over ranks."""
         return min(self.collective_rpc("determine_num_blocks"))
 
-    def initialize_kv_cache(self, num_blocks: int) -> None:
-        """Allocate the KV cache on every worker."""
-        self.collective_rpc("initialize_kv_cache", (num_blocks,))
+    def initialize_kv_cache(self, num_blocks: int) -> KVCacheLayout:
+        """Allocate the KV cache on every worker; returns its layout (rank 0's: every rank has the same
+        groups and pools, of its own KV heads)."""
+        return self.collective_rpc("initialize_kv_cache", (num_blocks,))[0]
 
     def execute_model(self, scheduler_output: SchedulerOutput, grammar_bitmask: torch.Tensor | None = None,
                       non_block: bool = False) -> ModelRunnerOutput | StepFuture:

@@ -23,10 +23,10 @@ from infercore.config import InfercoreConfig
 from infercore.distributed.process_group import free_port
 from infercore.distributed.rpc_codec import decode_reply, decode_value, encode_call
 from infercore.distributed.shm_queue import QueueTimeout, ShmQueue
-from infercore.engine.model_info import ModelInfo
 from infercore.executor.base import Executor, ExecutorDeadError, check_model_splits
 from infercore.executor.worker_proc import SHUTDOWN, WorkerLaunch
 from infercore.platforms.interface import Platform
+from infercore.wire.model_info import ModelInfo
 from infercore.worker.worker import Worker
 
 logger = logging.getLogger(__name__)

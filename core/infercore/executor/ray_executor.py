@@ -25,10 +25,10 @@ from infercore.distributed.rpc_codec import (
     encode_call,
     encode_reply,
 )
-from infercore.engine.model_info import ModelInfo
 from infercore.executor.base import Executor, ExecutorDeadError, check_model_splits
 from infercore.executor.worker_proc import WorkerLaunch
 from infercore.platforms.interface import Platform
+from infercore.wire.model_info import ModelInfo
 from infercore.worker.worker import Worker
 
 logger = logging.getLogger(__name__)

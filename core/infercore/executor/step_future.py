@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from infercore.engine.scheduler_output import ModelRunnerOutput
+from infercore.wire.scheduler_output import ModelRunnerOutput
 
 
 class StepFuture:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from infercore.config import InfercoreConfig
-from infercore.engine.model_info import ModelInfo
 from infercore.executor.base import Executor
 from infercore.platforms.interface import Platform
+from infercore.wire.model_info import ModelInfo
 from infercore.worker.worker import Worker
 
 

@@ -18,7 +18,7 @@ import msgspec
 from infercore.config import InfercoreConfig
 from infercore.distributed.rpc_codec import decode_call, dispatch, encode_reply
 from infercore.distributed.shm_queue import QueueTimeout, ShmQueue
-from infercore.engine.model_info import ModelInfo
+from infercore.wire.model_info import ModelInfo
 
 logger = logging.getLogger("infercore.worker")
 

@@ -6,10 +6,8 @@ that mixes windows (Gemma 3: sliding layers beside global ones) gets one group p
 group's blocks that left its window go back to its own pool while the request runs, so such a layer
 holds about ``window`` tokens of each request instead of the whole context.
 
-Block ids are per group (each pool has its own null block 0). Everything that carries a request's
-block ids between the scheduler and the runner carries them *interleaved*: entry ``j * G + g`` is
-group ``g``'s block for the request's ``j``-th block, ``G`` the number of groups. With one group that
-is the plain list of block ids.
+The worker turns the groups and the pool it can afford into one :class:`~infercore.wire.kv_layout.KVCacheLayout`
+(:func:`kv_cache_layout`), the only description of the cache EngineCore and the runner read.
 """
 
 from __future__ import annotations
@@ -17,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from infercore.wire.kv_layout import KVCacheGroupLayout, KVCacheLayout
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,11 @@ def primary_blocks_for_budget(budget: int, cap: int, bytes_for: Callable[[int], 
     return lo
 
 
-def interleave(per_group: Sequence[Sequence[int]]) -> list[int]:
-    """Per-group block id lists of equal length as one list, ``[g0[0], g1[0], ..., g0[1], g1[1], ...]``."""
-    if len(per_group) == 1:
-        return list(per_group[0])
-    length = len(per_group[0])
-    if any(len(ids) != length for ids in per_group):
-        raise ValueError(f"the groups appended different numbers of blocks: {[len(ids) for ids in per_group]}")
-    return [block_id for row in zip(*per_group, strict=True) for block_id in row]
+def kv_cache_layout(groups: Sequence[KVCacheGroup], num_blocks: int, *, block_size: int, max_num_seqs: int,
+                    max_num_batched_tokens: int, page_bytes: int = 0, dtype: str = "") -> KVCacheLayout:
+    """The layout of ``groups`` when the primary group has ``num_blocks``: each sliding group after the
+    first gets :func:`sliding_pool_bound` blocks, never more than the primary's."""
+    sizes = group_pool_sizes(num_blocks, [group.window for group in groups], block_size, max_num_seqs,
+                             max_num_batched_tokens)
+    return KVCacheLayout(block_size=block_size, dtype=dtype, page_bytes=page_bytes, groups=tuple(
+        KVCacheGroupLayout(group.window, group.layers, n) for group, n in zip(groups, sizes, strict=True)))

@@ -8,8 +8,6 @@ optional soft cap on the final logits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import torch
 from torch import nn
 from transformers import PretrainedConfig
@@ -19,15 +17,12 @@ from infercore.layers import (
     GeGLU,
     GemmaRMSNorm,
     MergedColumnParallelLinear,
-    ParallelLMHead,
     QKVParallelLinear,
     RowParallelLinear,
-    VocabParallelEmbedding,
     get_rope,
 )
 from infercore.models.gemma3_config import Gemma3LayerSettings, gemma3_layer_settings
-from infercore.models.llama import STACKED_PARAMS, head_dim_of
-from infercore.models.weight_loading import load_checkpoint_weights
+from infercore.models.llama import DecoderOptions, LlamaForCausalLM, head_dim_of
 
 #: HF's name for the tanh approximation of GELU.
 _TANH_GELU = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")
@@ -88,10 +83,11 @@ class Gemma3MLP(nn.Module):
 class Gemma3DecoderLayer(nn.Module):
     """Sandwich norms: each branch is normed on the way in and on the way out, then added to the residual."""
 
-    def __init__(self, config: PretrainedConfig, settings: Gemma3LayerSettings, layer_index: int,
+    def __init__(self, config: PretrainedConfig, options: DecoderOptions, layer_index: int,
                  dtype: torch.dtype) -> None:
         super().__init__()
         eps = config.rms_norm_eps
+        settings = gemma3_layer_settings(config)[layer_index]
         self.self_attn = Gemma3Attention(config, settings, layer_index, dtype)
         self.mlp = Gemma3MLP(config)
         self.input_layernorm = GemmaRMSNorm(config.hidden_size, eps=eps)
@@ -112,32 +108,13 @@ class Gemma3DecoderLayer(nn.Module):
         return self.post_feedforward_layernorm(self.mlp(hidden)), residual
 
 
-class Gemma3Model(nn.Module):
-    """Scaled token embedding, decoder layers and the final norm."""
+class Gemma3ForCausalLM(LlamaForCausalLM):
+    """Gemma 3 text models (1B, and the language model of the larger ones saved on its own): Llama's
+    shell with Gemma's norm, scaled embeddings and sandwich-norm layers."""
 
-    def __init__(self, config: PretrainedConfig, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        # HF rounds the scale to the weights' dtype before multiplying; so do we.
-        self.register_buffer("embed_scale", torch.tensor(config.hidden_size**0.5, dtype=dtype), persistent=False)
-        self.layers = nn.ModuleList(Gemma3DecoderLayer(config, settings, i, dtype)
-                                    for i, settings in enumerate(gemma3_layer_settings(config)))
-        self.norm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        hidden = self.embed_tokens(input_ids) * self.embed_scale
-        residual = None
-        for layer in self.layers:
-            hidden, residual = layer(positions, hidden, residual)
-        hidden, _ = self.norm(hidden, residual)
-        return hidden
-
-
-class Gemma3ForCausalLM(nn.Module):
-    """Gemma 3 text models (1B, and the language model of the larger ones saved on its own)."""
+    ties_embeddings_by_default = True
 
     def __init__(self, hf_config: PretrainedConfig, dtype: torch.dtype) -> None:
-        super().__init__()
         if getattr(hf_config, "attn_logit_softcapping", None) is not None:
             # HF's Gemma 3 never applies it either; a checkpoint that sets it expects Gemma 2 semantics.
             raise ValueError("this Gemma 3 config sets attn_logit_softcapping, which Gemma 3 does not use; "
@@ -145,17 +122,13 @@ class Gemma3ForCausalLM(nn.Module):
         if getattr(hf_config, "use_bidirectional_attention", False):
             raise ValueError("this Gemma 3 config sets use_bidirectional_attention (an embedding model); "
                              "infercore generates text with causal attention only: serve a causal Gemma 3 model")
-        self.config = hf_config
-        self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", True))
+        super().__init__(hf_config, dtype)
         self.final_logit_softcapping = getattr(hf_config, "final_logit_softcapping", None)
-        self.model = Gemma3Model(hf_config, dtype)
-        self.lm_head = ParallelLMHead(hf_config.vocab_size, hf_config.hidden_size)
-        if self.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Flattened tokens of all requests [T] and their positions [T] → hidden states [T, hidden]."""
-        return self.model(input_ids, positions)
+    @classmethod
+    def decoder_options(cls, config: PretrainedConfig) -> DecoderOptions:
+        return DecoderOptions(norm=GemmaRMSNorm, embedding_scale=config.hidden_size**0.5,
+                              decoder_layer=Gemma3DecoderLayer)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden states [N, hidden] → logits [N, vocab], soft-capped when the config says so."""
@@ -164,8 +137,3 @@ class Gemma3ForCausalLM(nn.Module):
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap
         return logits
-
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load HF-named checkpoint tensors; q/k/v and gate/up go into their fused parameters."""
-        ignore = ("lm_head.",) if self.tie_word_embeddings else ()
-        load_checkpoint_weights(self, weights, STACKED_PARAMS, ignore_prefixes=ignore)

@@ -1,4 +1,5 @@
-"""The Llama decoder, which Mistral, Qwen2 and Qwen3 reuse through :class:`DecoderOptions`.
+"""The Llama decoder, which Mistral, Qwen2, Qwen3, Phi-3, the mixture-of-experts families and Gemma 3
+reuse through :class:`DecoderOptions`.
 
 Attention → MLP → decoder layer → model → causal LM, as in the paper's diagram; paged attention,
 kernels and sharding live in :mod:`infercore.layers` and :mod:`infercore.attention`.
@@ -6,8 +7,9 @@ kernels and sharding live in :mod:`infercore.layers` and :mod:`infercore.attenti
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -36,9 +38,16 @@ STACKED_PARAMS = [
 ]
 
 
+#: Builds layer ``layer_index``'s feed-forward block: ``(config, layer_index) -> module``.
+FeedForwardFactory = Callable[[PretrainedConfig, int], nn.Module]
+#: Builds a whole decoder layer: ``(config, options, layer_index, dtype) -> module`` with the forward
+#: ``(positions, hidden, residual) -> (hidden, residual)`` of :class:`LlamaDecoderLayer`.
+DecoderLayerFactory = Callable[[PretrainedConfig, "DecoderOptions", int, torch.dtype], nn.Module]
+
+
 @dataclass(frozen=True)
 class DecoderOptions:
-    """Where the Llama-family architectures differ."""
+    """Where the Llama-family architectures differ: a family is an option set, not a copy of the shell."""
 
     qkv_bias: bool = False
     o_bias: bool = False
@@ -47,6 +56,17 @@ class DecoderOptions:
     qk_norm: bool = False
     #: Sliding attention window per layer (None = full attention).
     sliding_windows: tuple[int | None, ...] = ()
+    #: Each layer's feed-forward block (None: the dense SwiGLU MLP); a mixture of experts, say.
+    feed_forward: FeedForwardFactory | None = None
+    #: The decoder layer's attribute (and checkpoint name) for its feed-forward block.
+    ffn_name: str = "mlp"
+    #: The norm of the residual stream (the layers' and the final one): RMSNorm, Gemma's ``1 + weight``.
+    norm: Callable[..., nn.Module] = RMSNorm
+    #: A factor on the token embeddings, rounded to the model's dtype as HF does (Gemma: sqrt(hidden)).
+    embedding_scale: float | None = None
+    #: Builds each decoder layer (None: :class:`LlamaDecoderLayer`), for families whose layer differs in
+    #: where its norms sit (Gemma's sandwich norms).
+    decoder_layer: DecoderLayerFactory | None = None
 
 
 def head_dim_of(config: PretrainedConfig) -> int:
@@ -116,17 +136,20 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    """Pre-norm attention, then the feed-forward block ``ffn_name``: the dense MLP unless ``ffn`` is given
-    (a mixture-of-experts block, say). The residual stream is carried alongside so norms can fuse the add."""
+    """Pre-norm attention, then the feed-forward block ``options.ffn_name``: the dense MLP unless
+    ``options.feed_forward`` builds another (a mixture-of-experts block, say). The residual stream is
+    carried alongside so norms can fuse the add."""
 
     def __init__(self, config: PretrainedConfig, options: DecoderOptions, layer_index: int,
-                 dtype: torch.dtype, ffn: nn.Module | None = None, ffn_name: str = "mlp") -> None:
+                 dtype: torch.dtype) -> None:
         super().__init__()
         self.self_attn = LlamaAttention(config, options, layer_index, dtype)
-        self.ffn_name = ffn_name
-        self.add_module(ffn_name, ffn if ffn is not None else LlamaMLP(config, options))
-        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.ffn_name = options.ffn_name
+        ffn = (options.feed_forward(config, layer_index) if options.feed_forward is not None
+               else LlamaMLP(config, options))
+        self.add_module(self.ffn_name, ffn)
+        self.input_layernorm = options.norm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = options.norm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor,
                 residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,19 +164,23 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    """Embedding, decoder layers (dense ones unless ``layers`` are given) and the final norm."""
+    """Embedding (scaled when the options say so), decoder layers and the final norm."""
 
-    def __init__(self, config: PretrainedConfig, options: DecoderOptions, dtype: torch.dtype,
-                 layers: list[LlamaDecoderLayer] | None = None) -> None:
+    def __init__(self, config: PretrainedConfig, options: DecoderOptions, dtype: torch.dtype) -> None:
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        if layers is None:
-            layers = [LlamaDecoderLayer(config, options, i, dtype) for i in range(config.num_hidden_layers)]
-        self.layers = nn.ModuleList(layers)
-        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        scale = options.embedding_scale
+        self.embed_scale: torch.Tensor | None
+        self.register_buffer("embed_scale", None if scale is None else torch.tensor(scale, dtype=dtype),
+                             persistent=False)
+        build = options.decoder_layer or LlamaDecoderLayer
+        self.layers = nn.ModuleList(build(config, options, i, dtype) for i in range(config.num_hidden_layers))
+        self.norm = options.norm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         hidden = self.embed_tokens(input_ids)
+        if self.embed_scale is not None:
+            hidden = hidden * self.embed_scale
         residual = None
         for layer in self.layers:
             hidden, residual = layer(positions, hidden, residual)
@@ -162,12 +189,16 @@ class LlamaModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    """Llama 2/3 (rope scaling included). Subclasses change :meth:`decoder_options` only."""
+    """Llama 2/3 (rope scaling included). Families subclass it and change :meth:`decoder_options`
+    (and, with experts, :meth:`load_weights`)."""
+
+    #: Whether the LM head shares the embedding when the config does not say.
+    ties_embeddings_by_default: ClassVar[bool] = False
 
     def __init__(self, hf_config: PretrainedConfig, dtype: torch.dtype) -> None:
         super().__init__()
         self.config = hf_config
-        self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
+        self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", self.ties_embeddings_by_default))
         self.model = LlamaModel(hf_config, self.decoder_options(hf_config), dtype)
         self.lm_head = ParallelLMHead(hf_config.vocab_size, hf_config.hidden_size)
         if self.tie_word_embeddings:

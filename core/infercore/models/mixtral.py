@@ -22,8 +22,10 @@ class MixtralForCausalLM(Qwen3MoeForCausalLM):
     @classmethod
     def decoder_options(cls, config: PretrainedConfig) -> DecoderOptions:
         window = getattr(config, "sliding_window", None)
-        return DecoderOptions(sliding_windows=(window,) * config.num_hidden_layers)
+        return DecoderOptions(sliding_windows=(window,) * config.num_hidden_layers, feed_forward=cls.feed_forward,
+                              ffn_name=cls.ffn_name)
 
-    def feed_forward(self, config: PretrainedConfig, layer_index: int) -> nn.Module:
-        prefix = f"model.layers.{layer_index}.{self.ffn_name}"
+    @classmethod
+    def feed_forward(cls, config: PretrainedConfig, layer_index: int) -> nn.Module:
+        prefix = f"model.layers.{layer_index}.{cls.ffn_name}"
         return SparseMoeBlock(config, config.num_local_experts, config.intermediate_size, True, prefix)

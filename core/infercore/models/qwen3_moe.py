@@ -13,14 +13,12 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from infercore.layers import ParallelLMHead
 from infercore.layers.fused_moe import ExpertNames, ExpertWeightLoader, FusedMoE
 from infercore.models.llama import (
     STACKED_PARAMS,
     DecoderOptions,
-    LlamaDecoderLayer,
+    LlamaForCausalLM,
     LlamaMLP,
-    LlamaModel,
     windows_from_layer_types,
 )
 from infercore.models.weight_loading import load_checkpoint_weights
@@ -40,7 +38,7 @@ class SparseMoeBlock(nn.Module):
         return self.experts(hidden, self.gate(hidden))
 
 
-class Qwen3MoeForCausalLM(nn.Module):
+class Qwen3MoeForCausalLM(LlamaForCausalLM):
     """Qwen3-MoE models (Qwen3-30B-A3B, Qwen3-235B-A22B). Layers in ``mlp_only_layers``, or off the
     ``decoder_sparse_step`` grid, keep a dense MLP; ``norm_topk_prob`` renormalises the top-k weights."""
 
@@ -48,23 +46,11 @@ class Qwen3MoeForCausalLM(nn.Module):
     ffn_name: ClassVar[str] = "mlp"
     expert_names: ClassVar[ExpertNames] = ExpertNames()
 
-    def __init__(self, hf_config: PretrainedConfig, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.config = hf_config
-        self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
-        options = self.decoder_options(hf_config)
-        layers = [LlamaDecoderLayer(hf_config, options, i, dtype, self.feed_forward(hf_config, i), self.ffn_name)
-                  for i in range(hf_config.num_hidden_layers)]
-        self.model = LlamaModel(hf_config, options, dtype, layers)
-        self.lm_head = ParallelLMHead(hf_config.vocab_size, hf_config.hidden_size)
-        if self.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
-
     @classmethod
     def decoder_options(cls, config: PretrainedConfig) -> DecoderOptions:
         bias = bool(getattr(config, "attention_bias", False))
-        return DecoderOptions(qkv_bias=bias, o_bias=bias, qk_norm=True,
-                              sliding_windows=windows_from_layer_types(config))
+        return DecoderOptions(qkv_bias=bias, o_bias=bias, qk_norm=True, sliding_windows=windows_from_layer_types(config),
+                              feed_forward=cls.feed_forward, ffn_name=cls.ffn_name)
 
     @classmethod
     def is_sparse(cls, config: PretrainedConfig, layer_index: int) -> bool:
@@ -73,21 +59,14 @@ class Qwen3MoeForCausalLM(nn.Module):
         return (layer_index not in (getattr(config, "mlp_only_layers", None) or [])
                 and config.num_experts > 0 and (layer_index + 1) % step == 0)
 
-    def feed_forward(self, config: PretrainedConfig, layer_index: int) -> nn.Module:
+    @classmethod
+    def feed_forward(cls, config: PretrainedConfig, layer_index: int) -> nn.Module:
         """Layer ``layer_index``'s feed-forward block."""
-        if not self.is_sparse(config, layer_index):
+        if not cls.is_sparse(config, layer_index):
             return LlamaMLP(config, DecoderOptions())
-        prefix = f"model.layers.{layer_index}.{self.ffn_name}"
+        prefix = f"model.layers.{layer_index}.{cls.ffn_name}"
         return SparseMoeBlock(config, config.num_experts, config.moe_intermediate_size,
                               bool(getattr(config, "norm_topk_prob", False)), prefix)
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Flattened tokens of all requests [T] and their positions [T] → hidden states [T, hidden]."""
-        return self.model(input_ids, positions)
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Hidden states [N, hidden] → logits [N, vocab] in the model's dtype."""
-        return self.lm_head.compute_logits(hidden)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load HF-named checkpoint tensors: q/k/v and gate/up fused, experts stacked per layer."""

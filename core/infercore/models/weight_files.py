@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
+from infercore.layers.checkpoint_slice import CheckpointSlice
 from infercore.layers.tensor_parallel import get_tp_state
-from infercore.models.checkpoint_slice import CheckpointSlice
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PT_INDEX = "pytorch_model.bin.index.json"

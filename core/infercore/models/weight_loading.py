@@ -9,7 +9,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from infercore.kv_cache.scales import KVScaleLoader
+from infercore.models.kv_scales import KVScaleLoader
 
 
 @dataclass(frozen=True)

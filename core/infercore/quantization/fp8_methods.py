@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 from infercore.ops import get_op
+from infercore.ops.fp8_math import FP8_DTYPE, quantize_blockwise
 from infercore.quantization.base import LinearWeightSpec, QuantizationMethod
-from infercore.quantization.fp8_math import FP8_DTYPE, quantize_blockwise
 from infercore.quantization.params import WEIGHT, ParamLayout, set_layout
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from infercore.engine.messages import Logprobs
+from infercore.wire.messages import Logprobs
 
 
 @dataclass

@@ -11,8 +11,7 @@ from typing import Any
 
 import torch
 
-from infercore.ops import reference
-from infercore.quantization import fp8_math
+from infercore.ops import fp8_math, reference
 
 Inputs = Callable[[torch.device, torch.dtype, torch.Generator], tuple[Any, ...]]
 

@@ -10,26 +10,24 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from infercore.attention.backend import AttentionBackend, AttentionRequest, CommonAttentionMetadata
-from infercore.attention.binding import bind_attention, layer_specs
+from infercore.attention.backend import CommonAttentionMetadata
 from infercore.config import InfercoreConfig
-from infercore.engine.messages import Logprobs
-from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from infercore.forward_context import ForwardContext, set_forward_context
-from infercore.kv_cache.fp8 import kv_cache_dtype
-from infercore.kv_cache.groups import group_pool_sizes, kv_cache_groups, primary_blocks_for_budget
-from infercore.kv_cache.spec import KVCacheSpec
-from infercore.platforms.interface import UNPROFILED_KV_FRACTION, Platform
-from infercore.plugins.manager import get_plugin_manager
-from infercore.sample import Sampler, SamplingMetadata, compute_prompt_logprobs
-from infercore.sample.row_state import SamplingRowState
-from infercore.sampling_params import SamplingParams
+from infercore.platforms.interface import Platform
+from infercore.sample import Sampler, compute_prompt_logprobs
+from infercore.wire.kv_layout import KVCacheLayout
+from infercore.wire.messages import Logprobs
+from infercore.wire.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from infercore.worker.attention_choice import select_attention_backend
 from infercore.worker.batch_layout import BatchLayout, make_layout
-from infercore.worker.mixed_graphs import MixedGraphs, mixed_capture_sizes
+from infercore.worker.graph_capture import capture_decode_graphs, capture_mixed_graphs
+from infercore.worker.input_batch import InputBatch
+from infercore.worker.kv_cache_setup import KVCacheSetup
+from infercore.worker.mixed_graphs import MixedGraphs
 from infercore.worker.pending_sample import PendingSample
-from infercore.worker.request_state import RequestState
 from infercore.worker.step_buffers import StepBuffers
-from infercore.worker.whole_graphs import WholeGraphs, capture_sizes
+from infercore.worker.warm_up import warm_up_logits, warm_up_sampler
+from infercore.worker.whole_graphs import WholeGraphs
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +47,10 @@ class StepForward(NamedTuple):
     is_logits: bool
 
 
-def _kv_dtype(config: InfercoreConfig, model_dtype: torch.dtype) -> torch.dtype:
-    return kv_cache_dtype(config.cache.kv_cache_dtype, model_dtype)
-
-
 class ModelRunner:
-    """Holds the model, its KV cache and the persistent step buffers of one device."""
+    """Runs the steps of one device: prepares the step's inputs from the :class:`InputBatch`, runs the
+    model (eagerly or from a captured graph) and samples. Loading, the KV cache
+    (:class:`KVCacheSetup`), graph capture and warm-up live in modules of their own."""
 
     def __init__(self, config: InfercoreConfig, platform: Platform, device: torch.device,
                  max_model_len: int, max_num_batched_tokens: int, eos_token_id: int | None) -> None:
@@ -67,141 +63,46 @@ class ModelRunner:
         self.max_model_len = max_model_len
         self.max_num_tokens = max_num_batched_tokens
         self.max_num_reqs = config.scheduler.max_num_seqs
-        self.eos_token_id = eos_token_id
         self.hf_config = get_hf_config(config.model)
         self.dtype = resolve_dtype(config.model, self.hf_config, platform)
         self.model = load_model(config, device, self.dtype)
         self.vocab_size = int(self.hf_config.get_text_config().vocab_size)
         self.block_size = config.cache.block_size
-        self.kv_spec, self.num_layers = self._kv_cache_spec()
-        #: Layers by the window they read (:mod:`infercore.kv_cache.groups`): one group unless windows differ.
-        self.kv_groups = kv_cache_groups([s.sliding_window for s in layer_specs(self.model)],
-                                         hybrid=not config.cache.disable_hybrid_kv_cache_manager)
-        self.layer_groups = [0] * self.num_layers
-        for g, group in enumerate(self.kv_groups):
-            for layer in group.layers:
-                self.layer_groups[layer] = g
-        self.backend = self._select_backend()
+        self.kv_setup = KVCacheSetup(config, platform, device, self.model, self.dtype, self.max_num_reqs,
+                                     self.max_num_tokens, max_model_len)
+        self.kv_spec, self.num_layers = self.kv_setup.spec, self.kv_setup.num_layers
+        self.backend = select_attention_backend(self.model, platform, self.kv_spec, self.dtype)
         self.sampler = Sampler(config.model.seed)
-        self.requests: dict[str, RequestState] = {}
-        self._free_rows = list(range(self.max_num_reqs - 1, -1, -1))
         self.max_blocks_per_req = math.ceil(max_model_len / self.block_size)
-        self._alloc_host_state()
+        num_groups = len(self.kv_setup.groups)
+        self.buffers = StepBuffers(max(self.max_num_tokens, self.max_num_reqs), self.max_num_reqs,
+                                   self.max_blocks_per_req, self.device, platform.capabilities.pin_memory,
+                                   kv_groups=num_groups)
+        pin = platform.capabilities.pin_memory and not self.buffers.same
+        self.input_batch = InputBatch(max_num_reqs=self.max_num_reqs, max_model_len=max_model_len,
+                                      block_size=self.block_size, num_kv_groups=num_groups,
+                                      vocab_size=self.vocab_size, device=device, pin_memory=pin,
+                                      eos_token_id=eos_token_id)
+        self.graphs: WholeGraphs | None = None
+        #: Graphs of steps with prompt tokens: whole (the backend launches attention from padded counts,
+        #: ``captures_mixed_steps``) or in pieces around attention.
+        self.mixed_graphs: WholeGraphs | MixedGraphs | None = None
+        self._pending: PendingSample | None = None
+        #: Whether decode graphs end with the LM head (every row of a decode step is sampled, so its
+        #: logits are computed inside the graph instead of by one more launch per step). Not with
+        #: tensor parallelism, whose LM head gathers across the group.
+        self.logits_in_decode_graphs = config.parallel.tensor_parallel_size == 1
+        self._sampled_host = torch.zeros(self.max_num_reqs, dtype=torch.long, pin_memory=pin)
+        self.kv_layout: KVCacheLayout | None = None
         self.kv_caches: list[torch.Tensor] = []
         self.builder: Any = None
         #: The metadata builders of the KV cache groups after the first.
         self.group_builders: list[Any] = []
 
     # -- setup ---------------------------------------------------------------------------------
-    def _kv_cache_spec(self) -> tuple[KVCacheSpec, int]:
-        """The cache every layer shares, as the model's Attention layers declare it."""
-        specs = layer_specs(self.model)
-        shapes = {(s.num_kv_heads, s.head_size) for s in specs}
-        if len(shapes) > 1:
-            raise ValueError(f"{type(self.model).__name__}'s attention layers differ in (KV heads, head size): "
-                             f"{sorted(shapes)}; one KV cache layout for all layers is supported")
-        kv_heads, head_size = shapes.pop()
-        spec = KVCacheSpec(self.block_size, kv_heads, head_size, _kv_dtype(self.config, self.dtype))
-        return spec, len(specs)
-
-    def _select_backend(self) -> type[AttentionBackend]:
-        specs = layer_specs(self.model)
-        windows = [s.sliding_window for s in specs if s.sliding_window is not None]
-        request = AttentionRequest(
-            num_heads=specs[0].num_heads, num_kv_heads=self.kv_spec.num_kv_heads,
-            head_size=self.kv_spec.head_size, dtype=self.dtype, kv_cache_dtype=self.kv_spec.dtype,
-            block_size=self.block_size, device_type=self.platform.device_type,
-            sliding_window=max(windows) if windows else None,
-            alibi=any(s.alibi_slopes is not None for s in specs),
-        )
-        name = self.platform.select_attention_backend(request)
-        backend: type[AttentionBackend] = get_plugin_manager().registry("attention_backend").load(name)
-        reasons = backend.validate(request)
-        if reasons:
-            raise ValueError(f"attention backend {name!r} cannot run this model: {'; '.join(reasons)}")
-        logger.info("attention backend: %s", name)
-        return backend
-
-    def _alloc_host_state(self) -> None:
-        self.token_ids = np.zeros((self.max_num_reqs, self.max_model_len), dtype=np.int64)
-        # Block ids interleaved by KV cache group: column j * G + g is group g's j-th block.
-        self.block_table = np.zeros((self.max_num_reqs, self.max_blocks_per_req * len(self.kv_groups)), dtype=np.int32)
-        self.num_computed = np.zeros(self.max_num_reqs, dtype=np.int64)
-        self.num_tokens = np.zeros(self.max_num_reqs, dtype=np.int64)
-        self.buffers = StepBuffers(max(self.max_num_tokens, self.max_num_reqs), self.max_num_reqs,
-                                   self.max_blocks_per_req, self.device, self.platform.capabilities.pin_memory,
-                                   kv_groups=len(self.kv_groups))
-        self.graphs: WholeGraphs | None = None
-        #: Graphs of steps with prompt tokens: whole (the backend launches attention from padded counts,
-        #: ``captures_mixed_steps``) or in pieces around attention.
-        self.mixed_graphs: WholeGraphs | MixedGraphs | None = None
-        self._pending: PendingSample | None = None
-        #: Running requests that asked for prompt logprobs (a step without any skips looking for them).
-        self._prompt_logprob_reqs: set[str] = set()
-        #: Whether decode graphs end with the LM head (every row of a decode step is sampled, so its
-        #: logits are computed inside the graph instead of by one more launch per step). Not with
-        #: tensor parallelism, whose LM head gathers across the group.
-        self.logits_in_decode_graphs = self.config.parallel.tensor_parallel_size == 1
-        self._sampled_host = torch.zeros(self.max_num_reqs, dtype=torch.long,
-                                         pin_memory=self.platform.capabilities.pin_memory and not self.buffers.same)
-        #: Each row's sampling parameters (and penalty tables on the device), written when a request joins.
-        self.sampling_state = SamplingRowState(self.max_num_reqs, self.vocab_size, self.device,
-                                               self.platform.capabilities.pin_memory and not self.buffers.same)
-
-    def kv_group_windows(self) -> list[int | None]:
-        """The window of each KV cache group, the primary group first."""
-        return [group.window for group in self.kv_groups]
-
-    def group_pool_sizes(self, num_blocks: int) -> list[int]:
-        """Blocks in each KV cache group's pool when the primary group has ``num_blocks`` (as the scheduler
-        sizes them)."""
-        return group_pool_sizes(num_blocks, self.kv_group_windows(), self.block_size, self.max_num_reqs,
-                                self.max_num_tokens)
-
-    def cache_bytes(self, num_blocks: int) -> int:
-        """Bytes of the whole KV cache when the primary group has ``num_blocks`` blocks."""
-        page = self.kv_spec.page_size_bytes
-        sizes = self.group_pool_sizes(num_blocks)
-        return sum(page * len(group.layers) * n for group, n in zip(self.kv_groups, sizes, strict=True))
-
     def determine_num_blocks(self) -> int:
         """KV cache blocks that fit the configured budget (never more than max_num_seqs full contexts)."""
-        cache = self.config.cache
-        cap = self.max_num_reqs * self.max_blocks_per_req + 1
-        if cache.num_gpu_blocks_override is not None:
-            return cache.num_gpu_blocks_override
-        if cache.kv_cache_memory_bytes is not None:
-            budget = cache.kv_cache_memory_bytes
-        elif self.platform.capabilities.profile_memory:
-            budget = self._profile_free_bytes()
-        else:
-            budget = self._unprofiled_budget()
-        num_blocks = primary_blocks_for_budget(budget, cap, self.cache_bytes)
-        if num_blocks < 2:
-            raise ValueError(
-                f"the KV cache budget of {budget} bytes holds fewer than 2 blocks of "
-                f"{self.kv_spec.page_size_bytes * self.num_layers} bytes; "
-                "raise --gpu-memory-utilization or --kv-cache-memory-bytes, or use a smaller model")
-        return int(num_blocks)
-
-    def _unprofiled_budget(self) -> int:
-        """The documented rule for platforms that cannot profile: a fixed fraction of free memory."""
-        free = self.platform.free_memory(self.device.index or 0)
-        budget = int(free * UNPROFILED_KV_FRACTION)
-        logger.info("memory: platform %s does not profile; KV budget %.2f GiB (%.0f%% of %.1f GiB free); set "
-                    "--kv-cache-memory-bytes to choose it", self.platform.name, budget / 2**30,
-                    100 * UNPROFILED_KV_FRACTION, free / 2**30)
-        return budget
-
-    def _profile_free_bytes(self) -> int:
-        """Memory left for the KV cache after the weights and a peak-sized forward pass."""
-        self.platform.empty_cache()
-        total = self.platform.total_memory(self.device.index or 0)
-        peak = self.platform.profile_peak_memory(lambda: self._dummy_forward(self.max_num_tokens))
-        budget = int(total * self.config.cache.gpu_memory_utilization) - peak
-        logger.info("memory: total %.1f GiB, peak during profiling %.2f GiB, KV budget %.2f GiB",
-                    total / 2**30, peak / 2**30, budget / 2**30)
-        return max(budget, 0)
+        return self.kv_setup.determine_num_blocks(lambda: self._dummy_forward(self.max_num_tokens))
 
     def _dummy_forward(self, num_tokens: int) -> None:
         """A forward pass of ``num_tokens`` prompt tokens into a scratch cache (for memory profiling).
@@ -219,8 +120,8 @@ class ModelRunner:
         lengths[-1] = prompt_tokens - seq * (num_prompts - 1)
         n_req = len(lengths)
         per_req = math.ceil(seq / self.block_size)
-        caches = self._allocate_caches([n_req * per_req + 1] * len(self.kv_groups))
-        bind_attention(self.model, self.backend, caches, self.dtype, layer_groups=self.layer_groups)
+        caches = self.kv_setup.allocate(self.backend, [n_req * per_req + 1] * len(self.kv_setup.groups))
+        self.kv_setup.bind(self.model, self.backend, caches, self.dtype)
         builders = self._new_builders()
         layout = make_layout(np.arange(n_req), lengths, np.zeros(n_req, dtype=np.int64))
         table = 1 + np.arange(n_req * per_req, dtype=np.int32).reshape(n_req, per_req)
@@ -232,16 +133,10 @@ class ModelRunner:
             self.model.compute_logits(hidden[-self.max_num_reqs:])
         del caches
 
-    def _allocate_caches(self, group_blocks: list[int]) -> list[torch.Tensor]:
-        """One cache per layer, of its KV cache group's ``group_blocks[g]`` blocks."""
-        shapes = [self.backend.get_kv_cache_shape(n, self.block_size, self.kv_spec.num_kv_heads,
-                                                  self.kv_spec.head_size) for n in group_blocks]
-        return [torch.zeros(shapes[g], dtype=self.kv_spec.dtype, device=self.device) for g in self.layer_groups]
-
     def _new_builders(self) -> list[Any]:
         """A metadata builder per KV cache group (each may keep buffers of its own)."""
         return [self.backend.get_builder_cls()(self.kv_spec, self.device, self.max_num_reqs, self.max_num_tokens)
-                for _ in self.kv_groups]
+                for _ in self.kv_setup.groups]
 
     def _context(self, meta: CommonAttentionMetadata, num_tokens: int, builders: list[Any] | None = None) -> ForwardContext:
         """The forward context of a step: the first group's metadata from ``meta``, the other groups' from
@@ -257,49 +152,23 @@ class ModelRunner:
                        for g, builder in enumerate(builders[1:]))
         return ForwardContext(builders[0].build(meta), num_tokens, group_attn_metadata=groups)
 
-    def initialize_kv_cache(self, num_blocks: int) -> None:
-        sizes = self.group_pool_sizes(num_blocks)
-        self.kv_caches = self._allocate_caches(sizes)
-        bind_attention(self.model, self.backend, self.kv_caches, self.dtype, layer_groups=self.layer_groups)
+    def initialize_kv_cache(self, num_blocks: int) -> KVCacheLayout:
+        """Allocate and bind the cache of ``num_blocks`` primary-group blocks, warm up, capture graphs;
+        returns the layout (the one EngineCore's scheduler reads)."""
+        layout = self.kv_setup.layout(num_blocks)
+        self.kv_layout = layout
+        self.kv_caches = self.kv_setup.allocate(self.backend, layout.pool_sizes)
+        self.kv_setup.bind(self.model, self.backend, self.kv_caches, self.dtype)
         self.builder, *self.group_builders = self._new_builders()
-        if len(sizes) == 1:
-            logger.info("KV cache: %d blocks of %d tokens (%.1f MiB)", num_blocks, self.block_size,
-                        self.cache_bytes(num_blocks) / 2**20)
-        else:
-            logger.info("KV cache: %s blocks of %d tokens for the layer groups of windows %s (%.1f MiB)",
-                        " / ".join(map(str, sizes)), self.block_size,
-                        " / ".join("global" if w is None else str(w) for w in self.kv_group_windows()),
-                        self.cache_bytes(num_blocks) / 2**20)
-        self._warm_up_sampler()
-        self._warm_up_logits()
+        logger.info("KV cache: %s", layout.describe())
+        warm_up_sampler(self.sampler, self.vocab_size, self.dtype, self.device)
+        warm_up_logits(self.model, self.hf_config.get_text_config().hidden_size, self.max_num_reqs, self.dtype,
+                       self.device)
         if self.platform.capabilities.graph_capture and not self.config.model.enforce_eager:
             pool = self.platform.graph_pool_handle()
-            self._capture_mixed_graphs(pool)
-            self._capture_decode_graphs(pool)
-
-    @torch.inference_mode()
-    def _warm_up_logits(self) -> None:
-        """Compute logits of 1, 2, 4, 8 and 16 rows once, so kernels that specialise on a small row count
-        (the skinny GEMM of a small LM head) are built before the first request samples that many."""
-        hidden_size = self.hf_config.get_text_config().hidden_size
-        rows = 1
-        while rows <= min(self.max_num_reqs, 16):
-            self.model.compute_logits(torch.zeros((rows, hidden_size), dtype=self.dtype, device=self.device))
-            rows *= 2
-
-    @torch.inference_mode()
-    def _warm_up_sampler(self) -> None:
-        """Sample a greedy and a random row of dummy logits, in the model's dtype and (with a penalty)
-        in float32, so the sampler's kernels are built before the first request. Its seeds come from a
-        generator of its own: the engine's stream of seeds for unseeded requests is left as it was."""
-        for random_row in (SamplingParams(temperature=1.0, top_k=2),
-                           SamplingParams(temperature=1.0, top_k=2, repetition_penalty=1.1)):
-            params = [SamplingParams(temperature=0.0), random_row]
-            logits = torch.zeros((len(params), self.vocab_size), dtype=self.dtype, device=self.device)
-            metadata = SamplingMetadata.build(params, [[0]] * len(params), [[] for _ in params],
-                                              self.vocab_size, self.device, eos_token_ids=[None] * len(params),
-                                              seed_source=np.random.default_rng(0))
-            self.sampler(logits, metadata)
+            self.mixed_graphs = capture_mixed_graphs(self, pool)
+            self.graphs = capture_decode_graphs(self, pool)
+        return layout
 
     @property
     def mixed_graphs_whole(self) -> bool:
@@ -310,90 +179,7 @@ class ModelRunner:
         """The requests a whole prefill/mixed graph of ``size`` tokens is captured for (each has a token)."""
         return min(size, self.max_num_reqs)
 
-    @torch.inference_mode()
-    def _capture_mixed_graphs(self, pool: Any) -> None:
-        """Graphs of steps with prompt tokens, for token counts up to ``max_mixed_graph_tokens``: whole
-        when the attention backend allows it, else in pieces around attention."""
-        prompt_len = self.max_model_len
-        sizes = [s for s in mixed_capture_sizes(self.config.model.max_mixed_graph_tokens, self.max_num_tokens)
-                 if math.ceil(s / prompt_len) <= self.max_num_reqs]
-        if not sizes:
-            return
-        whole = self.mixed_graphs_whole
-        self.mixed_graphs = WholeGraphs(self.platform, sizes, "prefill/mixed") if whole else MixedGraphs(
-            self.platform, sizes)
-
-        def context(size: int) -> ForwardContext:
-            # Prompts that write nowhere (slot -1) and read the null block: the warm-up pass runs attention.
-            lengths = np.full(math.ceil(size / prompt_len), prompt_len, dtype=np.int64)
-            lengths[-1] = size - prompt_len * (len(lengths) - 1)
-            layout = make_layout(np.arange(len(lengths)), lengths, np.zeros(len(lengths), dtype=np.int64))
-            table = np.zeros((len(lengths), math.ceil(int(lengths.max()) / self.block_size)), dtype=np.int32)
-            common = self._fill(layout, np.zeros(size, dtype=np.int64), np.full(size, -1, dtype=np.int64), table,
-                                pad_reqs_to=self.mixed_graph_reqs(size) if whole else None)
-            return self._context(common, size)
-
-        buf = self.buffers
-        self.mixed_graphs.capture(lambda size: self.model(buf.input_ids[:size], buf.positions[:size]), context, pool)
-
-    @torch.inference_mode()
-    def _capture_decode_graphs(self, pool: Any) -> None:
-        self.graphs = WholeGraphs(self.platform, capture_sizes(self.max_num_reqs))
-        buf = self.buffers
-
-        def context(size: int) -> ForwardContext:
-            # The graph of each size reads that size's decode layout, as its steps will fill it.
-            buf.bind_decode(size, self.max_blocks_per_req)
-            buf.pad(0, 0, size)
-            buf.np_seq_lens[:size] = 1
-            buf.upload(size, size, self.max_blocks_per_req)
-            buf.flush()
-            common = self._metadata(size, size, 1, 1, self.max_blocks_per_req)
-            return self._context(common, size)
-
-        def run(size: int) -> torch.Tensor:
-            hidden = self.model(buf.input_ids[:size], buf.positions[:size])
-            return self.model.compute_logits(hidden) if self.logits_in_decode_graphs else hidden
-
-        self.graphs.capture(run, context, pool)
-        buf.bind_general()
-
     # -- per-step state ------------------------------------------------------------------------
-    def _update_states(self, so: SchedulerOutput) -> list[int]:
-        """Drop finished requests, add new ones and apply the cached ones' new blocks and computed
-        counts; returns the rows of the step's requests in ``so.req_ids`` order."""
-        requests = self.requests
-        for req_id in so.finished_req_ids:
-            state = requests.pop(req_id, None)
-            if state is not None:
-                self._free_rows.append(state.row)
-                self._prompt_logprob_reqs.discard(req_id)
-        cached = so.scheduled_cached_reqs
-        rows = [requests[r].row for r in cached.req_ids]
-        if rows:
-            self.num_computed[rows] = cached.num_computed_tokens
-        for i, block_ids in cached.new_blocks():
-            state = requests[cached.req_ids[i]]
-            n = len(block_ids)
-            self.block_table[state.row, state.num_blocks: state.num_blocks + n] = block_ids
-            state.num_blocks += n
-        for new in so.scheduled_new_reqs:
-            row = self._free_rows.pop()
-            tokens = list(new.prompt_token_ids) + list(new.output_token_ids)
-            self.token_ids[row, : len(tokens)] = tokens
-            self.num_tokens[row] = len(tokens)
-            self.num_computed[row] = new.num_computed_tokens
-            self.block_table[row, : len(new.block_ids)] = new.block_ids
-            params = new.sampling_params
-            requests[new.req_id] = RequestState(
-                new.req_id, row, list(new.prompt_token_ids), list(new.output_token_ids), params,
-                len(new.block_ids))
-            self.sampling_state.add(row, params, new.prompt_token_ids, new.output_token_ids, self.eos_token_id)
-            if params.prompt_logprobs is not None:
-                self._prompt_logprob_reqs.add(new.req_id)
-            rows.append(row)
-        return rows
-
     def _metadata(self, num_reqs: int, num_tokens: int, max_query_len: int, max_seq_len: int,
                   width: int, padded_tokens: int | None = None, padded_for_graph: bool = False) -> CommonAttentionMetadata:
         buf = self.buffers
@@ -458,18 +244,19 @@ class ModelRunner:
         launches want (its prefill programs walk the batch's tokens in order).
         ``reorder=False`` keeps the scheduler's order (a grammar bitmask's rows follow it).
         """
+        batch = self.input_batch
         rows = np.array(batch_rows, dtype=np.int64)
         num_sched = np.array(so.num_scheduled_tokens, dtype=np.int64)
         if reorder and len(rows) > 1:
             pure_decode = len(rows) == so.total_num_scheduled_tokens
             whole_mixed = (not pure_decode and self.mixed_graphs is not None and self.mixed_graphs_whole
                            and self.mixed_graphs.padded_size(so.total_num_scheduled_tokens) is not None)
-            key = (-self.num_computed[rows] if pure_decode else
+            key = (-batch.num_computed[rows] if pure_decode else
                    (num_sched == 1 if whole_mixed else num_sched > 1).astype(np.int64))
             order = np.argsort(key, kind="stable")
             rows, num_sched = rows[order], num_sched[order]
             req_ids = [req_ids[i] for i in order.tolist()]
-        layout = make_layout(rows, num_sched, self.num_computed[rows])
+        layout = make_layout(rows, num_sched, batch.num_computed[rows])
         positions = layout.positions
         graph = None
         if layout.num_tokens == len(rows):
@@ -482,13 +269,13 @@ class ModelRunner:
         width = (self.max_blocks_per_req if decode_size is not None
                  else math.ceil(int(layout.seq_lens.max()) / self.block_size))
         # Group g's blocks are every G-th column of the table from column g (all of them with one group).
-        num_groups = len(self.kv_groups)
+        num_groups = len(self.kv_setup.groups)
         columns = (positions // self.block_size) * num_groups
         offsets = positions % self.block_size
         slots, *group_slots = [
-            self.block_table[layout.token_rows, columns + g].astype(np.int64) * self.block_size + offsets
+            batch.block_table[layout.token_rows, columns + g].astype(np.int64) * self.block_size + offsets
             for g in range(num_groups)]
-        interleaved = self.block_table[rows, : width * num_groups]
+        interleaved = batch.block_table[rows, : width * num_groups]
         table, *group_tables = [interleaved[:, g::num_groups] for g in range(num_groups)]
         if layout.num_tokens == len(rows):
             # A pure-decode step: every input in one arena, one copy (``flush``).
@@ -496,7 +283,7 @@ class ModelRunner:
         else:
             self.buffers.bind_general()
         mixed_size = graph.size if graph is not None and graph.mixed else None
-        meta = self._fill(layout, self.token_ids[layout.token_rows, positions], slots, table,
+        meta = self._fill(layout, batch.token_ids[layout.token_rows, positions], slots, table,
                           pad_to=decode_size, pad_tokens_to=mixed_size,
                           pad_reqs_to=self.mixed_graph_reqs(mixed_size)
                           if mixed_size is not None and self.mixed_graphs_whole else None,
@@ -546,7 +333,7 @@ class ModelRunner:
 
     def _launch_forward(self, so: SchedulerOutput,
                         reorder: bool = True) -> tuple[StepForward | None, BatchLayout | None, list[str]]:
-        rows = self._update_states(so)
+        rows = self.input_batch.update(so)
         req_ids = so.req_ids
         if not req_ids:
             return None, None, req_ids
@@ -562,11 +349,12 @@ class ModelRunner:
         pending = self._pending
         assert pending is not None
         source = np.full(self.max_num_reqs, -1, dtype=np.int64)
+        requests = self.input_batch.requests
         for j, state in enumerate(pending.states):
-            if self.requests.get(state.req_id) is state:
+            if requests.get(state.req_id) is state:  # not finished or preempted since: its row is its own
                 source[state.row] = j
         src = source[layout.rows]
-        known = self.num_tokens[layout.rows]
+        known = self.input_batch.num_tokens[layout.rows]
         mask = (src >= 0) & (known >= layout.num_computed) & (known < layout.seq_lens)
         if not mask.any():
             return
@@ -581,9 +369,10 @@ class ModelRunner:
     def _sample(self, req_ids: list[str], layout: BatchLayout, forward: StepForward,
                 grammar_bitmask: torch.Tensor | None) -> PendingSample:
         """Sample every request whose scheduled tokens reach the end of its known tokens."""
-        prompt_logprobs = self._prompt_logprobs(req_ids, layout, forward) if self._prompt_logprob_reqs else None
-        sampled_idx = np.nonzero(layout.seq_lens >= self.num_tokens[layout.rows])[0]
-        states = [self.requests[req_ids[i]] for i in sampled_idx]
+        batch = self.input_batch
+        prompt_logprobs = self._prompt_logprobs(req_ids, layout, forward) if batch.prompt_logprob_reqs else None
+        sampled_idx = np.nonzero(layout.seq_lens >= batch.num_tokens[layout.rows])[0]
+        states = [batch.requests[req_ids[i]] for i in sampled_idx]
         pending = PendingSample(req_ids, sampled_idx, states, prompt_logprobs)
         if not states:
             return pending
@@ -595,7 +384,7 @@ class ModelRunner:
             rows_out = forward.out[self.buffers.to_device("sample_index", n)]
         logits = rows_out if forward.is_logits else self.model.compute_logits(rows_out)
         num_outputs = np.fromiter((len(s.output_token_ids) for s in states), dtype=np.int64, count=n)
-        metadata = self.sampling_state.gather(layout.rows[sampled_idx], num_outputs, grammar_bitmask,
+        metadata = batch.sampling.gather(layout.rows[sampled_idx], num_outputs, grammar_bitmask,
                                               self.sampler.seed_source)
         out = self.sampler(logits, metadata)
         pending.tokens = out.sampled_token_ids
@@ -617,16 +406,9 @@ class ModelRunner:
                 tokens = pending.tokens_host.tolist()
             else:
                 tokens = pending.tokens.tolist()
-            live_rows, live_tokens = [], []
-            requests = self.requests
-            for i, state, tok in zip(pending.sampled_idx.tolist(), pending.states, tokens, strict=True):
+            for i, tok in zip(pending.sampled_idx.tolist(), tokens, strict=True):
                 sampled[i] = [tok]
-                if requests.get(state.req_id) is not state:
-                    continue  # finished or preempted while in flight; its row may be reused
-                state.output_token_ids.append(tok)
-                live_rows.append(state.row)
-                live_tokens.append(tok)
-            self._append_token_ids(np.array(live_rows, dtype=np.int64), np.array(live_tokens, dtype=np.int64))
+            self.input_batch.append_sampled(pending.states, tokens)
             if pending.logprobs is not None:
                 cpu = pending.logprobs.cpu()
                 logprobs = {s.req_id: cpu.to_logprobs(j, s.sampling_params.logprobs)
@@ -634,19 +416,12 @@ class ModelRunner:
         return ModelRunnerOutput(req_ids=pending.req_ids, sampled_token_ids=sampled, logprobs=logprobs,
                                  prompt_logprobs=pending.prompt_logprobs)
 
-    def _append_token_ids(self, rows: np.ndarray, tokens: np.ndarray) -> None:
-        """Append one token to each of ``rows`` (distinct) in the persistent token array."""
-        positions = self.num_tokens[rows]
-        fits = positions < self.max_model_len
-        self.token_ids[rows[fits], positions[fits]] = tokens[fits]
-        self.num_tokens[rows] += 1
-
     def _prompt_logprobs(self, req_ids: list[str], layout: BatchLayout,
                          forward: StepForward) -> dict[str, Logprobs] | None:
         """Logprobs of prompt tokens computed in this step's chunk (position p predicts token p + 1)."""
         result: dict[str, Logprobs] | None = None
         for i, req_id in enumerate(req_ids):
-            state = self.requests[req_id]
+            state = self.input_batch.requests[req_id]
             k = state.sampling_params.prompt_logprobs
             if k is None:
                 continue

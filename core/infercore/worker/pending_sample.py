@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from infercore.engine.messages import Logprobs
-from infercore.worker.request_state import RequestState
+from infercore.wire.messages import Logprobs
+from infercore.worker.input_batch import RequestState
 
 
 @dataclass

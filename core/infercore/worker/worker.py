@@ -14,14 +14,15 @@ import torch
 
 from infercore.config import InfercoreConfig
 from infercore.distributed.process_group import destroy_tensor_parallel, init_tensor_parallel
-from infercore.engine.model_info import ModelInfo
-from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from infercore.platforms.interface import Platform
+from infercore.wire.kv_layout import KVCacheLayout
+from infercore.wire.model_info import ModelInfo
+from infercore.wire.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
 logger = logging.getLogger(__name__)
 
 #: Methods an executor may call on a worker over RPC.
-RPC_METHODS = frozenset({"determine_num_blocks", "kv_group_windows", "initialize_kv_cache", "execute_model",
+RPC_METHODS = frozenset({"determine_num_blocks", "initialize_kv_cache", "execute_model",
                          "execute_model_async", "finish_pending", "get_pid", "ping"})
 
 
@@ -64,13 +65,10 @@ class Worker:
         """KV cache blocks that fit this device (the executor takes the minimum over ranks)."""
         return self.runner.determine_num_blocks()
 
-    def kv_group_windows(self) -> list[int | None]:
-        """The window of each KV cache group, the primary group first (None: the group's layers read everything)."""
-        return self.runner.kv_group_windows()
-
-    def initialize_kv_cache(self, num_blocks: int) -> None:
-        """Allocate ``num_blocks`` blocks of this rank's KV heads and finish start-up (warm-up, graphs)."""
-        self.runner.initialize_kv_cache(num_blocks)
+    def initialize_kv_cache(self, num_blocks: int) -> KVCacheLayout:
+        """Allocate ``num_blocks`` primary-group blocks of this rank's KV heads, finish start-up (warm-up,
+        graphs) and return the cache's layout for EngineCore."""
+        return self.runner.initialize_kv_cache(num_blocks)
 
     def execute_model(self, scheduler_output: SchedulerOutput,
                       grammar_bitmask: torch.Tensor | None = None) -> ModelRunnerOutput | None:

@@ -86,7 +86,7 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, align: ExpertAlignment, rows_
 
 def fused_moe(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
               topk_ids: torch.Tensor) -> torch.Tensor:
-    """Mixture of SwiGLU experts, as :func:`infercore.layers.fused_moe.reference.fused_moe` defines it."""
+    """Mixture of SwiGLU experts, as :func:`infercore.ops.moe_reference.fused_moe` defines it."""
     tokens, top_k = topk_ids.shape
     num_experts, inter2, hidden_size = w13.shape
     if tokens == 0:

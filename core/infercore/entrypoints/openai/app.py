@@ -8,7 +8,6 @@ from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
 from infercore.config import InfercoreConfig
-from infercore.engine.async_llm import AsyncLLM
 from infercore.engine.latency_trace import trace_enabled
 from infercore.entrypoints.openai.errors import install_error_handlers
 from infercore.entrypoints.openai.metrics import ServerMetrics
@@ -17,6 +16,7 @@ from infercore.entrypoints.openai.routes import router
 from infercore.entrypoints.openai.serving_chat import OpenAIServingChat
 from infercore.entrypoints.openai.serving_completion import OpenAIServingCompletion
 from infercore.entrypoints.openai.state import DrainState, ServerState
+from infercore.frontend.async_llm import AsyncLLM
 from infercore.version import __version__
 
 

@@ -11,13 +11,13 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 
 from infercore.config import InfercoreConfig
-from infercore.engine.async_llm import AsyncLLM, EngineShuttingDownError, QueueFullError
-from infercore.engine.core_client import EngineDeadError
 from infercore.engine.latency_trace import now_ns, request_stamps
 from infercore.entrypoints.openai.disconnect import cancelled_on_disconnect
 from infercore.entrypoints.openai.errors import APIError, error_body
 from infercore.entrypoints.openai.offload import off_loop
 from infercore.entrypoints.openai.protocol import GenerateRequest
+from infercore.frontend.async_llm import AsyncLLM, EngineShuttingDownError, QueueFullError
+from infercore.frontend.core_client import EngineDeadError
 from infercore.plugins import get_plugin_manager
 from infercore.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputsParams
 from infercore.tokenizer import TEMPLATE_TIMEOUT_S, apply_chat_template

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infercore.config import InfercoreConfig
-from infercore.engine.async_llm import AsyncLLM
 from infercore.entrypoints.openai.metrics import ServerMetrics
 from infercore.entrypoints.openai.serving_chat import OpenAIServingChat
 from infercore.entrypoints.openai.serving_completion import OpenAIServingCompletion
+from infercore.frontend.async_llm import AsyncLLM
 
 
 @dataclass

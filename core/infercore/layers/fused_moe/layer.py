@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from infercore.layers.checkpoint_slice import materialize
 from infercore.layers.fused_moe.method import FusedMoEMethod, FusedMoEWeightSpec, UnquantizedFusedMoEMethod
 from infercore.layers.fused_moe.router import select_experts
 from infercore.layers.tensor_parallel import divide, get_tp_state
-from infercore.models.checkpoint_slice import materialize
 from infercore.quantization import current_quantization, layout_of
 
 #: Checkpoint projection → the stacked parameter group it fills (``w1`` gate, ``w3`` up, ``w2`` down).

@@ -25,9 +25,9 @@ import zmq.asyncio
 
 from infercore.config import InfercoreConfig
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY, run_engine_core
-from infercore.engine.messages import EngineCoreOutputs, EngineCoreRequest, SchedulerStats
-from infercore.engine.model_info import ModelInfo
-from infercore.engine.serial import AbortRequests, EngineFailure, MessageKind, WireCodec
+from infercore.wire.codec import AbortRequests, EngineFailure, MessageKind, WireCodec
+from infercore.wire.messages import EngineCoreOutputs, EngineCoreRequest, SchedulerStats
+from infercore.wire.model_info import ModelInfo
 
 #: Socket folders are named after the API process that binds them, so a folder whose process is gone
 #: (killed before it could remove it) is recognised as stale.

@@ -6,13 +6,13 @@ from typing import Any
 
 from infercore.config import InfercoreConfig
 from infercore.engine.core import EngineCore
-from infercore.engine.input_processor import InputProcessor, ProcessedRequest
-from infercore.engine.messages import SchedulerStats
-from infercore.engine.model_info import resolve_demo_model
-from infercore.engine.output_processor import OutputProcessor, RequestOutputKind
+from infercore.frontend.input_processor import InputProcessor, ProcessedRequest
+from infercore.frontend.output_processor import OutputProcessor, RequestOutputKind
+from infercore.models.model_info import resolve_demo_model
 from infercore.outputs import RequestOutput
 from infercore.sampling_params import SamplingParams
 from infercore.tokenizer import get_tokenizer
+from infercore.wire.messages import SchedulerStats
 
 
 class LLMEngine:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
-from infercore.engine.messages import Logprobs
 from infercore.outputs import Logprob
+from infercore.wire.messages import Logprobs
 
 
 class LogprobsConverter:

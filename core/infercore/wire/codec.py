@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from infercore.engine.messages import EngineCoreOutputs, EngineCoreRequest, SchedulerStats
-from infercore.engine.model_info import ModelInfo
+from infercore.wire.messages import EngineCoreOutputs, EngineCoreRequest, SchedulerStats
+from infercore.wire.model_info import ModelInfo
 
 
 class MessageKind(bytes, enum.Enum):

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from infercore.engine.block_pool import KVBlock
-from infercore.engine.kv_cache_manager import KVCacheManager
-from infercore.engine.request import Request
-from infercore.kv_cache.groups import interleave
+from infercore.scheduler.block_pool import KVBlock
+from infercore.scheduler.request import Request
+from infercore.scheduler.single_kv_cache_manager import SingleKVCacheManager
+from infercore.wire.kv_layout import interleave
 
 
 class HybridHit(NamedTuple):
@@ -20,11 +20,11 @@ class HybridHit(NamedTuple):
 
 
 class HybridKVCacheManager:
-    """One :class:`KVCacheManager` per KV cache group (see :mod:`infercore.kv_cache.groups`), each over
+    """One :class:`SingleKVCacheManager` per KV cache group (see :mod:`infercore.wire.kv_layout`), each over
     its own pool, kept in step: a request holds the same number of logical blocks in every group, a
     sliding group's entries before its window being the null block once they left it.
 
-    It answers the scheduler as a :class:`KVCacheManager` does. Block ids come interleaved by group.
+    It implements the :class:`~infercore.scheduler.kv_cache_manager.KVCacheManager` protocol. Block ids come interleaved by group.
     Allocation is all or nothing across groups. A prefix hit is as long as every group can serve
     it: the primary (global) group needs every block of the prefix cached, a sliding group only the
     blocks the first computed query reads. Usage, free blocks and the prefix-cache counters are the
@@ -40,10 +40,10 @@ class HybridKVCacheManager:
             raise ValueError(f"a hybrid KV cache needs a window and a pool size per group (at least two), got "
                              f"{list(windows)} and {list(pool_sizes)}")
         self.block_size = block_size
-        self.groups = [KVCacheManager(n, block_size, enable_caching, sliding_window=w)
+        self.groups = [SingleKVCacheManager(n, block_size, enable_caching, sliding_window=w)
                        for w, n in zip(windows, pool_sizes, strict=True)]
         self.primary = self.groups[0]
-        #: As :attr:`KVCacheManager.settled_until`: the least over the groups.
+        #: As :attr:`SingleKVCacheManager.settled_until`: the least over the groups.
         self.settled_until: dict[str, int] = {}
 
     @property
@@ -93,7 +93,7 @@ class HybridKVCacheManager:
 
     def allocate_slots(self, request: Request, num_new_tokens: int,
                        new_computed_blocks: HybridHit | None = None) -> list[int] | None:
-        """:meth:`KVCacheManager.allocate_slots` in every group, or in none (None) when one is short."""
+        """:meth:`SingleKVCacheManager.allocate_slots` in every group, or in none (None) when one is short."""
         groups = self.groups
         if new_computed_blocks is None:
             hits: list[list[KVBlock] | None] = [None] * len(groups)

@@ -21,10 +21,10 @@ from collections import defaultdict
 import msgspec
 
 from infercore.config import InfercoreConfig
-from infercore.engine.core_client import EngineCoreClient, EngineEndpoint
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
-from infercore.engine.messages import EngineCoreOutputs, EngineCoreRequest, SchedulerStats
-from infercore.engine.model_info import ModelInfo
+from infercore.frontend.core_client import EngineCoreClient, EngineEndpoint
+from infercore.wire.messages import EngineCoreOutputs, EngineCoreRequest, SchedulerStats
+from infercore.wire.model_info import ModelInfo
 
 logger = logging.getLogger(__name__)
 

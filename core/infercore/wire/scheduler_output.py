@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from infercore.engine.messages import Logprobs
 from infercore.sampling_params import SamplingParams
+from infercore.wire.messages import Logprobs
 
 
 @dataclass(slots=True)

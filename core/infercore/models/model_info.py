@@ -1,20 +1,9 @@
-"""Facts about the served model that both the API process and EngineCore need."""
+"""Resolving the served model's limits and stop ids from its HF config, without loading weights."""
 
 from __future__ import annotations
 
-import msgspec
-
 from infercore.config import DEMO_MODEL, InfercoreConfig
-
-
-class ModelInfo(msgspec.Struct, array_like=True):
-    """Resolved limits and token ids of the model being served."""
-
-    max_model_len: int
-    vocab_size: int
-    eos_token_id: int | None
-    generation_stop_ids: list[int]
-    num_kv_blocks: int = 0
+from infercore.wire.model_info import ModelInfo
 
 
 def resolve_demo_model(config: InfercoreConfig) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import enum
 
-from infercore.engine.messages import EngineCoreRequest, FinishReason, Logprobs
 from infercore.sampling_params import SamplingParams
+from infercore.wire.messages import EngineCoreRequest, FinishReason, Logprobs
 
 
 class RequestStatus(enum.IntEnum):

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from infercore.config import CacheConfig, SchedulerConfig
-from infercore.engine.hybrid_kv_cache_manager import HybridKVCacheManager
-from infercore.engine.kv_cache_manager import KVCacheManager
-from infercore.engine.messages import EngineCoreOutput, EngineCoreOutputs, Logprobs, SchedulerStats
-from infercore.engine.request import Request, RequestStatus
-from infercore.engine.request_queue import create_request_queue
-from infercore.engine.scheduler_output import (
+from infercore.scheduler.kv_cache_manager import KVCacheManager, make_kv_cache_manager
+from infercore.scheduler.request import Request, RequestStatus
+from infercore.scheduler.request_queue import create_request_queue
+from infercore.wire.kv_layout import KVCacheLayout
+from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs, Logprobs, SchedulerStats
+from infercore.wire.scheduler_output import (
     CachedRequests,
     ModelRunnerOutput,
     NewRequestData,
     SchedulerOutput,
 )
-from infercore.kv_cache.groups import group_pool_sizes
 
 _DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 #: The fewest prompt tokens ``max_prefill_tokens_per_decode`` leaves a step beside decodes: a prompt of
@@ -46,10 +45,10 @@ class Scheduler:
     are known (async scheduling): scheduled tokens count as computed when the step is scheduled,
     and a sample the step will draw counts as a placeholder token until it is folded in.
 
-    ``kv_group_windows`` gives the window of each KV cache group (:mod:`infercore.kv_cache.groups`),
-    the primary group first: with one sliding group the KV manager gives back the blocks of a running
-    request that left the window; with several (sliding layers beside global ones) each group has a
-    pool and a block table of its own, the primary's pool holding ``num_blocks``.
+    ``kv_layout`` is the KV cache the workers allocated (:mod:`infercore.wire.kv_layout`), read as it
+    is: with one sliding group the KV manager gives back the blocks of a running request that left the
+    window; with several (sliding layers beside global ones) each group has a pool and a block table of
+    its own.
     """
 
     def __init__(
@@ -57,11 +56,10 @@ class Scheduler:
         scheduler_config: SchedulerConfig,
         cache_config: CacheConfig,
         max_model_len: int,
-        num_blocks: int,
-        block_size: int,
+        kv_layout: KVCacheLayout,
         max_num_batched_tokens: int | None = None,
-        kv_group_windows: Sequence[int | None] = (None,),
     ) -> None:
+        block_size = kv_layout.block_size
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.max_num_seqs = scheduler_config.max_num_seqs
@@ -79,15 +77,7 @@ class Scheduler:
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
                 f"({max_model_len}), so without chunked prefill a long prompt could never run; "
                 "enable chunked prefill or raise max_num_batched_tokens")
-        self.kv_cache_manager: KVCacheManager | HybridKVCacheManager
-        if len(kv_group_windows) == 1:
-            self.kv_cache_manager = KVCacheManager(num_blocks, block_size, cache_config.enable_prefix_caching,
-                                                   sliding_window=kv_group_windows[0])
-        else:
-            sizes = group_pool_sizes(num_blocks, kv_group_windows, block_size, self.max_num_seqs,
-                                     self.max_num_batched_tokens)
-            self.kv_cache_manager = HybridKVCacheManager(kv_group_windows, sizes, block_size,
-                                                         cache_config.enable_prefix_caching)
+        self.kv_cache_manager: KVCacheManager = make_kv_cache_manager(kv_layout, cache_config.enable_prefix_caching)
         blocks_per_seq = -(-max_model_len // block_size)
         if blocks_per_seq > self.kv_cache_manager.num_usable_blocks:
             raise ValueError(

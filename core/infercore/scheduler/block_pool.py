@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from infercore.engine.block_hash import BlockHash
+from infercore.scheduler.block_hash import BlockHash
 
 #: Block 0 is never handed out: the model runner may point padding slots and unused block-table
 #: entries at it.

@@ -1,14 +1,14 @@
-"""KVCacheManager: which blocks each request holds, and prefix-cache lookups."""
+"""SingleKVCacheManager: which blocks each request holds in one pool, and prefix-cache lookups."""
 
 from __future__ import annotations
 
-from infercore.engine.block_hash import extend_block_hashes
-from infercore.engine.block_pool import NULL_BLOCK_ID, BlockPool, KVBlock
-from infercore.engine.request import Request
+from infercore.scheduler.block_hash import extend_block_hashes
+from infercore.scheduler.block_pool import NULL_BLOCK_ID, BlockPool, KVBlock
+from infercore.scheduler.request import Request
 
 
-class KVCacheManager:
-    """Gives requests the blocks their tokens need and shares full blocks of equal prefixes.
+class SingleKVCacheManager:
+    """The :class:`~infercore.scheduler.kv_cache_manager.KVCacheManager` of one KV cache group: gives requests the blocks their tokens need and shares full blocks of equal prefixes.
 
     A request's blocks go into the prefix cache as soon as they are allocated for tokens that the
     coming step computes, so a request scheduled later in the same step can already share them.
@@ -18,7 +18,7 @@ class KVCacheManager:
     of a step that failed (the scheduler takes them with :meth:`take_newly_cached` each step).
 
     With ``sliding_window`` set (every layer the blocks serve slides over that window: see
-    :mod:`infercore.kv_cache.groups`), a query at position ``p`` reads keys after ``p - sliding_window`` only,
+    :mod:`infercore.wire.kv_layout`), a query at position ``p`` reads keys after ``p - sliding_window`` only,
     so a block whose last token is at or before ``num_computed_tokens - sliding_window`` is never read
     again. Such blocks go back to the pool (keeping their prefix-cache entry) the next time the
     request allocates; the request's table keeps the null block in their place. Backends must then

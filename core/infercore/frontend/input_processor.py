@@ -10,9 +10,9 @@ from typing import Annotated, Any
 import msgspec
 from transformers import PreTrainedTokenizerBase
 
-from infercore.engine.messages import EngineCoreRequest
 from infercore.sampling_params import SamplingParams, SamplingParamsError
 from infercore.structured_output.admission import check_constraint
+from infercore.wire.messages import EngineCoreRequest
 
 #: The engine process decodes SamplingParams with this type; decoding here first turns what it would
 #: refuse (a string where a list belongs, a nesting it cannot recurse into) into this request's error.

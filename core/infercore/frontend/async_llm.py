@@ -17,18 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infercore.config import InfercoreConfig
-from infercore.distributed.dp_client import DataParallelClient, make_engine_client
-from infercore.engine.core_client import EngineCoreClient, EngineDeadError
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
-from infercore.engine.input_processor import InputProcessor
 from infercore.engine.latency_trace import ApiTrace, now_ns, open_writer, request_stamps
-from infercore.engine.messages import SchedulerStats
-from infercore.engine.model_info import ModelInfo
-from infercore.engine.output_processor import OutputProcessor, RequestOutputKind
-from infercore.engine.output_stream import OutputStream
+from infercore.frontend.core_client import EngineCoreClient, EngineDeadError
+from infercore.frontend.dp_client import DataParallelClient, make_engine_client
+from infercore.frontend.input_processor import InputProcessor
+from infercore.frontend.output_processor import OutputProcessor, RequestOutputKind
+from infercore.frontend.output_stream import OutputStream
 from infercore.outputs import RequestOutput
 from infercore.sampling_params import SamplingParams
 from infercore.tokenizer import get_tokenizer
+from infercore.wire.messages import SchedulerStats
+from infercore.wire.model_info import ModelInfo
 
 logger = logging.getLogger("infercore.engine")
 

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Literal
 
-from infercore.engine.request import Request
+from infercore.scheduler.request import Request
 
 
 class RequestQueue(ABC):

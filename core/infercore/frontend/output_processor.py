@@ -10,13 +10,13 @@ from typing import Any, Protocol
 
 from transformers import PreTrainedTokenizerBase
 
-from infercore.engine.detokenizer import IncrementalDetokenizer, make_detokenizer
-from infercore.engine.input_processor import ProcessedRequest
-from infercore.engine.logprobs import LogprobsConverter
-from infercore.engine.messages import EngineCoreOutput, FinishReason
-from infercore.engine.stop_checker import StopChecker
+from infercore.frontend.detokenizer import IncrementalDetokenizer, make_detokenizer
+from infercore.frontend.input_processor import ProcessedRequest
+from infercore.frontend.logprobs import LogprobsConverter
+from infercore.frontend.stop_checker import StopChecker
 from infercore.outputs import CompletionOutput, Logprob, PromptLogprobs, RequestOutput, SampleLogprobs
 from infercore.sampling_params import SamplingParams
+from infercore.wire.messages import EngineCoreOutput, FinishReason
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,121 @@
+"""InputBatch: the persistent per-row state of the requests a model runner holds, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from infercore.sample.row_state import SamplingRowState
+from infercore.sampling_params import SamplingParams
+from infercore.wire.scheduler_output import SchedulerOutput
+
+
+@dataclass
+class RequestState:
+    """What the runner keeps for a request between steps: its row in the persistent arrays,
+    and its tokens (a seeded request's random draw follows from its seed and output index alone)."""
+
+    req_id: str
+    row: int
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    sampling_params: SamplingParams
+    num_blocks: int
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+
+class InputBatch:
+    """One row per running request, kept between steps, as columns the step reads with numpy:
+
+    - ``token_ids[row, :num_tokens[row]]``: the prompt and the tokens sampled so far;
+    - ``num_computed[row]``: tokens whose KV is in the cache (the scheduler's count);
+    - ``block_table[row]``: the row's block ids in the layout's encoding (interleaved by KV cache
+      group, :mod:`infercore.wire.kv_layout`);
+    - ``sampling``: the row's sampling parameters and penalty tables (:class:`SamplingRowState`);
+    - ``requests``: each request's :class:`RequestState` (its row, its tokens as lists).
+
+    A workload that brings something per row (an adapter slot, draft tokens, pooling parameters,
+    encoder outputs) adds a column here, written in :meth:`add_request` and cleared in
+    :meth:`remove_request`, and the runner reads it when it prepares a step; it never becomes a branch
+    of the runner or a graph key.
+    """
+
+    def __init__(self, *, max_num_reqs: int, max_model_len: int, block_size: int, num_kv_groups: int, vocab_size: int,
+                 device: torch.device, pin_memory: bool, eos_token_id: int | None) -> None:
+        self.max_num_reqs = max_num_reqs
+        self.max_model_len = max_model_len
+        self.eos_token_id = eos_token_id
+        self.max_blocks_per_req = -(-max_model_len // block_size)
+        self.token_ids = np.zeros((max_num_reqs, max_model_len), dtype=np.int64)
+        self.block_table = np.zeros((max_num_reqs, self.max_blocks_per_req * num_kv_groups), dtype=np.int32)
+        self.num_computed = np.zeros(max_num_reqs, dtype=np.int64)
+        self.num_tokens = np.zeros(max_num_reqs, dtype=np.int64)
+        self.sampling = SamplingRowState(max_num_reqs, vocab_size, device, pin_memory)
+        self.requests: dict[str, RequestState] = {}
+        #: Running requests that asked for prompt logprobs (a step without any skips looking for them).
+        self.prompt_logprob_reqs: set[str] = set()
+        self._free_rows = list(range(max_num_reqs - 1, -1, -1))
+
+    def update(self, so: SchedulerOutput) -> list[int]:
+        """Drop finished requests, add new ones and apply the cached ones' new blocks and computed
+        counts; returns the rows of the step's requests in ``so.req_ids`` order."""
+        requests = self.requests
+        for req_id in so.finished_req_ids:
+            self.remove_request(req_id)
+        cached = so.scheduled_cached_reqs
+        rows = [requests[r].row for r in cached.req_ids]
+        if rows:
+            self.num_computed[rows] = cached.num_computed_tokens
+        for i, block_ids in cached.new_blocks():
+            state = requests[cached.req_ids[i]]
+            n = len(block_ids)
+            self.block_table[state.row, state.num_blocks: state.num_blocks + n] = block_ids
+            state.num_blocks += n
+        for new in so.scheduled_new_reqs:
+            rows.append(self.add_request(new.req_id, new.prompt_token_ids, new.output_token_ids,
+                                         new.sampling_params, new.block_ids, new.num_computed_tokens))
+        return rows
+
+    def add_request(self, req_id: str, prompt_token_ids: list[int], output_token_ids: list[int],
+                    params: SamplingParams, block_ids: list[int], num_computed_tokens: int) -> int:
+        """Give a new (or resumed) request a row; returns the row."""
+        row = self._free_rows.pop()
+        tokens = list(prompt_token_ids) + list(output_token_ids)
+        self.token_ids[row, : len(tokens)] = tokens
+        self.num_tokens[row] = len(tokens)
+        self.num_computed[row] = num_computed_tokens
+        self.block_table[row, : len(block_ids)] = block_ids
+        self.requests[req_id] = RequestState(req_id, row, list(prompt_token_ids), list(output_token_ids), params,
+                                             len(block_ids))
+        self.sampling.add(row, params, prompt_token_ids, output_token_ids, self.eos_token_id)
+        if params.prompt_logprobs is not None:
+            self.prompt_logprob_reqs.add(req_id)
+        return row
+
+    def remove_request(self, req_id: str) -> None:
+        """Free the row of a finished, aborted or preempted request (nothing when it has none)."""
+        state = self.requests.pop(req_id, None)
+        if state is not None:
+            self._free_rows.append(state.row)
+            self.prompt_logprob_reqs.discard(req_id)
+
+    def append_sampled(self, states: list[RequestState], tokens: list[int]) -> None:
+        """Fold one sampled token into each live request of ``states``; the others' rows may be reused."""
+        live_rows, live_tokens = [], []
+        requests = self.requests
+        for state, tok in zip(states, tokens, strict=True):
+            if requests.get(state.req_id) is not state:
+                continue
+            state.output_token_ids.append(tok)
+            live_rows.append(state.row)
+            live_tokens.append(tok)
+        rows, values = np.array(live_rows, dtype=np.int64), np.array(live_tokens, dtype=np.int64)
+        positions = self.num_tokens[rows]
+        fits = positions < self.max_model_len
+        self.token_ids[rows[fits], positions[fits]] = values[fits]
+        self.num_tokens[rows] += 1
