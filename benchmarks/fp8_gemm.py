@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from infercore.benchmarks.kernel_timing import graph_median_us
-from infercore.quantization import fp8_math
+from infercore.ops import fp8_math
 from infercore_triton import fp8_block_gemm as fbg
 from infercore_triton.fp8_quant import quantize_groups
 
