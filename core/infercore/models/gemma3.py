@@ -136,6 +136,10 @@ class Gemma3Model(nn.Module):
 class Gemma3ForCausalLM(nn.Module):
     """Gemma 3 text models (1B, and the language model of the larger ones saved on its own)."""
 
+    #: Its weight loaders narrow checkpoint tensors to this rank's shard before reading them, so under
+    #: tensor parallelism the loader hands it lazy slices (see models/checkpoint_slice.py).
+    loads_checkpoint_slices = True
+
     def __init__(self, hf_config: PretrainedConfig, dtype: torch.dtype) -> None:
         super().__init__()
         if getattr(hf_config, "attn_logit_softcapping", None) is not None:

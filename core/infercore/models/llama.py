@@ -164,6 +164,10 @@ class LlamaModel(nn.Module):
 class LlamaForCausalLM(nn.Module):
     """Llama 2/3 (rope scaling included). Subclasses change :meth:`decoder_options` only."""
 
+    #: Its weight loaders narrow checkpoint tensors to this rank's shard before reading them, so under
+    #: tensor parallelism the loader hands it lazy slices (see models/checkpoint_slice.py).
+    loads_checkpoint_slices = True
+
     def __init__(self, hf_config: PretrainedConfig, dtype: torch.dtype) -> None:
         super().__init__()
         self.config = hf_config
