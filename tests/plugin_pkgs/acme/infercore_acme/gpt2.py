@@ -34,7 +34,7 @@ class GPT2Attention(nn.Module):
         self.c_attn = MergedColumnParallelLinear(hidden, [hidden] * 3, bias=True)
         self.c_proj = RowParallelLinear(hidden, hidden, bias=True)
         local_heads = heads // tp_size
-        self.attn = Attention(local_heads, self.head_dim, scale=self.head_dim**-0.5, num_kv_heads=local_heads,
+        self.attn = Attention(local_heads, self.head_dim, num_kv_heads=local_heads, scale=self.head_dim**-0.5,
                               layer_index=layer_index)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

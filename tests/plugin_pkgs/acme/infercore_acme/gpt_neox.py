@@ -46,8 +46,8 @@ class GPTNeoXAttention(nn.Module):
         base, fraction = _rope_settings(config)
         self.rotary = get_rope(self.head_size, int(self.head_size * fraction), config.max_position_embeddings,
                                base, None, spec.dtype)
-        self.attn = Attention(self.local_heads, self.head_size, scale=self.head_size**-0.5,
-                              num_kv_heads=self.local_heads, layer_index=layer_index)
+        self.attn = Attention(self.local_heads, self.head_size, num_kv_heads=self.local_heads,
+                              scale=self.head_size**-0.5, layer_index=layer_index)
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         width = self.local_heads * self.head_size
