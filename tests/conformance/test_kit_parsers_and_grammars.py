@@ -74,3 +74,4 @@ def test_kit_fails_a_backend_whose_bitmask_allows_a_refused_token(broken_dir: Pa
     assert proc.returncode == 1, _summary(proc)
     assert ("grammar backend 'broken_bitmask', regex, step 0: token 0 is allowed by the bitmask but "
             "validate_tokens refuses it") in proc.stdout, _summary(proc)
+
