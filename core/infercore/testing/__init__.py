@@ -1,4 +1,4 @@
-"""The platform conformance kit, a pytest plugin.
+"""The conformance kit (platforms, parsers, grammar backends), a pytest plugin.
 
 Run it against any installed platform::
 
@@ -8,7 +8,8 @@ It checks what infercore relies on: the probe is pure (no device runtime initial
 or probing), memory queries answer, the capability flags hold, the attention backend matches the
 torch reference on random ragged batches (prefix blocks, same-step prefix sharing, chunked prompts,
 decodes, sliding windows, ALiBi, graph padding), every custom op the platform registers matches
-its reference, and a tiny model generates the same greedy tokens as Hugging Face transformers.
+its reference, a tiny model generates the same greedy tokens as Hugging Face transformers, and the
+model split over two ranks (two processes) generates the tokens it generates whole.
 A failure names the case. Options:
 
 * ``--infercore-platform NAME`` (required to run the kit);
