@@ -27,7 +27,7 @@ class LLM:
     engine-argument names; an unknown name is an error that lists the known ones.
 
     :meth:`shutdown` (or leaving a ``with LLM(...) as llm:`` block) stops the engine's workers and
-    frees what they hold (worker processes, Ray actors and placement groups, device memory); an
+    frees what they hold (worker processes, Ray actors and their placement groups); an
     ``LLM`` that is garbage-collected or alive at interpreter exit is shut down then.
     """
 
