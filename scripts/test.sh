@@ -2,7 +2,13 @@
 # Install everything the tests need, then run ruff and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
 PY=${PYTHON:-python3}
+bash scripts/install.sh --all
+"$PY" -m pip install -q -e ".[test]"
+# Test fixtures, installed the way a user installs any plugin (and only here, never by install.sh):
+# a third-party plugin the plugin-system tests use, a model that writes a scripted reply (the server's
+# tool-call and reasoning tests), and the example out-of-tree plugin (a platform, its attention backend and
+# kernels, GPT-2 and GPT-NeoX models) that the conformance kit is run against.
+"$PY" -m pip install -q -e tests/plugin_pkgs/testplugin -e tests/plugin_pkgs/scriptedmodel -e tests/plugin_pkgs/acme
 "$PY" -m ruff check .
 "$PY" -m pytest -q --durations=25 "$@"

@@ -1,8 +1,8 @@
 """The plugin API of infercore: the one module a plugin imports.
 
-Everything a platform, attention backend, custom op or model plugin needs is here; the rest of
-``infercore`` is private and may change in any release. In-tree plugins are held to this module by a
-test that reads their imports.
+Everything a platform, attention backend, custom op, model, tool-call or reasoning parser and grammar
+backend plugin needs is here; the rest of ``infercore`` is private and may change in any release.
+In-tree plugins are held to this module by a test that reads their imports.
 
 **Versions.** :data:`API_VERSION` is ``(major, minor)``. A plugin's hook module declares the oldest
 version it needs, ``INFERCORE_PLUGIN_API = (1, 0)``; core loads it when the majors are equal and the
@@ -28,6 +28,10 @@ announced by a ``DeprecationWarning`` for one minor release and happens in the n
   what the torch reference in :data:`op_reference` computes, with the same signature
   (:data:`CUSTOM_OPS` lists them). A name with no registration for the platform and no reference is
   an error, never another platform's kernel.
+* :class:`ToolParser` / :class:`ReasoningParser` (1.6): one instance per request; streamed pieces
+  and a whole output give the same calls, arguments and content; the public methods never raise.
+* :class:`StructuredOutputBackend` (1.6): ``compile`` is thread-safe; a :class:`GrammarMatcher`'s
+  bitmask allows exactly the tokens its ``accept_tokens`` accepts.
 
 Importing this module is cheap (hook modules import :func:`hookimpl` from it): everything but the
 hook marker and the version is imported on first use.
@@ -102,6 +106,26 @@ if TYPE_CHECKING:
     from infercore.ops.dispatch import (
         get_op,
     )
+    from infercore.parsers import (
+        DeltaFunctionCall,
+        DeltaMessage,
+        DeltaToolCall,
+        ExtractedToolCalls,
+        FunctionCall,
+        Malformed,
+        MarkerReasoningParser,
+        NeedMore,
+        PartialCall,
+        ReasoningParser,
+        RegionToolParser,
+        Scanner,
+        ToolCall,
+        ToolParser,
+        ToolRequest,
+        make_tool_call_id,
+        parse_partial,
+        partial_json,
+    )
     from infercore.platforms.capabilities import (
         KernelSettings,
     )
@@ -128,6 +152,21 @@ if TYPE_CHECKING:
         QuantizationMethod,
         set_layout,
     )
+    from infercore.sampling_params import (
+        StructuredOutputsParams,
+    )
+    from infercore.structured_output import (
+        CompiledGrammar,
+        GrammarMatcher,
+        StructuredOutputBackend,
+        TokenizerInfo,
+        allocate_bitmask,
+        apply_token_bitmask_torch,
+        bitmask_width,
+    )
+    from infercore.structured_output.admission import (
+        check_schema,
+    )
     from infercore.tiny_models import (
         build_model_folder,
     )
@@ -152,22 +191,33 @@ _LAZY: dict[str, str] = {
     "CausalLM": "infercore.models.contract",
     "ColumnParallelLinear": "infercore.layers",
     "CommonAttentionMetadata": "infercore.attention.backend",
+    "CompiledGrammar": "infercore.structured_output",
+    "DeltaFunctionCall": "infercore.parsers",
+    "DeltaMessage": "infercore.parsers",
+    "DeltaToolCall": "infercore.parsers",
+    "ExtractedToolCalls": "infercore.parsers",
+    "FunctionCall": "infercore.parsers",
     "GELU": "infercore.layers",
     "GPU_CAPABILITIES": "infercore.platforms.gpu",
     "GeGLU": "infercore.layers",
     "GpuPlatform": "infercore.platforms.gpu",
+    "GrammarMatcher": "infercore.structured_output",
     "InfercoreConfig": "infercore.config",
     "KVCacheSpec": "infercore.kv_cache.spec",
     "KernelSettings": "infercore.platforms.capabilities",
-    "LinearWeightSpec": "infercore.quantization",
     "LayerNorm": "infercore.layers",
     "LearnedPositionEmbedding": "infercore.layers",
+    "LinearWeightSpec": "infercore.quantization",
+    "Malformed": "infercore.parsers",
+    "MarkerReasoningParser": "infercore.parsers",
     "MergedColumnParallelLinear": "infercore.layers",
     "ModelSpec": "infercore.models.contract",
+    "NeedMore": "infercore.parsers",
     "ParallelLMHead": "infercore.layers",
+    "ParamLayout": "infercore.quantization",
+    "PartialCall": "infercore.parsers",
     "Platform": "infercore.platforms.interface",
     "PlatformCapabilities": "infercore.platforms.interface",
-    "ParamLayout": "infercore.quantization",
     "PluginError": "infercore.plugins.manager",
     "ProbeResult": "infercore.platforms.interface",
     "QKNormRotary": "infercore.attention.qk_norm_rotary",
@@ -175,20 +225,35 @@ _LAZY: dict[str, str] = {
     "QuantizationConfig": "infercore.quantization",
     "QuantizationMethod": "infercore.quantization",
     "RMSNorm": "infercore.layers",
+    "ReasoningParser": "infercore.parsers",
     "ReferenceAttentionBackend": "infercore.attention.reference_backend",
+    "RegionToolParser": "infercore.parsers",
     "RotaryEmbedding": "infercore.layers",
     "RowParallelLinear": "infercore.layers",
+    "Scanner": "infercore.parsers",
     "SiluAndMul": "infercore.layers",
     "StackedParam": "infercore.models.weight_loading",
+    "StructuredOutputBackend": "infercore.structured_output",
+    "StructuredOutputsParams": "infercore.sampling_params",
+    "TokenizerInfo": "infercore.structured_output",
+    "ToolCall": "infercore.parsers",
+    "ToolParser": "infercore.parsers",
+    "ToolRequest": "infercore.parsers",
     "UNPROFILED_KV_FRACTION": "infercore.platforms.interface",
     "VocabParallelEmbedding": "infercore.layers",
     "alibi_slopes": "infercore.layers",
+    "allocate_bitmask": "infercore.structured_output",
+    "apply_token_bitmask_torch": "infercore.structured_output",
+    "bitmask_width": "infercore.structured_output",
     "build_model_folder": "infercore.tiny_models",
+    "check_schema": "infercore.structured_output.admission",
     "current_platform": "infercore.platforms.selection",
     "get_op": "infercore.ops.dispatch",
     "get_rope": "infercore.layers",
     "load_checkpoint_weights": "infercore.models.weight_loading",
+    "make_tool_call_id": "infercore.parsers",
     "model_class": "infercore.models.loader",
+    "parse_partial": "infercore.parsers",
     "set_layout": "infercore.quantization",
 }
 
@@ -197,6 +262,7 @@ _LAZY_MODULES: dict[str, str] = {
     "fp8_reference": "infercore.ops.fp8_math",
     "kv_cache_fp8": "infercore.kv_cache.fp8",
     "op_reference": "infercore.ops.reference",
+    "partial_json": "infercore.parsers.partial_json",
 }
 
 
@@ -232,18 +298,29 @@ __all__ = [
     "CausalLM",
     "ColumnParallelLinear",
     "CommonAttentionMetadata",
+    "CompiledGrammar",
+    "DeltaFunctionCall",
+    "DeltaMessage",
+    "DeltaToolCall",
+    "ExtractedToolCalls",
+    "FunctionCall",
     "GeGLU",
     "GpuPlatform",
+    "GrammarMatcher",
     "InfercoreConfig",
     "KVCacheSpec",
     "KernelSettings",
     "LayerNorm",
     "LearnedPositionEmbedding",
     "LinearWeightSpec",
+    "Malformed",
+    "MarkerReasoningParser",
     "MergedColumnParallelLinear",
     "ModelSpec",
+    "NeedMore",
     "ParallelLMHead",
     "ParamLayout",
+    "PartialCall",
     "Platform",
     "PlatformCapabilities",
     "PluginError",
@@ -253,16 +330,29 @@ __all__ = [
     "QuantizationConfig",
     "QuantizationMethod",
     "RMSNorm",
+    "ReasoningParser",
     "ReferenceAttentionBackend",
+    "RegionToolParser",
     "RegisterFn",
     "RotaryEmbedding",
     "RowParallelLinear",
+    "Scanner",
     "SiluAndMul",
     "StackedParam",
+    "StructuredOutputBackend",
+    "StructuredOutputsParams",
+    "TokenizerInfo",
+    "ToolCall",
+    "ToolParser",
+    "ToolRequest",
     "VocabParallelEmbedding",
     "alibi_slopes",
+    "allocate_bitmask",
+    "apply_token_bitmask_torch",
     "attention_reference",
+    "bitmask_width",
     "build_model_folder",
+    "check_schema",
     "current_platform",
     "fp8_reference",
     "get_op",
@@ -270,7 +360,10 @@ __all__ = [
     "hookimpl",
     "kv_cache_fp8",
     "load_checkpoint_weights",
+    "make_tool_call_id",
     "model_class",
     "op_reference",
+    "parse_partial",
+    "partial_json",
     "set_layout",
 ]

@@ -134,10 +134,23 @@ _ARCH_CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
+#: The architectures :func:`build_model_folder` and :func:`tiny_config` can make.
+TINY_ARCHITECTURES: tuple[str, ...] = tuple(_ARCH_CONFIGS)
+
+
+def check_tiny_architecture(architecture: str) -> None:
+    """Raise a ValueError naming the architectures there are tiny configs for, unless ``architecture`` is one."""
+    if architecture not in _ARCH_CONFIGS:
+        raise ValueError(f"there is no tiny config for architecture {architecture!r}; choose one of "
+                         f"{', '.join(TINY_ARCHITECTURES)}, or build a folder with one of them and replace its "
+                         "config.json and weights with your model's (save_pretrained of a small config)")
+
+
 def tiny_config(architecture: str, vocab_size: int, **overrides: Any) -> Any:
     """A transformers config of ``architecture`` small enough for CPU tests (2 layers, GQA)."""
     from transformers import AutoConfig
 
+    check_tiny_architecture(architecture)
     base = dict(_ARCH_CONFIGS[architecture])
     model_type = base.pop("model_type")
     params: dict[str, Any] = dict(
@@ -153,10 +166,12 @@ def tiny_config(architecture: str, vocab_size: int, **overrides: Any) -> Any:
 def build_model_folder(path: str | Path, architecture: str = "Qwen3ForCausalLM", seed: int = 0,
                        dtype: str = "float32", tokenizer_kwargs: dict[str, Any] | None = None,
                        max_shard_size: str | None = None, **config_overrides: Any) -> Path:
-    """Write a random-weight HF model folder with its tokenizer; returns the folder."""
+    """Write a random-weight HF model folder with its tokenizer; returns the folder. ``architecture`` is
+    one of :data:`TINY_ARCHITECTURES` (checked before anything is written)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_tiny_architecture(architecture)
     path = Path(path)
     build_tokenizer(path, seed=seed, **(tokenizer_kwargs or {}))
     tokenizer = AutoTokenizer.from_pretrained(str(path))

@@ -48,7 +48,7 @@ class FusingImpl(RecordingImpl):
 
 
 def _layer(impl_cls: type[AttentionImpl]) -> Attention:
-    layer = Attention(HEADS, HEAD, HEAD**-0.5, KV_HEADS, 0)
+    layer = Attention(HEADS, HEAD, num_kv_heads=KV_HEADS, scale=HEAD**-0.5)
     layer.impl = impl_cls(layer.spec)
     return layer
 

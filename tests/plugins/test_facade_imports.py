@@ -10,9 +10,11 @@ import pytest
 import infercore.plugin_api as api
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Every folder under plugins/ (a new one is held to the facade as soon as it exists).
+IN_TREE_PLUGINS = sorted(p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").exists())
 #: Plugin folders held to the facade: (folder, its own top-level package).
 PLUGINS = [
-    *((ROOT / "plugins" / name, f"infercore_{name}") for name in ("cpu", "cuda", "rocm", "xpu", "triton")),
+    *((ROOT / "plugins" / name, f"infercore_{name}") for name in IN_TREE_PLUGINS),
     *((pkg, next(p.name for p in pkg.iterdir() if p.is_dir() and p.name.startswith("infercore_")
                  and not p.name.endswith(".egg-info")))
       for pkg in sorted((ROOT / "tests" / "plugin_pkgs").iterdir()) if (pkg / "pyproject.toml").exists()),
@@ -84,3 +86,7 @@ def test_custom_ops_listed_by_the_api_are_the_ones_core_defines() -> None:
     references = {r.name for r in get_plugin_manager().registry("custom_op").all() if "platform" not in r.metadata}
     assert set(api.CUSTOM_OPS) == references, "list every custom op core registers in plugin_api.CUSTOM_OPS"
     assert all(callable(getattr(api.op_reference, name)) for name in api.CUSTOM_OPS)
+
+
+def test_every_in_tree_plugin_folder_is_checked() -> None:
+    assert IN_TREE_PLUGINS == ["cpu", "cuda", "rocm", "structured_output", "tool_parsers", "triton", "xpu"]

@@ -29,9 +29,18 @@ class Attention(nn.Module):
     fp8 KV cache, set by the weight loader from the checkpoint (1.0 when it has none).
     """
 
-    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int,
-                 layer_index: int, sliding_window: int | None = None,
+    def __init__(self, num_heads: int, head_size: int, *legacy: Any, num_kv_heads: int | None = None,
+                 scale: float | None = None, layer_index: int = 0, sliding_window: int | None = None,
                  alibi_slopes: tuple[float, ...] | None = None) -> None:
+        """``Attention(num_heads, head_size, num_kv_heads=…, scale=…, layer_index=…)``: the keywords
+        of :class:`AttentionLayerSpec`, in its order. The positional form of plugin API 1.5 and
+        earlier (``scale, num_kv_heads, layer_index, sliding_window, alibi_slopes``) still works, with
+        a DeprecationWarning, until the next major version."""
+        if legacy:
+            num_kv_heads, scale, layer_index, sliding_window, alibi_slopes = _legacy_arguments(
+                legacy, num_kv_heads, scale, layer_index, sliding_window, alibi_slopes)
+        if num_kv_heads is None or scale is None:
+            raise TypeError("Attention needs num_kv_heads= and scale= (keywords, as in AttentionLayerSpec)")
         super().__init__()
         self.spec = AttentionLayerSpec(num_heads=num_heads, head_size=head_size, num_kv_heads=num_kv_heads,
                                        scale=scale, layer_index=layer_index, sliding_window=sliding_window,
@@ -121,3 +130,21 @@ class Attention(nn.Module):
 
 def _in_group(call: Callable[..., None], index: int, _first_group_metadata: Any, *tensors: torch.Tensor) -> None:
     call(get_forward_context().group_attn_metadata[index], *tensors)
+
+
+def _legacy_arguments(legacy: tuple[Any, ...], *given: Any) -> tuple[Any, ...]:
+    """Map the old positional order (scale, num_kv_heads, layer_index, sliding_window, alibi_slopes) onto
+    the keywords (num_kv_heads, scale, layer_index, sliding_window, alibi_slopes), warning once per call."""
+    import warnings
+
+    if len(legacy) > 5:
+        raise TypeError(f"Attention takes at most 7 positional arguments ({2 + len(legacy)} given)")
+    warnings.warn("Attention(num_heads, head_size, scale, num_kv_heads, layer_index, ...) with positional "
+                  "arguments is deprecated; pass num_kv_heads=, scale=, layer_index= (and sliding_window=, "
+                  "alibi_slopes=) as keywords, in AttentionLayerSpec's order", DeprecationWarning, stacklevel=3)
+    names = ("scale", "num_kv_heads", "layer_index", "sliding_window", "alibi_slopes")
+    values = dict(zip(("num_kv_heads", "scale", "layer_index", "sliding_window", "alibi_slopes"), given, strict=True))
+    for name, value in zip(names, legacy, strict=False):
+        values[name] = value
+    return values["num_kv_heads"], values["scale"], values["layer_index"], values["sliding_window"], \
+        values["alibi_slopes"]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from infercore.config import InfercoreConfig
+from infercore.entrypoints.default_logging import show_engine_logs_by_default
 from infercore.frontend.llm_engine import LLMEngine
 from infercore.frontend.output_processor import RequestOutputKind
 from infercore.outputs import RequestOutput
@@ -23,6 +25,10 @@ class LLM:
 
     ``LLM(model="Qwen/Qwen3-0.6B", dtype="bfloat16", max_model_len=4096, ...)`` accepts vLLM's
     engine-argument names; an unknown name is an error that lists the known ones.
+
+    :meth:`shutdown` (or leaving a ``with LLM(...) as llm:`` block) stops the engine's workers and
+    frees what they hold (worker processes, Ray actors and their placement groups); an
+    ``LLM`` that is garbage-collected or alive at interpreter exit is shut down then.
     """
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
@@ -30,9 +36,22 @@ class LLM:
             kwargs["model"] = model
         if "tokenizer_mode" in kwargs and kwargs["tokenizer_mode"] in ("auto", "hf"):
             kwargs.pop("tokenizer_mode")
+        show_engine_logs_by_default()
         self.config = InfercoreConfig.from_kwargs(**kwargs)
         self.llm_engine = LLMEngine(self.config)
         self._counter = itertools.count()
+        # Holds the engine core, not the LLM: runs once, on shutdown(), collection or interpreter exit.
+        self._shutdown = weakref.finalize(self, self.llm_engine.engine_core.shutdown)
+
+    def shutdown(self) -> None:
+        """Stop the engine and release its workers; calling it again does nothing."""
+        self._shutdown()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached prefix, so that the next ``generate`` computes every prompt in full (a

@@ -55,7 +55,9 @@ def check_shardable(text_config: Any, size: int) -> None:
     kv_heads = getattr(text_config, "num_key_value_heads", None) or heads
     divide(heads, size, "number of attention heads")
     kv_heads_per_rank(kv_heads, size)
-    divide(text_config.intermediate_size, size, "intermediate size")
+    intermediate = getattr(text_config, "intermediate_size", None)  # plugin models' configs may name it otherwise
+    if intermediate:
+        divide(intermediate, size, "intermediate size")
     moe_intermediate = getattr(text_config, "moe_intermediate_size", None)
     if moe_intermediate:
         divide(moe_intermediate, size, "expert intermediate size")

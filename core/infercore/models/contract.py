@@ -22,7 +22,9 @@ class ModelSpec:
     hf_config: Any
     dtype: torch.dtype
     device: torch.device = torch.device("cpu")
-    #: Rank and size of the tensor-parallel group this model is one shard of.
+    #: Rank and size of the tensor-parallel group this model is one shard of (set by the loader from
+    #: ``--tensor-parallel-size``; data-parallel replicas do not count). The parallel layers split
+    #: themselves; a model sizes what it splits itself (heads per rank, views of fused projections) from these.
     tp_rank: int = 0
     tp_size: int = 1
 
@@ -45,7 +47,9 @@ class CausalLM(Protocol):
     * ``load_weights(weights)``: ``weights`` yields ``(name, tensor)`` pairs with the checkpoint's raw
       names (exactly as in its safetensors files, prefixes such as ``model.`` included; a tied LM
       head is absent from the checkpoint and must be tied by the model, not expected). Tensors
-      arrive on the CPU in the checkpoint's dtype; copy them into parameters (``param.copy_`` casts).
+      arrive whole (every tensor-parallel rank gets the full tensor) as plain ``torch.Tensor`` on the
+      CPU in the checkpoint's dtype; copy them into parameters (``param.copy_`` casts), or hand them
+      to a parallel layer's ``weight_loader``, which keeps this rank's share.
       Returns the set of *parameter names* (``named_parameters()`` names) it filled; the loader
       reports every parameter missing from it as an error naming them. Returning None skips that
       check (the model then reports missing weights itself).

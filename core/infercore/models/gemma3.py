@@ -47,8 +47,8 @@ class Gemma3Attention(nn.Module):
         self.rotary_emb = get_rope(head_dim, int(head_dim * rope.partial_rotary_factor),
                                    config.max_position_embeddings, rope.base, rope.scaling, dtype)
         scale = float(getattr(config, "query_pre_attn_scalar", None) or head_dim) ** -0.5
-        self.attn = Attention(self.num_heads, head_dim, scale, self.num_kv_heads, layer_index,
-                              sliding_window=settings.sliding_window)
+        self.attn = Attention(self.num_heads, head_dim, num_kv_heads=self.num_kv_heads, scale=scale,
+                              layer_index=layer_index, sliding_window=settings.sliding_window)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -113,6 +113,10 @@ class Gemma3ForCausalLM(LlamaForCausalLM):
     shell with Gemma's norm, scaled embeddings and sandwich-norm layers."""
 
     ties_embeddings_by_default = True
+
+    #: Its weight loaders narrow checkpoint tensors to this rank's shard before reading them, so under
+    #: tensor parallelism the loader hands it lazy slices (see models/checkpoint_slice.py).
+    loads_checkpoint_slices = True
 
     def __init__(self, hf_config: PretrainedConfig, dtype: torch.dtype) -> None:
         if getattr(hf_config, "attn_logit_softcapping", None) is not None:

@@ -104,8 +104,8 @@ class LlamaAttention(nn.Module):
         #: Norm and rotate q/k in one op, in place on the QKV output (needs full rotary).
         self.fused_qk_norm_rotary = options.qk_norm and self.rotary_emb.is_full
         window = options.sliding_windows[layer_index] if options.sliding_windows else None
-        self.attn = Attention(self.num_heads, head_dim, head_dim**-0.5, self.num_kv_heads, layer_index,
-                              sliding_window=window)
+        self.attn = Attention(self.num_heads, head_dim, num_kv_heads=self.num_kv_heads, scale=head_dim**-0.5,
+                              layer_index=layer_index, sliding_window=window)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         # q, k, v are row-strided column slices of the QKV output; the attention backends take them so.
@@ -194,6 +194,10 @@ class LlamaForCausalLM(nn.Module):
 
     #: Whether the LM head shares the embedding when the config does not say.
     ties_embeddings_by_default: ClassVar[bool] = False
+
+    #: Its weight loaders narrow checkpoint tensors to this rank's shard before reading them, so under
+    #: tensor parallelism the loader hands it lazy slices (see models/checkpoint_slice.py).
+    loads_checkpoint_slices = True
 
     def __init__(self, hf_config: PretrainedConfig, dtype: torch.dtype) -> None:
         super().__init__()

@@ -7,6 +7,7 @@ from torch import nn
 
 from infercore.config import InfercoreConfig
 from infercore.layers import LayerNorm, RMSNorm
+from infercore.layers.tensor_parallel import get_tp_state
 from infercore.models.contract import ModelSpec
 from infercore.models.hf_config import get_hf_config, resolve_model_path
 from infercore.models.weight_files import iterate_weights
@@ -60,13 +61,17 @@ def load_model(config: InfercoreConfig, device: torch.device, dtype: torch.dtype
         raise ValueError(f"the config of {config.model.model!r} names no architecture (config.json lacks "
                          "'architectures'); add it, e.g. [\"LlamaForCausalLM\"]")
     cls = model_class(architectures[0])
-    spec = ModelSpec(hf_config=hf_config, dtype=dtype, device=device)
+    tp = get_tp_state()
+    spec = ModelSpec(hf_config=hf_config, dtype=dtype, device=device, tp_rank=tp.rank, tp_size=tp.size)
     model = build_model(cls, spec, resolve_quantization(config.model.quantization, hf_config))
     if config.load.load_format == "dummy":
         init_dummy_weights(model, config.model.seed)
     else:
         folder = resolve_model_path(config.model, config.load.download_dir)
-        check_loaded(model, model.load_weights(iterate_weights(folder, config.load.load_format)))
+        # Lazy slices (each rank reads only its shard) go only to models that declare they narrow them
+        # first; every other model gets the plain CPU tensors the CausalLM contract promises.
+        lazy = tp.size > 1 and getattr(cls, "loads_checkpoint_slices", False)
+        check_loaded(model, model.load_weights(iterate_weights(folder, config.load.load_format, lazy=lazy)))
     process_weights_after_loading(model)
     return model.eval()
 

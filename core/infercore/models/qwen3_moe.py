@@ -42,6 +42,10 @@ class Qwen3MoeForCausalLM(LlamaForCausalLM):
     """Qwen3-MoE models (Qwen3-30B-A3B, Qwen3-235B-A22B). Layers in ``mlp_only_layers``, or off the
     ``decoder_sparse_step`` grid, keep a dense MLP; ``norm_topk_prob`` renormalises the top-k weights."""
 
+    #: Its weight loaders narrow checkpoint tensors to this rank's shard before reading them, so under
+    #: tensor parallelism the loader hands it lazy slices (see models/checkpoint_slice.py).
+    loads_checkpoint_slices = True
+
     #: The decoder layer's attribute (and checkpoint name) for its feed-forward block.
     ffn_name: ClassVar[str] = "mlp"
     expert_names: ClassVar[ExpertNames] = ExpertNames()

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from infercore.sampling_params import StructuredOutputsParams
-from infercore.structured_output import CompiledGrammar, StructuredOutputBackend, TokenizerInfo
+from infercore.plugin_api import (
+    CompiledGrammar,
+    StructuredOutputBackend,
+    StructuredOutputsParams,
+    TokenizerInfo,
+)
 from infercore_structured_output.guidance_backend import GuidanceBackend
 from infercore_structured_output.xgrammar_backend import XGrammarBackend
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonschema
 
-from infercore.structured_output.admission import check_schema
+from infercore.plugin_api import check_schema
 from infercore_structured_output.schema_productive import admits_finite_document
 
 #: The constraint ``json_object`` stands for: any JSON object.

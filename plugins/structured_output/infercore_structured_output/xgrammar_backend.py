@@ -10,11 +10,11 @@ from typing import Any, cast
 import torch
 import xgrammar as xgr
 
-from infercore.sampling_params import StructuredOutputsParams
-from infercore.structured_output import (
+from infercore.plugin_api import (
     CompiledGrammar,
     GrammarMatcher,
     StructuredOutputBackend,
+    StructuredOutputsParams,
     TokenizerInfo,
 )
 from infercore_structured_output.schema import ANY_OBJECT_SCHEMA, load_schema, map_subschemas, schema_keywords

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from infercore.plugins import hookimpl
-from infercore.plugins.hookspecs import RegisterFn
+from infercore.plugin_api import RegisterFn, hookimpl
 
-INFERCORE_PLUGIN_API = 1
+INFERCORE_PLUGIN_API = (1, 6)  # parsers and grammar backends joined the plugin API in 1.6
 
 _TOOL = "infercore_tool_parsers.tool"
 _REASONING = "infercore_tool_parsers.reasoning"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infercore.parsers import MarkerReasoningParser
+from infercore.plugin_api import MarkerReasoningParser
 
 
 class GraniteReasoningParser(MarkerReasoningParser):

@@ -4,7 +4,7 @@ the arguments in a fenced ```` ```json ```` block, ``<｜tool▁call▁end｜>``
 
 from __future__ import annotations
 
-from infercore.parsers import PartialCall, RegionToolParser, Scanner, ToolRequest
+from infercore.plugin_api import PartialCall, RegionToolParser, Scanner, ToolRequest
 from infercore_tool_parsers.tool.json_calls import read_arguments
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"

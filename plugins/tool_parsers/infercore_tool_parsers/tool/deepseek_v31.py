@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infercore.parsers import PartialCall, Scanner
+from infercore.plugin_api import PartialCall, Scanner
 from infercore_tool_parsers.tool.deepseek_v3 import SEP, DeepSeekV3ToolParser
 from infercore_tool_parsers.tool.json_calls import read_arguments
 

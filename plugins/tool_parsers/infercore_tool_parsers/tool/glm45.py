@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import re
 
-from infercore.parsers import Malformed, NeedMore, PartialCall, RegionToolParser, Scanner, ToolRequest
-from infercore.parsers.partial_json import Obj, Str
+from infercore.plugin_api import (
+    Malformed,
+    NeedMore,
+    PartialCall,
+    RegionToolParser,
+    Scanner,
+    ToolRequest,
+    partial_json,
+)
 from infercore_tool_parsers.tool.typed_values import typed_value
 
 _NAME = re.compile(r"[A-Za-z_][\w.\-]*")
@@ -22,7 +29,7 @@ class Glm45ToolParser(RegionToolParser):
         name = scanner.until("\n", "<arg_key>", "</tool_call>", consume=False).strip()
         if not _NAME.fullmatch(name):
             raise Malformed(f"{name!r} is not a function name")
-        arguments = Obj(False)
+        arguments = partial_json.Obj(False)
         calls.append(PartialCall(name, arguments))
         while True:
             scanner.skip_ws()
@@ -36,6 +43,6 @@ class Glm45ToolParser(RegionToolParser):
             raw, done = scanner.partial_until("</arg_value>")
             value = typed_value(raw, request.parameter_schema(name, key), done)
             if value is not None:
-                arguments.pairs.append((Str(True, key), value))
+                arguments.pairs.append((partial_json.Str(True, key), value))
             if not done:
                 raise NeedMore()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infercore.parsers import PartialCall, RegionToolParser, Scanner, ToolRequest
+from infercore.plugin_api import PartialCall, RegionToolParser, Scanner, ToolRequest
 from infercore_tool_parsers.tool.json_calls import read_call_list
 
 

@@ -4,7 +4,7 @@ The ``functions.name:0`` text is the call's id."""
 
 from __future__ import annotations
 
-from infercore.parsers import PartialCall, RegionToolParser, Scanner, ToolRequest
+from infercore.plugin_api import PartialCall, RegionToolParser, Scanner, ToolRequest
 from infercore_tool_parsers.tool.json_calls import read_arguments
 
 SECTION_BEGIN = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infercore.parsers import PartialCall, Scanner, ToolRequest
+from infercore.plugin_api import PartialCall, Scanner, ToolRequest
 from infercore_tool_parsers.tool.pythonic import PythonicToolParser
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from infercore.parsers import PartialCall, RegionToolParser, Scanner, ToolRequest
+from infercore.plugin_api import PartialCall, RegionToolParser, Scanner, ToolRequest
 from infercore_tool_parsers.tool.json_calls import read_arguments, read_call_list, read_call_object
 
 _NAME = re.compile(r"[A-Za-z0-9_\-.]+")

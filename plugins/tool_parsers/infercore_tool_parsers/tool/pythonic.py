@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-from infercore.parsers import NeedMore, PartialCall, RegionToolParser, Scanner, ToolRequest
-from infercore.parsers.partial_json import Obj, Str
+from infercore.plugin_api import NeedMore, PartialCall, RegionToolParser, Scanner, ToolRequest, partial_json
 
 _FUNCTION = re.compile(r"[A-Za-z_][\w.]*")
 _KEYWORD = re.compile(r"[A-Za-z_]\w*")
@@ -16,7 +15,7 @@ def read_python_call(scanner: Scanner, calls: list[PartialCall]) -> None:
     name = scanner.match(_FUNCTION, "a function name")
     scanner.skip_ws()
     scanner.literal("(")
-    arguments = Obj(False)
+    arguments = partial_json.Obj(False)
     calls.append(PartialCall(name, arguments))
     while True:
         scanner.skip_ws()
@@ -27,7 +26,7 @@ def read_python_call(scanner: Scanner, calls: list[PartialCall]) -> None:
         scanner.skip_ws()
         scanner.literal("=")
         value = scanner.value(python=True)
-        arguments.pairs.append((Str(True, key), value))
+        arguments.pairs.append((partial_json.Str(True, key), value))
         if not value.complete:
             raise NeedMore()
         scanner.skip_ws()

@@ -3,8 +3,7 @@ each value on its own lines; values are typed by the tool's JSON schema."""
 
 from __future__ import annotations
 
-from infercore.parsers import NeedMore, PartialCall, RegionToolParser, Scanner, ToolRequest
-from infercore.parsers.partial_json import Obj, Str
+from infercore.plugin_api import NeedMore, PartialCall, RegionToolParser, Scanner, ToolRequest, partial_json
 from infercore_tool_parsers.tool.typed_values import typed_value
 
 
@@ -24,7 +23,7 @@ class Qwen3CoderToolParser(RegionToolParser):
         scanner.skip_ws()
         scanner.literal("<function=")
         name = scanner.until(">").strip()
-        arguments = Obj(False)
+        arguments = partial_json.Obj(False)
         calls.append(PartialCall(name, arguments))
         while True:
             scanner.skip_ws()
@@ -35,7 +34,7 @@ class Qwen3CoderToolParser(RegionToolParser):
             raw, done = scanner.partial_until("</parameter>")
             value = typed_value(_trim(raw), request.parameter_schema(name, key), done)
             if value is not None:
-                arguments.pairs.append((Str(True, key), value))
+                arguments.pairs.append((partial_json.Str(True, key), value))
             if not done:
                 raise NeedMore()
         arguments.complete = True

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infercore.parsers import Malformed, parse_partial
-from infercore.parsers.partial_json import Node, Str
+from infercore.plugin_api import Malformed, parse_partial, partial_json
 
 
 def is_string(schema: dict[str, Any] | None) -> bool:
@@ -19,11 +18,11 @@ def is_string(schema: dict[str, Any] | None) -> bool:
     return not types or "string" in types
 
 
-def typed_value(raw: str, schema: dict[str, Any] | None, complete: bool) -> Node | None:
+def typed_value(raw: str, schema: dict[str, Any] | None, complete: bool) -> partial_json.Node | None:
     """The value node of a raw parameter: text streams as it comes; other types are read as JSON
     (then as a Python literal) once complete, falling back to text. None while undecided."""
     if is_string(schema):
-        return Str(complete, raw)
+        return partial_json.Str(complete, raw)
     if not complete:
         return None
     text = raw.strip()
@@ -34,4 +33,4 @@ def typed_value(raw: str, schema: dict[str, Any] | None, complete: bool) -> Node
             continue
         if node is not None and end == len(text):
             return node
-    return Str(True, raw)
+    return partial_json.Str(True, raw)

@@ -32,3 +32,28 @@ def build_gpt2_folder(path: str | Path, seed: int = 0) -> Path:
     if cfg.exists():
         cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "eos_token_id": tokenizer.eos_token_id}))
     return path
+
+
+def build_gpt_neox_folder(path: str | Path, seed: int = 0) -> Path:
+    """A GPT-NeoX folder (2 layers, 64 wide, 4 heads, a quarter of each head rotated) with the same tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
+
+    path = build_model_folder(path, "Qwen3ForCausalLM", seed=seed)
+    for stale in [*path.glob("*.safetensors"), *path.glob("*.safetensors.index.json"), path / "config.json",
+                  path / "generation_config.json"]:
+        stale.unlink(missing_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    config = GPTNeoXConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=128, max_position_embeddings=256, rotary_pct=0.25,
+                           use_parallel_residual=True, tie_word_embeddings=False,
+                           eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
+                           architectures=["GPTNeoXForCausalLM"])
+    torch.manual_seed(seed)
+    model = GPTNeoXForCausalLM(config)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() >= 2:
+                param.normal_(0.0, 0.1)
+    model.save_pretrained(str(path), safe_serialization=True)
+    return path

@@ -13,10 +13,11 @@ from infercore.plugin_api import (
     ColumnParallelLinear,
     LayerNorm,
     LearnedPositionEmbedding,
+    MergedColumnParallelLinear,
     ModelSpec,
+    ParallelLMHead,
     RowParallelLinear,
     VocabParallelEmbedding,
-    get_op,
 )
 
 #: GPT-2 checkpoints store these projections as Conv1D, [in, out]: transposed relative to a linear.
@@ -24,18 +25,20 @@ _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c
 
 
 class GPT2Attention(nn.Module):
-    """Fused QKV projection, paged attention, output projection."""
+    """Fused QKV projection (this rank's heads of each of q, k and v), paged attention, output projection."""
 
-    def __init__(self, hidden: int, heads: int, layer_index: int) -> None:
+    def __init__(self, hidden: int, heads: int, layer_index: int, tp_size: int) -> None:
         super().__init__()
         self.head_dim = hidden // heads
-        self.hidden = hidden
-        self.c_attn = ColumnParallelLinear(hidden, 3 * hidden, bias=True)
+        self.local_width = hidden // tp_size
+        self.c_attn = MergedColumnParallelLinear(hidden, [hidden] * 3, bias=True)
         self.c_proj = RowParallelLinear(hidden, hidden, bias=True)
-        self.attn = Attention(heads, self.head_dim, self.head_dim**-0.5, heads, layer_index)
+        local_heads = heads // tp_size
+        self.attn = Attention(local_heads, self.head_dim, num_kv_heads=local_heads, scale=self.head_dim**-0.5,
+                              layer_index=layer_index)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = self.c_attn(x).split(self.hidden, dim=-1)
+        q, k, v = self.c_attn(x).split(self.local_width, dim=-1)
         return self.c_proj(self.attn(q, k, v))
 
 
@@ -55,12 +58,12 @@ class GPT2MLP(nn.Module):
 class GPT2Block(nn.Module):
     """Pre-norm block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
 
-    def __init__(self, config: object, layer_index: int) -> None:
+    def __init__(self, config: object, layer_index: int, tp_size: int) -> None:
         super().__init__()
         hidden, eps = config.n_embd, config.layer_norm_epsilon
         approximate = "none" if config.activation_function == "gelu" else "tanh"
         self.ln_1 = LayerNorm(hidden, eps)
-        self.attn = GPT2Attention(hidden, config.n_head, layer_index)
+        self.attn = GPT2Attention(hidden, config.n_head, layer_index, tp_size)
         self.ln_2 = LayerNorm(hidden, eps)
         self.mlp = GPT2MLP(hidden, config.n_inner or 4 * hidden, approximate)
 
@@ -72,11 +75,11 @@ class GPT2Block(nn.Module):
 class GPT2Model(nn.Module):
     """Token and position embeddings, the blocks, a final LayerNorm."""
 
-    def __init__(self, config: object) -> None:
+    def __init__(self, config: object, tp_size: int) -> None:
         super().__init__()
         self.wte = VocabParallelEmbedding(config.vocab_size, config.n_embd)
         self.wpe = LearnedPositionEmbedding(config.n_positions, config.n_embd)
-        self.h = nn.ModuleList(GPT2Block(config, i) for i in range(config.n_layer))
+        self.h = nn.ModuleList(GPT2Block(config, i, tp_size) for i in range(config.n_layer))
         self.ln_f = LayerNorm(config.n_embd, config.layer_norm_epsilon)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -92,8 +95,9 @@ class GPT2LMHeadModel(nn.Module):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.config = spec.hf_config
-        self.transformer = GPT2Model(spec.hf_config)
-        self._linear = get_op("linear")
+        self.transformer = GPT2Model(spec.hf_config, spec.tp_size)
+        self.lm_head = ParallelLMHead(spec.hf_config.vocab_size, spec.hf_config.n_embd)
+        self.lm_head.weight = self.transformer.wte.weight
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> GPT2LMHeadModel:
@@ -103,7 +107,7 @@ class GPT2LMHeadModel(nn.Module):
         return self.transformer(input_ids, positions)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self._linear(hidden, self.transformer.wte.weight)[:, : self.config.vocab_size]
+        return self.lm_head.compute_logits(hidden)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Checkpoint names are the parameter names (``transformer.…``); Conv1D weights are transposed.
@@ -119,6 +123,10 @@ class GPT2LMHeadModel(nn.Module):
                 tensor = tensor.t()
             param = params[name]
             with torch.no_grad():
-                getattr(param, "weight_loader", lambda p, t: p.copy_(t))(param, tensor)
+                if ".attn.c_attn." in name:  # q, k and v one after the other: each rank takes its heads of each
+                    for index, part in enumerate(tensor.chunk(3, dim=0)):
+                        param.weight_loader(param, part, index)
+                else:
+                    getattr(param, "weight_loader", lambda p, t: p.copy_(t))(param, tensor)
             loaded.add(name)
         return loaded

@@ -26,3 +26,4 @@ def register_custom_ops(register: RegisterFn) -> None:
 @hookimpl
 def register_models(register: RegisterFn) -> None:
     register("GPT2LMHeadModel", "infercore_acme.gpt2:GPT2LMHeadModel")
+    register("GPTNeoXForCausalLM", "infercore_acme.gpt_neox:GPTNeoXForCausalLM")
