@@ -57,6 +57,8 @@ def make_int4_weight(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Ten
     """The kernel layout of codes [K, N] with ``scales`` and ``zeros`` [G, N]; ``g_idx`` [K] (act-order)
     gives each row's group, else row ``k`` is in group ``k // group_size``."""
     k = codes.shape[0]
+    if group_size < 1:
+        raise ValueError(f"group_size must be a positive number of rows, got {group_size}")
     perm = row_groups = None
     if g_idx is not None:
         g_idx = g_idx.to(torch.int64)
