@@ -46,7 +46,7 @@ def _with_config(src: Path, dst: Path, quantization_config: dict[str, Any]) -> P
 
 def test_infercore_plugins_lists_the_quantization_methods() -> None:
     builtin = next(r for r in describe_plugins() if r["name"] == "builtin")
-    assert builtin["registered"]["quantization_method"] == ["compressed-tensors", "fp8"]
+    assert builtin["registered"]["quantization_method"] == ["awq", "compressed-tensors", "fp8", "gptq"]
     assert "register_quantization_methods" in builtin["hooks"]
 
 
