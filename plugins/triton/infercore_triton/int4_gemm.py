@@ -106,8 +106,8 @@ def _tile_rows(k0, BLOCK_K: tl.constexpr, UNPACK_WORDS: tl.constexpr):
 def _dequantized_tile(qw_ptr, s_ptr, z_ptr, rg_ptr, k, k0, k_hi, cols, col_ok, N, GROUP: tl.constexpr,
                       TILE_IN_GROUP: tl.constexpr, ROW_GROUPS: tl.constexpr, UNPACK_WORDS: tl.constexpr,
                       BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, out_dtype: tl.constexpr):
-    """W[k, cols] as [BLOCK_K, BLOCK_N] of ``out_dtype`` (the scales' dtype) for the rows ``k`` of :func:`_tile_rows`; eight rows share
-    each int32 word, nibble ``k % 8``."""
+    """W[k, cols] as [BLOCK_K, BLOCK_N] of ``out_dtype`` (the scales' dtype) for the rows ``k`` of
+    :func:`_tile_rows`; eight rows share each int32 word, nibble ``k % 8``."""
     k_ok = k < k_hi
     mask = k_ok[:, None] & col_ok[None, :]
     if UNPACK_WORDS:
@@ -171,7 +171,7 @@ def _w4a16_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, rg_ptr, bias_ptr, out_ptr, part_p
         k = _tile_rows(k0, BLOCK_K, UNPACK_WORDS)
         x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & (k < k_hi)[None, :], other=0.0)
         w = _dequantized_tile(qw_ptr, s_ptr, z_ptr, rg_ptr, k, k0, k_hi, cols, col_ok, N, GROUP, TILE_IN_GROUP,
-                              ROW_GROUPS, UNPACK_WORDS, BLOCK_K, BLOCK_N, x_ptr.dtype.element_ty)
+                              ROW_GROUPS, UNPACK_WORDS, BLOCK_K, BLOCK_N, s_ptr.dtype.element_ty)
         acc += tl.dot(x, w.to(x.dtype), input_precision=DOT_PRECISION)
     mask = row_ok[:, None] & col_ok[None, :]
     if SPLIT:

@@ -24,7 +24,7 @@ from infercore.quantization.int4_math import Int4Weight
 
 #: The most rows :func:`w4a16_gemv` takes (each row adds a multiply-add and a load per weight); compiled
 #: for sm_90 it issues 5.4 instructions per weight at one row and 9.8 at two, where the tensor-core kernel
-#: issues 8.8 (``benchmarks/int4_gemm.py --sass`` counts them).
+#: issues 8.8 (``benchmarks/int4_sass.py`` counts them).
 GEMV_MAX_M = 1
 
 
