@@ -34,16 +34,23 @@ IGNORED = "model.layers.1.mlp.down_proj"
 class Int4Scheme:
     """One checkpoint variant: format, group size, symmetric or not, act-order or not."""
 
-    method: str  # "awq" or "gptq"
+    method: str  # "awq", "gptq" or "compressed-tensors"
     group_size: int
     sym: bool = False
     desc_act: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.method}-g{self.group_size}{'-sym' if self.sym else ''}{'-actorder' if self.desc_act else ''}"
+        return f"{self.method.replace('compressed-tensors', 'ct')}-g{self.group_size}{'-sym' if self.sym else ''}{'-actorder' if self.desc_act else ''}"
 
     def quantization_config(self) -> dict:
+        if self.method == "compressed-tensors":
+            weights = {"num_bits": 4, "type": "int", "symmetric": self.sym, "dynamic": False,
+                       "strategy": "channel" if self.group_size == -1 else "group",
+                       "group_size": None if self.group_size == -1 else self.group_size}
+            return {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                    "quantization_status": "compressed", "ignore": ["lm_head", IGNORED],
+                    "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}}}
         if self.method == "awq":
             return {"quant_method": "awq", "bits": 4, "group_size": self.group_size, "zero_point": True,
                     "version": "gemm", "modules_to_not_convert": [IGNORED]}
@@ -83,6 +90,22 @@ def pack_gptq_rows(codes: torch.Tensor) -> torch.Tensor:
 def pack_gptq_columns(codes: torch.Tensor) -> torch.Tensor:
     """Codes [rows, cols] into GPTQ's ``qzeros`` int32 [rows, cols/8] (eight columns per word)."""
     return pack_gptq_rows(codes.t().contiguous()).t().contiguous()
+
+
+def compressed_tensors_w4a16(codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor,
+                             sym: bool) -> dict[str, torch.Tensor]:
+    """The ``pack-quantized`` tensors of codes [in, out], zeros and scales [groups, out], packed by the
+    compressed-tensors package itself (signed values stored plus 8; weights along the input, zero-points
+    along the output)."""
+    from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
+
+    signed = (codes.to(torch.int16) - 8).to(torch.int8).t().contiguous()
+    tensors = {"weight_packed": pack_to_int32(signed, 4), "weight_scale": scales.t().contiguous(),
+               "weight_shape": torch.tensor(list(signed.shape))}
+    if not sym:
+        signed_zeros = (zeros.to(torch.int16) - 8).to(torch.int8).t().contiguous()
+        tensors["weight_zero_point"] = pack_to_int32(signed_zeros, 4, packed_dim=0)
+    return tensors
 
 
 def act_order(k: int, group_size: int, seed: int) -> torch.Tensor:
@@ -128,6 +151,8 @@ def _quantized_tensors(module: str, w: torch.Tensor, layer_key: str, scheme: Int
     twin = ((codes.float() - zeros.float()[g_idx.long()]) * scales.float()[g_idx.long()]).t().contiguous()
     if scheme.method == "awq":
         tensors = {"qweight": pack_awq(codes), "qzeros": pack_awq(zeros), "scales": scales}
+    elif scheme.method == "compressed-tensors":
+        tensors = compressed_tensors_w4a16(codes, zeros, scales, scheme.sym)
     else:
         tensors = {"qweight": pack_gptq_rows(codes), "qzeros": pack_gptq_columns(zeros - 1), "scales": scales,
                    "g_idx": g_idx}

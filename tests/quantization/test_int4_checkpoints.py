@@ -3,7 +3,8 @@ their dequantized float32 twins (the same weights, ``(q - zero) * scale``, saved
 
 W4A16 keeps activations unquantized, so the 4-bit model computes the twin's product: greedy tokens
 identical for 32 steps and every logprob within 1e-4. Covered: AWQ's interleaved packing with
-zero-points, GPTQ's packing with its stored ``zero - 1``, symmetric and asymmetric, group sizes
+zero-points, GPTQ's packing with its stored ``zero - 1``, compressed-tensors ``pack-quantized``
+(packed by that package), symmetric and asymmetric, group sizes
 16/32/128 and -1, act-order (``desc_act`` with a permuted ``g_idx``), fused q/k/v and gate/up
 projections of Qwen3 and Llama, a layer the checkpoint leaves unquantized, and bad checkpoints.
 """
@@ -32,7 +33,8 @@ BOUND = 1e-4
 #: Checkpoints of the tiny Qwen3 (hidden 64: q 64 / kv 32 rows, intermediate 128).
 SMALL = [Int4Scheme("awq", 32), Int4Scheme("awq", 16), Int4Scheme("gptq", 32, sym=True),
          Int4Scheme("gptq", 16, desc_act=True), Int4Scheme("gptq", 32, sym=True, desc_act=True),
-         Int4Scheme("gptq", -1)]
+         Int4Scheme("gptq", -1), Int4Scheme("compressed-tensors", 32, sym=True),
+         Int4Scheme("compressed-tensors", 16), Int4Scheme("compressed-tensors", -1)]
 #: Checkpoints of a Qwen3 and a Llama wide enough for group_size 128 (hidden 128, intermediate 256).
 WIDE = [Int4Scheme("awq", 128), Int4Scheme("gptq", 128, desc_act=True)]
 

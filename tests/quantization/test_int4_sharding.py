@@ -7,10 +7,20 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from int4_checkpoints import Int4Scheme, act_order, pack_awq, pack_gptq_columns, pack_gptq_rows, quantize
+from int4_checkpoints import (
+    Int4Scheme,
+    act_order,
+    compressed_tensors_w4a16,
+    pack_awq,
+    pack_gptq_columns,
+    pack_gptq_rows,
+    quantize,
+)
 
 from infercore.layers import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear, set_tp_state
 from infercore.quantization import building_with
+from infercore.quantization.base import QuantizationConfig
+from infercore.quantization.compressed_tensors import CompressedTensorsConfig
 from infercore.quantization.int4_configs import AwqConfig, GptqConfig
 from infercore.quantization.int4_math import int4_linear
 
@@ -22,8 +32,8 @@ def rank(request: pytest.FixtureRequest) -> Iterator[int]:
     set_tp_state(0, 1)
 
 
-def _config(scheme: Int4Scheme) -> AwqConfig | GptqConfig:
-    cls = AwqConfig if scheme.method == "awq" else GptqConfig
+def _config(scheme: Int4Scheme) -> QuantizationConfig:
+    cls = {"awq": AwqConfig, "gptq": GptqConfig, "compressed-tensors": CompressedTensorsConfig}[scheme.method]
     return cls.from_checkpoint(scheme.quantization_config())
 
 
@@ -38,6 +48,8 @@ def _checkpoint(out: int, k: int, scheme: Int4Scheme, seed: int, g_idx: torch.Te
     dense = (codes.float() - zeros.float()[g_idx.long()]) * scales.float()[g_idx.long()]
     if scheme.method == "awq":
         return {"qweight": pack_awq(codes), "qzeros": pack_awq(zeros), "scales": scales}, dense
+    if scheme.method == "compressed-tensors":
+        return compressed_tensors_w4a16(codes, zeros, scales, scheme.sym), dense
     return {"qweight": pack_gptq_rows(codes), "qzeros": pack_gptq_columns(zeros - 1), "scales": scales,
             "g_idx": g_idx}, dense
 
@@ -55,7 +67,8 @@ def _x(k: int) -> torch.Tensor:
     return torch.randn(3, k, generator=torch.Generator().manual_seed(99))
 
 
-@pytest.mark.parametrize("scheme", [Int4Scheme("awq", 16), Int4Scheme("gptq", 16, desc_act=True)], ids=lambda s: s.name)
+@pytest.mark.parametrize("scheme", [Int4Scheme("awq", 16), Int4Scheme("gptq", 16, desc_act=True),
+                                    Int4Scheme("compressed-tensors", 16)], ids=lambda s: s.name)
 def test_q_k_and_v_take_their_rows_of_every_tensor(rank: int, scheme: Int4Scheme) -> None:
     with building_with(_config(scheme)):
         qkv = QKVParallelLinear(64, 16, 4, 2)  # q 64 rows, k and v 32: per rank 32, 16, 16
@@ -76,12 +89,13 @@ def test_gate_and_up_with_different_act_orders_are_refused() -> None:
     with building_with(_config(scheme)):
         gate_up = MergedColumnParallelLinear(64, [32, 32])
     _load(gate_up, _checkpoint(32, 64, scheme, seed=0, g_idx=act_order(64, 16, seed=1))[0], 0)
-    with pytest.raises(ValueError, match="fused projections of a GPTQ layer have different g_idx"):
+    with pytest.raises(ValueError, match="fused projections of a 4-bit layer have different g_idx"):
         _load(gate_up, _checkpoint(32, 64, scheme, seed=1, g_idx=act_order(64, 16, seed=2))[0], 1)
 
 
 @pytest.mark.parametrize("scheme", [Int4Scheme("awq", 16), Int4Scheme("gptq", 16, sym=True),
-                                    Int4Scheme("gptq", 16, desc_act=True), Int4Scheme("gptq", -1)],
+                                    Int4Scheme("gptq", 16, desc_act=True), Int4Scheme("gptq", -1),
+                                    Int4Scheme("compressed-tensors", 16), Int4Scheme("compressed-tensors", -1, sym=True)],
                          ids=lambda s: s.name)
 def test_row_parallel_ranks_sum_to_the_whole_product(rank: int, scheme: Int4Scheme) -> None:
     k, n = 64, 24

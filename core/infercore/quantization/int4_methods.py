@@ -24,13 +24,15 @@ from infercore.quantization.params import ParamLayout, set_layout
 DUMMY_SCALE = 0.006
 
 
-def _param(layer: nn.Module, name: str, data: torch.Tensor, layout: ParamLayout,
-           loader: Callable[..., None] | None = None) -> None:
+def int4_param(layer: nn.Module, name: str, data: torch.Tensor, layout: ParamLayout,
+               loader: Callable[..., None] | None = None) -> None:
+    """Register checkpoint tensor ``name`` of ``layer`` with its layout (and the layer's loader unless given)."""
     param = nn.Parameter(data, requires_grad=False)
     layer.register_parameter(name, set_layout(param, layout, loader or layer.weight_loader))
 
 
-def _is_row_parallel(layer: nn.Module) -> bool:
+def is_row_parallel(layer: nn.Module) -> bool:
+    """Whether ``layer`` splits its input features over the tensor-parallel ranks."""
     from infercore.layers.linear import RowParallelLinear
 
     return isinstance(layer, RowParallelLinear)
@@ -62,7 +64,7 @@ class Int4LinearMethod(QuantizationMethod):
             raise ValueError(f"a {self.format_name} layer of {spec.input_size} input features per rank does not pack "
                              f"into whole int32s of {PACK}")
         if self.group_size != -1 and spec.input_size % self.group_size:
-            where = " per rank" if spec.tp_size > 1 and _is_row_parallel(layer) else ""
+            where = " per rank" if spec.tp_size > 1 and is_row_parallel(layer) else ""
             raise ValueError(f"a {self.format_name} layer of {spec.input_size} input features{where} does not split "
                              f"into whole groups of {self.group_size}; use a tensor_parallel_size that keeps each "
                              f"rank's share of the input a multiple of group_size {self.group_size}")
@@ -79,9 +81,13 @@ class Int4LinearMethod(QuantizationMethod):
     def checkpoint_codes(self, layer: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The loaded codes [K, N], zeros [G, N] and act-order ``g_idx`` [K] (None without it)."""
 
+    def checkpoint_scales(self, layer: nn.Module) -> torch.Tensor:
+        """The loaded scales as [G, N]."""
+        return layer.scales.data
+
     def process_weights_after_loading(self, layer: nn.Module) -> None:
         codes, zeros, g_idx = self.checkpoint_codes(layer)
-        scales = layer.scales.data
+        scales = self.checkpoint_scales(layer)
         weight = make_int4_weight(codes, scales, zeros, self._group(codes.shape[0]), g_idx)
         for name, _ in list(layer.named_parameters(recurse=False)):
             if name != "bias":
@@ -111,11 +117,11 @@ class AwqLinearMethod(Int4LinearMethod):
         k, n = spec.input_size, spec.output_size
         groups = k // self._group(k)
         whole = self.group_size == -1
-        _param(layer, "qweight", torch.empty(k, n // PACK, dtype=torch.int32),
+        int4_param(layer, "qweight", torch.empty(k, n // PACK, dtype=torch.int32),
                ParamLayout(output_dim=1, input_dim=0, rows_per_entry=PACK))
-        _param(layer, "qzeros", torch.empty(groups, n // PACK, dtype=torch.int32),
+        int4_param(layer, "qzeros", torch.empty(groups, n // PACK, dtype=torch.int32),
                ParamLayout(output_dim=1, input_dim=None if whole else 0, rows_per_entry=PACK))
-        _param(layer, "scales", torch.empty(groups, n, dtype=spec.params_dtype), _scale_layout(self._group(k), whole))
+        int4_param(layer, "scales", torch.empty(groups, n, dtype=spec.params_dtype), _scale_layout(self._group(k), whole))
 
     def checkpoint_codes(self, layer: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         return unpack_awq(layer.qweight.data), unpack_awq(layer.qzeros.data), None
@@ -138,16 +144,16 @@ class GptqLinearMethod(Int4LinearMethod):
 
     def create_checkpoint_params(self, layer: nn.Module, spec: LinearWeightSpec) -> None:
         k, n = spec.input_size, spec.output_size
-        whole = self.group_size == -1 or (self.desc_act and spec.tp_size > 1 and _is_row_parallel(layer))
+        whole = self.group_size == -1 or (self.desc_act and spec.tp_size > 1 and is_row_parallel(layer))
         full_k = k * spec.tp_size if whole and self.group_size != -1 else k
         groups = full_k // self._group(full_k)
-        _param(layer, "qweight", torch.empty(k // PACK, n, dtype=torch.int32),
+        int4_param(layer, "qweight", torch.empty(k // PACK, n, dtype=torch.int32),
                ParamLayout(output_dim=1, input_dim=0, cols_per_entry=PACK))
-        _param(layer, "qzeros", torch.empty(groups, n // PACK, dtype=torch.int32),
+        int4_param(layer, "qzeros", torch.empty(groups, n // PACK, dtype=torch.int32),
                ParamLayout(output_dim=1, input_dim=None if whole else 0, rows_per_entry=PACK))
-        _param(layer, "scales", torch.empty(groups, n, dtype=spec.params_dtype), _scale_layout(self._group(k), whole))
-        _param(layer, "g_idx", torch.empty(k, dtype=torch.int32), ParamLayout(output_dim=None, input_dim=0, dummy_value=0),
-               loader=_same_for_every_projection(layer))
+        int4_param(layer, "scales", torch.empty(groups, n, dtype=spec.params_dtype), _scale_layout(self._group(k), whole))
+        int4_param(layer, "g_idx", torch.empty(k, dtype=torch.int32), ParamLayout(output_dim=None, input_dim=0, dummy_value=0),
+               loader=same_for_every_projection(layer))
 
     def checkpoint_codes(self, layer: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         codes = unpack_sequential(layer.qweight.data, dim=0)
@@ -155,7 +161,7 @@ class GptqLinearMethod(Int4LinearMethod):
         return codes, zeros, layer.g_idx.data if self.desc_act else None
 
 
-def _same_for_every_projection(layer: nn.Module) -> Callable[..., None]:
+def same_for_every_projection(layer: nn.Module) -> Callable[..., None]:
     """The loader of ``g_idx``: fused projections (q, k, v; gate, up) share one input and so one act-order
     permutation; a checkpoint whose projections disagree cannot run fused and is refused."""
 
@@ -163,7 +169,7 @@ def _same_for_every_projection(layer: nn.Module) -> Callable[..., None]:
         before = param.data.clone() if getattr(param, "int4_loaded", False) else None
         layer.weight_loader(param, loaded.to(torch.int32), *shard)
         if before is not None and not torch.equal(before, param.data):
-            raise ValueError(f"the fused projections of a GPTQ layer have different g_idx (act-order) in the "
+            raise ValueError(f"the fused projections of a 4-bit layer have different g_idx (act-order) in the "
                              f"checkpoint (shard {shard[0] if shard else '?'}); infercore needs projections that share "
                              "an input to share their act-order, as GPTQ's quantizers produce")
         param.int4_loaded = True  # type: ignore[attr-defined]
