@@ -89,9 +89,11 @@ def test_float16_activations_dequantize_in_half_precision() -> None:
     assert rel_err(out, int4_math.int4_linear(x, weight)) < 2e-3
 
 
-def test_default_launch_table_on_a_decode_shape() -> None:
+@pytest.mark.parametrize("m", [1, 5, 20])
+def test_default_launch_table_on_decode_shapes(m: int) -> None:
+    # One row takes the multiply-add kernel; 5 and 20 the tensor-core kernel's 16- and 32-row settings.
     weight = _weight(256, 64, 128, seed=7)
-    x = _x(1, 256)
+    x = _x(m, 256)
     assert rel_err(w4a16_gemm(x, weight), int4_math.int4_linear(x, weight)) < 1e-5
 
 

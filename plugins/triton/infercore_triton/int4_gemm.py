@@ -54,10 +54,13 @@ class Int4GemmConfig:
 
 #: Settings by M bucket (the next power of two of M, at least 16), for M up to 256 and the prefill path's
 #: fallback above; shapes measured with ``benchmarks/int4_gemm.py --sweep`` may override them in :data:`TUNED`.
+#: Up to 32 rows the tiles are those that issue the fewest instructions per weight compiled for sm_90
+#: (``benchmarks/int4_sass.py``: 7.4 and 8.2 lane-instructions a weight), since there the dequantization
+#: and not the dot bounds the kernel; not yet timed on a GPU.
 LAUNCH_TABLE: dict[int, Int4GemmConfig] = {
-    16: Int4GemmConfig(16, 64, 128),
-    32: Int4GemmConfig(32, 64, 128),
-    64: Int4GemmConfig(64, 64, 64),
+    16: Int4GemmConfig(16, 128, 128),
+    32: Int4GemmConfig(32, 256, 128, num_warps=8, num_stages=3),
+    64: Int4GemmConfig(64, 256, 64, num_warps=8, num_stages=3),
     128: Int4GemmConfig(64, 128, 64, num_warps=4, num_stages=3),
     256: Int4GemmConfig(128, 128, 64, num_warps=8, num_stages=3),
 }
