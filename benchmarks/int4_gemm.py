@@ -9,9 +9,11 @@ and zeros for INT4, 2 bytes a weight for bf16); the speedup of the op's choice o
 and the prefill path's largest error relative to the float32 reference. The last line sums a decode
 step's GEMMs (36 layers) per M.
 
+``int4_kernel_us`` is the kernel the op picks below the prefill path: the multiply-add kernel for single
+rows (``int4_gemv``), else the tensor-core one, whose time at single rows is ``int4_tensor_core_us``.
 ``--act-order`` gives the weights a permuted ``g_idx`` (the activations' columns are gathered first, as
 the op does). ``--sweep`` also times candidate launch settings per (projection, M) and prints the fastest
-as a ``tuned`` entry for ``infercore_triton.int4_gemm.TUNED``.
+as a ``tuned`` entry (for ``infercore_triton.int4_gemm.TUNED``, or the multiply-add kernel's defaults).
 
 Run on one GPU: ``python benchmarks/int4_gemm.py [--act-order] [--sweep]``.
 """
@@ -29,7 +31,15 @@ import torch.nn.functional as F
 
 from infercore.benchmarks.kernel_timing import graph_median_us
 from infercore.quantization.int4_math import Int4Weight, int4_linear, make_int4_weight
-from infercore_triton.int4_gemm import DENSE_MIN_M, Int4GemmConfig, config_for, dequantize_int4, w4a16_gemm
+from infercore_triton.int4_gemm import (
+    DENSE_MIN_M,
+    Int4GemmConfig,
+    config_for,
+    dequantize_int4,
+    m_bucket,
+    w4a16_gemm,
+)
+from infercore_triton.int4_gemv import GEMV_MAX_M, Int4GemvConfig, w4a16_gemv
 
 ROWS = (1, 16, 64, 256, 2048)
 GROUP = 128
@@ -77,25 +87,33 @@ def _gathered(x: torch.Tensor, weight: Int4Weight) -> torch.Tensor:
     return x.index_select(1, weight.perm) if weight.perm is not None else x
 
 
-def _candidates(m: int) -> list[Int4GemmConfig]:
+def _gemm_candidates(m: int) -> list[Int4GemmConfig]:
     block_ms = [16] if m <= 16 else [32, 64] if m <= 64 else [64, 128]
-    return [Int4GemmConfig(bm, bn, bk, num_warps=w, num_stages=s, split_k=sk)
-            for bm, bn, bk, w, s, sk in itertools.product(block_ms, (32, 64, 128), (64, 128), (4, 8), (3, 4),
-                                                          (0, 1))]
+    return [Int4GemmConfig(bm, bn, bk, num_warps=w, num_stages=st)
+            for bm, bn, bk, w, st in itertools.product(block_ms, (64, 128, 256), (64, 128), (4, 8), (3, 4))]
+
+
+def _gemv_candidates() -> list[Int4GemvConfig]:
+    return [Int4GemvConfig(block_n=bn, words=words, num_warps=w)
+            for bn, words, w in itertools.product((128, 256, 512), (4, 8, 16), (4, 8))]
 
 
 def _sweep(x: torch.Tensor, weight: Int4Weight, shape: Shape, m: int) -> dict:
-    best: tuple[float, Int4GemmConfig] | None = None
-    for cfg in _candidates(m):
+    """The fastest launch settings at this shape and M (the multiply-add kernel's too, for single rows)."""
+    timed: list[tuple[float, str, dict]] = []
+    runs = [("gemm", dataclasses.asdict(c), lambda c=c: w4a16_gemm(x, weight, config=c)) for c in _gemm_candidates(m)]
+    if m <= GEMV_MAX_M:
+        runs += [("gemv", dataclasses.asdict(c), lambda c=c: w4a16_gemv(x, weight, None, 264, c))
+                 for c in _gemv_candidates()]
+    for kind, settings, fn in runs:
         try:
-            us = graph_median_us(lambda cfg=cfg: w4a16_gemm(x, weight, config=cfg), repeats=5)
-        except Exception:  # noqa: BLE001 - settings that do not compile (shared memory) are skipped
+            timed.append((graph_median_us(fn, repeats=5), kind, settings))
+        except Exception:  # noqa: BLE001 - settings that do not compile (shared memory, registers) are skipped
             continue
-        if best is None or us < best[0]:
-            best = (us, cfg)
-    if best is None:
+    if not timed:
         return {}
-    return {"sweep_us": round(best[0], 2), "tuned": {"key": [m, shape.n, shape.k], **dataclasses.asdict(best[1])}}
+    us, kind, settings = min(timed, key=lambda t: t[0])
+    return {"sweep_us": round(us, 2), "tuned": {"kernel": kind, "key": [m_bucket(m), shape.n, shape.k], **settings}}
 
 
 def measure(shape: Shape, m: int, act_order: bool, sweep: bool) -> dict:
@@ -108,14 +126,18 @@ def measure(shape: Shape, m: int, act_order: bool, sweep: bool) -> dict:
     ref = int4_linear(x, weight)
     bf16_us = graph_median_us(lambda: F.linear(xg, dense_nk))
     kernel_us = graph_median_us(lambda: w4a16_gemm(_gathered(x, weight), weight))
+    # The tensor-core kernel at the rows the multiply-add kernel takes, to check the choice.
+    tc = config_for(m, shape.n, shape.k)
+    tensor_core_us = graph_median_us(lambda: w4a16_gemm(xg, weight, config=tc)) if m <= GEMV_MAX_M else kernel_us
     prefill_us = graph_median_us(lambda: torch.matmul(_gathered(x, weight), dequantize_int4(weight, torch.bfloat16)))
     op_us = prefill_us if m >= DENSE_MIN_M else kernel_us
     q_bytes, bf16_bytes = int4_bytes(weight), shape.n * shape.k * 2
     record = {
         "benchmark": "int4_gemm", "shape": shape.name, "n": shape.n, "k": shape.k, "m": m, "group": GROUP,
         "act_order": act_order, "config": dataclasses.asdict(config_for(m, shape.n, shape.k)),
-        "bf16_us": round(bf16_us, 2), "int4_kernel_us": round(kernel_us, 2), "int4_dequant_dense_us": round(prefill_us, 2),
-        "op_path": "dequant+dense" if m >= DENSE_MIN_M else "kernel",
+        "bf16_us": round(bf16_us, 2), "int4_kernel_us": round(kernel_us, 2),
+        "int4_tensor_core_us": round(tensor_core_us, 2), "int4_dequant_dense_us": round(prefill_us, 2),
+        "op_path": "dequant+dense" if m >= DENSE_MIN_M else "gemv" if m <= GEMV_MAX_M else "kernel",
         "bf16_tb_s": round(bf16_bytes / bf16_us / 1e6, 3), "int4_kernel_tb_s": round(q_bytes / kernel_us / 1e6, 3),
         "speedup_vs_bf16": round(bf16_us / op_us, 3),
         "kernel_rel_err": _rel_err(w4a16_gemm(xg, weight), ref),
