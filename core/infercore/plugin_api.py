@@ -128,6 +128,7 @@ if TYPE_CHECKING:
         set_layout,
     )
     from infercore.quantization import fp8_math as fp8_reference
+    from infercore.quantization import int4_math as int4_reference
     from infercore.tiny_models import (
         build_model_folder,
     )
@@ -138,7 +139,7 @@ CUSTOM_OPS: tuple[str, ...] = (
     "linear", "rms_norm", "fused_add_rms_norm", "rotary_embedding", "qk_norm_rotary", "silu_and_mul",
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
     "apply_penalties",
-    "fp8_linear", "fp8_block_linear", "fused_moe",
+    "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe",
 )
 
 #: Where each lazily imported name lives (private: import the name from this module).
@@ -195,6 +196,7 @@ _LAZY: dict[str, str] = {
 _LAZY_MODULES: dict[str, str] = {
     "attention_reference": "infercore.attention.reference",
     "fp8_reference": "infercore.quantization.fp8_math",
+    "int4_reference": "infercore.quantization.int4_math",
     "kv_cache_fp8": "infercore.kv_cache.fp8",
     "op_reference": "infercore.ops.reference",
 }
@@ -268,6 +270,7 @@ __all__ = [
     "get_op",
     "get_rope",
     "hookimpl",
+    "int4_reference",
     "kv_cache_fp8",
     "load_checkpoint_weights",
     "model_class",

@@ -26,9 +26,10 @@ import torch
 import triton
 import triton.language as tl
 
-from infercore.plugin_api import op_reference
-from infercore.quantization.int4_math import Int4Weight
+from infercore.plugin_api import int4_reference, op_reference
 from infercore_triton.int4_gemv import gemv_fits, w4a16_gemv
+
+Int4Weight = int4_reference.Int4Weight
 
 #: From this many rows on, :func:`int4_linear` dequantizes the weight and runs the dense GEMM
 #: (``benchmarks/int4_gemm.py`` times both paths at every M to place it).

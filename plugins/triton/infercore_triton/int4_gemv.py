@@ -20,7 +20,9 @@ import torch
 import triton
 import triton.language as tl
 
-from infercore.quantization.int4_math import Int4Weight
+from infercore.plugin_api import int4_reference
+
+Int4Weight = int4_reference.Int4Weight
 
 #: The most rows :func:`w4a16_gemv` takes (each row adds a multiply-add and a load per weight); compiled
 #: for sm_90 it issues 5.4 instructions per weight at one row and 9.8 at two, where the tensor-core kernel
