@@ -35,6 +35,9 @@ Int4Weight = int4_reference.Int4Weight
 #: (``benchmarks/int4_gemm.py`` times both paths at every M to place it).
 DENSE_MIN_M = 1024
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
+#: Pipeline depth when each row loads its own scales and zeros (act-order shards, narrow groups): their
+#: [BLOCK_K, BLOCK_N] tiles would otherwise take more shared memory than an H100/H200 has.
+PER_ROW_GROUP_STAGES = 2
 
 
 @dataclass(frozen=True)
@@ -243,7 +246,8 @@ def w4a16_gemm(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = 
         x, weight.qweight, weight.scales, weight.zeros, row_groups, bias if bias is not None else out, out, part,
         m, n, k, x.stride(0), out.stride(0), k_per_split, HAS_BIAS=bias is not None, SPLIT=split > 1,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32", BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        BLOCK_K=block_k, UNPACK_WORDS=cfg.unpack_words, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        BLOCK_K=block_k, UNPACK_WORDS=cfg.unpack_words, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages if group_args["TILE_IN_GROUP"] else min(cfg.num_stages, PER_ROW_GROUP_STAGES),
         **group_args)
     if split > 1:
         total = part.sum(dim=0)
