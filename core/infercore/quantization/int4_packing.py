@@ -46,14 +46,17 @@ def pack_sequential(codes: torch.Tensor, dim: int) -> torch.Tensor:
     if codes.shape[dim] % PACK:
         raise ValueError(f"{codes.shape[dim]} entries along dimension {dim} do not pack into whole int32s of {PACK}")
     rows, cols = codes.shape
-    wide = codes.to(torch.int64) & 0xF
-    shifts = _shifts(codes.device).to(torch.int64)
-    if dim == 0:
-        words = (wide.view(rows // PACK, PACK, cols) << shifts.view(1, PACK, 1)).sum(dim=1)
-    else:
-        words = (wide.view(rows, cols // PACK, PACK) << shifts.view(1, 1, PACK)).sum(dim=2)
-    # Nibble 7 sets the sign bit: fold the unsigned 32-bit word into int32's range before the cast.
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    grouped = codes.view(rows // PACK, PACK, cols) if dim == 0 else codes.view(rows, cols // PACK, PACK)
+    words = None
+    for nibble in range(PACK):
+        part = (grouped[:, nibble, :] if dim == 0 else grouped[:, :, nibble]).to(torch.int32) & 0xF
+        if nibble == PACK - 1:
+            # The top nibble holds the sign bit: codes 8..15 are the negative words' -8..-1, shifted without
+            # overflowing int32.
+            part = torch.where(part >= 8, part - 16, part)
+        shifted = part << (BITS * nibble)
+        words = shifted if words is None else words | shifted
+    return words.contiguous()
 
 
 def unpack_awq(packed: torch.Tensor) -> torch.Tensor:
