@@ -46,7 +46,7 @@ def pack_sequential(codes: torch.Tensor, dim: int) -> torch.Tensor:
     if codes.shape[dim] % PACK:
         raise ValueError(f"{codes.shape[dim]} entries along dimension {dim} do not pack into whole int32s of {PACK}")
     rows, cols = codes.shape
-    grouped = codes.view(rows // PACK, PACK, cols) if dim == 0 else codes.view(rows, cols // PACK, PACK)
+    grouped = codes.reshape(rows // PACK, PACK, cols) if dim == 0 else codes.reshape(rows, cols // PACK, PACK)
     words = None
     for nibble in range(PACK):
         part = (grouped[:, nibble, :] if dim == 0 else grouped[:, :, nibble]).to(torch.int32) & 0xF
