@@ -44,14 +44,13 @@ def init_dummy_weights(model: nn.Module, seed: int) -> None:
                     param.fill_(1.0 if name == "weight" else 0.0)
                 elif layout_of(param).dummy_value is not None:
                     param.fill_(layout_of(param).dummy_value)
-                elif not param.dtype.is_floating_point:  # packed codes (INT4): random bits
-                    if param.device not in generators:
-                        generators[param.device] = torch.Generator(param.device).manual_seed(seed)
-                    param.copy_(torch.randint(-2**31, 2**31, param.shape, generator=generators[param.device],
-                                              device=param.device, dtype=torch.int64))
                 else:
                     if param.device not in generators:
                         generators[param.device] = torch.Generator(param.device).manual_seed(seed)
+                    if not param.dtype.is_floating_point:  # packed codes (INT4): random bits
+                        param.copy_(torch.randint(-2**31, 2**31, param.shape, generator=generators[param.device],
+                                                  device=param.device, dtype=torch.int64))
+                        continue
                     values = torch.rand(param.shape, generator=generators[param.device], device=param.device)
                     param.copy_((values * 2 - 1) * DUMMY_WEIGHT_RANGE)
 
