@@ -1,4 +1,5 @@
-"""INT4 weight-only (W4A16) linear methods: AWQ and GPTQ checkpoint tensors, one kernel layout.
+"""INT4 weight-only (W4A16) linear methods: AWQ and GPTQ checkpoint tensors (compressed-tensors' in
+:mod:`infercore.quantization.compressed_tensors_int4`), one kernel layout.
 
 Each method registers the checkpoint's own tensors (so the layers' weight loaders shard and fuse
 them by their layouts), and after loading unpacks them and repacks them into
