@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from infercore.plugin_api import int4_reference, op_reference
-from infercore_triton.int4_gemv import gemv_fits, w4a16_gemv
+from infercore_triton.int4_gemv import gemv_fits, sum_splits, w4a16_gemv
 
 Int4Weight = int4_reference.Int4Weight
 
@@ -249,12 +249,7 @@ def w4a16_gemm(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = 
         BLOCK_K=block_k, UNPACK_WORDS=cfg.unpack_words, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages if group_args["TILE_IN_GROUP"] else min(cfg.num_stages, PER_ROW_GROUP_STAGES),
         **group_args)
-    if split > 1:
-        total = part.sum(dim=0)
-        if bias is not None:
-            total += bias.float()
-        out.copy_(total)
-    return out
+    return sum_splits(part, bias, out) if split > 1 else out
 
 
 def dequantize_int4(weight: Int4Weight, dtype: torch.dtype, unpack_words: bool = True) -> torch.Tensor:

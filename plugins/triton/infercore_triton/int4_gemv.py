@@ -95,6 +95,30 @@ def _w4a16_gemv_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_ptr,
         tl.store(out_ptr + rows * stride_om + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit(do_not_specialize=["M"])
+def _sum_splits_kernel(part_ptr, bias_ptr, out_ptr, M, N, stride_om, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
+                       HAS_BIAS: tl.constexpr):
+    row = tl.program_id(1)
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    col_ok = cols < N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for split in tl.static_range(SPLITS):
+        acc += tl.load(part_ptr + (split * M + row) * N + cols, mask=col_ok, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_om + cols, acc.to(out_ptr.dtype.element_ty), mask=col_ok)
+
+
+def sum_splits(part: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
+    """``out = sum(part) + bias`` over the float32 partials ``part`` [splits, M, N] of a split-K product, rounded
+    once into ``out``'s dtype: one launch."""
+    splits, m, n = part.shape
+    block = min(1024, triton.next_power_of_2(n))
+    _sum_splits_kernel[(triton.cdiv(n, block), m)](part, bias if bias is not None else out, out, m, n, out.stride(0),
+                                                   SPLITS=splits, BLOCK=block, HAS_BIAS=bias is not None)
+    return out
+
+
 def _words_per_step(group: int, words: int) -> int:
     """The configured word rows per step, halved until a step stays inside one group."""
     while words > 1 and (group // 8) % words:
@@ -129,9 +153,4 @@ def w4a16_gemv(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None, s
         x, weight.qweight, weight.scales, weight.zeros, bias if bias is not None else out, out, part, m, n, k,
         x.stride(0), out.stride(0), k_per_split, GROUP=weight.group_size, M_PAD=triton.next_power_of_2(m),
         WORDS=words, BLOCK_N=cfg.block_n, HAS_BIAS=bias is not None, SPLIT=split > 1, num_warps=cfg.num_warps)
-    if split > 1:
-        total = part.sum(dim=0)
-        if bias is not None:
-            total += bias.float()
-        out.copy_(total)
-    return out
+    return sum_splits(part, bias, out) if split > 1 else out
