@@ -4,8 +4,8 @@ group of input rows and output column (:class:`~infercore.quantization.int4_math
 The ideas are Marlin's, as far as Triton takes them. The weight was repacked when it loaded into
 int32 words of eight consecutive input rows ([K/8, N]), so a program's tile of words is contiguous
 along N and every byte of weight is read once; the codes are unpacked, offset by their zero-point and
-scaled in registers (no integer-to-float conversions), rounded to the activations' dtype and multiplied on the tensor cores with float32
-accumulation. A tile of ``BLOCK_K`` rows never straddles two groups (``BLOCK_K`` divides the group
+scaled in registers (in 16-bit pairs, without integer-to-float conversions) and multiplied on the
+tensor cores with float32 accumulation. A tile of ``BLOCK_K`` rows never straddles two groups (``BLOCK_K`` divides the group
 size), so each step loads one row of scales and zeros. A single row goes to a kernel without tensor cores
 (:mod:`infercore_triton.int4_gemv`, fewer instructions per weight). Decode batches (M up to 256) take their
 tiles from :func:`config_for`, a launch table by M bucket; when the tiles alone are too few to fill the
@@ -228,11 +228,11 @@ def w4a16_gemm(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = 
     if k != weight.in_features or x.stride(1) != 1:
         raise ValueError(f"w4a16_gemm multiplies x [M, {weight.in_features}] with a contiguous last dimension; "
                          f"got {tuple(x.shape)} with strides {x.stride()}")
+    if config is None and gemv_fits(x, weight):
+        return w4a16_gemv(x, weight, bias, split_for=2 * _num_sms(x.device))
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
-    if config is None and gemv_fits(x, weight):
-        return w4a16_gemv(x, weight, bias, split_for=2 * _num_sms(x.device))
     cfg = config or config_for(m, n, k)
     block_k, group_args = _group_args(weight, cfg.block_k)
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
