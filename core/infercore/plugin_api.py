@@ -102,6 +102,7 @@ if TYPE_CHECKING:
         load_checkpoint_weights,
     )
     from infercore.ops import fp8_math as fp8_reference
+    from infercore.ops import int4_math as int4_reference
     from infercore.ops import reference as op_reference
     from infercore.ops.dispatch import (
         get_op,
@@ -177,7 +178,7 @@ CUSTOM_OPS: tuple[str, ...] = (
     "linear", "rms_norm", "fused_add_rms_norm", "rotary_embedding", "qk_norm_rotary", "silu_and_mul",
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
     "apply_penalties",
-    "fp8_linear", "fp8_block_linear", "fused_moe",
+    "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe",
 )
 
 #: Where each lazily imported name lives (private: import the name from this module).
@@ -260,6 +261,7 @@ _LAZY: dict[str, str] = {
 _LAZY_MODULES: dict[str, str] = {
     "attention_reference": "infercore.attention.reference",
     "fp8_reference": "infercore.ops.fp8_math",
+    "int4_reference": "infercore.ops.int4_math",
     "kv_cache_fp8": "infercore.kv_cache.fp8",
     "op_reference": "infercore.ops.reference",
     "partial_json": "infercore.parsers.partial_json",
@@ -358,6 +360,7 @@ __all__ = [
     "get_op",
     "get_rope",
     "hookimpl",
+    "int4_reference",
     "kv_cache_fp8",
     "load_checkpoint_weights",
     "make_tool_call_id",

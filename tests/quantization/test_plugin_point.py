@@ -46,7 +46,7 @@ def _with_config(src: Path, dst: Path, quantization_config: dict[str, Any]) -> P
 
 def test_infercore_plugins_lists_the_quantization_methods() -> None:
     builtin = next(r for r in describe_plugins() if r["name"] == "builtin")
-    assert builtin["registered"]["quantization_method"] == ["compressed-tensors", "fp8"]
+    assert builtin["registered"]["quantization_method"] == ["awq", "compressed-tensors", "fp8", "gptq"]
     assert "register_quantization_methods" in builtin["hooks"]
 
 
@@ -121,11 +121,12 @@ def test_dummy_fp8_weights_get_unit_scales(tiny_qwen3: Path, tmp_path: Path) -> 
 
 @pytest.mark.parametrize(("kwargs", "config", "message"), [
     ({"quantization": "compressed-tensors"}, None, "needs a checkpoint saved in that format"),
-    ({"quantization": "no-such-format"}, None, "supported: compressed-tensors, fp8"),
+    ({"quantization": "no-such-format"}, None, "supported: awq, compressed-tensors, fp8, gptq"),
     ({"quantization": "compressed-tensors"}, {"quant_method": "fp8"}, "does not match the checkpoint"),
     ({}, {"quant_method": "fp8", "weight_block_size": [128]}, "must be two positive sizes"),
     ({}, {"quant_method": "fp8", "fmt": "e5m2"}, "only e4m3"),
-    ({}, {"quant_method": "gptq"}, "'gptq' is not supported"),
+    ({}, {"quant_method": "bitsandbytes"}, "'bitsandbytes' is not supported"),
+    ({}, {"quant_method": "gptq", "bits": 3}, "GPTQ checkpoints with bits=3 are not supported"),
     ({}, {"bits": 4}, "names no quant_method"),
 ])
 def test_formats_that_cannot_load_are_refused_saying_why(tiny_qwen3: Path, tmp_path: Path, kwargs: dict[str, Any],

@@ -111,6 +111,10 @@ _W_GPU_MOE = dataclasses.replace(
                   "num_experts_per_tok": 8, "moe_intermediate_size": 768, "norm_topk_prob": True,
                   "decoder_sparse_step": 1, "mlp_only_layers": []})
 _FP8_BLOCK = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+#: The 4-bit releases' usual settings (AutoAWQ's GEMM layout; GPTQ symmetric without act-order), group 128.
+_AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+_GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "desc_act": False,
+         "checkpoint_format": "gptq"}
 
 WORKLOADS: dict[str, Workload] = {
     "w-cpu": Workload(
@@ -136,4 +140,10 @@ WORKLOADS: dict[str, Workload] = {
     "w-gpu-8b-fp8": dataclasses.replace(
         _W_GPU_8B, name="w-gpu-8b-fp8", variant_of="w-gpu-8b",
         model_config={**_W_GPU_8B.model_config, "quantization_config": _FP8_BLOCK}),
+    "w-gpu-8b-awq": dataclasses.replace(
+        _W_GPU_8B, name="w-gpu-8b-awq", variant_of="w-gpu-8b",
+        model_config={**_W_GPU_8B.model_config, "quantization_config": _AWQ}),
+    "w-gpu-8b-gptq": dataclasses.replace(
+        _W_GPU_8B, name="w-gpu-8b-gptq", variant_of="w-gpu-8b",
+        model_config={**_W_GPU_8B.model_config, "quantization_config": _GPTQ}),
 }

@@ -32,7 +32,7 @@ def model_class(architecture: str) -> type[nn.Module]:
 
 def init_dummy_weights(model: nn.Module, seed: int) -> None:
     """Random weights, the same for a seed on one kind of device: norm scales 1 and norm biases 0,
-    quantization scales their layout's ``dummy_value``, the rest uniform.
+    quantization scales their layout's ``dummy_value``, packed integer codes random bits, the rest uniform.
 
     Values are drawn where the parameters live (a 30B-parameter model fills in seconds on a GPU, where
     drawing on the host took minutes), so a GPU's weights differ from a CPU's for the same seed.
@@ -48,6 +48,10 @@ def init_dummy_weights(model: nn.Module, seed: int) -> None:
                 else:
                     if param.device not in generators:
                         generators[param.device] = torch.Generator(param.device).manual_seed(seed)
+                    if not param.dtype.is_floating_point:  # packed codes (INT4): random bits
+                        param.copy_(torch.randint(-2**31, 2**31, param.shape, generator=generators[param.device],
+                                                  device=param.device, dtype=torch.int64))
+                        continue
                     values = torch.rand(param.shape, generator=generators[param.device], device=param.device)
                     param.copy_((values * 2 - 1) * DUMMY_WEIGHT_RANGE)
 

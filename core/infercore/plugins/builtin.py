@@ -30,6 +30,7 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("linear", "infercore.ops.reference:linear")
     register("fp8_linear", "infercore.ops.reference:fp8_linear")
     register("fp8_block_linear", "infercore.ops.reference:fp8_block_linear")
+    register("int4_linear", "infercore.ops.reference:int4_linear")
     register("rms_norm", "infercore.ops.reference:rms_norm")
     register("fused_add_rms_norm", "infercore.ops.reference:fused_add_rms_norm")
     register("rotary_embedding", "infercore.ops.reference:rotary_embedding")
@@ -49,6 +50,8 @@ def register_custom_ops(register: RegisterFn) -> None:
 def register_quantization_methods(register: RegisterFn) -> None:
     register("fp8", "infercore.quantization.fp8:Fp8Config")
     register("compressed-tensors", "infercore.quantization.compressed_tensors:CompressedTensorsConfig")
+    register("awq", "infercore.quantization.int4_configs:AwqConfig")
+    register("gptq", "infercore.quantization.int4_configs:GptqConfig")
 
 
 @hookimpl

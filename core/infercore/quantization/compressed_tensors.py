@@ -1,8 +1,9 @@
-"""The FP8 schemes of ``compressed-tensors`` checkpoints (``quant_method: compressed-tensors``).
+"""The FP8 and W4A16 schemes of ``compressed-tensors`` checkpoints (``quant_method: compressed-tensors``).
 
 The config is read with the ``compressed-tensors`` package. Supported: 8-bit float weights per
 tensor, per channel or per block, with activations quantized dynamically per token (or per group,
-for block weights) or statically per tensor.
+for block weights) or statically per tensor; and 4-bit integer weights with unquantized activations
+(:mod:`infercore.quantization.compressed_tensors_int4`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ def _strategy(args: Any) -> str:
 
 def _method_of(scheme: Any) -> QuantizationMethod:
     weights, inputs = scheme.weights, scheme.input_activations
+    if weights is not None and weights.type == "int" and inputs is None:
+        from infercore.quantization.compressed_tensors_int4 import w4a16_method
+
+        return w4a16_method(weights)
     if weights is None or weights.type != "float" or weights.num_bits != 8:
         raise ValueError(f"compressed-tensors scheme with weights {weights} is not supported; infercore reads {_FLOAT8}")
     if inputs is None or inputs.type != "float" or inputs.num_bits != 8:

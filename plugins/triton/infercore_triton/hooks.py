@@ -36,8 +36,9 @@ FP8_OPS = {
     "fp8_block_linear": "infercore_triton.fp8_block_gemm:fp8_block_linear",
 }
 
-#: Ops tuned for NVIDIA GPUs only: the skinny GEMM of decode batches (``F.linear`` for other shapes).
-NVIDIA_OPS = {"linear": "infercore_triton.skinny_gemm:linear"}
+#: Ops tuned for NVIDIA GPUs only: the skinny GEMM of decode batches (``F.linear`` for other shapes), and
+#: the W4A16 GEMM of AWQ and GPTQ weights.
+NVIDIA_OPS = {"linear": "infercore_triton.skinny_gemm:linear", "int4_linear": "infercore_triton.int4_gemm:int4_linear"}
 
 
 @hookimpl
