@@ -9,8 +9,8 @@ import torch
 from gpu_marks import requires_gpu
 from triton_cases import rel_err
 
+from infercore.ops import int4_math
 from infercore.ops.int4_math import Int4Weight, make_int4_weight
-from infercore.quantization import int4_math
 
 pytestmark = requires_gpu
 #: Both sides multiply the same dequantized values; what differs is the rounding of each weight to 16 bits

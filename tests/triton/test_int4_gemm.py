@@ -9,8 +9,8 @@ import pytest
 import torch
 from triton_cases import rel_err
 
+from infercore.ops import int4_math
 from infercore.ops.int4_math import Int4Weight, make_int4_weight
-from infercore.quantization import int4_math
 from infercore_triton.int4_gemm import Int4GemmConfig, dequantize_int4, int4_linear, w4a16_gemm
 
 SMALL = Int4GemmConfig(16, 32, 32, split_k=1)

@@ -7,7 +7,7 @@ import torch
 from test_int4_gemm import _weight, _x
 from triton_cases import rel_err
 
-from infercore.quantization import int4_math
+from infercore.ops import int4_math
 from infercore_triton.int4_gemm import w4a16_gemm
 from infercore_triton.int4_gemv import Int4GemvConfig, gemv_fits, w4a16_gemv
 

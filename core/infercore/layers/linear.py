@@ -48,6 +48,9 @@ class LinearBase(nn.Module):
     named ``prefix`` (unquantized when the model has none).
     """
 
+    #: Whether the ranks split the input features (row-parallel) rather than the output rows.
+    input_split = False
+
     def __init__(self, input_size: int, output_size: int, bias: bool, *, output_sizes: list[int] | None = None,
                  quant_method: QuantizationMethod | None = None, prefix: str = "") -> None:
         super().__init__()
@@ -65,7 +68,8 @@ class LinearBase(nn.Module):
             delattr(self, name)
         self.quant_method = method
         method.create_weights(self, LinearWeightSpec(self.input_size, tuple(self.output_sizes),
-                                                     torch.get_default_dtype(), self.tp_size))
+                                                     torch.get_default_dtype(), self.tp_size,
+                                                     self.input_split))
         if self.bias_enabled:
             bias = nn.Parameter(torch.empty(self.output_size), requires_grad=False)
             self.register_parameter("bias", set_layout(bias, BIAS, self.weight_loader))
@@ -103,6 +107,8 @@ class ColumnParallelLinear(LinearBase):
 
 class RowParallelLinear(LinearBase):
     """Input features split across ranks; partial outputs are summed over the group."""
+
+    input_split = True
 
     def __init__(self, input_size: int, output_size: int, bias: bool = False, *,
                  quant_method: QuantizationMethod | None = None, prefix: str = "") -> None:

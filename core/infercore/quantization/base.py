@@ -25,13 +25,15 @@ class LinearWeightSpec:
     ``output_sizes`` are the rows of each projection fused in the layer (``[q, k, v]``, ``[gate,
     up]``, or one entry), already divided over the tensor-parallel group; ``input_size`` is this
     rank's share of the input features. ``params_dtype`` is the model's dtype (activations, and
-    weights a method keeps unquantized). ``tp_size`` ranks hold one such share each.
+    weights a method keeps unquantized). ``tp_size`` ranks hold one such share each; ``input_split``
+    says whether the shares split the input features (row-parallel) rather than the output rows.
     """
 
     input_size: int
     output_sizes: tuple[int, ...]
     params_dtype: torch.dtype
     tp_size: int = 1
+    input_split: bool = False
 
     @property
     def output_size(self) -> int:

@@ -32,13 +32,6 @@ def int4_param(layer: nn.Module, name: str, data: torch.Tensor, layout: ParamLay
     layer.register_parameter(name, set_layout(param, layout, loader or layer.weight_loader))
 
 
-def is_row_parallel(layer: nn.Module) -> bool:
-    """Whether ``layer`` splits its input features over the tensor-parallel ranks."""
-    from infercore.layers.linear import RowParallelLinear
-
-    return isinstance(layer, RowParallelLinear)
-
-
 class Int4LinearMethod(QuantizationMethod):
     """4-bit weights with a scale and zero-point per ``group_size`` input rows (-1: one group over all
     of them) and output column; activations stay in the model's dtype."""
@@ -65,7 +58,7 @@ class Int4LinearMethod(QuantizationMethod):
             raise ValueError(f"a {self.format_name} layer of {spec.input_size} input features per rank does not pack "
                              f"into whole int32s of {PACK}")
         if self.group_size != -1 and spec.input_size % self.group_size:
-            where = " per rank" if spec.tp_size > 1 and is_row_parallel(layer) else ""
+            where = " per rank" if spec.tp_size > 1 and spec.input_split else ""
             raise ValueError(f"a {self.format_name} layer of {spec.input_size} input features{where} does not split "
                              f"into whole groups of {self.group_size}; use a tensor_parallel_size that keeps each "
                              f"rank's share of the input a multiple of group_size {self.group_size}")
@@ -145,7 +138,7 @@ class GptqLinearMethod(Int4LinearMethod):
 
     def create_checkpoint_params(self, layer: nn.Module, spec: LinearWeightSpec) -> None:
         k, n = spec.input_size, spec.output_size
-        whole = self.group_size == -1 or (self.desc_act and spec.tp_size > 1 and is_row_parallel(layer))
+        whole = self.group_size == -1 or (self.desc_act and spec.tp_size > 1 and spec.input_split)
         full_k = k * spec.tp_size if whole and self.group_size != -1 else k
         groups = full_k // self._group(full_k)
         int4_param(layer, "qweight", torch.empty(k // PACK, n, dtype=torch.int32),
