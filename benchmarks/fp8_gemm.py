@@ -43,13 +43,12 @@ def _time(fn: Callable[[], object]) -> float:
 def _candidates_round1(m: int) -> list[fbg.BlockGemmConfig]:
     block_ms = [bm for bm in (16, 32, 64, 128) if bm <= max(16, fbg.m_bucket(m))]
     warps = (4, 8) if m >= 64 else (4,)
-    tiles = (16, 32, 64) if m <= 16 else (32, 64, 128)
     return [fbg.BlockGemmConfig(block_m=bm, tile_n=tn, num_warps=w)
-            for bm in block_ms for tn in tiles for w in warps]
+            for bm in block_ms for tn in (32, 64, 128) for w in warps]
 
 
 def _candidates_round2(best: fbg.BlockGemmConfig) -> list[fbg.BlockGemmConfig]:
-    return [dataclasses.replace(best, split_k=s, num_stages=st) for s in (1, 2, 4, 8, 16) for st in (3, 4, 6)]
+    return [dataclasses.replace(best, split_k=s, num_stages=st) for s in (1, 2, 4, 8, 16) for st in (3, 4, 5)]
 
 
 def _best(configs: list[fbg.BlockGemmConfig], run: Callable[[fbg.BlockGemmConfig], object]
@@ -73,11 +72,7 @@ def _bench_shape(name: str, n: int, k: int, rows: list[int], sweep: bool, tuned:
         x = torch.randn(m, k, device="cuda").bfloat16()
         xq, xs = quantize_groups(x, BLOCK)
 
-        if m <= fbg.QUANTIZE_IN_GEMM_MAX_M:  # the op hands the kernel the activations to quantize itself
-            xq, xs = x, None
-
-        def gemm(cfg: fbg.BlockGemmConfig | None, xq: torch.Tensor = xq, xs: torch.Tensor | None = xs
-                 ) -> torch.Tensor:
+        def gemm(cfg: fbg.BlockGemmConfig | None, xq: torch.Tensor = xq, xs: torch.Tensor = xs) -> torch.Tensor:
             return fbg.fp8_block_gemm(xq, xs, wq, ws, BLOCK, BLOCK, None, torch.bfloat16, cfg)
 
         line: dict[str, object] = {"bench": "fp8_block_gemm", "shape": name, "m": m, "n": n, "k": k}

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from infercore.plugin_api import fp8_reference, op_reference
+from infercore.plugin_api import op_reference
 from infercore_triton.fp8_quant import quantize_groups
 from infercore_triton.fp8_support import has_fp8_dot
 from infercore_triton.skinny_gemm import split_k_reduce
@@ -42,11 +42,6 @@ class BlockGemmConfig:
                 raise ValueError(f"BlockGemmConfig.{name} must be a power of two, got {value}")
         if self.block_m < 16 or self.tile_n < 16:
             raise ValueError(f"tl.dot needs tiles of at least 16 rows and columns, got {self}")
-
-
-#: Up to this many rows the GEMM quantizes the activations itself: each program re-quantizes the few rows
-#: it reads, which costs less than a launch of its own (about 2 µs a call on an H200).
-QUANTIZE_IN_GEMM_MAX_M = 16
 
 
 def _tuned(block_m: int, tile_n: int, split_k: int, num_stages: int) -> BlockGemmConfig:
@@ -107,13 +102,11 @@ def _num_sms(device: torch.device) -> int:
 @triton.jit(do_not_specialize=["M"])
 def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_ptr, bias_ptr, M, N, K,
                            stride_am, stride_ak, stride_asm, stride_ask, stride_bn, stride_bk,
-                           stride_bsn, stride_bsk, stride_cm, stride_cn, steps_per_split, fp8_max, min_scale,
+                           stride_bsn, stride_bsk, stride_cm, stride_cn, steps_per_split,
                            GROUP_N: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
-                           QUANTIZE_A: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_K: tl.constexpr):
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # BLOCK_K is the scale group along K, so each step's partial product takes one activation scale
-    # per row and one weight scale per column. With QUANTIZE_A, ``a`` is the unquantized activation and
-    # each program quantizes the groups it reads (as fp8_quant does: the same numbers, no extra launch).
+    # per row and one weight scale per column.
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -132,13 +125,7 @@ def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_p
                     mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(b_ptr + cols[None, :].to(tl.int64) * stride_bn + k[:, None] * stride_bk,
                     mask=col_ok[None, :] & k_ok[:, None], other=0.0)
-        if QUANTIZE_A:
-            a = a.to(tl.float32)
-            a_scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(a), axis=1), fp8_max), min_scale)
-            a = tl.clamp(tl.math.div_rn(a, a_scale[:, None]), -fp8_max, fp8_max)
-            a = a.to(b.dtype, fp_downcast_rounding="rtne")
-        else:
-            a_scale = tl.load(a_scale_ptr + rows * stride_asm + step * stride_ask, mask=row_ok, other=0.0)
+        a_scale = tl.load(a_scale_ptr + rows * stride_asm + step * stride_ask, mask=row_ok, other=0.0)
         b_scale = tl.load(b_scale_ptr + (cols // GROUP_N) * stride_bsn + step * stride_bsk, mask=col_ok, other=0.0)
         acc += tl.dot(a, b) * a_scale[:, None] * b_scale[None, :]
     mask = row_ok[:, None] & col_ok[None, :]
@@ -152,17 +139,12 @@ def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_p
                  mask=mask)
 
 
-def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, b: torch.Tensor, b_scale: torch.Tensor,
+def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
                    block_n: int, block_k: int, bias: torch.Tensor | None, out_dtype: torch.dtype,
                    config: BlockGemmConfig | None = None) -> torch.Tensor:
     """``(a * a_scale) @ (b * b_scale)^T`` for fp8 ``a`` [M, K] with ``a_scale`` [M, K/block_k] and fp8 ``b``
-    [N, K] with ``b_scale`` [N/block_n, K/block_k] (rounded up), in ``out_dtype``. With ``a_scale`` None,
-    ``a`` is unquantized (bf16/fp16/fp32) and the kernel quantizes it per token and group of ``block_k``
-    columns as it reads it, as ``fp8_reference.quantize_per_group`` does. ``config`` overrides the launch
-    settings (:func:`config_for`)."""
-    quantize_a = a_scale is None
-    if quantize_a and a.stride(-1) != 1:
-        a = a.contiguous()
+    [N, K] with ``b_scale`` [N/block_n, K/block_k] (rounded up), in ``out_dtype``. ``config`` overrides the
+    launch settings (:func:`config_for`)."""
     m, k = a.shape
     n = b.shape[0]
     out = torch.empty((m, n), dtype=out_dtype, device=a.device)
@@ -177,14 +159,12 @@ def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, b: torch.Tenso
     part = torch.empty((split_k, m, n), dtype=torch.float32, device=a.device) if split_k > 1 else out
     bias_arg = bias if bias is not None else out
     grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.tile_n), split_k)
-    a_scale_arg = b_scale if a_scale is None else a_scale
     _fp8_block_gemm_kernel[grid](
-        a, a_scale_arg, b, b_scale, out, part, bias_arg, m, n, k,
-        a.stride(0), a.stride(1), a_scale_arg.stride(0), a_scale_arg.stride(1), b.stride(0), b.stride(1),
+        a, a_scale, b, b_scale, out, part, bias_arg, m, n, k,
+        a.stride(0), a.stride(1), a_scale.stride(0), a_scale.stride(1), b.stride(0), b.stride(1),
         b_scale.stride(0), b_scale.stride(1), out.stride(0), out.stride(1), steps_per_split,
-        fp8_reference.FP8_MAX, fp8_reference.MIN_SCALE, GROUP_N=block_n, HAS_BIAS=bias is not None,
-        SPLIT=split_k > 1, QUANTIZE_A=quantize_a, BLOCK_M=cfg.block_m, BLOCK_N=cfg.tile_n, BLOCK_K=block_k,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        GROUP_N=block_n, HAS_BIAS=bias is not None, SPLIT=split_k > 1, BLOCK_M=cfg.block_m, BLOCK_N=cfg.tile_n,
+        BLOCK_K=block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split_k > 1:
         split_k_reduce(part, bias, out)
@@ -204,9 +184,6 @@ def fp8_block_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: to
     if not (has_fp8_dot(x.device) and _kernel_fits(block_n, block_k)):
         return op_reference.fp8_block_linear(x, weight, weight_scale_inv, block_n, block_k, bias)
     x2 = x.reshape(-1, x.shape[-1])
-    if x2.shape[0] <= QUANTIZE_IN_GEMM_MAX_M:
-        out = fp8_block_gemm(x2, None, weight, weight_scale_inv, block_n, block_k, bias, x.dtype)
-    else:
-        xq, xs = quantize_groups(x2, block_k)
-        out = fp8_block_gemm(xq, xs, weight, weight_scale_inv, block_n, block_k, bias, x.dtype)
+    xq, xs = quantize_groups(x2, block_k)
+    out = fp8_block_gemm(xq, xs, weight, weight_scale_inv, block_n, block_k, bias, x.dtype)
     return out.reshape(*x.shape[:-1], weight.shape[0])
