@@ -114,7 +114,9 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
     try:
         app = build_app(config, engine, metrics, model_name)
         protocol = bounded_http_protocol(config.serve.request_read_timeout, config.serve.max_connections,
-                                         config.serve.http_parser)
+                                         config.serve.http_parser,
+                                         header_timeout=config.serve.request_header_timeout,
+                                         max_connections_per_client=config.serve.max_connections_per_client)
         uv_config = uvicorn.Config(app, host=config.serve.host, port=config.serve.port, http=protocol,
                                    log_level=config.serve.uvicorn_log_level, timeout_graceful_shutdown=2,
                                    access_log=not config.serve.disable_log_requests, h11_max_incomplete_event_size=MAX_HEAD_BYTES)
