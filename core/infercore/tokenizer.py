@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import TemplateError, filters, nodes
 from jinja2.compiler import CodeGenerator, Frame
@@ -28,7 +28,9 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import generate_lorem_ipsum
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+if TYPE_CHECKING:  # transformers (and torch under it) load only when a tokenizer does
+    from transformers import PreTrainedTokenizerBase
 
 #: Largest rendered prompt, and largest string or list a template may build, in characters / items.
 MAX_TEMPLATE_OUTPUT = 1_000_000
@@ -59,6 +61,8 @@ def get_tokenizer(model_config: Any) -> PreTrainedTokenizerBase:
 
     Code from the model folder runs only when ``model_config.trust_remote_code`` is set.
     """
+    from transformers import AutoTokenizer
+
     name = getattr(model_config, "tokenizer", None) or model_config.model
     try:
         return AutoTokenizer.from_pretrained(
