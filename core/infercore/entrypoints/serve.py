@@ -99,6 +99,7 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
     from infercore.entrypoints.openai.app import build_app
     from infercore.entrypoints.openai.http_protocol import MAX_HEAD_BYTES, bounded_http_protocol
     from infercore.entrypoints.openai.metrics import ServerMetrics
+    from infercore.startup_timeline import TIMELINE, startup_phase
 
     if config.model.model == DEMO_MODEL:
         logger.warning(DEMO_NOTICE)
@@ -107,7 +108,8 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
     metrics = ServerMetrics(model_name, api_server=slot.index if slot is not None else None)
     try:
         client = make_engine_client(config, engine_factory, slot.endpoints) if slot is not None else None
-        engine = await AsyncLLM.start(config, engine_factory, listener=metrics, client=client)
+        with startup_phase("engine and tokenizer"):
+            engine = await AsyncLLM.start(config, engine_factory, listener=metrics, client=client)
     except (EngineStartupError, ValueError) as exc:
         logger.error("the engine failed to start: %s", exc)
         return 1
@@ -127,6 +129,7 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
         port = slot.sock.getsockname()[1] if slot is not None else config.serve.port
         logger.info("%sserving %s (max_model_len %d) on http://%s:%d", where, model_name,
                     engine.model_info.max_model_len, config.serve.host, port)
+        TIMELINE.log_summary(f"{where}the API server (the engine's own is in its log lines)")
         # The app, the engine client and every import live as long as the server: a full collection
         # walking them would stall every stream of this process (ITL spikes of several milliseconds).
         freeze_startup_heap()

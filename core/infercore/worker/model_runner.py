@@ -24,6 +24,7 @@ from infercore.plugins.manager import get_plugin_manager
 from infercore.sample import Sampler, SamplingMetadata, compute_prompt_logprobs
 from infercore.sample.row_state import SamplingRowState
 from infercore.sampling_params import SamplingParams
+from infercore.startup_timeline import startup_phase
 from infercore.worker.batch_layout import BatchLayout, make_layout
 from infercore.worker.mixed_graphs import MixedGraphs, mixed_capture_sizes
 from infercore.worker.pending_sample import PendingSample
@@ -70,7 +71,8 @@ class ModelRunner:
         self.eos_token_id = eos_token_id
         self.hf_config = get_hf_config(config.model)
         self.dtype = resolve_dtype(config.model, self.hf_config, platform)
-        self.model = load_model(config, device, self.dtype)
+        with startup_phase("model and weights"):
+            self.model = load_model(config, device, self.dtype)
         self.vocab_size = int(self.hf_config.get_text_config().vocab_size)
         self.block_size = config.cache.block_size
         self.kv_spec, self.num_layers = self._kv_cache_spec()
@@ -270,12 +272,14 @@ class ModelRunner:
                         " / ".join(map(str, sizes)), self.block_size,
                         " / ".join("global" if w is None else str(w) for w in self.kv_group_windows()),
                         self.cache_bytes(num_blocks) / 2**20)
-        self._warm_up_sampler()
-        self._warm_up_logits()
+        with startup_phase("warm-up"):
+            self._warm_up_sampler()
+            self._warm_up_logits()
         if self.platform.capabilities.graph_capture and not self.config.model.enforce_eager:
-            pool = self.platform.graph_pool_handle()
-            self._capture_mixed_graphs(pool)
-            self._capture_decode_graphs(pool)
+            with startup_phase("graph capture"):
+                pool = self.platform.graph_pool_handle()
+                self._capture_mixed_graphs(pool)
+                self._capture_decode_graphs(pool)
 
     @torch.inference_mode()
     def _warm_up_logits(self) -> None:
