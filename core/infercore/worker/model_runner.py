@@ -19,6 +19,7 @@ from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.kv_cache.fp8 import kv_cache_dtype
 from infercore.kv_cache.groups import group_pool_sizes, kv_cache_groups, primary_blocks_for_budget
 from infercore.kv_cache.spec import KVCacheSpec
+from infercore.kv_cache.zeroed import zeroed
 from infercore.platforms.interface import UNPROFILED_KV_FRACTION, Platform
 from infercore.plugins.manager import get_plugin_manager
 from infercore.sample import Sampler, SamplingMetadata, compute_prompt_logprobs
@@ -238,7 +239,7 @@ class ModelRunner:
         """One cache per layer, of its KV cache group's ``group_blocks[g]`` blocks."""
         shapes = [self.backend.get_kv_cache_shape(n, self.block_size, self.kv_spec.num_kv_heads,
                                                   self.kv_spec.head_size) for n in group_blocks]
-        return [torch.zeros(shapes[g], dtype=self.kv_spec.dtype, device=self.device) for g in self.layer_groups]
+        return [zeroed(shapes[g], self.kv_spec.dtype, self.device) for g in self.layer_groups]
 
     def _new_builders(self) -> list[Any]:
         """A metadata builder per KV cache group (each may keep buffers of its own)."""
