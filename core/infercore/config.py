@@ -159,7 +159,13 @@ class ServeConfig(BaseSettings):
         1024, ge=1, description="most sequences one request may ask for (prompts x n)")
     request_read_timeout: float = Field(
         30.0, gt=0, description="seconds a client may take to send a request's headers and body")
+    request_header_timeout: float = Field(
+        5.0, gt=0, description="seconds a client may take to send a request's headers, from the connection's "
+                               "opening (or the request's first byte on a kept-alive connection)")
     max_connections: int = Field(4096, ge=1, description="most client connections held open at once")
+    max_connections_per_client: int = Field(
+        1024, ge=1, description="most connections one client address may hold open at once (behind a proxy, "
+                                "every client has the proxy's address: raise it there)")
     http_parser: Literal["auto", "httptools", "h11"] = Field(
         "auto", description="HTTP/1.1 parser: httptools (C, the default where installed) or h11 (pure Python)")
     uvicorn_log_level: str = Field("warning", description="log level of the HTTP server")

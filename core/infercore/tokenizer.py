@@ -11,6 +11,7 @@ small in memory.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import json
 import re
@@ -19,14 +20,17 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jinja2 import TemplateError, nodes
+from jinja2 import TemplateError, filters, nodes
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.ext import Extension, loopcontrols
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from jinja2.utils import generate_lorem_ipsum
+
+if TYPE_CHECKING:  # transformers (and torch under it) load only when a tokenizer does
+    from transformers import PreTrainedTokenizerBase
 
 #: Largest rendered prompt, and largest string or list a template may build, in characters / items.
 MAX_TEMPLATE_OUTPUT = 1_000_000
@@ -36,6 +40,10 @@ TEMPLATE_TIMEOUT_S = 5.0
 MAX_TEMPLATE_SOURCE = 256_000
 #: Most items one ``range()`` in a template may yield.
 MAX_TEMPLATE_RANGE = 100_000
+#: Widest indent a template may ask of ``indent`` or ``tojson`` (spaces, or characters of an indent string).
+MAX_TEMPLATE_INDENT = 64
+#: Characters ``lipsum`` may write per word, at most (for its size bound before it runs).
+_LIPSUM_WORD_CHARS = 16
 _RANGE_CHECK_EVERY = 1024
 _MAX_INT_BITS = 4096
 _TEMPLATE_CACHE_SIZE = 64
@@ -53,6 +61,8 @@ def get_tokenizer(model_config: Any) -> PreTrainedTokenizerBase:
 
     Code from the model folder runs only when ``model_config.trust_remote_code`` is set.
     """
+    from transformers import AutoTokenizer
+
     name = getattr(model_config, "tokenizer", None) or model_config.model
     try:
         return AutoTokenizer.from_pretrained(
@@ -169,12 +179,14 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         super().__init__(trim_blocks=True, lstrip_blocks=True, finalize=self.written_value,
                          extensions=[loopcontrols, _GenerationExtension])
         self._render_state = threading.local()
-        filters = {**self.filters, "tojson": _tojson, "replace": self._replace, "format": self._format}
+        filters = {**self.filters, "tojson": _tojson, "replace": self._replace, "format": self._format,
+                   "indent": self._indent}
         self.filters = {name: self._bounded(fn, written=name not in _STRUCTURAL_FILTERS)
                         for name, fn in filters.items()}
         self.globals["raise_exception"] = _raise_exception
         self.globals["strftime_now"] = _strftime_now
         self.globals["range"] = self._range
+        self.globals["lipsum"] = self._lipsum
 
     @property
     def limit(self) -> int:
@@ -219,6 +231,23 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         template = str(template)
         self._check_format(template)
         return template % (kwargs or args)
+
+    def _indent(self, text: Any, width: int | str = 4, first: bool = False, blank: bool = False) -> str:
+        text = str(text)
+        _check_indent(width)
+        lines = text.count("\n") + 1
+        if len(text) + lines * (len(width) if isinstance(width, str) else width) > self.limit:
+            raise ChatTemplateError(f"the chat template's indent() would build more than the limit of {self.limit} "
+                                    "characters; simplify the template")
+        return filters.do_indent(text, width, first, blank)
+
+    def _lipsum(self, n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
+        """Jinja's ``lipsum``, refused before it runs when it could write more than the limit."""
+        words = builtins.max(n, 0) * builtins.max(min, max, 0)
+        if words * _LIPSUM_WORD_CHARS > self.limit:
+            raise ChatTemplateError(f"the chat template asked lipsum() for up to {words} words, over the limit of "
+                                    f"{self.limit} characters; simplify the template")
+        return generate_lorem_ipsum(n=n, html=html, min=min, max=max)
 
     def _check_replace(self, text: str, old: str, new: str) -> None:
         if len(new) > len(old) and len(text) + text.count(old) * (len(new) - len(old)) > self.limit:
@@ -272,6 +301,11 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         owner = getattr(__obj, "__self__", None)
         if isinstance(owner, str) and getattr(__obj, "__name__", "") == "replace" and len(args) >= 2:
             self._check_replace(owner, str(args[0]), str(args[1]))
+        if isinstance(owner, str) and getattr(__obj, "__name__", "") == "expandtabs":
+            tab = (*args, *kwargs.values(), 8)[0]
+            if isinstance(tab, int) and len(owner) + owner.count("\t") * tab > self.limit:
+                raise ChatTemplateError(f"the chat template's expandtabs() would build more than the limit of "
+                                        f"{self.limit} characters; simplify the template")
         return super().call(__context, __obj, *args, **kwargs)
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
@@ -289,8 +323,16 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         return super().getitem(obj, argument)
 
 
-def _tojson(value: Any, indent: int | None = None, separators: tuple[str, str] | None = None,
+def _check_indent(indent: Any) -> None:
+    """Refuse an indent wider than MAX_TEMPLATE_INDENT: it is written once per line of the output."""
+    width = len(indent) if isinstance(indent, str) else indent
+    if isinstance(width, int) and width > MAX_TEMPLATE_INDENT:
+        raise ChatTemplateError(f"the chat template asked for an indent of {width}; the limit is {MAX_TEMPLATE_INDENT}")
+
+
+def _tojson(value: Any, indent: int | str | None = None, separators: tuple[str, str] | None = None,
             sort_keys: bool = False, ensure_ascii: bool = False) -> str:
+    _check_indent(indent)
     return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
 
 

@@ -16,6 +16,7 @@ from infercore.platforms.selection import current_platform
 from infercore.plugins.manager import get_plugin_manager
 from infercore.scheduler.request import Request, RequestStatus
 from infercore.scheduler.scheduler import Scheduler
+from infercore.startup_timeline import TIMELINE, startup_phase
 from infercore.wire.kv_layout import KVCacheLayout
 from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason
 from infercore.wire.model_info import ModelInfo
@@ -57,22 +58,27 @@ class EngineCore:
     """Owns the scheduler and the executor. Used in-process by ``LLM`` and in its own process by the server."""
 
     def __init__(self, config: InfercoreConfig) -> None:
-        resolve_demo_model(config)
-        manager = get_plugin_manager()
-        manager.configure(config)
-        self.config = config
-        self.platform = current_platform(manager)
-        self.platform.update_config(config)
-        self.model_info: ModelInfo = resolve_model_info(config)
-        self.max_num_batched_tokens = resolve_token_budget(
-            config, self.model_info.max_model_len, self.platform.capabilities.profile_memory)
-        executor_name = config.parallel.executor_backend
-        executor_cls = manager.registry("executor").load(executor_name)
+        with startup_phase("config"):  # plugins, platform, the model's config
+            resolve_demo_model(config)
+            manager = get_plugin_manager()
+            manager.configure(config)
+            self.config = config
+            self.platform = current_platform(manager)
+            self.platform.update_config(config)
+            self.model_info: ModelInfo = resolve_model_info(config)
+            self.max_num_batched_tokens = resolve_token_budget(
+                config, self.model_info.max_model_len, self.platform.capabilities.profile_memory)
+            executor_name = config.parallel.executor_backend
+            executor_cls = manager.registry("executor").load(executor_name)
         started = time.perf_counter()
-        self.executor: Executor = executor_cls(config, self.platform, self.model_info, self.max_num_batched_tokens)
-        num_blocks = self.executor.determine_num_blocks()
-        #: The KV cache as the workers allocated it; the scheduler reads it, never recomputes it.
-        self.kv_layout: KVCacheLayout = self.executor.initialize_kv_cache(num_blocks)
+        with startup_phase("workers"):  # devices, the model built and its weights loaded
+            self.executor: Executor = executor_cls(config, self.platform, self.model_info,
+                                                   self.max_num_batched_tokens)
+        with startup_phase("profiling"):  # a forward pass of the largest step sizes the KV cache
+            num_blocks = self.executor.determine_num_blocks()
+        with startup_phase("kv_cache"):  # allocation, warm-up, graph capture
+            #: The KV cache as the workers allocated it; the scheduler reads it, never recomputes it.
+            self.kv_layout: KVCacheLayout = self.executor.initialize_kv_cache(num_blocks)
         self.model_info.num_kv_blocks = num_blocks
         logger.info("engine ready on %s in %.1f s (%d KV blocks)", self.platform.name,
                     time.perf_counter() - started, num_blocks)
@@ -87,6 +93,7 @@ class EngineCore:
         self.grammars = GrammarGate(config, self.model_info.vocab_size, self.model_info.generation_stop_ids)
         # What start-up built (model, caches, registries, compiled kernels) lives as long as the engine.
         freeze_startup_heap()
+        TIMELINE.log_summary("the engine")
 
     def add_request(self, request: EngineCoreRequest) -> None:
         """Queue a request; raises ValueError (changing nothing) if it cannot be taken."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from infercore.entrypoints.missing_dependency import add_unavailable_parser
 from infercore.version import __version__
 
 
@@ -17,9 +18,9 @@ def build_parser() -> argparse.ArgumentParser:
     plugins_cmd.add_parser(sub)
     try:
         from infercore.entrypoints import serve_args as serve
-    except ImportError:  # the server's optional pieces are missing
-        serve = None  # type: ignore[assignment]
-    if serve is not None:
+    except ImportError as exc:  # a dependency of the server is missing: say which
+        add_unavailable_parser(sub, "serve", "start the OpenAI-compatible server", exc)
+    else:
         serve.add_serve_parser(sub)
     bench = sub.add_parser("bench", help="benchmarks: throughput, latency, structured (offline) and serve (online)")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK")
@@ -30,9 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     structured.add_parser(bench_sub)
     try:
         from infercore.benchmarks import serve as bench_serve
-    except ImportError:
-        bench_serve = None  # type: ignore[assignment]
-    if bench_serve is not None:
+    except ImportError as exc:  # a dependency of the client is missing: say which
+        add_unavailable_parser(bench_sub, "serve", "load an OpenAI-compatible server and measure latency", exc)
+    else:
         bench_serve.add_bench_serve_parser(bench_sub)
     return parser
 

@@ -99,6 +99,7 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
     from infercore.entrypoints.openai.http_protocol import MAX_HEAD_BYTES, bounded_http_protocol
     from infercore.entrypoints.openai.metrics import ServerMetrics
     from infercore.frontend.dp_client import make_engine_client
+    from infercore.startup_timeline import TIMELINE, startup_phase
 
     if config.model.model == DEMO_MODEL:
         logger.warning(DEMO_NOTICE)
@@ -107,14 +108,17 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
     metrics = ServerMetrics(model_name, api_server=slot.index if slot is not None else None)
     try:
         client = make_engine_client(config, engine_factory, slot.endpoints) if slot is not None else None
-        engine = await AsyncLLM.start(config, engine_factory, listener=metrics, client=client)
+        with startup_phase("engine and tokenizer"):
+            engine = await AsyncLLM.start(config, engine_factory, listener=metrics, client=client)
     except (EngineStartupError, ValueError) as exc:
         logger.error("the engine failed to start: %s", exc)
         return 1
     try:
         app = build_app(config, engine, metrics, model_name)
         protocol = bounded_http_protocol(config.serve.request_read_timeout, config.serve.max_connections,
-                                         config.serve.http_parser)
+                                         config.serve.http_parser,
+                                         header_timeout=config.serve.request_header_timeout,
+                                         max_connections_per_client=config.serve.max_connections_per_client)
         uv_config = uvicorn.Config(app, host=config.serve.host, port=config.serve.port, http=protocol,
                                    log_level=config.serve.uvicorn_log_level, timeout_graceful_shutdown=2,
                                    access_log=not config.serve.disable_log_requests, h11_max_incomplete_event_size=MAX_HEAD_BYTES)
@@ -125,6 +129,7 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
         port = slot.sock.getsockname()[1] if slot is not None else config.serve.port
         logger.info("%sserving %s (max_model_len %d) on http://%s:%d", where, model_name,
                     engine.model_info.max_model_len, config.serve.host, port)
+        TIMELINE.log_summary(f"{where}the API server (the engine's own is in its log lines)")
         # The app, the engine client and every import live as long as the server: a full collection
         # walking them would stall every stream of this process (ITL spikes of several milliseconds).
         freeze_startup_heap()

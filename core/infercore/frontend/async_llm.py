@@ -19,6 +19,7 @@ from typing import Any
 from infercore.config import InfercoreConfig
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
 from infercore.engine.latency_trace import ApiTrace, now_ns, open_writer, request_stamps
+from infercore.frontend.admission import AdmissionLimit
 from infercore.frontend.core_client import EngineCoreClient, EngineDeadError
 from infercore.frontend.dp_client import DataParallelClient, make_engine_client
 from infercore.frontend.input_processor import InputProcessor
@@ -137,19 +138,21 @@ class AsyncLLM:
         self._accepting = False
 
     def check_capacity(self, num_sequences: int) -> None:
-        """Raise QueueFullError if ``num_sequences`` more would queue past ``--max-num-queued-requests``.
+        """Raise QueueFullError if ``num_sequences`` more would pass ``max_num_seqs`` running plus
+        ``--max-num-queued-requests`` waiting (see :mod:`infercore.frontend.admission`).
 
-        The queue is the engine's, shared by every API server: its latest reported waiting count plus what
-        this process sent since counts, as does this process's own count past ``max_num_seqs`` running.
+        The queue is the engines', shared by every API server: their latest reported running and waiting
+        counts plus what this process sent since count, as does this process's own in-flight count.
         """
         limit = self.config.scheduler.max_num_queued_requests
         if limit is None:
             return
-        own = self._num_sequences + num_sequences - self.config.scheduler.max_num_seqs
-        server_wide = self.stats.num_waiting + self._sent_since_stats + num_sequences
-        if max(own, server_wide) > limit:
-            raise QueueFullError(
-                f"the server's queue is full ({limit} waiting requests, each of n counting once); retry later")
+        running_slots = self.config.scheduler.max_num_seqs * self.config.parallel.data_parallel_size
+        refusal = AdmissionLimit(running_slots, limit).refusal(
+            engine_running=self.stats.num_running, engine_waiting=self.stats.num_waiting,
+            sent_since_stats=self._sent_since_stats, own_in_flight=self._num_sequences, num_new=num_sequences)
+        if refusal is not None:
+            raise QueueFullError(refusal)
 
     async def generate(self, prompt: str | list[int] | dict[str, Any], params: SamplingParams, request_id: str,
                        *, priority: int = 0, cache_salt: str | None = None) -> AsyncIterator[RequestOutput]:

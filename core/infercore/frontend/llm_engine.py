@@ -11,6 +11,7 @@ from infercore.frontend.output_processor import OutputProcessor, RequestOutputKi
 from infercore.models.model_info import resolve_demo_model
 from infercore.outputs import RequestOutput
 from infercore.sampling_params import SamplingParams
+from infercore.startup_timeline import startup_phase
 from infercore.tokenizer import get_tokenizer
 from infercore.wire.messages import SchedulerStats
 
@@ -21,7 +22,8 @@ class LLMEngine:
     def __init__(self, config: InfercoreConfig) -> None:
         resolve_demo_model(config)
         self.config = config
-        self.tokenizer = None if config.model.skip_tokenizer_init else get_tokenizer(config.model)
+        with startup_phase("tokenizer"):
+            self.tokenizer = None if config.model.skip_tokenizer_init else get_tokenizer(config.model)
         self.engine_core = EngineCore(config)
         info = self.engine_core.model_info
         self.model_info = info

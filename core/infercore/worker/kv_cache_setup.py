@@ -16,6 +16,7 @@ from infercore.config import InfercoreConfig
 from infercore.kv_cache.fp8 import kv_cache_dtype
 from infercore.kv_cache.groups import kv_cache_groups, kv_cache_layout, primary_blocks_for_budget
 from infercore.kv_cache.spec import KVCacheSpec
+from infercore.kv_cache.zeroed import zeroed
 from infercore.platforms.interface import UNPROFILED_KV_FRACTION, Platform
 from infercore.wire.kv_layout import KVCacheLayout
 
@@ -106,7 +107,7 @@ class KVCacheSetup:
         spec = self.spec
         shapes = [backend.get_kv_cache_shape(n, self.block_size, spec.num_kv_heads, spec.head_size)
                   for n in group_blocks]
-        return [torch.zeros(shapes[g], dtype=spec.dtype, device=self.device) for g in self.layer_groups]
+        return [zeroed(shapes[g], spec.dtype, self.device) for g in self.layer_groups]
 
     def bind(self, model: nn.Module, backend: type[AttentionBackend], caches: list[torch.Tensor],
              dtype: torch.dtype) -> None:

@@ -15,6 +15,7 @@ from infercore.config import InfercoreConfig
 from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.platforms.interface import Platform
 from infercore.sample import Sampler, compute_prompt_logprobs
+from infercore.startup_timeline import startup_phase
 from infercore.wire.kv_layout import KVCacheLayout
 from infercore.wire.messages import Logprobs
 from infercore.wire.scheduler_output import ModelRunnerOutput, SchedulerOutput
@@ -65,7 +66,8 @@ class ModelRunner:
         self.max_num_reqs = config.scheduler.max_num_seqs
         self.hf_config = get_hf_config(config.model)
         self.dtype = resolve_dtype(config.model, self.hf_config, platform)
-        self.model = load_model(config, device, self.dtype)
+        with startup_phase("model and weights"):
+            self.model = load_model(config, device, self.dtype)
         self.vocab_size = int(self.hf_config.get_text_config().vocab_size)
         self.block_size = config.cache.block_size
         self.kv_setup = KVCacheSetup(config, platform, device, self.model, self.dtype, self.max_num_reqs,
@@ -161,13 +163,15 @@ class ModelRunner:
         self.kv_setup.bind(self.model, self.backend, self.kv_caches, self.dtype)
         self.builder, *self.group_builders = self._new_builders()
         logger.info("KV cache: %s", layout.describe())
-        warm_up_sampler(self.sampler, self.vocab_size, self.dtype, self.device)
-        warm_up_logits(self.model, self.hf_config.get_text_config().hidden_size, self.max_num_reqs, self.dtype,
-                       self.device)
+        with startup_phase("warm-up"):
+            warm_up_sampler(self.sampler, self.vocab_size, self.dtype, self.device)
+            warm_up_logits(self.model, self.hf_config.get_text_config().hidden_size, self.max_num_reqs,
+                           self.dtype, self.device)
         if self.platform.capabilities.graph_capture and not self.config.model.enforce_eager:
-            pool = self.platform.graph_pool_handle()
-            self.mixed_graphs = capture_mixed_graphs(self, pool)
-            self.graphs = capture_decode_graphs(self, pool)
+            with startup_phase("graph capture"):
+                pool = self.platform.graph_pool_handle()
+                self.mixed_graphs = capture_mixed_graphs(self, pool)
+                self.graphs = capture_decode_graphs(self, pool)
         return layout
 
     @property

@@ -23,6 +23,7 @@ from infercore.plugin_api import (
     attention_reference,
     kv_cache_fp8,
 )
+from infercore_cpu import thread_budget
 
 attend = attention_reference.attend
 causal_mask = attention_reference.causal_mask
@@ -78,6 +79,7 @@ class TorchPagedMetadataBuilder(AttentionMetadataBuilder):
         self._scratch = (torch.empty(0, dtype=self.spec.dtype), torch.empty(0, dtype=self.spec.dtype))
 
     def build(self, common: CommonAttentionMetadata) -> TorchPagedMetadata:
+        thread_budget.on_step()  # once a step, on the thread that runs the ops
         starts = common.query_start_loc_cpu[: common.num_reqs + 1].tolist()
         seq_lens = common.seq_lens_cpu[: common.num_reqs].tolist()
         decodes, prefills = [], []

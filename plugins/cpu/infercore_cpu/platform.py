@@ -9,6 +9,7 @@ import psutil
 import torch
 
 from infercore.plugin_api import Platform, PlatformCapabilities, ProbeResult
+from infercore_cpu import thread_budget
 from infercore_cpu.linear import bound_onednn_caches
 
 if TYPE_CHECKING:
@@ -52,5 +53,7 @@ class CpuPlatform(Platform):
         bound_onednn_caches()
         if config.parallel.cpu_threads is not None:
             torch.set_num_threads(config.parallel.cpu_threads)
+        else:  # a shared machine: the CPUs we may use and nobody else is using
+            thread_budget.start(min(torch.get_num_threads(), thread_budget.available_cpus()))
         if config.cache.kv_cache_memory_bytes is None and config.cache.num_gpu_blocks_override is None:
             config.cache.kv_cache_memory_bytes = min(_DEFAULT_KV_BYTES, self.total_memory() // 4)

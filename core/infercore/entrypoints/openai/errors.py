@@ -21,7 +21,8 @@ logger = logging.getLogger("infercore.server")
 
 MAX_MESSAGE_CHARS = 1000
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
-_PATH = re.compile(r"(?<![\w.])(?:/[\w.@+-]+){2,}/?")
+#: A file path of two or more parts; the API's own routes (``/v1/...``), which hints name, are kept.
+_PATH = re.compile(r"(?<![\w.])(?!/v1/)(?:/[\w.@+-]+){2,}/?")
 _TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 405: "BadRequestError",
           413: "BadRequestError", 429: "RateLimitError", 500: "InternalServerError", 503: "ServiceUnavailableError"}
 

@@ -1,11 +1,13 @@
-"""The HTTP/1.1 connection guard: a deadline for reading each request and a cap on open connections.
+"""The HTTP/1.1 connection guard: deadlines for reading each request and caps on open connections.
 
 uvicorn's HTTP protocols wait for a request's headers and body as long as the client likes, and hold
 any number of connections, so clients that send half a request and stop (slowloris) pile up until the
-process runs out of file descriptors. These protocols close a connection whose request is not whole
-``read_timeout`` seconds after it began (answering 408 when nothing reached the application yet), and
-answer 503 to connections past ``max_connections``. Idle keep-alive connections stay uvicorn's
-business (``timeout_keep_alive``).
+process runs out of file descriptors. These protocols close a connection whose request's headers are
+not in ``header_timeout`` seconds after it opened (or after the request's first byte, on a kept-alive
+connection), or whose request is not whole ``read_timeout`` seconds after it began (answering 408 when
+nothing reached the application yet); they answer 503 to connections past ``max_connections``, and to
+those of one client address past ``max_connections_per_client``, so that one client's idle connections
+never lock everybody else out. Idle keep-alive connections stay uvicorn's business (``timeout_keep_alive``).
 
 Two parsers carry the guard: httptools (C; the default where it is installed: every streamed chunk of
 every response goes through the protocol, and h11 frames each one in Python) and h11 (pure Python).
@@ -17,6 +19,7 @@ import asyncio
 import importlib.util
 import json
 import resource
+from collections import Counter
 from typing import Any
 
 import h11
@@ -48,9 +51,16 @@ class _ReadGuard:
     still be written (:meth:`_may_answer_408`)."""
 
     read_timeout: float = 30.0
+    header_timeout: float = 5.0
     max_connections: int = 4096
+    max_connections_per_client: int = 1024
+    #: Open connections per client address, shared by the connections of one configured class (process).
+    clients: Counter[str] = Counter()
 
     _read_deadline: asyncio.TimerHandle | None = None
+    _request_began = 0.0
+    _headers_in = False
+    _client: str | None = None
     connections: Any
     transport: Any
     loop: Any
@@ -63,21 +73,47 @@ class _ReadGuard:
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)  # type: ignore[misc]
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and peer:
+            self._client = str(peer[0])
+            self.clients[self._client] += 1
+        refusal = None
         if len(self.connections) > self.max_connections:
-            transport.write(_raw_response(503, "Service Unavailable",
-                                          f"the server holds its limit of {self.max_connections} connections; "
-                                          "retry later"))
+            refusal = f"the server holds its limit of {self.max_connections} connections; retry later"
+        elif self._client is not None and self.clients[self._client] > self.max_connections_per_client:
+            refusal = (f"this client address holds the server's limit of {self.max_connections_per_client} "
+                       "connections per client; close idle connections or retry later")
+        if refusal is not None:
+            transport.write(_raw_response(503, "Service Unavailable", refusal))
             transport.close()
             return
         self._start_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_deadline()
+        if self._client is not None:
+            self.clients[self._client] -= 1
+            if self.clients[self._client] <= 0:
+                del self.clients[self._client]
+            self._client = None
         super().connection_lost(exc)  # type: ignore[misc]
 
     def _start_deadline(self) -> None:
+        """A request may begin: its headers must be in within ``header_timeout``."""
         self._stop_deadline()
-        self._read_deadline = self.loop.call_later(self.read_timeout, self._deadline_passed)
+        self._request_began = self.loop.time()
+        self._headers_in = False
+        self._read_deadline = self.loop.call_later(min(self.header_timeout, self.read_timeout),
+                                                   self._deadline_passed)
+
+    def _headers_done(self) -> None:
+        """The request's headers are in: what is left of ``read_timeout`` bounds its body."""
+        if self._read_deadline is None or self._headers_in:
+            return
+        self._headers_in = True
+        self._read_deadline.cancel()
+        left = self.read_timeout - (self.loop.time() - self._request_began)
+        self._read_deadline = self.loop.call_later(max(left, 0.0), self._deadline_passed)
 
     def _stop_deadline(self) -> None:
         if self._read_deadline is not None:
@@ -90,8 +126,9 @@ class _ReadGuard:
             return
         if self._may_answer_408():
             # Nothing reached the application yet, so the 408 can't interleave with its response.
-            self.transport.write(_raw_response(408, "Request Timeout",
-                                               f"the request was not sent whole within {self.read_timeout:g} s"))
+            message = (f"the request was not sent whole within {self.read_timeout:g} s" if self._headers_in else
+                       f"the request's headers were not sent within {min(self.header_timeout, self.read_timeout):g} s")
+            self.transport.write(_raw_response(408, "Request Timeout", message))
         self.transport.close()
 
 
@@ -111,6 +148,8 @@ class BoundedH11Protocol(_ReadGuard, H11Protocol):
         super().data_received(data)
         if not self._reading():
             self._stop_deadline()
+        elif self.conn.their_state is h11.SEND_BODY:
+            self._headers_done()
 
 
 def httptools_available() -> bool:
@@ -187,6 +226,7 @@ def _httptools_protocol() -> type[Any]:
             if self._refused:
                 return
             self._headers_seen = True
+            self._headers_done()
             super().on_headers_complete()
 
         def on_body(self, body: bytes) -> None:
@@ -207,7 +247,8 @@ def _httptools_protocol() -> type[Any]:
 BoundedHttpToolsProtocol: type[Any] | None = None
 
 
-def bounded_http_protocol(read_timeout: float, max_connections: int, parser: str = "auto") -> type[Any]:
+def bounded_http_protocol(read_timeout: float, max_connections: int, parser: str = "auto", *,
+                          header_timeout: float = 5.0, max_connections_per_client: int = 1024) -> type[Any]:
     """The guarded protocol class for ``parser`` ("httptools", "h11", or "auto": httptools where
     installed) with these limits, to pass to ``uvicorn.Config(http=...)``."""
     use_httptools = parser == "httptools" or (parser == "auto" and httptools_available())
@@ -215,10 +256,19 @@ def bounded_http_protocol(read_timeout: float, max_connections: int, parser: str
         raise ValueError("--http-parser httptools needs the httptools package; pip install httptools "
                          "or use --http-parser h11")
     if not use_httptools:
-        return bounded_h11_protocol(read_timeout, max_connections)
+        return bounded_h11_protocol(read_timeout, max_connections, header_timeout=header_timeout,
+                                    max_connections_per_client=max_connections_per_client)
     return type("ConfiguredHttpToolsProtocol", (_httptools_protocol(),),
-                {"read_timeout": read_timeout, "max_connections": connection_cap(max_connections),
+                {**_limits(read_timeout, max_connections, header_timeout, max_connections_per_client),
                  "trace_latency": trace_enabled()})
+
+
+def _limits(read_timeout: float, max_connections: int, header_timeout: float,
+            max_connections_per_client: int) -> dict[str, Any]:
+    """The class attributes of a configured guard, with a per-client count of its own."""
+    return {"read_timeout": read_timeout, "header_timeout": header_timeout,
+            "max_connections": connection_cap(max_connections),
+            "max_connections_per_client": max_connections_per_client, "clients": Counter()}
 
 
 def connection_cap(max_connections: int) -> int:
@@ -229,8 +279,9 @@ def connection_cap(max_connections: int) -> int:
     return max(1, min(max_connections, soft - RESERVED_FDS))
 
 
-def bounded_h11_protocol(read_timeout: float, max_connections: int) -> type[BoundedH11Protocol]:
+def bounded_h11_protocol(read_timeout: float, max_connections: int, *, header_timeout: float = 5.0,
+                         max_connections_per_client: int = 1024) -> type[BoundedH11Protocol]:
     """A :class:`BoundedH11Protocol` with these limits (the connection cap as :func:`connection_cap`
     allows), to pass to ``uvicorn.Config(http=...)``."""
     return type("ConfiguredH11Protocol", (BoundedH11Protocol,),
-                {"read_timeout": read_timeout, "max_connections": connection_cap(max_connections)})
+                _limits(read_timeout, max_connections, header_timeout, max_connections_per_client))

@@ -2,6 +2,8 @@
 
 Bounds that protect the server (n, logprobs, logit_bias size, list lengths, integer widths) live here so
 a hostile body is refused before any work; finer range checks are SamplingParams' and give the same 400.
+Request models validate strictly (``STRICT``): a field the schema types as a boolean takes only true or
+false, an integer field no boolean or string, so what /openapi.json says is what is accepted.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ StopList = Annotated[list[str], Field(max_length=64)]
 ChoiceList = Annotated[list[str], Field(min_length=1, max_length=1024)]
 MAX_PROMPTS = 256
 MAX_N = 128
+#: Text that must hold at least one character (an empty prompt is refused by the schema, not after it).
+NonEmptyText = Annotated[str, Field(min_length=1)]
+#: The configuration of every request model: no coercion the schema does not describe.
+STRICT = ConfigDict(strict=True)
 
 
 def random_id(prefix: str) -> str:
@@ -28,7 +34,7 @@ def random_id(prefix: str) -> str:
 class GenerateRequest(BaseModel):
     """Fields common to completions and chat (OpenAI's and vLLM's sampling extras); unknown fields are ignored."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str | None = None
     frequency_penalty: float | None = 0.0
@@ -68,7 +74,7 @@ class StructuredOutputsRequest(BaseModel):
     """``structured_outputs``: exactly one constraint of ``json``, ``regex``, ``choice``, ``grammar``,
     ``json_object`` (vLLM's field names); other keys are refused."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     json_: str | dict[str, Any] | None = Field(None, alias="json")
     regex: str | None = None
@@ -86,12 +92,16 @@ class StreamOptions(BaseModel):
     """Streaming options: ``include_usage`` adds a last chunk with token counts, and
     ``continuous_usage_stats`` puts the counts so far on every chunk."""
 
+    model_config = STRICT
+
     include_usage: bool | None = False
     continuous_usage_stats: bool | None = False
 
 
 class JsonSchemaFormat(BaseModel):
     """A named JSON schema for ``response_format``."""
+
+    model_config = STRICT
 
     name: str = "response"
     description: str | None = None
@@ -102,6 +112,8 @@ class JsonSchemaFormat(BaseModel):
 class ResponseFormat(BaseModel):
     """``{"type": "text" | "json_object" | "json_schema", "json_schema": {...}}``."""
 
+    model_config = STRICT
+
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
@@ -109,7 +121,7 @@ class ResponseFormat(BaseModel):
 class CompletionRequest(GenerateRequest):
     """POST /v1/completions. ``prompt`` is text, a list of texts, token ids, or a list of token-id lists."""
 
-    prompt: (str | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)]
+    prompt: (NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1, max_length=MAX_PROMPTS)]
              | Annotated[list[TokenId], Field(min_length=1)]
              | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)])
     echo: bool | None = False
@@ -117,13 +129,14 @@ class CompletionRequest(GenerateRequest):
     prompt_logprobs: Annotated[int, Field(ge=0, le=1024)] | None = None
     best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
     suffix: str | None = None
-    max_tokens: Count | None = 16
+    max_tokens: Annotated[int, Field(ge=0, le=2**31 - 1, description=(
+        "most tokens to generate; 0 (with echo) scores the prompt only"))] | None = 16
 
 
 class ContentPart(BaseModel):
     """One part of a message's content; only ``{"type": "text", "text": ...}`` is served."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     type: str
     text: str | None = None
@@ -132,12 +145,16 @@ class ContentPart(BaseModel):
 class FunctionCall(BaseModel):
     """A function name and its JSON-encoded arguments."""
 
+    model_config = STRICT
+
     name: str
     arguments: str
 
 
 class ToolCall(BaseModel):
     """A tool call an assistant made."""
+
+    model_config = STRICT
 
     id: str = Field(default_factory=lambda: random_id("call"))
     type: Literal["function"] = "function"
@@ -147,7 +164,7 @@ class ToolCall(BaseModel):
 class ChatMessage(BaseModel):
     """One message of the conversation."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | Annotated[list[ContentPart], Field(max_length=1024)] | None = None
@@ -160,6 +177,8 @@ class ChatMessage(BaseModel):
 class FunctionDefinition(BaseModel):
     """A function the model may call."""
 
+    model_config = STRICT
+
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
@@ -169,6 +188,8 @@ class FunctionDefinition(BaseModel):
 class ToolDefinition(BaseModel):
     """A tool offered to the model."""
 
+    model_config = STRICT
+
     type: Literal["function"] = "function"
     function: FunctionDefinition
 
@@ -176,11 +197,15 @@ class ToolDefinition(BaseModel):
 class NamedFunction(BaseModel):
     """The function a named tool choice forces."""
 
+    model_config = STRICT
+
     name: str
 
 
 class NamedToolChoice(BaseModel):
     """Force a call of one named function."""
+
+    model_config = STRICT
 
     type: Literal["function"] = "function"
     function: NamedFunction
@@ -193,7 +218,8 @@ class ChatCompletionRequest(GenerateRequest):
     logprobs: bool | None = False
     top_logprobs: Annotated[int, Field(ge=0, le=1024)] | None = None
     prompt_logprobs: Annotated[int, Field(ge=0, le=1024)] | None = None
-    max_completion_tokens: Count | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
     tools: Annotated[list[ToolDefinition], Field(max_length=512)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = True
@@ -390,6 +416,8 @@ class ModelList(BaseModel):
 class TokenizePromptRequest(BaseModel):
     """POST /tokenize with a text prompt (and no ``messages``)."""
 
+    model_config = STRICT
+
     model: str | None = None
     prompt: str
     messages: None = None
@@ -398,6 +426,8 @@ class TokenizePromptRequest(BaseModel):
 
 class TokenizeChatRequest(BaseModel):
     """POST /tokenize with chat messages, rendered by the chat template (and no ``prompt``)."""
+
+    model_config = STRICT
 
     model: str | None = None
     prompt: None = None
@@ -432,6 +462,8 @@ class TokenizeResponse(BaseModel):
 
 class DetokenizeRequest(BaseModel):
     """POST /detokenize: token ids to text."""
+
+    model_config = STRICT
 
     model: str | None = None
     tokens: Annotated[list[TokenId], Field(

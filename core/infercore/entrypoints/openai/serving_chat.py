@@ -40,8 +40,10 @@ from infercore.entrypoints.openai.serving_base import (
 )
 from infercore.entrypoints.openai.serving_completion import prompt_logprobs_answer
 from infercore.entrypoints.openai.stream_chunks import chat_chunk
+from infercore.entrypoints.openai.template_process import TemplateProcessPool
 from infercore.outputs import CompletionOutput, Logprob, RequestOutput
 from infercore.sampling_params import StructuredOutputsParams
+from infercore.tokenizer import TEMPLATE_TIMEOUT_S
 
 
 def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
@@ -80,6 +82,8 @@ class OpenAIServingChat(OpenAIServing):
         super().__init__(*args, **kwargs)
         self.chat_template = chat_template
         self.parsers = ChatParsers(self.config.serve, self.tokenizer)
+        #: Where templates sent with a request render (killed at their deadline).
+        self.request_templates = TemplateProcessPool()
 
     def _check_features(self, req: ChatCompletionRequest) -> None:
         """Refuse, with what to do, what this server can't serve (automatic tool calls need a parser)."""
@@ -104,12 +108,20 @@ class OpenAIServingChat(OpenAIServing):
         return implied or own
 
     async def render_prompt(self, req: ChatCompletionRequest) -> str:
-        """The request's messages through the chat template, rendered off the event loop."""
-        return await self.render_chat(
-            message_dicts(req.messages), chat_template=req.chat_template or self.chat_template,
+        """The request's messages through the chat template, rendered off the event loop (a template sent
+        with the request in a worker process that is killed at its deadline)."""
+        messages = message_dicts(req.messages)
+        kwargs: dict[str, Any] = dict(
             add_generation_prompt=req.add_generation_prompt,
             tools=[t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None,
             chat_template_kwargs=req.chat_template_kwargs, continue_final_message=req.continue_final_message)
+        if not req.chat_template:
+            return await self.render_chat(messages, chat_template=self.chat_template, **kwargs)
+        try:
+            return await self.request_templates.render(self.tokenizer, messages, chat_template=req.chat_template,
+                                                       timeout_s=TEMPLATE_TIMEOUT_S, **kwargs)
+        except ValueError as exc:
+            raise APIError(400, str(exc), "messages") from None
 
     def _check_parser_kwargs(self, req: ChatCompletionRequest) -> None:
         """Build the request's parsers once before generating, so ``chat_template_kwargs`` they can't take

@@ -1,0 +1,134 @@
+"""Start-up, measured from the outside: ``LLM(...)`` from a fresh process, and ``infercore serve`` from the
+command to an answered /health and an answered completion. Each run is a new process (so imports count),
+prints one JSON line, and the engine's start-up timeline (INFO lines of ``infercore.startup``) goes to the
+run's log and into the line as ``timeline``. Run it twice in a row to see a fresh machine, then warm caches.
+
+    python benchmarks/startup.py --workload w-gpu-8b --serve-workload w-gpu --runs 2          # the H200
+    python benchmarks/startup.py --workload w-cpu --serve-workload w-cpu --runs 1 \\
+        --engine-args '{"cpu_threads": 1}' --serve-args "--cpu-threads 1"                       # CPU dry run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from infercore.benchmarks.workloads import WORKLOADS
+
+#: The ``LLM(...)`` run: imports timed apart from construction, the timeline logged at INFO.
+_LLM_SCRIPT = r"""
+import json, logging, sys, time
+started = time.perf_counter()
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+from infercore import LLM
+LLM  # the lazy attribute imports the engine
+import infercore.entrypoints.llm
+imported = time.perf_counter()
+llm = LLM(**json.loads(sys.argv[1]))
+ready = time.perf_counter()
+print(json.dumps({"imports_s": round(imported - started, 2), "llm_init_s": round(ready - imported, 2)}), flush=True)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _timeline(log: str) -> list[str]:
+    return [line.split("infercore.startup: ", 1)[1] for line in log.splitlines() if "infercore.startup: " in line]
+
+
+def run_llm(folder: Path, dtype: str, max_model_len: int, extra: dict[str, Any], log_dir: Path,
+            index: int) -> dict[str, Any]:
+    kwargs = {"model": str(folder), "load_format": "dummy", "dtype": dtype, "max_model_len": max_model_len,
+              "skip_tokenizer_init": True, **extra}
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _LLM_SCRIPT, json.dumps(kwargs)], capture_output=True, text=True,
+                          timeout=900)
+    wall = time.perf_counter() - start
+    (log_dir / f"llm-{index}.log").write_text(done.stdout + done.stderr)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    result = {"run": "llm", "index": index, "process_wall_s": round(wall, 2), **(lines[-1] if lines else {})}
+    if done.returncode != 0:
+        result["error"] = done.stderr[-1500:]
+    return {**result, "timeline": _timeline(done.stderr)}
+
+
+def run_serve(folder: Path, dtype: str, max_model_len: int, extra: list[str], log_dir: Path,
+              index: int) -> dict[str, Any]:
+    port = _free_port()
+    log_path = log_dir / f"serve-{index}.log"
+    cmd = [sys.executable, "-m", "infercore.entrypoints.cli", "serve", str(folder), "--port", str(port),
+           "--load-format", "dummy", "--dtype", dtype, "--max-model-len", str(max_model_len),
+           "--skip-tokenizer-init", "--served-model-name", "m", *extra]
+    url = f"http://127.0.0.1:{port}"
+    result: dict[str, Any] = {"run": "serve", "index": index}
+    with open(log_path, "w") as log:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            result["health_s"] = _wait(lambda: httpx.get(url + "/health", timeout=1).status_code == 200, proc, start)
+            body = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 1}
+            result["first_completion_s"] = _wait(
+                lambda: httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200, proc, start)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    result["timeline"] = _timeline(log_path.read_text())
+    return result
+
+
+def _wait(ready: Any, proc: subprocess.Popen[bytes], start: float, limit_s: float = 600) -> float | None:
+    while time.perf_counter() - start < limit_s and proc.poll() is None:
+        try:
+            if ready():
+                return round(time.perf_counter() - start, 2)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", default="w-gpu-8b", help="the model shape of the LLM(...) runs")
+    parser.add_argument("--serve-workload", default="w-gpu", help="the model shape of the serve runs")
+    parser.add_argument("--runs", type=int, default=2, help="runs of each (the first may find cold caches)")
+    parser.add_argument("--engine-args", default="{}", help="more LLM(...) arguments, JSON")
+    parser.add_argument("--serve-args", default="", help="more serve flags")
+    parser.add_argument("--log-dir", default=None, help="where the runs' logs go (default: a temporary folder)")
+    args = parser.parse_args()
+    log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="infercore-startup-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="startup-models-") as tmp:
+        llm_w, serve_w = WORKLOADS[args.workload], WORKLOADS[args.serve_workload]
+        llm_folder = llm_w.write_model_folder(Path(tmp) / llm_w.name)
+        serve_folder = serve_w.write_model_folder(Path(tmp) / f"serve-{serve_w.name}")
+        for index in range(args.runs):
+            line = run_llm(llm_folder, llm_w.dtype, llm_w.max_model_len, json.loads(args.engine_args), log_dir, index)
+            print(json.dumps({"workload": llm_w.name, **line}), flush=True)
+            line = run_serve(serve_folder, serve_w.dtype, serve_w.max_model_len, shlex.split(args.serve_args),
+                             log_dir, index)
+            print(json.dumps({"workload": serve_w.name, **line}), flush=True)
+    print(f"logs in {log_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
