@@ -84,7 +84,7 @@ class _KernelBuilds:
 
     def __enter__(self) -> _KernelBuilds:
         if self.enabled and "triton" in sys.modules:  # never import Triton just to count: a CPU start-up needs none of it
-            from infercore.benchmarks.jit_builds import JitBuildCounter
+            from infercore.jit_builds import JitBuildCounter
 
             self._counter = JitBuildCounter().__enter__()
         return self

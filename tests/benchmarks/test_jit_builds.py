@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from infercore.benchmarks.jit_builds import JitBuildCounter
+from infercore.jit_builds import JitBuildCounter
 
 knobs = pytest.importorskip("triton.knobs", reason="Triton is not installed")
 

@@ -9,7 +9,7 @@ import random
 
 from gpu_marks import requires_gpu
 
-from infercore.benchmarks.jit_builds import JitBuildCounter
+from infercore.jit_builds import JitBuildCounter
 
 pytestmark = requires_gpu
 

@@ -108,7 +108,7 @@ def test_sampling_options_build_no_kernel_variants_mid_run(tiny_model_factory) -
     """Start-up builds the float32 draw that top-k, top-p, min-p and penalties send logits through, and
     the penalty kernel; a draw without a top-k/top-p threshold runs the same variant as one with it."""
     from infercore import LLM
-    from infercore.benchmarks.jit_builds import JitBuildCounter
+    from infercore.jit_builds import JitBuildCounter
 
     llm = LLM(model=str(tiny_model_factory("Qwen3ForCausalLM")), dtype="bfloat16", max_model_len=256,
               gpu_memory_utilization=0.3)

@@ -22,8 +22,8 @@ from typing import Any
 
 from infercore.benchmarks.allocator_events import allocator_counters, increase
 from infercore.benchmarks.flops import H200_BF16_DENSE_FLOPS, generation_flops
-from infercore.benchmarks.jit_builds import JitBuildCounter
 from infercore.benchmarks.workloads import WORKLOADS, Workload
+from infercore.jit_builds import JitBuildCounter
 from infercore.version import __version__
 
 
