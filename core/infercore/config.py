@@ -168,6 +168,30 @@ class ServeConfig(BaseSettings):
                                     "connection to the engine(s)")
 
 
+class LoRAConfig(BaseSettings):
+    """Serving LoRA adapters beside the base model (multi-LoRA batching)."""
+
+    model_config = _SETTINGS
+
+    enable_lora: bool = Field(False, description="serve LoRA adapters (requests name one with lora_request)")
+    max_loras: int = Field(1, ge=1, le=256, description="distinct adapters on the device at once (and in one step)")
+    max_lora_rank: int = Field(16, ge=1, le=512, description="largest adapter rank accepted")
+    max_cpu_loras: int | None = Field(
+        None, ge=1, description="adapters kept loaded in host memory (least recently used dropped first; "
+                                "default: max_loras)")
+    lora_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="dtype of the adapter weights on the device (auto: the model's)")
+    lora_modules: list[str] = Field(
+        default_factory=list, description="adapters the server offers as models, each name=path")
+
+    @model_validator(mode="after")
+    def _check(self) -> LoRAConfig:
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+            raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) is smaller than max_loras ({self.max_loras}); "
+                             "raise it or leave it unset")
+        return self
+
+
 SECTIONS: dict[str, type[BaseSettings]] = {
     "model": ModelConfig,
     "cache": CacheConfig,
@@ -176,6 +200,7 @@ SECTIONS: dict[str, type[BaseSettings]] = {
     "load": LoadConfig,
     "structured_outputs": StructuredOutputsConfig,
     "serve": ServeConfig,
+    "lora": LoRAConfig,
 }
 
 
@@ -211,6 +236,7 @@ class InfercoreConfig(BaseModel):
     load: LoadConfig = Field(default_factory=LoadConfig)
     structured_outputs: StructuredOutputsConfig = Field(default_factory=StructuredOutputsConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    lora: LoRAConfig = Field(default_factory=LoRAConfig)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> InfercoreConfig:
