@@ -9,8 +9,8 @@ import enum
 
 import msgspec
 
-from infercore.lora.request import LoRARequest
 from infercore.sampling_params import SamplingParams
+from infercore.wire.lora_request import LoRARequest
 
 
 class FinishReason(enum.IntEnum):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from infercore.lora.request import LoRARequest
 from infercore.sampling_params import SamplingParams
+from infercore.wire.lora_request import LoRARequest
 from infercore.wire.messages import Logprobs
 
 
