@@ -183,6 +183,9 @@ class LoRAConfig(BaseSettings):
         "auto", description="dtype of the adapter weights on the device (auto: the model's)")
     lora_modules: list[str] = Field(
         default_factory=list, description="adapters the server offers as models, each name=path")
+    allow_runtime_lora_updating: bool = Field(
+        False, description="let clients load and unload adapters while the server runs "
+                           "(POST /v1/load_lora_adapter, /v1/unload_lora_adapter): they name server paths")
 
     @model_validator(mode="after")
     def _check(self) -> LoRAConfig:
