@@ -93,3 +93,26 @@ def test_the_front_end_refuses_before_the_engine(base, adapter):
         on.check(LoRARequest("other", 1, "/elsewhere"))
     with pytest.raises(ValueError, match="positive"):
         LoRARequest("zero", 0, str(adapter))
+
+
+def test_mixture_of_experts_models_take_attention_adapters_only(tiny_model_factory, tmp_path):
+    from infercore import LLM, SamplingParams
+
+    base = tiny_model_factory("MixtralForCausalLM")
+    config = AutoConfig.from_pretrained(str(base))
+    attention = write_adapter(base, tmp_path / "b", ADAPTERS[1], seed=2)
+    load_adapter("b", attention, 16, config)
+    mlp = write_adapter(base, tmp_path / "m", AdapterCase("m", 2, 2.0, ("q_proj",)), seed=3)
+    path = mlp / "adapter_model.safetensors"
+    tensors = load_file(str(path))
+    tensors["base_model.model.model.layers.0.mlp.down_proj.lora_A.weight"] = torch.zeros(2, 128)
+    save_file(tensors, str(path))
+    with pytest.raises(LoRAError, match="mixture-of-experts"):
+        load_adapter("m", mlp, 16, config)
+    llm = LLM(model=str(base), dtype="float32", max_model_len=128, cpu_threads=1, enable_lora=True, max_lora_rank=8)
+    try:
+        out = llm.generate("hello world", SamplingParams(max_tokens=4, temperature=0), use_tqdm=False,
+                           lora_request=LoRARequest("b", 1, str(attention)))
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+    assert len(out[0].outputs[0].token_ids) == 4

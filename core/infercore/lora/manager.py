@@ -30,8 +30,9 @@ def wrap_model(model: nn.Module, max_loras: int, max_rank: int, dtype: torch.dty
     wrapped: dict[tuple[int, str], LoRALinear] = {}
     for index, layer in enumerate(model.model.layers):
         for path, row_parallel in WRAPPED_LINEARS.items():
-            parent_path, _, name = path.rpartition(".")
-            parent = layer.get_submodule(parent_path)
+            block_name, _, name = path.partition(".")
+            # A family may name its feed-forward block otherwise (Mixtral's experts): then it has none.
+            parent = getattr(layer, block_name, None)
             base = getattr(parent, name, None)
             if isinstance(base, LinearBase):
                 lora = LoRALinear(base, row_parallel, max_loras, max_rank, dtype, state)
@@ -75,6 +76,7 @@ class LoRAManager:
             old = self._slot_ids[slot]
             if old:
                 del self._resident[old]
+                self._slot_ids[slot] = 0
             self._load(slot, self._host_adapter(request))
             self._slot_ids[slot] = lora_id
             self._resident[lora_id] = slot

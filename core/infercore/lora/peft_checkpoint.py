@@ -102,8 +102,12 @@ def check_shapes(name: str, spec: AdapterSpec, shapes: dict[str, tuple[int, ...]
     """Refuse an adapter whose tensors (``shapes``: key → shape) don't fit the base model ``hf_config``."""
     text = getattr(hf_config, "get_text_config", lambda: hf_config)()
     expected = module_shapes(text)
+    experts = bool(getattr(text, "num_experts", None) or getattr(text, "num_local_experts", None))
     for key, shape in shapes.items():
         layer, module, which = _check_key(name, key, int(text.num_hidden_layers))
+        if experts and TARGET_MODULES[module].layer_path.startswith("mlp."):
+            raise _refuse(name, f"target module {module!r} ({key}) is in a mixture-of-experts block; LoRA applies "
+                                "to the attention projections of such models")
         in_size, out_size = expected[module]
         rank = shape[0] if which == "A" else shape[-1]
         want = (rank, in_size) if which == "A" else (out_size, rank)

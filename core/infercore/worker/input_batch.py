@@ -100,11 +100,13 @@ class InputBatch:
                     params: SamplingParams, block_ids: list[int], num_computed_tokens: int,
                     lora_request: LoRARequest | None = None) -> int:
         """Give a new (or resumed) request a row; returns the row."""
-        row = self._free_rows.pop()
+        slot = -1
         if lora_request is not None:
             if self.adapters is None:
                 raise ValueError("a request names a LoRA adapter but the engine runs without enable_lora")
-            self.adapter_slot[row] = self.adapters.acquire(lora_request)
+            slot = self.adapters.acquire(lora_request)
+        row = self._free_rows.pop()
+        self.adapter_slot[row] = slot
         tokens = list(prompt_token_ids) + list(output_token_ids)
         self.token_ids[row, : len(tokens)] = tokens
         self.num_tokens[row] = len(tokens)
