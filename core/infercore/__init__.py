@@ -13,6 +13,7 @@ from infercore.version import __version__
 if TYPE_CHECKING:
     from infercore.config import InfercoreConfig
     from infercore.entrypoints.llm import LLM
+    from infercore.lora.request import LoRARequest
     from infercore.outputs import CompletionOutput, RequestOutput
     from infercore.sampling_params import SamplingParams, StructuredOutputsParams
 
@@ -23,9 +24,10 @@ _LAZY = {
     "RequestOutput": "infercore.outputs",
     "CompletionOutput": "infercore.outputs",
     "InfercoreConfig": "infercore.config",
+    "LoRARequest": "infercore.lora.request",
 }
 
-__all__ = ["LLM", "CompletionOutput", "InfercoreConfig", "RequestOutput", "SamplingParams",
+__all__ = ["LLM", "CompletionOutput", "InfercoreConfig", "LoRARequest", "RequestOutput", "SamplingParams",
            "StructuredOutputsParams", "__version__"]
 
 

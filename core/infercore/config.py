@@ -174,6 +174,33 @@ class ServeConfig(BaseSettings):
                                     "connection to the engine(s)")
 
 
+class LoRAConfig(BaseSettings):
+    """Serving LoRA adapters beside the base model (multi-LoRA batching)."""
+
+    model_config = _SETTINGS
+
+    enable_lora: bool = Field(False, description="serve LoRA adapters (requests name one with lora_request)")
+    max_loras: int = Field(1, ge=1, le=256, description="distinct adapters on the device at once (and in one step)")
+    max_lora_rank: int = Field(16, ge=1, le=512, description="largest adapter rank accepted")
+    max_cpu_loras: int | None = Field(
+        None, ge=1, description="adapters kept loaded in host memory (least recently used dropped first; "
+                                "default: max_loras)")
+    lora_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="dtype of the adapter weights on the device (auto: the model's)")
+    lora_modules: list[str] = Field(
+        default_factory=list, description="adapters the server offers as models, each name=path")
+    allow_runtime_lora_updating: bool = Field(
+        False, description="let clients load and unload adapters while the server runs "
+                           "(POST /v1/load_lora_adapter, /v1/unload_lora_adapter): they name server paths")
+
+    @model_validator(mode="after")
+    def _check(self) -> LoRAConfig:
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+            raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) is smaller than max_loras ({self.max_loras}); "
+                             "raise it or leave it unset")
+        return self
+
+
 SECTIONS: dict[str, type[BaseSettings]] = {
     "model": ModelConfig,
     "cache": CacheConfig,
@@ -182,6 +209,7 @@ SECTIONS: dict[str, type[BaseSettings]] = {
     "load": LoadConfig,
     "structured_outputs": StructuredOutputsConfig,
     "serve": ServeConfig,
+    "lora": LoRAConfig,
 }
 
 
@@ -217,6 +245,7 @@ class InfercoreConfig(BaseModel):
     load: LoadConfig = Field(default_factory=LoadConfig)
     structured_outputs: StructuredOutputsConfig = Field(default_factory=StructuredOutputsConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    lora: LoRAConfig = Field(default_factory=LoRAConfig)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> InfercoreConfig:

@@ -87,7 +87,8 @@ class EngineCore:
         if self.async_mode is None:
             self.async_mode = self.platform.capabilities.async_scheduling and not config.model.enforce_eager
         self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, self.kv_layout,
-                                   self.max_num_batched_tokens)
+                                   self.max_num_batched_tokens,
+                                   max_loras=config.lora.max_loras if config.lora.enable_lora else None)
         #: The step launched last in overlapped mode and the future of its output.
         self._inflight: tuple[SchedulerOutput, StepFuture] | None = None
         self.grammars = GrammarGate(config, self.model_info.vocab_size, self.model_info.generation_stop_ids)

@@ -13,6 +13,7 @@ from infercore.config import InfercoreConfig
 from infercore.entrypoints.default_logging import show_engine_logs_by_default
 from infercore.frontend.llm_engine import LLMEngine
 from infercore.frontend.output_processor import RequestOutputKind
+from infercore.lora.request import LoRARequest
 from infercore.outputs import RequestOutput
 from infercore.sampling_params import SamplingParams
 from infercore.tokenizer import apply_chat_template
@@ -63,8 +64,10 @@ class LLM:
 
     def generate(self, prompts: PromptType | Sequence[PromptType],
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 use_tqdm: bool = True, priority: list[int] | None = None) -> list[RequestOutput]:
-        """Generate for every prompt; outputs come back in input order."""
+                 use_tqdm: bool = True, priority: list[int] | None = None,
+                 lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None) -> list[RequestOutput]:
+        """Generate for every prompt; outputs come back in input order. ``lora_request`` is one adapter for
+        every prompt or one per prompt (None: the base model); the engine needs ``enable_lora``."""
         prompt_list = self._as_prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
@@ -77,13 +80,14 @@ class LLM:
                                  "pass one, or one per prompt")
         if priority is not None and len(priority) != len(prompt_list):
             raise ValueError(f"got {len(priority)} priorities for {len(prompt_list)} prompts")
+        loras = self._per_prompt_loras(lora_request, len(prompt_list))
         ids: list[str] = []
         try:
             for i, (prompt, params) in enumerate(zip(prompt_list, params_list, strict=True)):
                 request_id = str(next(self._counter))
                 # Offline callers want finished outputs only: no per-step RequestOutput building.
                 self.llm_engine.add_request(request_id, prompt, params, priority=priority[i] if priority else 0,
-                                            output_kind=RequestOutputKind.FINAL_ONLY)
+                                            output_kind=RequestOutputKind.FINAL_ONLY, lora_request=loras[i])
                 ids.append(request_id)
         except Exception:
             # The call fails as a whole: the prompts added before the bad one must not stay in the engine.
@@ -95,8 +99,10 @@ class LLM:
              sampling_params: SamplingParams | Sequence[SamplingParams] | None = None, use_tqdm: bool = True,
              chat_template: str | None = None, add_generation_prompt: bool = True,
              chat_template_kwargs: dict[str, Any] | None = None,
-             tools: list[dict[str, Any]] | None = None) -> list[RequestOutput]:
-        """Apply the tokenizer's chat template to each conversation, then generate."""
+             tools: list[dict[str, Any]] | None = None,
+             lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None) -> list[RequestOutput]:
+        """Apply the tokenizer's chat template to each conversation, then generate (``lora_request`` as in
+        :meth:`generate`)."""
         tokenizer = self.llm_engine.tokenizer
         if tokenizer is None:
             raise ValueError("chat() needs a tokenizer; do not set skip_tokenizer_init")
@@ -107,7 +113,17 @@ class LLM:
                                        add_generation_prompt=add_generation_prompt, tools=tools,
                                        chat_template_kwargs=chat_template_kwargs)
             prompts.append({"prompt": text, "prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)})
-        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm, lora_request=lora_request)
+
+    @staticmethod
+    def _per_prompt_loras(lora_request: LoRARequest | Sequence[LoRARequest | None] | None,
+                          num_prompts: int) -> list[LoRARequest | None]:
+        if lora_request is None or isinstance(lora_request, LoRARequest):
+            return [lora_request] * num_prompts
+        loras = list(lora_request)
+        if len(loras) != num_prompts:
+            raise ValueError(f"got {len(loras)} LoRA requests for {num_prompts} prompts; pass one, or one per prompt")
+        return loras
 
     @staticmethod
     def _as_prompt_list(prompts: PromptType | Sequence[PromptType]) -> list[PromptType]:

@@ -25,6 +25,8 @@ from infercore.frontend.dp_client import DataParallelClient, make_engine_client
 from infercore.frontend.input_processor import InputProcessor
 from infercore.frontend.output_processor import OutputProcessor, RequestOutputKind
 from infercore.frontend.output_stream import OutputStream
+from infercore.lora.request import LoRARequest
+from infercore.lora.served import ServedAdapters
 from infercore.outputs import RequestOutput
 from infercore.sampling_params import SamplingParams
 from infercore.tokenizer import get_tokenizer
@@ -89,6 +91,8 @@ class AsyncLLM:
                                               config.model.max_logprobs, model_info.eos_token_id,
                                               model_info.generation_stop_ids)
         self.output_processor = OutputProcessor(tokenizer)
+        #: The adapters offered as models (``--lora-modules``; loaded and unloaded at run time).
+        self.adapters = ServedAdapters(config)
         self.stats = client.initial_stats or SchedulerStats(num_total_blocks=model_info.num_kv_blocks,
                                                             num_free_blocks=model_info.num_kv_blocks)
         self.dead_reason: str | None = None
@@ -155,7 +159,8 @@ class AsyncLLM:
             raise QueueFullError(refusal)
 
     async def generate(self, prompt: str | list[int] | dict[str, Any], params: SamplingParams, request_id: str,
-                       *, priority: int = 0, cache_salt: str | None = None) -> AsyncIterator[RequestOutput]:
+                       *, priority: int = 0, cache_salt: str | None = None,
+                       lora_request: LoRARequest | None = None) -> AsyncIterator[RequestOutput]:
         """Yield the request's outputs (deltas) until it finishes; abort it if the caller stops early."""
         if self.dead_reason is not None:
             raise EngineDeadError(self.dead_reason)
@@ -165,8 +170,9 @@ class AsyncLLM:
             raise ValueError(f"request id {request_id!r} is already in use")
         self.check_capacity(params.n)
         timing = RequestTiming(arrival=time.monotonic())
+        self.adapters.checker.check(lora_request)
         processed = self.input_processor.process(request_id, prompt, params, priority=priority,
-                                                 cache_salt=cache_salt)
+                                                 cache_salt=cache_salt, lora_request=lora_request)
         tracked = _Tracked(OutputStream(), [r.request_id for r in processed.engine_requests])
         self.output_processor.add_request(processed, RequestOutputKind.DELTA, queue=tracked.stream)
         self._requests[request_id] = tracked

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import msgspec
 from transformers import PreTrainedTokenizerBase
 
+from infercore.lora.request import LoRARequest
 from infercore.sampling_params import SamplingParams, SamplingParamsError
 from infercore.structured_output.admission import check_constraint
 from infercore.wire.messages import EngineCoreRequest
@@ -68,8 +69,9 @@ class InputProcessor:
 
     def process(self, request_id: str, prompt: PromptType, params: SamplingParams,
                 arrival_time: float | None = None, priority: int = 0,
-                cache_salt: str | None = None) -> ProcessedRequest:
-        """Validate and tokenize one request; ``n > 1`` fans out into ``n`` engine requests."""
+                cache_salt: str | None = None, lora_request: LoRARequest | None = None) -> ProcessedRequest:
+        """Validate and tokenize one request; ``n > 1`` fans out into ``n`` engine requests (``lora_request``
+        was checked by the caller's :class:`~infercore.lora.checks.AdapterChecker`)."""
         text, token_ids = self._tokens(prompt)
         self._check_prompt(token_ids)
         params = self._resolve_params(self._as_on_the_wire(params), len(token_ids))
@@ -78,7 +80,8 @@ class InputProcessor:
         def engine_request(child_id: str, child: SamplingParams, parent: str | None) -> EngineCoreRequest:
             return EngineCoreRequest(
                 request_id=child_id, prompt_token_ids=token_ids, sampling_params=child, arrival_time=arrival,
-                eos_token_id=self.eos_token_id, priority=priority, cache_salt=cache_salt, parent_id=parent)
+                eos_token_id=self.eos_token_id, priority=priority, cache_salt=cache_salt, parent_id=parent,
+                lora_request=lora_request)
 
         if params.n == 1:
             requests = [engine_request(request_id, params, None)]

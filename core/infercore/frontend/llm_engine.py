@@ -8,6 +8,8 @@ from infercore.config import InfercoreConfig
 from infercore.engine.core import EngineCore
 from infercore.frontend.input_processor import InputProcessor, ProcessedRequest
 from infercore.frontend.output_processor import OutputProcessor, RequestOutputKind
+from infercore.lora.checks import AdapterChecker
+from infercore.lora.request import LoRARequest
 from infercore.models.model_info import resolve_demo_model
 from infercore.outputs import RequestOutput
 from infercore.sampling_params import SamplingParams
@@ -31,14 +33,17 @@ class LLMEngine:
                                               config.model.max_logprobs, info.eos_token_id,
                                               info.generation_stop_ids)
         self.output_processor = OutputProcessor(self.tokenizer)
+        self.adapters = AdapterChecker(config)
         #: The scheduler's stats after the latest step (before any step: the idle engine's).
         self.last_stats: SchedulerStats = self.engine_core.scheduler.get_stats()
 
     def add_request(self, request_id: str, prompt: Any, params: SamplingParams, priority: int = 0,
                     cache_salt: str | None = None,
-                    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE) -> ProcessedRequest:
+                    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE,
+                    lora_request: LoRARequest | None = None) -> ProcessedRequest:
+        self.adapters.check(lora_request)
         processed = self.input_processor.process(request_id, prompt, params, priority=priority,
-                                                 cache_salt=cache_salt)
+                                                 cache_salt=cache_salt, lora_request=lora_request)
         self.output_processor.add_request(processed, output_kind)
         added: list[str] = []
         try:

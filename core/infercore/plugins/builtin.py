@@ -28,6 +28,8 @@ def register_attention_backends(register: RegisterFn) -> None:
 @hookimpl
 def register_custom_ops(register: RegisterFn) -> None:
     register("linear", "infercore.ops.reference:linear")
+    register("lora_shrink", "infercore.ops.lora_reference:lora_shrink")
+    register("lora_expand", "infercore.ops.lora_reference:lora_expand")
     register("fp8_linear", "infercore.ops.reference:fp8_linear")
     register("fp8_block_linear", "infercore.ops.reference:fp8_block_linear")
     register("int4_linear", "infercore.ops.reference:int4_linear")

@@ -2,7 +2,7 @@
 
 The hash of block ``i`` covers the hash of block ``i - 1`` and the block's token ids, so equal
 hashes mean equal prefixes. The chain starts from a root that covers the request's ``cache_salt``,
-so requests with different salts never share a block. Tokens are encoded as 64-bit integers.
+so requests with different salts (or LoRA adapters) never share a block. Tokens are encoded as 64-bit integers.
 """
 
 from __future__ import annotations
@@ -15,11 +15,15 @@ BlockHash = bytes
 _UNSALTED_ROOT = hashlib.sha256(b"infercore prefix cache v1").digest()
 
 
-def root_hash(cache_salt: str | None) -> BlockHash:
-    """The parent hash of a request's first block."""
-    if cache_salt is None:
-        return _UNSALTED_ROOT
-    return hashlib.sha256(_UNSALTED_ROOT + b"salt:" + cache_salt.encode()).digest()
+def root_hash(cache_salt: str | None, lora_id: int = 0) -> BlockHash:
+    """The parent hash of a request's first block: it covers the salt and the LoRA adapter (KV computed
+    through one adapter is never another's, nor the base model's)."""
+    root = _UNSALTED_ROOT
+    if cache_salt is not None:
+        root = hashlib.sha256(root + b"salt:" + cache_salt.encode()).digest()
+    if lora_id:
+        root = hashlib.sha256(root + b"lora:" + str(lora_id).encode()).digest()
+    return root
 
 
 def hash_block(parent: BlockHash, token_ids: list[int]) -> BlockHash:
@@ -28,13 +32,14 @@ def hash_block(parent: BlockHash, token_ids: list[int]) -> BlockHash:
 
 
 def extend_block_hashes(
-    hashes: list[BlockHash], token_ids: list[int], num_blocks: int, block_size: int, cache_salt: str | None
+    hashes: list[BlockHash], token_ids: list[int], num_blocks: int, block_size: int, cache_salt: str | None,
+    lora_id: int = 0,
 ) -> None:
     """Append to ``hashes`` the hashes of full blocks up to ``num_blocks``; earlier ones are kept."""
     start = len(hashes)
     if start >= num_blocks:
         return
-    parent = hashes[-1] if hashes else root_hash(cache_salt)
+    parent = hashes[-1] if hashes else root_hash(cache_salt, lora_id)
     for i in range(start, num_blocks):
         parent = hash_block(parent, token_ids[i * block_size:(i + 1) * block_size])
         hashes.append(parent)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 
+from infercore.lora.request import LoRARequest
 from infercore.sampling_params import SamplingParams
 from infercore.wire.messages import EngineCoreRequest, FinishReason, Logprobs
 
@@ -50,7 +51,7 @@ class Request:
         "cache_salt", "parent_id", "output_token_ids", "all_token_ids", "num_prompt_tokens",
         "num_computed_tokens", "status", "stop_reason", "num_cached_tokens", "block_hashes",
         "max_tokens", "min_tokens", "stop_eos_token_id", "stop_token_ids", "num_preemptions",
-        "prompt_logprobs_parts", "prompt_logprobs_sent", "num_output_placeholders",
+        "prompt_logprobs_parts", "prompt_logprobs_sent", "num_output_placeholders", "lora_request", "lora_id",
     )
 
     def __init__(
@@ -63,6 +64,7 @@ class Request:
         priority: int = 0,
         cache_salt: str | None = None,
         parent_id: str | None = None,
+        lora_request: LoRARequest | None = None,
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
@@ -72,6 +74,9 @@ class Request:
         self.priority = priority
         self.cache_salt = cache_salt
         self.parent_id = parent_id
+        self.lora_request = lora_request
+        #: The adapter's id (0: the base model); it joins the prefix-cache hashes.
+        self.lora_id = 0 if lora_request is None else lora_request.lora_int_id
 
         self.output_token_ids: list[int] = []
         self.all_token_ids: list[int] = list(prompt_token_ids)
@@ -114,6 +119,7 @@ class Request:
             priority=req.priority,
             cache_salt=req.cache_salt,
             parent_id=req.parent_id,
+            lora_request=req.lora_request,
         )
 
     @property

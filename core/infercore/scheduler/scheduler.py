@@ -58,6 +58,7 @@ class Scheduler:
         max_model_len: int,
         kv_layout: KVCacheLayout,
         max_num_batched_tokens: int | None = None,
+        max_loras: int | None = None,
     ) -> None:
         block_size = kv_layout.block_size
         self.max_model_len = max_model_len
@@ -66,6 +67,9 @@ class Scheduler:
         self.max_num_batched_tokens = (max_num_batched_tokens or scheduler_config.max_num_batched_tokens
                                        or _DEFAULT_MAX_NUM_BATCHED_TOKENS)
         self.enable_chunked_prefill = scheduler_config.enable_chunked_prefill
+        #: Most distinct LoRA adapters among the running requests (None: LoRA is off). The workers hold
+        #: that many adapter slots, so every running request keeps its adapter on the device.
+        self.max_loras = max_loras
         #: Most prompt tokens a step takes while some request is decoding (None: the whole budget).
         self.max_num_batched_tokens_while_decoding = scheduler_config.max_num_batched_tokens_while_decoding
         #: Most prompt tokens a step takes per decoding request (None: no such bound).
@@ -275,8 +279,15 @@ class Scheduler:
         each one's token count is appended to ``num_scheduled``."""
         kv = self.kv_cache_manager
         waiting = self.waiting
+        adapters = None if self.max_loras is None else {r.lora_id for r in self.running if r.lora_id}
+        #: Requests passed over because their adapter has no free slot; they keep their place in the queue.
+        deferred: list[Request] = []
         while len(waiting) > 0 and budget > 0 and len(self.running) < self.max_num_seqs:
             request = waiting.peek()
+            if (adapters is not None and request.lora_id and request.lora_id not in adapters
+                    and len(adapters) >= self.max_loras):
+                deferred.append(waiting.pop())
+                continue
             hit_blocks, num_hit = kv.get_computed_blocks(request)
             num_new = request.num_tokens - num_hit
             if num_new > budget:
@@ -300,8 +311,13 @@ class Scheduler:
                 block_ids=kv.get_block_ids(request),
                 num_computed_tokens=num_hit,
                 output_token_ids=list(request.output_token_ids),
+                lora_request=request.lora_request,
             ))
+            if adapters is not None and request.lora_id:
+                adapters.add(request.lora_id)
             self._advance(request, num_new)
+        for request in reversed(deferred):
+            waiting.add_preempted(request)
         return budget
 
     def _advance(self, request: Request, num_new: int) -> None:

@@ -71,7 +71,7 @@ class SingleKVCacheManager:
         bs = self.block_size
         max_hit_blocks = (request.num_tokens - 1) // bs
         hashes = request.block_hashes
-        extend_block_hashes(hashes, request.all_token_ids, max_hit_blocks, bs, request.cache_salt)
+        extend_block_hashes(hashes, request.all_token_ids, max_hit_blocks, bs, request.cache_salt, request.lora_id)
         hit: list[KVBlock] = []
         get = self.pool.get_cached_block
         for i in range(max_hit_blocks):
@@ -189,7 +189,8 @@ class SingleKVCacheManager:
         if num_full <= start:
             return
         hashes = request.block_hashes
-        extend_block_hashes(hashes, request.all_token_ids, num_full, self.block_size, request.cache_salt)
+        extend_block_hashes(hashes, request.all_token_ids, num_full, self.block_size, request.cache_salt,
+                            request.lora_id)
         cache_block = self.pool.cache_block
         newly_cached = self._newly_cached
         for i in range(start, num_full):

@@ -10,6 +10,7 @@ import enum
 import msgspec
 
 from infercore.sampling_params import SamplingParams
+from infercore.wire.lora_request import LoRARequest
 
 
 class FinishReason(enum.IntEnum):
@@ -36,6 +37,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     priority: int = 0
     cache_salt: str | None = None
     parent_id: str | None = None
+    lora_request: LoRARequest | None = None
 
 
 class Logprobs(msgspec.Struct, array_like=True):

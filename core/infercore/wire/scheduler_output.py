@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from infercore.sampling_params import SamplingParams
+from infercore.wire.lora_request import LoRARequest
 from infercore.wire.messages import Logprobs
 
 
@@ -24,6 +25,8 @@ class NewRequestData:
     block_ids: list[int]
     num_computed_tokens: int
     output_token_ids: list[int] = field(default_factory=list)
+    #: The adapter the request runs with (None: the base model).
+    lora_request: LoRARequest | None = None
 
 
 @dataclass(slots=True)

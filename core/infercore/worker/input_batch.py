@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 
+from infercore.lora.request import LoRARequest
 from infercore.sample.row_state import SamplingRowState
 from infercore.sampling_params import SamplingParams
 from infercore.wire.scheduler_output import SchedulerOutput
+
+
+class AdapterSlots(Protocol):
+    """Device slots of LoRA adapters (:class:`infercore.lora.manager.LoRAManager`)."""
+
+    def acquire(self, request: LoRARequest) -> int: ...
+
+    def release(self, slot: int) -> None: ...
 
 
 @dataclass
@@ -37,6 +47,7 @@ class InputBatch:
     - ``block_table[row]``: the row's block ids in the layout's encoding (interleaved by KV cache
       group, :mod:`infercore.wire.kv_layout`);
     - ``sampling``: the row's sampling parameters and penalty tables (:class:`SamplingRowState`);
+    - ``adapter_slot[row]``: the device slot of the row's LoRA adapter (-1: none), from ``adapters``;
     - ``requests``: each request's :class:`RequestState` (its row, its tokens as lists).
 
     A workload that brings something per row (an adapter slot, draft tokens, pooling parameters,
@@ -46,7 +57,8 @@ class InputBatch:
     """
 
     def __init__(self, *, max_num_reqs: int, max_model_len: int, block_size: int, num_kv_groups: int, vocab_size: int,
-                 device: torch.device, pin_memory: bool, eos_token_id: int | None) -> None:
+                 device: torch.device, pin_memory: bool, eos_token_id: int | None,
+                 adapters: AdapterSlots | None = None) -> None:
         self.max_num_reqs = max_num_reqs
         self.max_model_len = max_model_len
         self.eos_token_id = eos_token_id
@@ -55,6 +67,8 @@ class InputBatch:
         self.block_table = np.zeros((max_num_reqs, self.max_blocks_per_req * num_kv_groups), dtype=np.int32)
         self.num_computed = np.zeros(max_num_reqs, dtype=np.int64)
         self.num_tokens = np.zeros(max_num_reqs, dtype=np.int64)
+        self.adapters = adapters
+        self.adapter_slot = np.full(max_num_reqs, -1, dtype=np.int32)
         self.sampling = SamplingRowState(max_num_reqs, vocab_size, device, pin_memory)
         self.requests: dict[str, RequestState] = {}
         #: Running requests that asked for prompt logprobs (a step without any skips looking for them).
@@ -78,13 +92,21 @@ class InputBatch:
             state.num_blocks += n
         for new in so.scheduled_new_reqs:
             rows.append(self.add_request(new.req_id, new.prompt_token_ids, new.output_token_ids,
-                                         new.sampling_params, new.block_ids, new.num_computed_tokens))
+                                         new.sampling_params, new.block_ids, new.num_computed_tokens,
+                                         new.lora_request))
         return rows
 
     def add_request(self, req_id: str, prompt_token_ids: list[int], output_token_ids: list[int],
-                    params: SamplingParams, block_ids: list[int], num_computed_tokens: int) -> int:
+                    params: SamplingParams, block_ids: list[int], num_computed_tokens: int,
+                    lora_request: LoRARequest | None = None) -> int:
         """Give a new (or resumed) request a row; returns the row."""
+        slot = -1
+        if lora_request is not None:
+            if self.adapters is None:
+                raise ValueError("a request names a LoRA adapter but the engine runs without enable_lora")
+            slot = self.adapters.acquire(lora_request)
         row = self._free_rows.pop()
+        self.adapter_slot[row] = slot
         tokens = list(prompt_token_ids) + list(output_token_ids)
         self.token_ids[row, : len(tokens)] = tokens
         self.num_tokens[row] = len(tokens)
@@ -102,6 +124,9 @@ class InputBatch:
         state = self.requests.pop(req_id, None)
         if state is not None:
             self._free_rows.append(state.row)
+            if self.adapter_slot[state.row] >= 0:
+                self.adapters.release(int(self.adapter_slot[state.row]))
+                self.adapter_slot[state.row] = -1
             self.prompt_logprob_reqs.discard(req_id)
 
     def append_sampled(self, states: list[RequestState], tokens: list[int]) -> None:

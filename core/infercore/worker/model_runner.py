@@ -13,6 +13,7 @@ import torch
 from infercore.attention.backend import CommonAttentionMetadata
 from infercore.config import InfercoreConfig
 from infercore.forward_context import ForwardContext, set_forward_context
+from infercore.lora.setup import make_lora_manager
 from infercore.platforms.interface import Platform
 from infercore.sample import Sampler, compute_prompt_logprobs
 from infercore.startup_timeline import startup_phase
@@ -81,10 +82,12 @@ class ModelRunner:
                                    self.max_blocks_per_req, self.device, platform.capabilities.pin_memory,
                                    kv_groups=num_groups)
         pin = platform.capabilities.pin_memory and not self.buffers.same
+        self.lora = make_lora_manager(config, self.model, self.hf_config, device, self.dtype,
+                                      max(self.max_num_tokens, self.max_num_reqs), pin)
         self.input_batch = InputBatch(max_num_reqs=self.max_num_reqs, max_model_len=max_model_len,
                                       block_size=self.block_size, num_kv_groups=num_groups,
                                       vocab_size=self.vocab_size, device=device, pin_memory=pin,
-                                      eos_token_id=eos_token_id)
+                                      eos_token_id=eos_token_id, adapters=self.lora)
         self.graphs: WholeGraphs | None = None
         #: Graphs of steps with prompt tokens: whole (the backend launches attention from padded counts,
         #: ``captures_mixed_steps``) or in pieces around attention.
@@ -343,6 +346,9 @@ class ModelRunner:
             return None, None, req_ids
         self.buffers.swap()
         layout, graph, meta, req_ids = self._prepare(so, req_ids, rows, reorder)
+        if self.lora is not None:  # each token's adapter slot (and the padding's: none)
+            self.lora.state.set_step(self.input_batch.adapter_slot[layout.token_rows],
+                                     graph.size if graph else layout.num_tokens)
         if self._pending is not None:
             self._patch_inflight_tokens(layout)
         self.buffers.flush()

@@ -21,6 +21,8 @@ CUSTOM_OPS = {
     "gumbel_argmax": "infercore_triton.sampling:gumbel_argmax",
     "apply_penalties": "infercore_triton.sampling_penalties:apply_penalties",
     "fused_moe": "infercore_triton.fused_moe:fused_moe",
+    "lora_shrink": "infercore_triton.lora:lora_shrink",
+    "lora_expand": "infercore_triton.lora:lora_expand",
 }
 
 

@@ -10,6 +10,7 @@ from starlette.middleware.cors import CORSMiddleware
 from infercore.config import InfercoreConfig
 from infercore.engine.latency_trace import trace_enabled
 from infercore.entrypoints.openai.errors import install_error_handlers
+from infercore.entrypoints.openai.lora_routes import lora_router
 from infercore.entrypoints.openai.metrics import ServerMetrics
 from infercore.entrypoints.openai.middleware import GuardMiddleware
 from infercore.entrypoints.openai.routes import router
@@ -44,6 +45,7 @@ def build_app(config: InfercoreConfig, engine: AsyncLLM, metrics: ServerMetrics,
         chat=OpenAIServingChat(engine, config, model_name, chat_template=chat_template), drain=DrainState())
     app.state.server = state
     app.include_router(router)
+    app.include_router(lora_router)
     install_error_handlers(app)
     if config.serve.allowed_origins:
         app.add_middleware(CORSMiddleware, allow_origins=config.serve.allowed_origins, allow_methods=["*"],

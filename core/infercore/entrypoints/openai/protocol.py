@@ -403,6 +403,8 @@ class ModelCard(BaseModel):
     created: int = Field(default_factory=lambda: int(time.time()))
     owned_by: str = "infercore"
     root: str | None = None
+    #: The base model a LoRA adapter runs on (None for the base model itself).
+    parent: str | None = None
     max_model_len: int | None = None
 
 

@@ -56,16 +56,23 @@ def _model_card(state: ServerState) -> ModelCard:
 
 @router.get("/v1/models", response_model=ModelList, responses=_ERRORS)
 async def list_models(request: Request) -> ModelList:
-    """The served model."""
-    return ModelList(data=[_model_card(_state(request))])
+    """The served model, then the LoRA adapters served on it (each with the base model as ``parent``)."""
+    state = _state(request)
+    base = _model_card(state)
+    adapters = [ModelCard(id=a.lora_name, root=a.lora_path, parent=base.id, max_model_len=base.max_model_len)
+                for a in state.engine.adapters.all()]
+    return ModelList(data=[base, *adapters])
 
 
 @router.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=_ERRORS)
 async def retrieve_model(model_id: str, request: Request) -> ModelCard:
     """One served model by its id (the served name or the model path); 404 for any other id."""
     state = _state(request)
-    state.chat.check_model(model_id)
-    return _model_card(state)
+    adapter = state.chat.check_model(model_id)
+    base = _model_card(state)
+    if adapter is None:
+        return base
+    return ModelCard(id=adapter.lora_name, root=adapter.lora_path, parent=base.id, max_model_len=base.max_model_len)
 
 
 @router.post("/v1/completions", response_model=CompletionResponse, responses=_ERRORS)

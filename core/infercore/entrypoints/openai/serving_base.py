@@ -18,6 +18,7 @@ from infercore.entrypoints.openai.offload import off_loop
 from infercore.entrypoints.openai.protocol import GenerateRequest
 from infercore.frontend.async_llm import AsyncLLM, EngineShuttingDownError, QueueFullError
 from infercore.frontend.core_client import EngineDeadError
+from infercore.lora.request import LoRARequest
 from infercore.plugins import get_plugin_manager
 from infercore.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputsParams
 from infercore.tokenizer import TEMPLATE_TIMEOUT_S, apply_chat_template
@@ -102,11 +103,16 @@ class OpenAIServing:
             return {"prompt": prompt, "prompt_token_ids": await self.tokenize(prompt, add_special_tokens, param)}
         return {"prompt_token_ids": prompt}
 
-    def check_model(self, model: str | None) -> None:
+    def check_model(self, model: str | None) -> LoRARequest | None:
+        """The adapter ``model`` names (None: the base model); 404 for a model the server doesn't serve."""
         accepted = {self.model_name, self.config.model.model}
-        if model is not None and model not in accepted:
-            raise APIError(404, f"the model {model[:200]!r} does not exist; this server serves {self.model_name!r}",
-                           "model")
+        if model is None or model in accepted:
+            return None
+        adapter = self.engine.adapters.get(model)
+        if adapter is None:
+            names = ", ".join(repr(n) for n in [self.model_name, *(a.lora_name for a in self.engine.adapters.all())])
+            raise APIError(404, f"the model {model[:200]!r} does not exist; this server serves {names}", "model")
+        return adapter
 
     def sampling_params(self, req: GenerateRequest, max_tokens: int | None, logprobs: int | None,
                         prompt_logprobs: int | None = None, score_only: bool = False) -> SamplingParams:

@@ -134,7 +134,7 @@ class OpenAIServingChat(OpenAIServing):
 
     async def create(self, req: ChatCompletionRequest, raw: Request) -> Response:
         self.stamp_parsed()
-        self.check_model(req.model)
+        lora = self.check_model(req.model)
         self._check_features(req)
         self.check_fan_out(1, req.n or 1)
         if self.tokenizer is None:
@@ -150,7 +150,7 @@ class OpenAIServingChat(OpenAIServing):
         engine_prompt = await self.engine_prompt(prompt, add_special_tokens=False, param="messages")
         request_id = random_id("chatcmpl")
         stream = self.engine.generate(engine_prompt, params, request_id, priority=req.priority,
-                                      cache_salt=req.cache_salt)
+                                      cache_salt=req.cache_salt, lora_request=lora)
         first = await self.first_output(raw, stream, params.structured_outputs is not None)
         echo = ""
         if req.echo and req.messages[-1].role == "assistant" and isinstance(req.messages[-1].content, str):

@@ -96,7 +96,7 @@ class OpenAIServingCompletion(OpenAIServing):
 
     async def create(self, req: CompletionRequest, raw: Request) -> Response:
         self.stamp_parsed()
-        self.check_model(req.model)
+        lora = self.check_model(req.model)
         if req.suffix:
             raise APIError(400, "suffix is not supported; put the whole text in the prompt", "suffix")
         if req.best_of is not None and req.best_of != (req.n or 1):
@@ -112,7 +112,8 @@ class OpenAIServingCompletion(OpenAIServing):
             raise to_api_error(exc) from None
         engine_prompts = [await self.engine_prompt(p) for p in prompts]
         streams = [self.engine.generate(p, params, f"{request_id}-{i}", priority=req.priority,
-                                        cache_salt=req.cache_salt) for i, p in enumerate(engine_prompts)]
+                                        cache_salt=req.cache_salt, lora_request=lora)
+                   for i, p in enumerate(engine_prompts)]
         merged = merge(streams)
         first = await self.first_output(raw, merged, params.structured_outputs is not None)
         if req.stream:

@@ -1,0 +1,78 @@
+"""LoRA around a parallel linear: the base projection plus, per token, ``(x A[slot]^T) B[slot]^T`` of
+the token's adapter slot, through the ``lora_shrink`` / ``lora_expand`` custom ops."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from infercore.layers.fused_linear import QKVParallelLinear
+from infercore.layers.linear import LinearBase
+from infercore.layers.tensor_parallel import get_tp_state
+from infercore.lora.step_state import LoRAStepState
+from infercore.ops.dispatch import get_op
+
+
+class LoRALinear(nn.Module):
+    """Wraps ``base`` (column- or row-parallel, possibly fused: q/k/v, gate/up) with ``max_loras`` slots.
+
+    ``lora_a`` is [slots, N*R, in] (the A of each of the N output slices, rank-padded to R with zeros)
+    and ``lora_b`` [slots, out, R] (each slice's B in its rows, the scaling folded in), both sharded as
+    the base weight is: a column-parallel layer keeps this rank's B rows and the whole A, a row-parallel
+    one this rank's A columns and the whole B, its partial sums joining the base's in one all-reduce.
+    """
+
+    def __init__(self, base: LinearBase, row_parallel: bool, max_loras: int, max_rank: int, dtype: torch.dtype,
+                 state: LoRAStepState) -> None:
+        super().__init__()
+        self.base = base
+        self.row_parallel = row_parallel
+        self.max_rank = max_rank
+        sizes = [base.output_size] if row_parallel else base.output_sizes
+        self.slice_offsets = tuple(sum(sizes[:i]) for i in range(len(sizes) + 1))
+        device = next(base.parameters()).device
+        self.register_buffer("lora_a", torch.zeros(max_loras, len(sizes) * max_rank, base.input_size, dtype=dtype,
+                                                   device=device), persistent=False)
+        self.register_buffer("lora_b", torch.zeros(max_loras, base.output_size, max_rank, dtype=dtype,
+                                                   device=device), persistent=False)
+        self.state = state
+        self._shrink = get_op("lora_shrink")
+        self._expand = get_op("lora_expand")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        base = self.base
+        if not self.row_parallel:
+            out = base(x)
+            self._add_lora(x, out)
+            return out
+        out = base.quant_method.apply(base, x)
+        self._add_lora(x, out)
+        out = get_tp_state().all_reduce(out)
+        return out if base.bias is None else out + base.bias
+
+    def _add_lora(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        state, t = self.state, x.shape[0]
+        xa = self._shrink(x, self.lora_a, state.token_slots[:t], state.sorted_tokens[:t], state.slot_starts)
+        self._expand(out, xa, self.lora_b, state.token_slots[:t], state.sorted_tokens[:t], state.slot_starts,
+                     self.slice_offsets)
+
+    def clear_slot(self, slot: int) -> None:
+        """Zero slot ``slot`` (an adapter that leaves this layer untouched)."""
+        self.lora_a[slot].zero_()
+        self.lora_b[slot].zero_()
+
+    def set_slice(self, slot: int, index: int, a: torch.Tensor, b: torch.Tensor) -> None:
+        """Write output slice ``index`` of slot ``slot`` from the full (unsharded) ``a`` [r, in] and ``b``
+        [slice out, r]; copies without blocking when the host tensors are pinned."""
+        rank, base = a.shape[0], self.base
+        row = index * self.max_rank
+        tp = get_tp_state()
+        if self.row_parallel:
+            width = base.input_size
+            self.lora_a[slot, row: row + rank].copy_(a[:, tp.rank * width:(tp.rank + 1) * width], non_blocking=True)
+            self.lora_b[slot, :, :rank].copy_(b, non_blocking=True)
+            return
+        self.lora_a[slot, row: row + rank].copy_(a, non_blocking=True)
+        shard_id: int | str = ("q", "k", "v")[index] if isinstance(base, QKVParallelLinear) else index
+        offset, size, source = base.shard_range(shard_id)
+        self.lora_b[slot, offset: offset + size, :rank].copy_(b[source: source + size], non_blocking=True)

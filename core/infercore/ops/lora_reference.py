@@ -1,0 +1,38 @@
+"""Torch references of the batched LoRA ops: each token multiplies by the A and B of its adapter slot.
+
+``token_slots[t]`` is token ``t``'s slot (-1: none). ``sorted_tokens`` / ``slot_starts`` list the same
+tokens grouped by slot (slot ``s``'s are ``sorted_tokens[slot_starts[s]:slot_starts[s + 1]]``); the
+references ignore them, grouped kernels (SGMV) read them instead of ``token_slots``. Every input is a
+device tensor of fixed address, so a captured graph replays any mix of adapters.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def lora_shrink(x: torch.Tensor, lora_a: torch.Tensor, token_slots: torch.Tensor, sorted_tokens: torch.Tensor,
+                slot_starts: torch.Tensor) -> torch.Tensor:
+    """``x`` [T, in] → ``x @ lora_a[slot]^T`` [T, N*R] in float32 (zero for tokens without a slot);
+    ``lora_a`` is [slots, N*R, in]: the A of each of N output slices, rank-padded to R."""
+    xf = x.float()
+    out = torch.zeros(x.shape[0], lora_a.shape[1], dtype=torch.float32, device=x.device)
+    for slot in range(lora_a.shape[0]):
+        mine = (token_slots == slot).unsqueeze(1)
+        out += torch.where(mine, xf @ lora_a[slot].float().t(), 0.0)
+    return out
+
+
+def lora_expand(out: torch.Tensor, xa: torch.Tensor, lora_b: torch.Tensor, token_slots: torch.Tensor,
+                sorted_tokens: torch.Tensor, slot_starts: torch.Tensor, slice_offsets: tuple[int, ...]) -> None:
+    """``out[:, slice i] += xa[:, i*R:(i+1)*R] @ lora_b[slot, slice i]^T`` in place, for every token with a
+    slot; ``lora_b`` is [slots, out, R] (the scaling folded in), ``slice_offsets`` the N+1 slice bounds."""
+    rank = lora_b.shape[2]
+    delta = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+    for slot in range(lora_b.shape[0]):
+        mine = (token_slots == slot).unsqueeze(1)
+        for i in range(len(slice_offsets) - 1):
+            lo, hi = slice_offsets[i], slice_offsets[i + 1]
+            part = xa[:, i * rank:(i + 1) * rank] @ lora_b[slot, lo:hi].float().t()
+            delta[:, lo:hi] += torch.where(mine, part, 0.0)
+    out.copy_((out.float() + delta).to(out.dtype))
