@@ -9,9 +9,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-# The fused-MoE op and the FP8 GEMMs are defined next to the layer and quantization they belong to.
+# The fused-MoE op, the FP8 GEMMs and draft acceptance are defined next to the layer, quantization and
+# speculative decoding they belong to.
 from infercore.layers.fused_moe.reference import fused_moe  # noqa: F401
 from infercore.quantization.fp8_math import fp8_block_linear, fp8_linear  # noqa: F401
+from infercore.spec_decode.acceptance import accept_drafts  # noqa: F401
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
