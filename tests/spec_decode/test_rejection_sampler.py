@@ -65,6 +65,17 @@ def test_ngram_point_mass_drafts_keep_the_target(draft_token: int) -> None:
     assert abs(accepted_first - float(expected[draft_token])) < 0.01  # accepted with probability p(d)
 
 
+def test_min_p_is_part_of_the_target() -> None:
+    params = SamplingParams(temperature=1.3, top_k=10, top_p=0.95, min_p=0.2)
+    expected = target_distribution(_target_logits(), 1.3, 10, 0.95, min_p=0.2)
+    assert 0 < int((expected > 0).sum()) < 10  # min-p removes tokens top-k and top-p keep
+    q = torch.full((VOCAB,), 1.0 / VOCAB)
+    drafts = _drafts_from(q, ROWS, 1)
+    out = verify(_target_logits().repeat(2 * ROWS, 1), [params] * ROWS, drafts.tolist(),
+                 draft_probs=q.expand(ROWS, 1, VOCAB))
+    assert total_variation(out.token_ids[:, 0], expected) <= TV_BOUND
+
+
 def test_greedy_rows_accept_the_matching_prefix_then_take_the_argmax() -> None:
     argmax = [[3, 5, 7, 1, 2], [4, 4, 4, 4, 4], [9, 8, 7, 6, 5], [0, 1, 2, 3, 4]]
     drafts = [[3, 5, 0, 1], [4, 4, 4, 4], [1, 8], []]

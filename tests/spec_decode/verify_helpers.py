@@ -27,13 +27,16 @@ def verify(logits: torch.Tensor, params: list[SamplingParams], drafts: list[list
     return sampler.verify(logits.clone(), metadata, padded, np.array([len(d) for d in drafts]), draft_probs)
 
 
-def target_distribution(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
-    """softmax(logits / T) over the top-k tokens, then the top-p nucleus (the smallest set of most likely
-    tokens holding top_p), renormalised: written out independently of the sampler."""
+def target_distribution(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
+                        min_p: float = 0.0) -> torch.Tensor:
+    """softmax(logits / T) without tokens less likely than min_p times the most likely, over the top-k
+    tokens left, then the top-p nucleus (the smallest set of most likely tokens holding top_p),
+    renormalised: written out independently of the sampler."""
     probs = torch.softmax(logits.double() / temperature, dim=-1)
     order = probs.argsort(descending=True)
     kept = torch.zeros_like(probs, dtype=torch.bool)
     kept[order[:top_k]] = True
+    kept &= probs >= min_p * probs.max()
     probs = torch.where(kept, probs, 0.0)
     probs = probs / probs.sum()
     sorted_probs = probs[order]
