@@ -76,6 +76,20 @@ def test_min_p_is_part_of_the_target() -> None:
     assert total_variation(out.token_ids[:, 0], expected) <= TV_BOUND
 
 
+def test_rows_without_drafts_sample_what_the_sampler_samples() -> None:
+    """The target distribution is the sampler's own: with no drafts, each row's token is the one
+    ``Sampler`` draws from the same logits, parameters and seed."""
+    params = [SamplingParams(temperature=0), SamplingParams(temperature=0.7, seed=5),
+              SamplingParams(temperature=1.2, top_k=4, seed=6), SamplingParams(temperature=0.9, top_p=0.6, seed=7),
+              SamplingParams(temperature=1.0, min_p=0.1, seed=8),
+              SamplingParams(temperature=0.8, presence_penalty=1.0, seed=9)]
+    outputs = [[1, 2], [3], [], [4, 4], [5], [6, 7]]
+    logits = torch.randn(len(params), VOCAB) * 2
+    out = verify(logits, params, [[] for _ in params], outputs=outputs)
+    metadata = SamplingMetadata.build(params, [[] for _ in params], outputs, VOCAB, CPU)
+    assert out.token_ids[:, 0].tolist() == Sampler()(logits.clone(), metadata).sampled_token_ids.tolist()
+
+
 def test_greedy_rows_accept_the_matching_prefix_then_take_the_argmax() -> None:
     argmax = [[3, 5, 7, 1, 2], [4, 4, 4, 4, 4], [9, 8, 7, 6, 5], [0, 1, 2, 3, 4]]
     drafts = [[3, 5, 0, 1], [4, 4, 4, 4], [1, 8], []]

@@ -1,5 +1,5 @@
-"""Core's own plugin: the built-in model zoo, reference custom ops and executors register here
-through the same hooks third-party plugins use."""
+"""Core's own plugin: the built-in model zoo, reference custom ops, executors and the n-gram proposer
+register here through the same hooks third-party plugins use."""
 
 from __future__ import annotations
 
@@ -72,6 +72,7 @@ def register_speculative_methods(register: RegisterFn) -> None:
 
 @hookimpl
 def configure(config: InfercoreConfig) -> None:
+    # Imported here: the hook module stays cheap to import.
     from infercore.spec_decode.engine_gate import refuse_until_wired
 
     refuse_until_wired(config)
