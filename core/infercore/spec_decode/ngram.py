@@ -60,18 +60,19 @@ class NgramProposer(Proposer):
         cand_row, cand_end = np.divmod(np.flatnonzero(history == last[:, None]), span)
         keep = cand_end < lengths[cand_row] - 1  # a shorter row's garbage after its history
         cand_row, cand_end = cand_row[keep], cand_end[keep]
+        source, suffix_end = rows[cand_row], lengths[cand_row] - 1
         best = np.full(len(rows), -1, dtype=np.int64)
         for n in range(1, self.max_n + 1):
             if n > 1:
                 m = n - 1
-                keep = cand_end >= m
-                cand_row, cand_end = cand_row[keep], cand_end[keep]
-                source = rows[cand_row]
-                keep = token_ids[source, cand_end - m] == token_ids[source, lengths[cand_row] - 1 - m]
-                cand_row, cand_end = cand_row[keep], cand_end[keep]
+                # A candidate too close to the start reads a wrapped (negative) index, masked out by its bound.
+                keep = (cand_end >= m) & (token_ids[source, cand_end - m] == token_ids[source, suffix_end - m])
+                cand_row, cand_end, source, suffix_end = cand_row[keep], cand_end[keep], source[keep], suffix_end[keep]
             if not len(cand_row):
                 break
             if n >= self.min_n:
-                latest = np.append(cand_row[1:] != cand_row[:-1], True)
+                latest = np.empty(len(cand_row), dtype=bool)  # each row's last candidate: its latest end
+                np.not_equal(cand_row[1:], cand_row[:-1], out=latest[:-1])
+                latest[-1] = True
                 best[cand_row[latest]] = cand_end[latest]
         return best
