@@ -28,6 +28,10 @@ announced by a ``DeprecationWarning`` for one minor release and happens in the n
   what the torch reference in :data:`op_reference` computes, with the same signature
   (:data:`CUSTOM_OPS` lists them). A name with no registration for the platform and no reference is
   an error, never another platform's kernel.
+* :class:`Proposer`: a speculative method's draft tokens, built with a :class:`ProposerSpec`; in, each
+  speculating row's token history (prompt + output) and how many drafts it may take; out, :class:`Drafts`
+  (a padded int array of draft tokens and per-row counts). Added in 1.6 with the
+  ``register_speculative_methods`` hook and the ``accept_drafts`` custom op.
 
 Importing this module is cheap (hook modules import :func:`hookimpl` from it): everything but the
 hook marker and the version is imported on first use.
@@ -128,6 +132,14 @@ if TYPE_CHECKING:
         QuantizationMethod,
         set_layout,
     )
+    from infercore.spec_decode.config import (
+        SpeculativeConfig,
+    )
+    from infercore.spec_decode.proposer import (
+        Drafts,
+        Proposer,
+        ProposerSpec,
+    )
     from infercore.tiny_models import (
         build_model_folder,
     )
@@ -138,7 +150,7 @@ CUSTOM_OPS: tuple[str, ...] = (
     "linear", "rms_norm", "fused_add_rms_norm", "rotary_embedding", "qk_norm_rotary", "silu_and_mul",
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
     "apply_penalties",
-    "fp8_linear", "fp8_block_linear", "fused_moe",
+    "fp8_linear", "fp8_block_linear", "fused_moe", "accept_drafts",
 )
 
 #: Where each lazily imported name lives (private: import the name from this module).
@@ -152,6 +164,7 @@ _LAZY: dict[str, str] = {
     "CausalLM": "infercore.models.contract",
     "ColumnParallelLinear": "infercore.layers",
     "CommonAttentionMetadata": "infercore.attention.backend",
+    "Drafts": "infercore.spec_decode.proposer",
     "GELU": "infercore.layers",
     "GPU_CAPABILITIES": "infercore.platforms.gpu",
     "GeGLU": "infercore.layers",
@@ -170,6 +183,8 @@ _LAZY: dict[str, str] = {
     "ParamLayout": "infercore.quantization",
     "PluginError": "infercore.plugins.manager",
     "ProbeResult": "infercore.platforms.interface",
+    "Proposer": "infercore.spec_decode.proposer",
+    "ProposerSpec": "infercore.spec_decode.proposer",
     "QKNormRotary": "infercore.attention.qk_norm_rotary",
     "QKVParallelLinear": "infercore.layers",
     "QuantizationConfig": "infercore.quantization",
@@ -179,6 +194,7 @@ _LAZY: dict[str, str] = {
     "RotaryEmbedding": "infercore.layers",
     "RowParallelLinear": "infercore.layers",
     "SiluAndMul": "infercore.layers",
+    "SpeculativeConfig": "infercore.spec_decode.config",
     "StackedParam": "infercore.models.weight_loading",
     "UNPROFILED_KV_FRACTION": "infercore.platforms.interface",
     "VocabParallelEmbedding": "infercore.layers",
@@ -232,6 +248,7 @@ __all__ = [
     "CausalLM",
     "ColumnParallelLinear",
     "CommonAttentionMetadata",
+    "Drafts",
     "GeGLU",
     "GpuPlatform",
     "InfercoreConfig",
@@ -248,6 +265,8 @@ __all__ = [
     "PlatformCapabilities",
     "PluginError",
     "ProbeResult",
+    "Proposer",
+    "ProposerSpec",
     "QKNormRotary",
     "QKVParallelLinear",
     "QuantizationConfig",
@@ -258,6 +277,7 @@ __all__ = [
     "RotaryEmbedding",
     "RowParallelLinear",
     "SiluAndMul",
+    "SpeculativeConfig",
     "StackedParam",
     "VocabParallelEmbedding",
     "alibi_slopes",

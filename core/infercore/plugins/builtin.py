@@ -1,9 +1,14 @@
-"""Core's own plugin: the built-in model zoo, reference custom ops and executors register here
-through the same hooks third-party plugins use."""
+"""Core's own plugin: the built-in model zoo, reference custom ops, executors and the n-gram proposer
+register here through the same hooks third-party plugins use."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from infercore.plugins.hookspecs import RegisterFn, hookimpl
+
+if TYPE_CHECKING:
+    from infercore.config import InfercoreConfig
 
 INFERCORE_PLUGIN_API = (1, 0)
 
@@ -43,6 +48,7 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("gumbel_argmax", "infercore.ops.reference:gumbel_argmax")
     register("apply_penalties", "infercore.ops.reference:apply_penalties")
     register("fused_moe", "infercore.ops.reference:fused_moe")
+    register("accept_drafts", "infercore.ops.reference:accept_drafts")
 
 
 @hookimpl
@@ -57,3 +63,16 @@ def register_executors(register: RegisterFn) -> None:
     register("uniproc", "infercore.executor.uniproc:UniProcExecutor")  # the name before "uni"
     register("mp", "infercore.executor.multiproc:MultiprocExecutor")
     register("ray", "infercore.executor.ray_executor:RayExecutor")
+
+
+@hookimpl
+def register_speculative_methods(register: RegisterFn) -> None:
+    register("ngram", "infercore.spec_decode.ngram:NgramProposer", needs_model=False)
+
+
+@hookimpl
+def configure(config: InfercoreConfig) -> None:
+    # Imported here: the hook module stays cheap to import.
+    from infercore.spec_decode.engine_gate import refuse_until_wired
+
+    refuse_until_wired(config)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from infercore.plugin_api import RegisterFn, hookimpl
 
-INFERCORE_PLUGIN_API = (1, 5)  # captures_mixed_steps (whole-step graphs of steps with prompt tokens)
+INFERCORE_PLUGIN_API = (1, 6)  # accept_drafts (speculative decoding's acceptance walk)
 
 #: Platforms whose devices Triton compiles for; each gets the kernels below as its custom ops.
 TRITON_PLATFORMS = ("cuda", "rocm", "xpu")
@@ -21,6 +21,7 @@ CUSTOM_OPS = {
     "gumbel_argmax": "infercore_triton.sampling:gumbel_argmax",
     "apply_penalties": "infercore_triton.sampling_penalties:apply_penalties",
     "fused_moe": "infercore_triton.fused_moe:fused_moe",
+    "accept_drafts": "infercore_triton.rejection:accept_drafts",
 }
 
 
