@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 
-from infercore.spec_decode.config import SpeculativeConfig
 from infercore.spec_decode.ngram import NgramProposer
 from infercore.spec_decode.proposer import ProposerSpec
+from infercore.speculative_config import SpeculativeConfig
 
 
 def histories(rows: int, tokens: int, vocab: int, repeat: int, seed: int = 0) -> np.ndarray:

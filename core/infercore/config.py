@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from infercore.spec_decode.config import SpeculativeConfig
+from infercore.speculative_config import SpeculativeConfig
 
 _SETTINGS = SettingsConfigDict(env_prefix="INFERCORE_", extra="forbid", validate_assignment=True)
 

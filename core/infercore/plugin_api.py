@@ -132,13 +132,13 @@ if TYPE_CHECKING:
         QuantizationMethod,
         set_layout,
     )
-    from infercore.spec_decode.config import (
-        SpeculativeConfig,
-    )
     from infercore.spec_decode.proposer import (
         Drafts,
         Proposer,
         ProposerSpec,
+    )
+    from infercore.speculative_config import (
+        SpeculativeConfig,
     )
     from infercore.tiny_models import (
         build_model_folder,
@@ -194,7 +194,7 @@ _LAZY: dict[str, str] = {
     "RotaryEmbedding": "infercore.layers",
     "RowParallelLinear": "infercore.layers",
     "SiluAndMul": "infercore.layers",
-    "SpeculativeConfig": "infercore.spec_decode.config",
+    "SpeculativeConfig": "infercore.speculative_config",
     "StackedParam": "infercore.models.weight_loading",
     "UNPROFILED_KV_FRACTION": "infercore.platforms.interface",
     "VocabParallelEmbedding": "infercore.layers",

@@ -9,8 +9,8 @@ import pytest
 
 from infercore.config import ConfigError, InfercoreConfig
 from infercore.entrypoints.serve_args import add_serve_parser, config_from_args
-from infercore.spec_decode.config import SpeculativeConfig
-from infercore.spec_decode.engine_gate import SpeculativeDecodingUnavailable
+from infercore.plugins.speculative_gate import SpeculativeDecodingUnavailable
+from infercore.speculative_config import SpeculativeConfig
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
 

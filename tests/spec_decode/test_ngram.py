@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from infercore.spec_decode.config import SpeculativeConfig
 from infercore.spec_decode.ngram import NgramProposer
 from infercore.spec_decode.proposer import ProposerSpec
+from infercore.speculative_config import SpeculativeConfig
 
 
 def _proposer(k: int = 3, low: int = 1, high: int = 3) -> NgramProposer:

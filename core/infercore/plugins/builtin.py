@@ -73,6 +73,6 @@ def register_speculative_methods(register: RegisterFn) -> None:
 @hookimpl
 def configure(config: InfercoreConfig) -> None:
     # Imported here: the hook module stays cheap to import.
-    from infercore.spec_decode.engine_gate import refuse_until_wired
+    from infercore.plugins.speculative_gate import refuse_until_wired
 
     refuse_until_wired(config)

@@ -16,7 +16,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-    from infercore.spec_decode.config import SpeculativeConfig
+    from infercore.speculative_config import SpeculativeConfig
 
 #: The token id in :attr:`Drafts.token_ids` past a row's count.
 PAD_TOKEN_ID = -1

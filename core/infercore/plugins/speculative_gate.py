@@ -7,7 +7,10 @@ drafts would hide that, so core's ``configure`` hook stops it at start-up with t
 
 from __future__ import annotations
 
-from infercore.config import InfercoreConfig
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infercore.config import InfercoreConfig
 
 
 class SpeculativeDecodingUnavailable(ValueError):
