@@ -9,7 +9,6 @@ import pytest
 
 from infercore.config import ConfigError, InfercoreConfig
 from infercore.entrypoints.serve_args import add_serve_parser, config_from_args
-from infercore.plugins.speculative_gate import SpeculativeDecodingUnavailable
 from infercore.speculative_config import SpeculativeConfig
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
@@ -70,13 +69,3 @@ def test_model_based_methods_take_their_model() -> None:
     spec = SpeculativeConfig(method="eagle3", model="org/eagle3-head", num_speculative_tokens=4,
                              draft_tensor_parallel_size=1, disable_by_batch_size=64)
     assert spec.model == "org/eagle3-head" and spec.disable_by_batch_size == 64
-
-
-def test_engine_refuses_a_speculative_config_until_it_is_wired() -> None:
-    from infercore import LLM
-
-    with pytest.raises(SpeculativeDecodingUnavailable) as err:
-        LLM(speculative_config=NGRAM, max_model_len=64, num_gpu_blocks_override=16)
-    message = str(err.value)
-    assert "speculative decoding is not wired into the engine yet" in message
-    assert '"method":"ngram"' in message and "leave speculative_config out" in message

@@ -3,12 +3,7 @@ register here through the same hooks third-party plugins use."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from infercore.plugins.hookspecs import RegisterFn, hookimpl
-
-if TYPE_CHECKING:
-    from infercore.config import InfercoreConfig
 
 INFERCORE_PLUGIN_API = (1, 0)
 
@@ -68,11 +63,3 @@ def register_executors(register: RegisterFn) -> None:
 @hookimpl
 def register_speculative_methods(register: RegisterFn) -> None:
     register("ngram", "infercore.spec_decode.ngram:NgramProposer", needs_model=False)
-
-
-@hookimpl
-def configure(config: InfercoreConfig) -> None:
-    # Imported here: the hook module stays cheap to import.
-    from infercore.plugins.speculative_gate import refuse_until_wired
-
-    refuse_until_wired(config)
