@@ -81,7 +81,8 @@ class ModelRunner:
         #: Verifies drafts and proposes the next ones (None: no speculative decoding).
         self.spec = None if speculative is None else SpeculativeStep(
             speculative, self.sampler, vocab_size=self.vocab_size, max_num_seqs=self.max_num_reqs,
-            max_model_len=max_model_len, device=device)
+            max_model_len=max_model_len, device=device,
+            pin_memory=platform.capabilities.pin_memory and device.type != "cpu")
         positions_per_row = 1 if speculative is None else 1 + speculative.num_speculative_tokens
         self.max_blocks_per_req = math.ceil(max_model_len / self.block_size)
         num_groups = len(self.kv_setup.groups)
@@ -412,9 +413,8 @@ class ModelRunner:
         """Start the copy of a step's ``tokens`` to the host; ``_collect`` waits for it."""
         pending.tokens = tokens
         if not self.buffers.same:
-            pending.tokens_host = (self._sampled_host[: len(tokens)] if tokens.dim() == 1
-                                   else torch.empty(tokens.shape, dtype=tokens.dtype,
-                                                    pin_memory=self.platform.capabilities.pin_memory))
+            pending.tokens_host = (self._sampled_host[: len(tokens)] if self.spec is None or tokens.dim() == 1
+                                   else self.spec.host_rows(len(tokens)))
             pending.tokens_host.copy_(tokens, non_blocking=True)
             pending.event = torch.Event(device=self.device.type)
             pending.event.record()

@@ -41,7 +41,7 @@ class VerifiedSample:
     position (into the step's logprobs rows) and, on the device, ``[count, tokens...]`` rows."""
 
     first_position: np.ndarray
-    #: [S, K + 2] int64: the number of tokens of the row, then its tokens (padded).
+    #: [S, k + 2] int64: the number of tokens of the row, then its tokens (padded to the configured k).
     counts_and_tokens: torch.Tensor
 
 
@@ -49,11 +49,14 @@ class SpeculativeStep:
     """Verification and proposing for one model runner (built only when speculating)."""
 
     def __init__(self, config: SpeculativeConfig, sampler: RejectionSampler, *, vocab_size: int, max_num_seqs: int,
-                 max_model_len: int, device: torch.device) -> None:
+                 max_model_len: int, device: torch.device, pin_memory: bool = False) -> None:
         self.sampler = sampler
         self.device = device
         self.max_model_len = max_model_len
         self.num_speculative_tokens = config.num_speculative_tokens
+        #: Where each step's verified tokens land on the host (pinned when the device is not the host).
+        self._host = torch.zeros((max_num_seqs, config.num_speculative_tokens + 2), dtype=torch.int64,
+                                 pin_memory=pin_memory)
         proposer_cls = get_plugin_manager().registry("speculative_method").load(config.method)
         self.proposer: Proposer = proposer_cls(ProposerSpec(config=config, vocab_size=vocab_size,
                                                             max_num_seqs=max_num_seqs, max_model_len=max_model_len))
@@ -87,7 +90,13 @@ class SpeculativeStep:
             chosen = verified.token_ids[torch.from_numpy(owner).to(self.device), torch.from_numpy(offset).to(self.device)]
             assert metadata.max_num_logprobs is not None
             pending.logprobs = gather_logprobs(raw_logprobs, chosen.clamp_min(0), metadata.max_num_logprobs)
-        pending.verified = VerifiedSample(first, torch.cat([verified.num_tokens.unsqueeze(1), verified.token_ids], 1))
+        rows_out = torch.cat([verified.num_tokens.unsqueeze(1), verified.token_ids], 1)
+        pad = self.num_speculative_tokens + 2 - rows_out.shape[1]
+        pending.verified = VerifiedSample(first, torch.nn.functional.pad(rows_out, (0, pad), value=PAD_TOKEN_ID))
+
+    def host_rows(self, num_rows: int) -> torch.Tensor:
+        """The host buffer for ``num_rows`` rows of ``VerifiedSample.counts_and_tokens``."""
+        return self._host[:num_rows]
 
     def _metadata(self, batch: InputBatch, rows: np.ndarray, states: list[RequestState], num_drafts: np.ndarray,
                   owner: np.ndarray, offset: np.ndarray) -> SamplingMetadata:
