@@ -138,3 +138,30 @@ def test_seeded_requests_do_not_depend_on_their_neighbours(qwen3_folder) -> None
     in_batch = _generate(llm, params)[7].outputs[0].token_ids
     assert alone == in_batch
     assert _spec_stats(llm).spec_num_draft_tokens > 0
+
+
+def test_grammar_rows_decode_without_drafts_beside_speculating_rows(qwen3_folder) -> None:
+    """A JSON-schema request gets no drafts (its bitmask covers one position per step) and stays valid; the
+    free requests in the same steps speculate and give the plain greedy tokens."""
+    import json
+
+    import jsonschema
+
+    from infercore.sampling_params import StructuredOutputsParams
+
+    schema = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Tokyo"]},
+                                               "days": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["city", "days"], "additionalProperties": False}
+    constrained = SamplingParams(temperature=0, max_tokens=120,
+                                 structured_outputs=StructuredOutputsParams(json=schema))
+    free = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    prompts = [ALL_PROMPTS[0], ALL_PROMPTS[7], ALL_PROMPTS[1], ALL_PROMPTS[9]]
+    params = [constrained, free, constrained, free]
+    ref = _generate(_llm(qwen3_folder, False), free, [prompts[1], prompts[3]])
+    spec = _llm(qwen3_folder, True)
+    got = spec.generate(prompts, params, use_tqdm=False)
+    assert [got[1].outputs[0].token_ids, got[3].outputs[0].token_ids] == [o.outputs[0].token_ids for o in ref]
+    for out in (got[0], got[2]):
+        assert out.outputs[0].finish_reason == "stop", out.outputs[0].text
+        jsonschema.validate(json.loads(out.outputs[0].text), schema)
+    assert _spec_stats(spec).spec_num_draft_tokens > 0
