@@ -7,11 +7,11 @@
 # as it is, with prompts of a repeated span, PROMPT_PERIOD). One JSON line per run goes to stdout and
 # $OUT/spec_decode.jsonl; each line carries the draft counters the engine measured.
 #   GPU: bash scripts/device_run.sh bash scripts/gpu_spec_decode.sh
-#        PART=latency (about 6 minutes on an H200) and PART=throughput (about 8) in two calls;
-#        KS="3" / KS="4 5" split a part further.
+#        one part per call (each step is bounded by STEP_S; a call by the machine's 10 minutes):
+#        env PART=latency; env PART=throughput KS=3; env PART=throughput KS=4 BASELINE=0; ... KS=5 BASELINE=0
 #   CPU dry run (tiny sizes): CPU_DRY_RUN=1 bash scripts/gpu_spec_decode.sh
 # Knobs (environment): PART (latency | throughput | both, default both), KS, RATES (comma-separated),
-# METHOD, PROMPT_PERIOD, WORKLOAD, INPUT_LEN, OUTPUT_LEN, REPEATS, NUM_REQUESTS (throughput), STEP_S.
+# BASELINE=0 (skip the runs without speculation), METHOD, PROMPT_PERIOD, WORKLOAD, INPUT_LEN, OUTPUT_LEN, REPEATS, NUM_REQUESTS (throughput), STEP_S.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/infercore-spec-decode}
@@ -37,8 +37,8 @@ STEP_S=${STEP_S:-300}
 step() { local limit=$1; shift; echo "== $*" >&2; timeout "$limit" "$@" | tee -a "$RES"; echo "== exit ${PIPESTATUS[0]}" >&2; }
 spec() { echo "{\"method\": \"$METHOD\", \"num_speculative_tokens\": $1}"; }
 if [[ "$PART" == latency || "$PART" == both ]]; then
-    step "$STEP_S" infercore bench latency --workload "$WORKLOAD" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" \
-        --repeats "$REPEATS" --prompt-period "$PROMPT_PERIOD"
+    [[ "${BASELINE:-1}" == 1 ]] && step "$STEP_S" infercore bench latency --workload "$WORKLOAD" \
+        --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" --repeats "$REPEATS" --prompt-period "$PROMPT_PERIOD"
     for k in $KS; do
         step "$STEP_S" infercore bench latency --workload "$WORKLOAD" --input-len "$INPUT_LEN" \
             --output-len "$OUTPUT_LEN" --repeats "$REPEATS" --prompt-period "$PROMPT_PERIOD" \
@@ -46,10 +46,12 @@ if [[ "$PART" == latency || "$PART" == both ]]; then
     done
 fi
 if [[ "$PART" == throughput || "$PART" == both ]]; then
-    step "$STEP_S" infercore bench throughput --workload "$WORKLOAD" --num-requests "$NUM_REQUESTS" --no-progress \
-        --prompt-period "$PROMPT_PERIOD" "${EXTRA[@]}"
-    step "$STEP_S" infercore bench throughput --workload "$WORKLOAD" --num-requests "$NUM_REQUESTS" --no-progress \
-        --prompt-period "$PROMPT_PERIOD" --sync-scheduling "${EXTRA[@]}"
+    if [[ "${BASELINE:-1}" == 1 ]]; then
+        step "$STEP_S" infercore bench throughput --workload "$WORKLOAD" --num-requests "$NUM_REQUESTS" --no-progress \
+            --prompt-period "$PROMPT_PERIOD" "${EXTRA[@]}"
+        step "$STEP_S" infercore bench throughput --workload "$WORKLOAD" --num-requests "$NUM_REQUESTS" --no-progress \
+            --prompt-period "$PROMPT_PERIOD" --sync-scheduling "${EXTRA[@]}"
+    fi
     for k in $KS; do
         step "$STEP_S" infercore bench throughput --workload "$WORKLOAD" --num-requests "$NUM_REQUESTS" --no-progress \
             --prompt-period "$PROMPT_PERIOD" --speculative-config "$(spec "$k")" \
