@@ -12,6 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from infercore.speculative_config import SpeculativeConfig
+
 _SETTINGS = SettingsConfigDict(env_prefix="INFERCORE_", extra="forbid", validate_assignment=True)
 
 DEMO_MODEL = "infercore-demo"
@@ -139,6 +141,16 @@ class StructuredOutputsConfig(BaseSettings):
     grammar_compile_timeout: float = Field(10.0, gt=0, description="seconds before a grammar compile fails")
 
 
+class SpeculativeSettings(BaseSettings):
+    """Speculative decoding (off unless configured)."""
+
+    model_config = _SETTINGS
+
+    speculative_config: SpeculativeConfig | None = Field(
+        None, description='speculative decoding as JSON with vLLM\'s keys, e.g. {"method": "ngram", '
+        '"num_speculative_tokens": 3, "prompt_lookup_max": 4}')
+
+
 class ServeConfig(BaseSettings):
     """The OpenAI-compatible server."""
 
@@ -208,6 +220,7 @@ SECTIONS: dict[str, type[BaseSettings]] = {
     "parallel": ParallelConfig,
     "load": LoadConfig,
     "structured_outputs": StructuredOutputsConfig,
+    "speculative": SpeculativeSettings,
     "serve": ServeConfig,
     "lora": LoRAConfig,
 }
@@ -244,6 +257,7 @@ class InfercoreConfig(BaseModel):
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
     load: LoadConfig = Field(default_factory=LoadConfig)
     structured_outputs: StructuredOutputsConfig = Field(default_factory=StructuredOutputsConfig)
+    speculative: SpeculativeSettings = Field(default_factory=SpeculativeSettings)
     serve: ServeConfig = Field(default_factory=ServeConfig)
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
 

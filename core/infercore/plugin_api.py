@@ -32,6 +32,10 @@ announced by a ``DeprecationWarning`` for one minor release and happens in the n
   and a whole output give the same calls, arguments and content; the public methods never raise.
 * :class:`StructuredOutputBackend` (1.6): ``compile`` is thread-safe; a :class:`GrammarMatcher`'s
   bitmask allows exactly the tokens its ``accept_tokens`` accepts.
+* :class:`Proposer`: a speculative method's draft tokens, built with a :class:`ProposerSpec`; in, each
+  speculating row's token history (prompt + output) and how many drafts it may take; out, :class:`Drafts`
+  (a padded int array of draft tokens and per-row counts). Added in 1.6 with the
+  ``register_speculative_methods`` hook and the ``accept_drafts`` custom op.
 
 Importing this module is cheap (hook modules import :func:`hookimpl` from it): everything but the
 hook marker and the version is imported on first use.
@@ -156,6 +160,14 @@ if TYPE_CHECKING:
     from infercore.sampling_params import (
         StructuredOutputsParams,
     )
+    from infercore.spec_decode.proposer import (
+        Drafts,
+        Proposer,
+        ProposerSpec,
+    )
+    from infercore.speculative_config import (
+        SpeculativeConfig,
+    )
     from infercore.structured_output import (
         CompiledGrammar,
         GrammarMatcher,
@@ -178,7 +190,7 @@ CUSTOM_OPS: tuple[str, ...] = (
     "linear", "rms_norm", "fused_add_rms_norm", "rotary_embedding", "qk_norm_rotary", "silu_and_mul",
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
     "apply_penalties",
-    "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe",
+    "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe", "accept_drafts",
 )
 
 #: Where each lazily imported name lives (private: import the name from this module).
@@ -198,6 +210,7 @@ _LAZY: dict[str, str] = {
     "DeltaToolCall": "infercore.parsers",
     "ExtractedToolCalls": "infercore.parsers",
     "FunctionCall": "infercore.parsers",
+    "Drafts": "infercore.spec_decode.proposer",
     "GELU": "infercore.layers",
     "GPU_CAPABILITIES": "infercore.platforms.gpu",
     "GeGLU": "infercore.layers",
@@ -221,6 +234,8 @@ _LAZY: dict[str, str] = {
     "PlatformCapabilities": "infercore.platforms.interface",
     "PluginError": "infercore.plugins.manager",
     "ProbeResult": "infercore.platforms.interface",
+    "Proposer": "infercore.spec_decode.proposer",
+    "ProposerSpec": "infercore.spec_decode.proposer",
     "QKNormRotary": "infercore.attention.qk_norm_rotary",
     "QKVParallelLinear": "infercore.layers",
     "QuantizationConfig": "infercore.quantization",
@@ -233,6 +248,7 @@ _LAZY: dict[str, str] = {
     "RowParallelLinear": "infercore.layers",
     "Scanner": "infercore.parsers",
     "SiluAndMul": "infercore.layers",
+    "SpeculativeConfig": "infercore.speculative_config",
     "StackedParam": "infercore.models.weight_loading",
     "StructuredOutputBackend": "infercore.structured_output",
     "StructuredOutputsParams": "infercore.sampling_params",
@@ -306,6 +322,7 @@ __all__ = [
     "DeltaToolCall",
     "ExtractedToolCalls",
     "FunctionCall",
+    "Drafts",
     "GeGLU",
     "GpuPlatform",
     "GrammarMatcher",
@@ -327,6 +344,8 @@ __all__ = [
     "PlatformCapabilities",
     "PluginError",
     "ProbeResult",
+    "Proposer",
+    "ProposerSpec",
     "QKNormRotary",
     "QKVParallelLinear",
     "QuantizationConfig",
@@ -340,6 +359,7 @@ __all__ = [
     "RowParallelLinear",
     "Scanner",
     "SiluAndMul",
+    "SpeculativeConfig",
     "StackedParam",
     "StructuredOutputBackend",
     "StructuredOutputsParams",

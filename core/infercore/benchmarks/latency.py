@@ -9,6 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infercore.benchmarks.speculative import (
+    add_speculative_arguments,
+    engine_kwargs,
+    force_acceptance_rate,
+    periodic,
+    spec_decode_report,
+)
 from infercore.benchmarks.workloads import WORKLOADS
 
 
@@ -34,6 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--max-num-seqs", type=int, default=8,
                    help="the engine's max_num_seqs (give a server's own to compare with its TPOT)")
+    add_speculative_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -45,14 +53,30 @@ def run(args: argparse.Namespace) -> int:
         folder = workload.write_model_folder(Path(tmp) / workload.name)
         llm = LLM(model=str(folder), load_format="dummy", dtype=workload.dtype, max_model_len=workload.max_model_len,
                   skip_tokenizer_init=True, enforce_eager=args.enforce_eager,
-                  max_num_seqs=args.max_num_seqs)
-        prompt = list(range(1, args.input_len + 1))
+                  max_num_seqs=args.max_num_seqs, **engine_kwargs(args))
+        prompt = periodic(list(range(1, args.input_len + 1)), args.prompt_period)
         _timed_generate(llm, prompt, 8, 1)  # warm-up
-        first = _timed_generate(llm, prompt, 1, args.repeats)
-        full = _timed_generate(llm, prompt, args.output_len, args.repeats)
+        for rate in args.benchmark_acceptance_rate:
+            force_acceptance_rate(llm, rate)
+            _report(args, workload.name, rate, *_measure(llm, prompt, args))
+    return 0
+
+
+def _measure(llm: Any, prompt: list[int], args: argparse.Namespace) -> tuple[float, float, dict[str, Any]]:
+    """Best TTFT and best whole-request time (seconds), and the draft counters of the timed runs."""
+    first = _timed_generate(llm, prompt, 1, args.repeats)
+    before = llm.llm_engine.engine_core.scheduler.get_stats()
+    full = _timed_generate(llm, prompt, args.output_len, args.repeats)
+    return first, full, spec_decode_report(llm, before)
+
+
+def _report(args: argparse.Namespace, workload: str, rate: float | None, first: float, full: float,
+            spec: dict[str, Any]) -> None:
     per_token_ms = (full - first) / (args.output_len - 1) * 1000
-    print(json.dumps({"benchmark": "latency", "workload": workload.name, "input_len": args.input_len,
+    print(json.dumps({"benchmark": "latency", "workload": workload, "input_len": args.input_len,
                       "output_len": args.output_len, "enforce_eager": args.enforce_eager,
                       "max_num_seqs": args.max_num_seqs,
-                      "ttft_ms": round(first * 1000, 2), "decode_ms_per_token": round(per_token_ms, 3)}))
-    return 0
+                      "speculative_config": args.speculative_config,
+                      "benchmark_acceptance_rate": rate, "prompt_period": args.prompt_period,
+                      "ttft_ms": round(first * 1000, 2), "decode_ms_per_token": round(per_token_ms, 3), **spec}),
+          flush=True)

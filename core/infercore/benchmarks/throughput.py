@@ -22,6 +22,13 @@ from typing import Any
 
 from infercore.benchmarks.allocator_events import allocator_counters, increase
 from infercore.benchmarks.flops import H200_BF16_DENSE_FLOPS, generation_flops
+from infercore.benchmarks.speculative import (
+    add_speculative_arguments,
+    engine_kwargs,
+    force_acceptance_rate,
+    periodic,
+    spec_decode_report,
+)
 from infercore.benchmarks.workloads import WORKLOADS, Workload
 from infercore.jit_builds import JitBuildCounter
 from infercore.version import __version__
@@ -62,13 +69,15 @@ def make_llm(workload: Workload, folder: Path, args: argparse.Namespace) -> Any:
         kwargs["max_num_batched_tokens"] = args.max_num_batched_tokens
     if args.kv_cache_dtype and "kv_cache_dtype" not in workload.engine_kwargs:
         kwargs["kv_cache_dtype"] = args.kv_cache_dtype
-    return LLM(**kwargs)
+    return LLM(**kwargs, **engine_kwargs(args))
 
 
-def run_infercore(workload: Workload, llm: Any, args: argparse.Namespace) -> dict[str, Any]:
+def run_infercore(workload: Workload, llm: Any, args: argparse.Namespace,
+                  acceptance_rate: float | None = None) -> dict[str, Any]:
     """Warm up on four of the workload's requests, then time all of them ``args.repeat`` times, each run
     from an empty prefix cache (a repeat would otherwise find every prompt cached)."""
     prompts, max_tokens = workload.requests(args.seed)
+    prompts = [periodic(p, args.prompt_period) for p in prompts]
     params = workload.sampling_params(max_tokens, args.seed)
     llm.generate([{"prompt_token_ids": p} for p in prompts[:4]], params[:4], use_tqdm=False)  # warm-up
     profiler = None
@@ -79,6 +88,7 @@ def run_infercore(workload: Workload, llm: Any, args: argparse.Namespace) -> dic
         profiler.enable()
     walls = []
     allocator_before = allocator_counters()
+    stats_before = llm.llm_engine.engine_core.scheduler.get_stats()
     with JitBuildCounter() as builds:
         for _ in range(args.repeat):
             llm.reset_prefix_cache()
@@ -100,6 +110,10 @@ def run_infercore(workload: Workload, llm: Any, args: argparse.Namespace) -> dic
               "prompt_tok_s": round(prompt_tokens / elapsed, 1),
               "triton_builds_during_run": dict(builds.builds),
               "allocator_events_during_run": increase(allocator_before, allocator_counters())}
+    if args.speculative_config is not None:
+        result.update({"speculative_config": args.speculative_config,
+                       "benchmark_acceptance_rate": acceptance_rate,
+                       "prompt_period": args.prompt_period, **spec_decode_report(llm, stats_before)})
     if args.repeat > 1:
         result["runs_output_tok_s"] = [round(tokens / w, 1) for w in walls]
     result.update(_limits(workload, prompts, [len(o.outputs[0].token_ids) for o in outputs], elapsed))
@@ -242,6 +256,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    default=None, help="KV cache dtype of workloads that do not set their own (w-gpu-fp8kv is "
                    "W-GPU with fp8, reported as a fraction of w-gpu when both run in one call)")
     p.add_argument("--sync-scheduling", action="store_true", help="turn async scheduling off")
+    add_speculative_arguments(p)
     p.add_argument("--profile", action="store_true", help="print where the host time goes (cProfile) to stderr")
     p.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
     p.add_argument("--repeat", type=_at_least_one, default=1,
@@ -316,13 +331,15 @@ def run_engine(workloads: list[Workload], args: argparse.Namespace,
         folder = workloads[0].write_model_folder(Path(tmp) / workloads[0].name)
         llm = make_llm(workloads[0], folder, args)
         for workload in workloads:
-            result = run_infercore(workload, llm, args)
-            baseline = ours.get(workload.variant_of or "")
-            if baseline is not None:
-                result["baseline"] = workload.variant_of
-                result["fraction_of_baseline"] = round(result["output_tok_s"] / baseline["output_tok_s"], 3)
-            ours[workload.name] = result
-            report(workload, result)  # printed before the next run, so a failing one loses nothing
+            for rate in args.benchmark_acceptance_rate:
+                force_acceptance_rate(llm, rate)
+                result = run_infercore(workload, llm, args, rate)
+                baseline = ours.get(workload.variant_of or "")
+                if baseline is not None:
+                    result["baseline"] = workload.variant_of
+                    result["fraction_of_baseline"] = round(result["output_tok_s"] / baseline["output_tok_s"], 3)
+                ours[workload.name] = result
+                report(workload, result)  # printed before the next run, so a failing one loses nothing
         if args.compare_hf:
             # HF's copy of the model needs the device memory the engine holds (a 30B MoE fits once, not twice).
             llm.llm_engine.engine_core.shutdown()

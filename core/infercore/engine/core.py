@@ -86,8 +86,14 @@ class EngineCore:
         self.async_mode = config.scheduler.async_scheduling
         if self.async_mode is None:
             self.async_mode = self.platform.capabilities.async_scheduling and not config.model.enforce_eager
+        speculative = config.speculative.speculative_config
+        if speculative is not None and self.async_mode:
+            # A step's drafts come back with its output, and the next step schedules them: overlapped
+            # steps would verify drafts a step late, so speculative decoding runs steps one at a time.
+            logger.info("speculative decoding runs without async scheduling")
+            self.async_mode = False
         self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, self.kv_layout,
-                                   self.max_num_batched_tokens,
+                                   self.max_num_batched_tokens, speculative_config=speculative,
                                    max_loras=config.lora.max_loras if config.lora.enable_lora else None)
         #: The step launched last in overlapped mode and the future of its output.
         self._inflight: tuple[SchedulerOutput, StepFuture] | None = None

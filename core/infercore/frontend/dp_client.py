@@ -37,7 +37,11 @@ def merge_stats(stats: list[SchedulerStats]) -> SchedulerStats:
         num_running=sum(s.num_running for s in stats), num_waiting=sum(s.num_waiting for s in stats),
         kv_cache_usage=usage, prefix_cache_queries=sum(s.prefix_cache_queries for s in stats),
         prefix_cache_hits=sum(s.prefix_cache_hits for s in stats), num_free_blocks=sum(s.num_free_blocks for s in stats),
-        num_total_blocks=total_blocks, num_preemptions=sum(s.num_preemptions for s in stats))
+        num_total_blocks=total_blocks, num_preemptions=sum(s.num_preemptions for s in stats),
+        spec_num_drafts=sum(s.spec_num_drafts for s in stats),
+        spec_num_draft_tokens=sum(s.spec_num_draft_tokens for s in stats),
+        spec_num_accepted_tokens=sum(s.spec_num_accepted_tokens for s in stats),
+        spec_num_accepted_tokens_per_pos=[sum(pos) for pos in zip(*(s.spec_num_accepted_tokens_per_pos for s in stats))])
 
 
 class DataParallelClient:

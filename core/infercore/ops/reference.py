@@ -9,7 +9,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-# The fused-MoE op and the FP8 and INT4 GEMMs have files of their own; they are ops like the rest.
+from infercore.ops.acceptance import accept_drafts  # noqa: F401
+
+# The fused-MoE op, the FP8 and INT4 GEMMs and the acceptance walk have files of their own; they are ops like the rest.
 from infercore.ops.fp8_math import fp8_block_linear, fp8_linear  # noqa: F401
 from infercore.ops.int4_math import int4_linear  # noqa: F401
 from infercore.ops.moe_reference import fused_moe  # noqa: F401

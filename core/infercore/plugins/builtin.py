@@ -1,5 +1,5 @@
-"""Core's own plugin: the built-in model zoo, reference custom ops and executors register here
-through the same hooks third-party plugins use."""
+"""Core's own plugin: the built-in model zoo, reference custom ops, executors and the n-gram proposer
+register here through the same hooks third-party plugins use."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("gumbel_argmax", "infercore.ops.reference:gumbel_argmax")
     register("apply_penalties", "infercore.ops.reference:apply_penalties")
     register("fused_moe", "infercore.ops.reference:fused_moe")
+    register("accept_drafts", "infercore.ops.reference:accept_drafts")
 
 
 @hookimpl
@@ -62,3 +63,8 @@ def register_executors(register: RegisterFn) -> None:
     register("uniproc", "infercore.executor.uniproc:UniProcExecutor")  # the name before "uni"
     register("mp", "infercore.executor.multiproc:MultiprocExecutor")
     register("ray", "infercore.executor.ray_executor:RayExecutor")
+
+
+@hookimpl
+def register_speculative_methods(register: RegisterFn) -> None:
+    register("ngram", "infercore.spec_decode.ngram:NgramProposer", needs_model=False)

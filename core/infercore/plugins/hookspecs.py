@@ -97,6 +97,18 @@ def register_quantization_methods(register: RegisterFn) -> None:
 
 
 @hookspec
+def register_speculative_methods(register: RegisterFn) -> None:
+    """Register :class:`~infercore.plugin_api.Proposer` subclasses by the speculative method name users
+    give as ``speculative_config``'s ``method`` (``"ngram"``).
+
+    Metadata ``needs_model=True`` marks a method that proposes with a draft model, so a configuration
+    without ``model`` is refused. The proposer is built with a
+    :class:`~infercore.plugin_api.ProposerSpec` and called once per step with every speculating row's
+    token history; its docstring states the contract (added in plugin API 1.6).
+    """
+
+
+@hookspec
 def configure(config: InfercoreConfig) -> None:
     """Inspect and adjust the engine configuration before the engine starts.
 

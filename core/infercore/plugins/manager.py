@@ -28,6 +28,7 @@ KINDS: dict[str, str] = {
     "structured_output_backend": "register_structured_output_backends",
     "executor": "register_executors",
     "quantization_method": "register_quantization_methods",
+    "speculative_method": "register_speculative_methods",
 }
 
 

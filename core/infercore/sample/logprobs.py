@@ -27,13 +27,14 @@ class LogprobsTensors:
 
     def to_logprobs(self, row: int, k: int) -> Logprobs:
         """One row as a single-position ``Logprobs`` with its top ``k`` (-1: all that were kept)."""
-        return self._rows_to_logprobs(slice(row, row + 1), k)
+        return self.rows_to_logprobs(slice(row, row + 1), k)
 
     def to_all_logprobs(self, k: int) -> Logprobs:
         """Every row as one position of a ``Logprobs`` (used for prompt logprobs)."""
-        return self._rows_to_logprobs(slice(None), k)
+        return self.rows_to_logprobs(slice(None), k)
 
-    def _rows_to_logprobs(self, rows: slice, k: int) -> Logprobs:
+    def rows_to_logprobs(self, rows: slice, k: int) -> Logprobs:
+        """The rows ``rows`` as the positions of one ``Logprobs`` with their top ``k`` (-1: all kept)."""
         width = self.token_ids.shape[1] if k < 0 else 1 + k
         return Logprobs(
             token_ids=self.token_ids[rows, :width].tolist(),

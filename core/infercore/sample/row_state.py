@@ -41,9 +41,13 @@ def _stride(n: int) -> int:
 
 class SamplingRowState:
     """Per-row sampling parameters of up to ``num_rows`` requests (host arrays), their penalty tables
-    on ``device``, and two alternating pinned staging buffers for the per-step copy."""
+    on ``device``, and two alternating pinned staging buffers for the per-step copy.
 
-    def __init__(self, num_rows: int, vocab_size: int, device: torch.device, pin_memory: bool = False) -> None:
+    A step gathers at most ``max_positions`` sampling rows (``num_rows`` when None); a row may appear
+    more than once (speculative decoding samples each verified position of a row)."""
+
+    def __init__(self, num_rows: int, vocab_size: int, device: torch.device, pin_memory: bool = False,
+                 max_positions: int | None = None) -> None:
         self.num_rows = num_rows
         self.vocab_size = vocab_size
         self.device = device
@@ -67,7 +71,7 @@ class SamplingRowState:
         self.eos_token_ids: list[int | None] = [None] * num_rows
         self.penalty_tables: PenaltyTables | None = None
         pin = pin_memory and device.type != "cpu"
-        capacity = _stride(num_rows) * _ROW_BYTES
+        capacity = _stride(max(num_rows, max_positions or 0)) * _ROW_BYTES
         self._staging = [torch.empty(capacity, dtype=torch.uint8, pin_memory=pin) for _ in range(2)]
         self._on_device = torch.empty(capacity, dtype=torch.uint8, device=device)
         self._next = 0

@@ -52,6 +52,7 @@ class Request:
         "num_computed_tokens", "status", "stop_reason", "num_cached_tokens", "block_hashes",
         "max_tokens", "min_tokens", "stop_eos_token_id", "stop_token_ids", "num_preemptions",
         "prompt_logprobs_parts", "prompt_logprobs_sent", "num_output_placeholders", "lora_request", "lora_id",
+        "spec_token_ids",
     )
 
     def __init__(
@@ -84,6 +85,9 @@ class Request:
         self.num_computed_tokens = 0
         #: Tokens being sampled by a step still in flight (async scheduling): counted, not yet known.
         self.num_output_placeholders = 0
+        #: Draft tokens the proposer made after the last step (speculative decoding); the next schedule
+        #: takes them as scheduled tokens or drops them.
+        self.spec_token_ids: list[int] = []
         self.status = RequestStatus.WAITING
         self.stop_reason: int | str | None = None
         #: Prefix-cache hit length at the first schedule; -1 until then.

@@ -11,6 +11,8 @@ from infercore.config import CacheConfig, SchedulerConfig
 from infercore.scheduler.kv_cache_manager import KVCacheManager, make_kv_cache_manager
 from infercore.scheduler.request import Request, RequestStatus
 from infercore.scheduler.request_queue import create_request_queue
+from infercore.scheduler.spec_decode_stats import SpecDecodeCounters
+from infercore.speculative_config import SpeculativeConfig
 from infercore.wire.kv_layout import KVCacheLayout
 from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs, Logprobs, SchedulerStats
 from infercore.wire.scheduler_output import (
@@ -49,6 +51,15 @@ class Scheduler:
     is: with one sliding group the KV manager gives back the blocks of a running request that left the
     window; with several (sliding layers beside global ones) each group has a pool and a block table of
     its own.
+
+    With ``speculative_config``, a decoding request's draft tokens (``Request.spec_token_ids``, from the
+    previous step's output) are scheduled tokens of that request: ``1 + k`` from the one budget, ``k``
+    capped so that neither ``max_model_len`` nor ``max_tokens`` is passed, none in steps with at least
+    ``disable_by_batch_size`` running requests, and none for requests with a grammar (their bitmask
+    covers one position per step) or while an earlier step is in flight (async scheduling). When the
+    step comes back, ``num_computed_tokens`` goes back by the rejected drafts: their KV entries are
+    written over by the next step, and no block is cached before its tokens are all accepted (blocks
+    are hashed from ``all_token_ids``, which never holds a draft).
     """
 
     def __init__(
@@ -59,6 +70,7 @@ class Scheduler:
         kv_layout: KVCacheLayout,
         max_num_batched_tokens: int | None = None,
         max_loras: int | None = None,
+        speculative_config: SpeculativeConfig | None = None,
     ) -> None:
         block_size = kv_layout.block_size
         self.max_model_len = max_model_len
@@ -97,6 +109,9 @@ class Scheduler:
         #: Steps scheduled but not yet folded in, oldest first, each with the blocks it put into
         #: the prefix cache before writing them (``take_newly_cached``; taken out again if the step fails).
         self._unfolded: deque[tuple[SchedulerOutput, Any]] = deque()
+        self.speculative_config = speculative_config
+        self.spec_counters = SpecDecodeCounters(
+            speculative_config.num_speculative_tokens if speculative_config is not None else 0)
 
     @property
     def num_running(self) -> int:
@@ -160,6 +175,8 @@ class Scheduler:
         num_scheduled: list[int] = []
         idx = 0
         prefill_left = self._prefill_tokens_allowed(budget) if chunked else budget
+        spec_tokens: dict[str, list[int]] = {}
+        drafts_allowed = self._drafts_allowed()
         while idx < len(running) and budget > 0:
             request = running[idx]
             placeholders = request.num_output_placeholders
@@ -181,12 +198,18 @@ class Scheduler:
             if not samples:
                 num_new = allowed
             rid = request.request_id
+            if request.spec_token_ids:
+                drafts = self._take_drafts(request, drafts_allowed and num_new == 1 and not placeholders, budget - 1)
+                if drafts:
+                    spec_tokens[rid] = drafts
+                    num_new += len(drafts)
             # Most decode steps stay within the blocks held and fill none: then there is nothing to allocate.
             if computed + num_new > settled_until.get(rid, -1):
                 block_ids = kv.allocate_slots(request, num_new)
                 if block_ids is None:
                     preempted = True
-                    block_ids, idx, num_undone = self._preempt_for(request, num_new, idx, cached, num_scheduled)
+                    block_ids, idx, num_undone = self._preempt_for(request, num_new, idx, cached, num_scheduled,
+                                                                   spec_tokens)
                     budget += num_undone
                     if block_ids is None:
                         continue
@@ -217,11 +240,29 @@ class Scheduler:
             num_scheduled_tokens=num_scheduled,
             total_num_scheduled_tokens=self.max_num_batched_tokens - budget,
             finished_req_ids=finished,
+            scheduled_spec_decode_tokens=spec_tokens,
         )
         cached_blocks = kv.take_newly_cached()
         if num_scheduled:
             self._unfolded.append((scheduler_output, cached_blocks))
         return scheduler_output
+
+    def _drafts_allowed(self) -> bool:
+        """Whether this step may schedule drafts at all (``disable_by_batch_size``)."""
+        spec = self.speculative_config
+        if spec is None:
+            return False
+        return spec.disable_by_batch_size is None or len(self.running) < spec.disable_by_batch_size
+
+    def _take_drafts(self, request: Request, allowed: bool, budget: int) -> list[int]:
+        """The drafts of ``request`` this step verifies (taken off the request either way): at most the
+        budget left after its own token, and none past ``max_model_len`` or ``max_tokens``."""
+        drafts, request.spec_token_ids = request.spec_token_ids, []
+        if not allowed or request.sampling_params.structured_outputs is not None:
+            return []
+        room = min(budget, self.max_model_len - request.num_tokens - 1,
+                   request.max_tokens - len(request.output_token_ids) - 1)
+        return drafts[:max(room, 0)]
 
     def _prefill_tokens_allowed(self, budget: int) -> int:
         """Prompt tokens this step may take. While requests decode, a step may have a smaller budget (their
@@ -244,7 +285,7 @@ class Scheduler:
         return allowed
 
     def _preempt_for(self, request: Request, num_new: int, idx: int, cached: CachedRequests,
-                     num_scheduled: list[int]) -> tuple[list[int] | None, int, int]:
+                     num_scheduled: list[int], spec_tokens: dict[str, list[int]]) -> tuple[list[int] | None, int, int]:
         """Preempt running requests, the policy's last first, until ``num_new`` tokens of ``request``
         (``running[idx]``) fit. A victim already planned in this step leaves the plan.
 
@@ -266,6 +307,7 @@ class Scheduler:
                 cached.remove(pos)
                 num_undone += undone
                 victim.num_computed_tokens -= undone
+            spec_tokens.pop(victim.request_id, None)
             self._preempt(victim)
             if victim is request:
                 break
@@ -331,6 +373,7 @@ class Scheduler:
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.num_output_placeholders = 0
+        request.spec_token_ids = []
         request.num_preemptions += 1
         if not request.prompt_logprobs_sent:
             request.prompt_logprobs_parts.clear()
@@ -361,14 +404,23 @@ class Scheduler:
                     request.prompt_logprobs_parts.append(lp)
 
         logprobs = runner_output.logprobs
+        spec_tokens = scheduler_output.scheduled_spec_decode_tokens
+        new_drafts = runner_output.draft_token_ids
         outputs: list[EngineCoreOutput] = []
         any_finished = False
-        for rid, sampled in zip(runner_output.req_ids, runner_output.sampled_token_ids):
+        for i, (rid, sampled) in enumerate(zip(runner_output.req_ids, runner_output.sampled_token_ids)):
             request = requests.get(rid)
             if request is None or request.status != _RUNNING or not sampled:
                 continue
             request.num_output_placeholders -= 1
+            drafts = spec_tokens.get(rid) if spec_tokens else None
+            if drafts:
+                # The rejected drafts' KV entries are written over by the next step.
+                request.num_computed_tokens -= len(drafts) + 1 - len(sampled)
+                self.spec_counters.count(len(drafts), len(sampled) - 1)
             new_tokens = self._append_tokens(request, sampled)
+            if new_drafts is not None and request.status == _RUNNING:
+                request.spec_token_ids = new_drafts[i]
             new_logprobs = logprobs.get(rid) if logprobs else None
             if new_logprobs is not None and len(new_tokens) < len(sampled):
                 new_logprobs = _slice_logprobs(new_logprobs, len(new_tokens))
@@ -449,6 +501,7 @@ class Scheduler:
             num_free_blocks=kv.num_free_blocks,
             num_total_blocks=kv.num_usable_blocks,
             num_preemptions=self.num_preemptions,
+            **self.spec_counters.as_stats(),
         )
 
 

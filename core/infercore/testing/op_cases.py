@@ -53,6 +53,18 @@ def _fp8_weight(gen: torch.Generator, device: torch.device, n: int, k: int,
     return q.to(device), scale.to(device)
 
 
+def _accept_drafts_args(gen: torch.Generator, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Drafts of 9 rows (greedy and sampled, some without drafts) and the per-draft target facts."""
+    rows, width = 9, 4
+    drafts = torch.randint(0, 50, (rows, width), generator=gen)
+    argmax = torch.where(torch.rand(rows, width, generator=gen) < 0.7, drafts, drafts + 1)
+    num_drafts = torch.tensor([0, 1, 2, 3, 4, 4, 4, 2, 4])
+    greedy = torch.arange(rows) % 3 == 0
+    target, draft = torch.rand(rows, width, generator=gen), torch.rand(rows, width, generator=gen)
+    uniforms = torch.randint(0, 1 << 24, (rows, width), generator=gen).float() * 2.0 ** -24
+    return tuple(t.to(device) for t in (drafts, num_drafts, greedy, argmax, target, draft, uniforms))
+
+
 #: Inputs of each op, for ``(device, dtype, generator)``. An op of ``plugin_api.CUSTOM_OPS`` missing here
 #: is not checked by the kit yet.
 OP_INPUTS: dict[str, Inputs] = {
@@ -73,6 +85,7 @@ OP_INPUTS: dict[str, Inputs] = {
     "fp8_block_linear": lambda d, t, g: (_rand(g, d, t, 5, 256), *_fp8_weight(g, d, 256, 256, 128), 128, 128,
                                          _rand(g, d, t, 256)),
     "apply_penalties": lambda d, t, g: _penalty_args(g, d),
+    "accept_drafts": lambda d, t, g: _accept_drafts_args(g, d),
     "gumbel_argmax": lambda d, t, g: (_rand(g, d, t, 6, 50) * 3, torch.tensor([0.0, 0.0, 0.7, 1.0, 0.0, 2.0],
                                       device=d), torch.arange(6, device=d) * 7919),
 }

@@ -80,6 +80,12 @@ class SchedulerStats(msgspec.Struct, array_like=True, omit_defaults=True):
     num_free_blocks: int = 0
     num_total_blocks: int = 0
     num_preemptions: int = 0
+    #: Speculative decoding counters since the scheduler started: verified steps of a request with
+    #: drafts, drafts verified, drafts accepted, and drafts accepted at each draft position.
+    spec_num_drafts: int = 0
+    spec_num_draft_tokens: int = 0
+    spec_num_accepted_tokens: int = 0
+    spec_num_accepted_tokens_per_pos: list[int] = []
 
 
 class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):

@@ -79,6 +79,10 @@ class SchedulerOutput:
     then the new ones. ``num_scheduled_tokens[i]`` tokens of request ``req_ids[i]`` are computed,
     starting at its ``num_computed_tokens``. ``finished_req_ids`` lists requests finished, aborted or
     preempted since the previous step: the runner drops their state before adding the new requests.
+
+    ``scheduled_spec_decode_tokens`` maps a request that speculates in this step to its draft tokens:
+    they are the last ``len(drafts)`` of its scheduled tokens (each counts in the token budget), after
+    the one token it would decode without them; the runner verifies all of them in the one forward pass.
     """
 
     scheduled_new_reqs: list[NewRequestData]
@@ -86,6 +90,7 @@ class SchedulerOutput:
     num_scheduled_tokens: list[int]
     total_num_scheduled_tokens: int
     finished_req_ids: set[str]
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def req_ids(self) -> list[str]:
@@ -96,9 +101,16 @@ class SchedulerOutput:
 @dataclass(slots=True)
 class ModelRunnerOutput:
     """What one step produced: for each scheduled request (in ``req_ids`` order) the tokens sampled,
-    ``[]`` when its prefill chunk did not reach the end of its tokens."""
+    ``[]`` when its prefill chunk did not reach the end of its tokens; a speculating request gets its
+    accepted drafts and one token of the target's (1 to ``k + 1`` tokens), with one logprobs position
+    per token.
+
+    ``draft_token_ids`` (speculative decoding; None without) holds, in ``req_ids`` order, the drafts the
+    proposer made from each sampled request's history after this step's tokens: the scheduler may
+    schedule them in the next step (``[]``: none)."""
 
     req_ids: list[str]
     sampled_token_ids: list[list[int]]
     logprobs: dict[str, Logprobs] | None = None
     prompt_logprobs: dict[str, Logprobs] | None = None
+    draft_token_ids: list[list[int]] | None = None

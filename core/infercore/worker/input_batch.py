@@ -46,9 +46,15 @@ class InputBatch:
     - ``num_computed[row]``: tokens whose KV is in the cache (the scheduler's count);
     - ``block_table[row]``: the row's block ids in the layout's encoding (interleaved by KV cache
       group, :mod:`infercore.wire.kv_layout`);
+    - ``num_drafts[row]``: draft tokens the row verifies this step (speculative decoding); the drafts
+      themselves sit in ``token_ids`` right after the row's tokens, so the step gathers them as it
+      gathers any token, and a verified draft is already in place when it is appended;
     - ``sampling``: the row's sampling parameters and penalty tables (:class:`SamplingRowState`);
     - ``adapter_slot[row]``: the device slot of the row's LoRA adapter (-1: none), from ``adapters``;
     - ``requests``: each request's :class:`RequestState` (its row, its tokens as lists).
+
+    ``max_positions_per_row`` is how many positions of a row a step samples at most (``1 + k`` when
+    speculating).
 
     A workload that brings something per row (an adapter slot, draft tokens, pooling parameters,
     encoder outputs) adds a column here, written in :meth:`add_request` and cleared in
@@ -58,7 +64,7 @@ class InputBatch:
 
     def __init__(self, *, max_num_reqs: int, max_model_len: int, block_size: int, num_kv_groups: int, vocab_size: int,
                  device: torch.device, pin_memory: bool, eos_token_id: int | None,
-                 adapters: AdapterSlots | None = None) -> None:
+                 adapters: AdapterSlots | None = None, max_positions_per_row: int = 1) -> None:
         self.max_num_reqs = max_num_reqs
         self.max_model_len = max_model_len
         self.eos_token_id = eos_token_id
@@ -69,7 +75,9 @@ class InputBatch:
         self.num_tokens = np.zeros(max_num_reqs, dtype=np.int64)
         self.adapters = adapters
         self.adapter_slot = np.full(max_num_reqs, -1, dtype=np.int32)
-        self.sampling = SamplingRowState(max_num_reqs, vocab_size, device, pin_memory)
+        self.num_drafts = np.zeros(max_num_reqs, dtype=np.int64)
+        self.sampling = SamplingRowState(max_num_reqs, vocab_size, device, pin_memory,
+                                         max_positions=max_num_reqs * max_positions_per_row)
         self.requests: dict[str, RequestState] = {}
         #: Running requests that asked for prompt logprobs (a step without any skips looking for them).
         self.prompt_logprob_reqs: set[str] = set()
@@ -94,6 +102,12 @@ class InputBatch:
             rows.append(self.add_request(new.req_id, new.prompt_token_ids, new.output_token_ids,
                                          new.sampling_params, new.block_ids, new.num_computed_tokens,
                                          new.lora_request))
+        self.num_drafts[rows] = 0
+        for req_id, drafts in so.scheduled_spec_decode_tokens.items():
+            row = requests[req_id].row
+            start = self.num_tokens[row]
+            self.token_ids[row, start: start + len(drafts)] = drafts
+            self.num_drafts[row] = len(drafts)
         return rows
 
     def add_request(self, req_id: str, prompt_token_ids: list[int], output_token_ids: list[int],
@@ -128,6 +142,21 @@ class InputBatch:
                 self.adapters.release(int(self.adapter_slot[state.row]))
                 self.adapter_slot[state.row] = -1
             self.prompt_logprob_reqs.discard(req_id)
+
+    def is_live(self, state: RequestState) -> bool:
+        """Whether ``state`` still holds its row (it was not finished or preempted since)."""
+        return self.requests.get(state.req_id) is state
+
+    def append_verified(self, states: list[RequestState], tokens: list[list[int]]) -> None:
+        """Fold each live request's verified tokens (its accepted drafts and one more) into its row."""
+        for state, new in zip(states, tokens, strict=True):
+            if self.requests.get(state.req_id) is not state:
+                continue
+            state.output_token_ids.extend(new)
+            start = self.num_tokens[state.row]
+            fits = new[: max(self.max_model_len - start, 0)]
+            self.token_ids[state.row, start: start + len(fits)] = fits
+            self.num_tokens[state.row] = start + len(new)
 
     def append_sampled(self, states: list[RequestState], tokens: list[int]) -> None:
         """Fold one sampled token into each live request of ``states``; the others' rows may be reused."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -15,7 +16,6 @@ from infercore.config import InfercoreConfig
 from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.lora.setup import make_lora_manager
 from infercore.platforms.interface import Platform
-from infercore.sample import Sampler, compute_prompt_logprobs
 from infercore.startup_timeline import startup_phase
 from infercore.wire.kv_layout import KVCacheLayout
 from infercore.wire.messages import Logprobs
@@ -27,7 +27,9 @@ from infercore.worker.input_batch import InputBatch
 from infercore.worker.kv_cache_setup import KVCacheSetup
 from infercore.worker.mixed_graphs import MixedGraphs
 from infercore.worker.pending_sample import PendingSample
+from infercore.worker.spec_decode_step import SpeculativeStep, make_sampler_and_step
 from infercore.worker.step_buffers import StepBuffers
+from infercore.worker.step_logprobs import sampled_logprobs, step_prompt_logprobs
 from infercore.worker.warm_up import warm_up_logits, warm_up_sampler
 from infercore.worker.whole_graphs import WholeGraphs
 
@@ -75,7 +77,10 @@ class ModelRunner:
                                      self.max_num_tokens, max_model_len)
         self.kv_spec, self.num_layers = self.kv_setup.spec, self.kv_setup.num_layers
         self.backend = select_attention_backend(self.model, platform, self.kv_spec, self.dtype)
-        self.sampler = Sampler(config.model.seed)
+        self.sampler, self.spec, positions_per_row = make_sampler_and_step(
+            config.speculative.speculative_config, config.model.seed, vocab_size=self.vocab_size,
+            max_num_seqs=self.max_num_reqs, max_model_len=max_model_len, device=device,
+            pin_memory=platform.capabilities.pin_memory and device.type != "cpu")
         self.max_blocks_per_req = math.ceil(max_model_len / self.block_size)
         num_groups = len(self.kv_setup.groups)
         self.buffers = StepBuffers(max(self.max_num_tokens, self.max_num_reqs), self.max_num_reqs,
@@ -87,15 +92,13 @@ class ModelRunner:
         self.input_batch = InputBatch(max_num_reqs=self.max_num_reqs, max_model_len=max_model_len,
                                       block_size=self.block_size, num_kv_groups=num_groups,
                                       vocab_size=self.vocab_size, device=device, pin_memory=pin,
-                                      eos_token_id=eos_token_id, adapters=self.lora)
+                                      eos_token_id=eos_token_id, adapters=self.lora,
+                                      max_positions_per_row=positions_per_row)
         self.graphs: WholeGraphs | None = None
-        #: Graphs of steps with prompt tokens: whole (the backend launches attention from padded counts,
-        #: ``captures_mixed_steps``) or in pieces around attention.
+        #: Graphs of steps with prompt tokens: whole (``captures_mixed_steps``) or in pieces around attention.
         self.mixed_graphs: WholeGraphs | MixedGraphs | None = None
         self._pending: PendingSample | None = None
-        #: Whether decode graphs end with the LM head (every row of a decode step is sampled, so its
-        #: logits are computed inside the graph instead of by one more launch per step). Not with
-        #: tensor parallelism, whose LM head gathers across the group.
+        #: Whether decode graphs end with the LM head (not under TP, whose LM head gathers across ranks).
         self.logits_in_decode_graphs = config.parallel.tensor_parallel_size == 1
         self._sampled_host = torch.zeros(self.max_num_reqs, dtype=torch.long, pin_memory=pin)
         self.kv_layout: KVCacheLayout | None = None
@@ -380,13 +383,18 @@ class ModelRunner:
                 grammar_bitmask: torch.Tensor | None) -> PendingSample:
         """Sample every request whose scheduled tokens reach the end of its known tokens."""
         batch = self.input_batch
-        prompt_logprobs = self._prompt_logprobs(req_ids, layout, forward) if batch.prompt_logprob_reqs else None
+        prompt_logprobs = (step_prompt_logprobs(batch, req_ids, layout, forward.out, self._logits_of(forward),
+                                                self.device) if batch.prompt_logprob_reqs else None)
         sampled_idx = np.nonzero(layout.seq_lens >= batch.num_tokens[layout.rows])[0]
         states = [batch.requests[req_ids[i]] for i in sampled_idx]
         pending = PendingSample(req_ids, sampled_idx, states, prompt_logprobs)
         if not states:
             return pending
         n = len(states)
+        if self.spec is not None and batch.num_drafts[layout.rows[sampled_idx]].any():
+            self.spec.verify(batch, forward.out, layout.query_start_loc[1:][sampled_idx], layout.rows[sampled_idx],
+                             states, self._logits_of(forward), grammar_bitmask, pending)
+            return self._copy_to_host(pending, pending.verified.counts_and_tokens)
         if n == layout.num_tokens:  # every token is sampled (a pure-decode step): no gather
             rows_out = forward.out[:n]
         else:
@@ -397,11 +405,20 @@ class ModelRunner:
         metadata = batch.sampling.gather(layout.rows[sampled_idx], num_outputs, grammar_bitmask,
                                               self.sampler.seed_source)
         out = self.sampler(logits, metadata)
-        pending.tokens = out.sampled_token_ids
         pending.logprobs = out.logprobs
+        return self._copy_to_host(pending, out.sampled_token_ids)
+
+    def _logits_of(self, forward: StepForward) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Rows of ``forward.out`` → their logits."""
+        return (lambda rows: rows) if forward.is_logits else self.model.compute_logits
+
+    def _copy_to_host(self, pending: PendingSample, tokens: torch.Tensor) -> PendingSample:
+        """Start the copy of a step's ``tokens`` to the host; ``_collect`` waits for it."""
+        pending.tokens = tokens
         if not self.buffers.same:
-            pending.tokens_host = self._sampled_host[:n]
-            pending.tokens_host.copy_(pending.tokens, non_blocking=True)
+            pending.tokens_host = (self._sampled_host[: len(tokens)] if self.spec is None or tokens.dim() == 1
+                                   else self.spec.host_rows(len(tokens)))
+            pending.tokens_host.copy_(tokens, non_blocking=True)
             pending.event = torch.Event(device=self.device.type)
             pending.event.record()
         return pending
@@ -410,39 +427,23 @@ class ModelRunner:
         """Wait for a sample, fold its tokens into the request state and describe it for the scheduler."""
         sampled: list[list[int]] = [[] for _ in pending.req_ids]
         logprobs: dict[str, Logprobs] | None = None
+        drafts: list[list[int]] | None = None
         if pending.states:
             if pending.event is not None:
                 pending.event.synchronize()
-                tokens = pending.tokens_host.tolist()
+            tokens = (pending.tokens if pending.event is None else pending.tokens_host).tolist()
+            verified = pending.verified
+            per_row = SpeculativeStep.tokens_of(tokens) if verified is not None else [[tok] for tok in tokens]
+            for i, toks in zip(pending.sampled_idx.tolist(), per_row, strict=True):
+                sampled[i] = toks
+            if verified is not None:
+                self.input_batch.append_verified(pending.states, per_row)
             else:
-                tokens = pending.tokens.tolist()
-            for i, tok in zip(pending.sampled_idx.tolist(), tokens, strict=True):
-                sampled[i] = [tok]
-            self.input_batch.append_sampled(pending.states, tokens)
+                self.input_batch.append_sampled(pending.states, tokens)
+            if self.spec is not None:
+                drafts = self.spec.step_drafts(self.input_batch, pending)
             if pending.logprobs is not None:
-                cpu = pending.logprobs.cpu()
-                logprobs = {s.req_id: cpu.to_logprobs(j, s.sampling_params.logprobs)
-                            for j, s in enumerate(pending.states) if s.sampling_params.logprobs is not None}
+                first = verified.first_position if verified is not None else range(len(per_row))
+                logprobs = sampled_logprobs(pending.logprobs, first, per_row, pending.states)
         return ModelRunnerOutput(req_ids=pending.req_ids, sampled_token_ids=sampled, logprobs=logprobs,
-                                 prompt_logprobs=pending.prompt_logprobs)
-
-    def _prompt_logprobs(self, req_ids: list[str], layout: BatchLayout,
-                         forward: StepForward) -> dict[str, Logprobs] | None:
-        """Logprobs of prompt tokens computed in this step's chunk (position p predicts token p + 1)."""
-        result: dict[str, Logprobs] | None = None
-        for i, req_id in enumerate(req_ids):
-            state = self.input_batch.requests[req_id]
-            k = state.sampling_params.prompt_logprobs
-            if k is None:
-                continue
-            start = int(layout.num_computed[i])
-            end = min(start + int(layout.num_scheduled[i]), len(state.prompt_token_ids) - 1)
-            if end <= start:
-                continue
-            q0 = int(layout.query_start_loc[i])
-            rows_out = forward.out[q0: q0 + end - start]
-            logits = rows_out if forward.is_logits else self.model.compute_logits(rows_out)
-            targets = torch.tensor(state.prompt_token_ids[start + 1: end + 1], device=self.device)
-            result = result or {}
-            result[req_id] = compute_prompt_logprobs(logits, targets, k)
-        return result
+                                 prompt_logprobs=pending.prompt_logprobs, draft_token_ids=drafts)

@@ -24,3 +24,5 @@ class PendingSample:
     tokens_host: torch.Tensor | None = None  # pinned host copy, filled asynchronously
     event: Any = None  # recorded after the host copy was queued
     logprobs: Any = None  # LogprobsTensors of the sample, if any request asked
+    #: A speculative step's VerifiedSample (``worker/spec_decode_step.py``): 1..k+1 tokens per row.
+    verified: Any = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from infercore.plugin_api import RegisterFn, hookimpl
 
-INFERCORE_PLUGIN_API = (1, 5)  # captures_mixed_steps (whole-step graphs of steps with prompt tokens)
+INFERCORE_PLUGIN_API = (1, 6)  # accept_drafts (speculative decoding's acceptance walk)
 
 #: Platforms whose devices Triton compiles for; each gets the kernels below as its custom ops.
 TRITON_PLATFORMS = ("cuda", "rocm", "xpu")
@@ -23,6 +23,7 @@ CUSTOM_OPS = {
     "fused_moe": "infercore_triton.fused_moe:fused_moe",
     "lora_shrink": "infercore_triton.lora:lora_shrink",
     "lora_expand": "infercore_triton.lora:lora_expand",
+    "accept_drafts": "infercore_triton.rejection:accept_drafts",
 }
 
 

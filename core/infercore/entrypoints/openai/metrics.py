@@ -52,6 +52,16 @@ class ServerMetrics(StatsListener):
         self.prefix_hits = Counter("infercore:prefix_cache_hits", "Prompt tokens found in the prefix cache",
                                    labels, registry=r)
         self.preemptions = Counter("infercore:num_preemptions", "Requests preempted", labels, registry=r)
+        # Speculative decoding, with vLLM's names: a draft is one request's run of draft tokens in a step.
+        self.spec_drafts = Counter("infercore:spec_decode_num_drafts", "Verified runs of draft tokens", labels,
+                                   registry=r)
+        self.spec_draft_tokens = Counter("infercore:spec_decode_num_draft_tokens", "Draft tokens verified", labels,
+                                         registry=r)
+        self.spec_accepted = Counter("infercore:spec_decode_num_accepted_tokens", "Draft tokens accepted", labels,
+                                     registry=r)
+        self.spec_accepted_per_pos = Counter("infercore:spec_decode_num_accepted_tokens_per_pos",
+                                             "Draft tokens accepted at each draft position", labels + ["position"],
+                                             registry=r)
         self.prompt_tokens = Counter("infercore:prompt_tokens", "Prompt tokens of finished requests", labels,
                                      registry=r)
         self.generation_tokens = Counter("infercore:generation_tokens", "Tokens generated", labels, registry=r)
@@ -85,12 +95,18 @@ class ServerMetrics(StatsListener):
         if not self._counts_engine_totals:
             return
         # The engine reports running totals; Prometheus counters take the increase since the last report.
-        for counter, total in ((self.prefix_queries, stats.prefix_cache_queries),
-                               (self.prefix_hits, stats.prefix_cache_hits),
-                               (self.preemptions, stats.num_preemptions)):
-            child = counter.labels(m)
-            increase = total - self._last_totals.get(id(counter), 0)
-            self._last_totals[id(counter)] = total
+        totals = [(self.prefix_queries.labels(m), stats.prefix_cache_queries),
+                  (self.prefix_hits.labels(m), stats.prefix_cache_hits),
+                  (self.preemptions.labels(m), stats.num_preemptions)]
+        if stats.spec_num_accepted_tokens_per_pos:
+            totals += [(self.spec_drafts.labels(m), stats.spec_num_drafts),
+                       (self.spec_draft_tokens.labels(m), stats.spec_num_draft_tokens),
+                       (self.spec_accepted.labels(m), stats.spec_num_accepted_tokens)]
+            totals += [(self.spec_accepted_per_pos.labels(m, str(pos)), total)
+                       for pos, total in enumerate(stats.spec_num_accepted_tokens_per_pos)]
+        for child, total in totals:
+            increase = total - self._last_totals.get(id(child), 0)
+            self._last_totals[id(child)] = total
             if increase > 0:
                 child.inc(increase)
 
