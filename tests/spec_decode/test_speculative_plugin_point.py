@@ -28,8 +28,8 @@ class _RepeatPlugin:
 
     @api.hookimpl
     def register_speculative_methods(self, register: api.RegisterFn) -> None:
-        register("repeat_last", "test_plugin_point:RepeatLastProposer")
-        register("tiny_draft", "test_plugin_point:RepeatLastProposer", needs_model=True)
+        register("repeat_last", "test_speculative_plugin_point:RepeatLastProposer")
+        register("tiny_draft", "test_speculative_plugin_point:RepeatLastProposer", needs_model=True)
 
 
 @pytest.fixture
