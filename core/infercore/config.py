@@ -12,6 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from infercore.pooling.config import PoolingRunnerConfig
+
 _SETTINGS = SettingsConfigDict(env_prefix="INFERCORE_", extra="forbid", validate_assignment=True)
 
 DEMO_MODEL = "infercore-demo"
@@ -176,6 +178,7 @@ SECTIONS: dict[str, type[BaseSettings]] = {
     "load": LoadConfig,
     "structured_outputs": StructuredOutputsConfig,
     "serve": ServeConfig,
+    "pooling": PoolingRunnerConfig,
 }
 
 
@@ -211,6 +214,7 @@ class InfercoreConfig(BaseModel):
     load: LoadConfig = Field(default_factory=LoadConfig)
     structured_outputs: StructuredOutputsConfig = Field(default_factory=StructuredOutputsConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    pooling: PoolingRunnerConfig = Field(default_factory=PoolingRunnerConfig)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> InfercoreConfig:

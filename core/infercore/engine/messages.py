@@ -9,6 +9,7 @@ import enum
 
 import msgspec
 
+from infercore.pooling.pooled import PooledTensor
 from infercore.sampling_params import SamplingParams
 
 
@@ -61,6 +62,8 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
     error: str | None = None
+    #: A pooling request's result (infercore.pooling), with its finishing output.
+    pooled: PooledTensor | None = None
 
     @property
     def finished(self) -> bool:

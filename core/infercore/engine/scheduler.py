@@ -20,6 +20,7 @@ from infercore.engine.scheduler_output import (
     SchedulerOutput,
 )
 from infercore.kv_cache.groups import group_pool_sizes
+from infercore.pooling.scheduling import pooled_output
 
 _DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 #: The fewest prompt tokens ``max_prefill_tokens_per_decode`` leaves a step beside decodes: a prompt of
@@ -380,6 +381,13 @@ class Scheduler:
             if finished:
                 any_finished = True
                 self._finish(request, status)
+        # Pooling requests finish with their pooled result (infercore.pooling).
+        for rid, pooled in (runner_output.pooler_output or {}).items():
+            request = requests.get(rid)
+            if request is not None and request.status == _RUNNING:
+                outputs.append(pooled_output(request, pooled))
+                self._finish(request, _STOPPED)
+                any_finished = True
         if any_finished:
             self.running = [r for r in self.running if r.status == _RUNNING]
         return EngineCoreOutputs(outputs=outputs)

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from infercore.engine.messages import Logprobs
+from infercore.pooling.pooled import PooledTensor
 from infercore.sampling_params import SamplingParams
 
 
@@ -99,3 +100,5 @@ class ModelRunnerOutput:
     sampled_token_ids: list[list[int]]
     logprobs: dict[str, Logprobs] | None = None
     prompt_logprobs: dict[str, Logprobs] | None = None
+    #: Results of pooling requests whose prompt this step finished (infercore.pooling).
+    pooler_output: dict[str, PooledTensor] | None = None

@@ -3,7 +3,12 @@ through the same hooks third-party plugins use."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from infercore.plugins.hookspecs import RegisterFn, hookimpl
+
+if TYPE_CHECKING:
+    from infercore.config import InfercoreConfig
 
 INFERCORE_PLUGIN_API = (1, 0)
 
@@ -18,6 +23,14 @@ def register_models(register: RegisterFn) -> None:
     register("Phi3ForCausalLM", "infercore.models.phi3:Phi3ForCausalLM")
     register("Qwen3MoeForCausalLM", "infercore.models.qwen3_moe:Qwen3MoeForCausalLM")
     register("MixtralForCausalLM", "infercore.models.mixtral:MixtralForCausalLM")
+
+
+@hookimpl
+def configure(config: InfercoreConfig) -> None:
+    # Pooling models: no chunked prefill or prefix cache where their attention or method forbids them.
+    from infercore.pooling.config import configure_pooling
+
+    configure_pooling(config)
 
 
 @hookimpl

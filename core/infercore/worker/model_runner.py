@@ -21,6 +21,8 @@ from infercore.kv_cache.groups import group_pool_sizes, kv_cache_groups, primary
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore.platforms.interface import UNPROFILED_KV_FRACTION, Platform
 from infercore.plugins.manager import get_plugin_manager
+from infercore.pooling.pooled import results_to_host
+from infercore.pooling.runner import pooling_rows_for
 from infercore.sample import Sampler, SamplingMetadata, compute_prompt_logprobs
 from infercore.sample.row_state import SamplingRowState
 from infercore.sampling_params import SamplingParams
@@ -87,6 +89,10 @@ class ModelRunner:
         self._free_rows = list(range(self.max_num_reqs - 1, -1, -1))
         self.max_blocks_per_req = math.ceil(max_model_len / self.block_size)
         self._alloc_host_state()
+        #: Pooling (infercore.pooling): results instead of samples, so graphs end with hidden states.
+        self.pooling = pooling_rows_for(config, self.model)
+        if self.pooling is not None:
+            self.logits_in_decode_graphs = False
         self.kv_caches: list[torch.Tensor] = []
         self.builder: Any = None
         #: The metadata builders of the KV cache groups after the first.
@@ -583,8 +589,13 @@ class ModelRunner:
         """Sample every request whose scheduled tokens reach the end of its known tokens."""
         prompt_logprobs = self._prompt_logprobs(req_ids, layout, forward) if self._prompt_logprob_reqs else None
         sampled_idx = np.nonzero(layout.seq_lens >= self.num_tokens[layout.rows])[0]
+        if self.pooling is not None:  # every request of a pooling model pools (infercore.pooling)
+            pooled = self.pooling.pool_step(req_ids, layout, forward.out, self.requests, self.num_tokens[layout.rows])
+            sampled_idx = sampled_idx[:0]
         states = [self.requests[req_ids[i]] for i in sampled_idx]
         pending = PendingSample(req_ids, sampled_idx, states, prompt_logprobs)
+        if self.pooling is not None:
+            pending.pooled = pooled
         if not states:
             return pending
         n = len(states)
@@ -632,7 +643,8 @@ class ModelRunner:
                 logprobs = {s.req_id: cpu.to_logprobs(j, s.sampling_params.logprobs)
                             for j, s in enumerate(pending.states) if s.sampling_params.logprobs is not None}
         return ModelRunnerOutput(req_ids=pending.req_ids, sampled_token_ids=sampled, logprobs=logprobs,
-                                 prompt_logprobs=pending.prompt_logprobs)
+                                 prompt_logprobs=pending.prompt_logprobs,
+                                 pooler_output=results_to_host(pending.pooled) if pending.pooled else None)
 
     def _append_token_ids(self, rows: np.ndarray, tokens: np.ndarray) -> None:
         """Append one token to each of ``rows`` (distinct) in the persistent token array."""
