@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         AttentionRequest,
         CommonAttentionMetadata,
     )
+    from infercore.attention.encoder_only import ENCODER_ONLY, encoder_only_attention
     from infercore.attention.layer import (
         Attention,
     )
@@ -150,6 +151,8 @@ _LAZY: dict[str, str] = {
     "AttentionMetadataBuilder": "infercore.attention.backend",
     "AttentionRequest": "infercore.attention.backend",
     "CausalLM": "infercore.models.contract",
+    "ENCODER_ONLY": "infercore.attention.encoder_only",
+    "encoder_only_attention": "infercore.attention.encoder_only",
     "ColumnParallelLinear": "infercore.layers",
     "CommonAttentionMetadata": "infercore.attention.backend",
     "GELU": "infercore.layers",
@@ -232,6 +235,7 @@ __all__ = [
     "CausalLM",
     "ColumnParallelLinear",
     "CommonAttentionMetadata",
+    "ENCODER_ONLY",
     "GeGLU",
     "GpuPlatform",
     "InfercoreConfig",
@@ -264,6 +268,7 @@ __all__ = [
     "attention_reference",
     "build_model_folder",
     "current_platform",
+    "encoder_only_attention",
     "fp8_reference",
     "get_op",
     "get_rope",

@@ -86,3 +86,23 @@ def test_generating_model_refuses_embed(tiny_model_factory) -> None:
             llm.embed(PROMPTS[:1], use_tqdm=False)
     finally:
         llm.llm_engine.engine_core.shutdown()
+
+
+@pytest.mark.parametrize("pooling_type", ["MEAN", "CLS", "ALL"])
+def test_chunked_pooling_of_every_token_matches_hf(tiny_model_factory, pooling_type: str) -> None:
+    """Methods that read every position keep each chunk's hidden states until the prompt is whole."""
+    folder = tiny_model_factory("Qwen3ForCausalLM")
+    llm = LLM(**{**ENGINE_DEFAULTS, "model": str(folder), "runner": "pooling", "max_num_batched_tokens": 16,
+                 "pooler_config": {"pooling_type": pooling_type, "normalize": False}})
+    try:
+        assert llm.config.cache.enable_prefix_caching is False
+        outs = llm.encode(PROMPTS, pooling_task="embed" if pooling_type != "ALL" else "encode", use_tqdm=False)
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+    hf = AutoModel.from_pretrained(str(folder), dtype=torch.float32)
+    for out in outs:
+        with torch.no_grad():
+            hidden = hf(torch.tensor([out.prompt_token_ids])).last_hidden_state[0]
+        ref = {"MEAN": hidden.mean(0), "CLS": hidden[0], "ALL": hidden}[pooling_type]
+        assert out.outputs.data.shape == ref.shape
+        assert torch.allclose(out.outputs.data, ref, atol=1e-4)

@@ -71,6 +71,8 @@ class PoolingModelInfo:
     encoder_only: bool
     hidden_size: int
     num_labels: int = 0
+    #: Longest sequence the position table holds (XLM-R's starts after its padding index), if known.
+    max_positions: int | None = None
 
 
 def _as_dict(value: dict[str, Any] | str | None, name: str) -> dict[str, Any]:
@@ -162,8 +164,12 @@ def resolve_pooling(options: PoolingRunnerConfig, folder: Path, hf_config: Any) 
         returned_token_ids=tuple(returned) if returned else None)
     text = getattr(hf_config, "get_text_config", lambda: hf_config)()
     num_labels = int(getattr(hf_config, "num_labels", 0) or 0) if classify else 0
+    max_positions = None
+    if encoder_only and getattr(hf_config, "max_position_embeddings", None):
+        offset = int(getattr(hf_config, "pad_token_id", 1) or 0) + 1 if "Roberta" in architecture else 0
+        max_positions = int(hf_config.max_position_embeddings) - offset
     return PoolingModelInfo(pooler=settings, tasks=tasks, encoder_only=encoder_only,
-                            hidden_size=int(text.hidden_size), num_labels=num_labels)
+                            hidden_size=int(text.hidden_size), num_labels=num_labels, max_positions=max_positions)
 
 
 def pooling_model_info(config: Any) -> PoolingModelInfo | None:
@@ -188,5 +194,9 @@ def configure_pooling(config: Any) -> None:
     if info.encoder_only:
         config.scheduler.enable_chunked_prefill = False
         config.cache.enable_prefix_caching = False
+        # Encoder attention reads the step's lengths on the host: steps run eagerly, never from a graph.
+        config.model.enforce_eager = True
+        if config.model.max_model_len is None and info.max_positions is not None:
+            config.model.max_model_len = info.max_positions
     elif info.pooler.pooling_type.needs_every_token:
         config.cache.enable_prefix_caching = False

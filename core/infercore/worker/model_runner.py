@@ -12,6 +12,7 @@ import torch
 
 from infercore.attention.backend import AttentionBackend, AttentionRequest, CommonAttentionMetadata
 from infercore.attention.binding import bind_attention, layer_specs
+from infercore.attention.encoder_only import ENCODER_ONLY, encoder_only_reasons
 from infercore.config import InfercoreConfig
 from infercore.engine.messages import Logprobs
 from infercore.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
@@ -76,6 +77,8 @@ class ModelRunner:
         self.vocab_size = int(self.hf_config.get_text_config().vocab_size)
         self.block_size = config.cache.block_size
         self.kv_spec, self.num_layers = self._kv_cache_spec()
+        #: Bidirectional layers (infercore.attention.encoder_only) keep no KV cache: no memory is given to it.
+        self.encoder_only = all(s.attn_type == ENCODER_ONLY for s in layer_specs(self.model))
         #: Layers by the window they read (:mod:`infercore.kv_cache.groups`): one group unless windows differ.
         self.kv_groups = kv_cache_groups([s.sliding_window for s in layer_specs(self.model)],
                                          hybrid=not config.cache.disable_hybrid_kv_cache_manager)
@@ -119,10 +122,11 @@ class ModelRunner:
             block_size=self.block_size, device_type=self.platform.device_type,
             sliding_window=max(windows) if windows else None,
             alibi=any(s.alibi_slopes is not None for s in specs),
+            encoder_only=self.encoder_only,
         )
         name = self.platform.select_attention_backend(request)
         backend: type[AttentionBackend] = get_plugin_manager().registry("attention_backend").load(name)
-        reasons = backend.validate(request)
+        reasons = backend.validate(request) + encoder_only_reasons(backend, self.encoder_only)
         if reasons:
             raise ValueError(f"attention backend {name!r} cannot run this model: {'; '.join(reasons)}")
         logger.info("attention backend: %s", name)
@@ -166,7 +170,7 @@ class ModelRunner:
 
     def cache_bytes(self, num_blocks: int) -> int:
         """Bytes of the whole KV cache when the primary group has ``num_blocks`` blocks."""
-        page = self.kv_spec.page_size_bytes
+        page = 0 if self.encoder_only else self.kv_spec.page_size_bytes
         sizes = self.group_pool_sizes(num_blocks)
         return sum(page * len(group.layers) * n for group, n in zip(self.kv_groups, sizes, strict=True))
 
@@ -239,7 +243,9 @@ class ModelRunner:
         del caches
 
     def _allocate_caches(self, group_blocks: list[int]) -> list[torch.Tensor]:
-        """One cache per layer, of its KV cache group's ``group_blocks[g]`` blocks."""
+        """One cache per layer, of its KV cache group's ``group_blocks[g]`` blocks (empty for encoder-only layers)."""
+        if self.encoder_only:
+            return [torch.empty(0, dtype=self.kv_spec.dtype, device=self.device) for _ in self.layer_groups]
         shapes = [self.backend.get_kv_cache_shape(n, self.block_size, self.kv_spec.num_kv_heads,
                                                   self.kv_spec.head_size) for n in group_blocks]
         return [torch.zeros(shapes[g], dtype=self.kv_spec.dtype, device=self.device) for g in self.layer_groups]
