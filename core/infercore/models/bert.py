@@ -46,6 +46,22 @@ def token_type_ids_from_sep(input_ids: torch.Tensor, positions: torch.Tensor, se
     return ((before - before[start]) > 0).to(torch.int64)
 
 
+def _sep_token_id(config: PretrainedConfig) -> int | None:
+    """The separator id that starts a pair's second segment: the config's, else the tokenizer's in the model
+    folder (BERT configs rarely name it); None (every token in segment 0) when neither says."""
+    sep = getattr(config, "sep_token_id", None)
+    if sep is not None:
+        return int(sep)
+    folder = getattr(config, "_name_or_path", "")
+    try:
+        from transformers import AutoTokenizer
+
+        sep = AutoTokenizer.from_pretrained(folder).sep_token_id if folder else None
+    except (OSError, ValueError):
+        return None
+    return int(sep) if sep is not None else None
+
+
 class BertEmbeddings(nn.Module):
     """Token + absolute position + token type embeddings, then a LayerNorm. XLM-R's positions start after
     its padding index (``position_offset``)."""
@@ -57,8 +73,7 @@ class BertEmbeddings(nn.Module):
                                                             config.hidden_size, offset=position_offset)
         self.token_type_embeddings = nn.Embedding(max(int(config.type_vocab_size), 1), config.hidden_size)
         self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        sep = getattr(config, "sep_token_id", None)
-        self.sep_token_id = int(sep) if sep is not None and int(config.type_vocab_size) > 1 else None
+        self.sep_token_id = _sep_token_id(config) if int(config.type_vocab_size) > 1 else None
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         hidden = self.word_embeddings(input_ids) + self.position_embeddings(positions)

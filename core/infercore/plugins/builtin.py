@@ -29,6 +29,8 @@ def register_models(register: RegisterFn) -> None:
     register("BertForSequenceClassification", "infercore.models.bert:BertForSequenceClassification")
     register("XLMRobertaForSequenceClassification", "infercore.models.bert:XLMRobertaForSequenceClassification")
     register("RobertaForSequenceClassification", "infercore.models.bert:XLMRobertaForSequenceClassification")
+    register("Qwen3ForSequenceClassification", "infercore.models.decoder_classifier:Qwen3ForSequenceClassification")
+    register("Qwen2ForSequenceClassification", "infercore.models.decoder_classifier:Qwen2ForSequenceClassification")
 
 
 @hookimpl

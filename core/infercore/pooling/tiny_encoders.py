@@ -36,7 +36,8 @@ def build_wordpiece_tokenizer(path: str | Path, vocab_size: int = 512, seed: int
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
+                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=512,
+                                   model_input_names=["input_ids", "token_type_ids", "attention_mask"])
     fast.save_pretrained(str(path))
     return path
 
