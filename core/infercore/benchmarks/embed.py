@@ -112,12 +112,13 @@ def run_infercore(shape: EmbedShape, folder: Path, workload: EmbedWorkload, inpu
         for _ in range(args.repeat):
             llm.reset_prefix_cache()
             start = time.perf_counter()
-            outs = llm.embed(prompts, use_tqdm=not args.no_progress)
+            # encode's embeddings are tensors (embed's are Python lists, as vLLM's): the peer's stay tensors too.
+            outs = llm.encode(prompts, use_tqdm=not args.no_progress, pooling_task="embed")
             walls.append(time.perf_counter() - start)
     finally:
         llm.llm_engine.engine_core.shutdown()
     wall = sorted(walls)[len(walls) // 2]
-    return _figures("infercore", __version__, inputs, wall), [o.outputs.embedding for o in outs[: args.check]]
+    return _figures("infercore", __version__, inputs, wall), [o.outputs.data.tolist() for o in outs[: args.check]]
 
 
 def _figures(engine: str, version: str, inputs: list[list[int]], wall: float) -> dict[str, Any]:
