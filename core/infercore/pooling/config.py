@@ -42,9 +42,6 @@ class PoolingRunnerConfig(BaseSettings):
     pooler_config: dict[str, Any] | str | None = Field(
         None, description="JSON object overriding the pooler's defaults: pooling_type (LAST, CLS, MEAN, ALL, "
         "STEP), normalize, dimensions, activation, step_tag_id, returned_token_ids")
-    hf_overrides: dict[str, Any] | str | None = Field(
-        None, description="JSON object of Hugging Face config fields to override (e.g. the Qwen3-Reranker's "
-        "architectures, classifier_from_token and is_original_qwen3_reranker)")
 
 
 @dataclass(frozen=True)
