@@ -32,6 +32,9 @@ announced by a ``DeprecationWarning`` for one minor release and happens in the n
   and a whole output give the same calls, arguments and content; the public methods never raise.
 * :class:`StructuredOutputBackend` (1.6): ``compile`` is thread-safe; a :class:`GrammarMatcher`'s
   bitmask allows exactly the tokens its ``accept_tokens`` accepts.
+* Encoder-only attention (1.6): a backend that sets ``supports_encoder_only`` runs layers whose spec
+  says ``attn_type=ENCODER_ONLY`` bidirectionally within each sequence, with no KV cache
+  (:func:`encoder_only_attention` is the reference).
 
 Importing this module is cheap (hook modules import :func:`hookimpl` from it): everything but the
 hook marker and the version is imported on first use.
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
         AttentionRequest,
         CommonAttentionMetadata,
     )
+    from infercore.attention.encoder_only import ENCODER_ONLY, encoder_only_attention
     from infercore.attention.layer import (
         Attention,
     )
@@ -190,6 +194,8 @@ _LAZY: dict[str, str] = {
     "AttentionMetadataBuilder": "infercore.attention.backend",
     "AttentionRequest": "infercore.attention.backend",
     "CausalLM": "infercore.models.contract",
+    "ENCODER_ONLY": "infercore.attention.encoder_only",
+    "encoder_only_attention": "infercore.attention.encoder_only",
     "ColumnParallelLinear": "infercore.layers",
     "CommonAttentionMetadata": "infercore.attention.backend",
     "CompiledGrammar": "infercore.structured_output",
@@ -304,6 +310,7 @@ __all__ = [
     "DeltaFunctionCall",
     "DeltaMessage",
     "DeltaToolCall",
+    "ENCODER_ONLY",
     "ExtractedToolCalls",
     "FunctionCall",
     "GeGLU",
@@ -356,6 +363,7 @@ __all__ = [
     "build_model_folder",
     "check_schema",
     "current_platform",
+    "encoder_only_attention",
     "fp8_reference",
     "get_op",
     "get_rope",

@@ -26,6 +26,8 @@ from infercore.frontend.input_processor import InputProcessor
 from infercore.frontend.output_processor import OutputProcessor, RequestOutputKind
 from infercore.frontend.output_stream import OutputStream
 from infercore.outputs import RequestOutput
+from infercore.pooling.config import pooling_model_info
+from infercore.pooling.front import check_request_kind
 from infercore.sampling_params import SamplingParams
 from infercore.tokenizer import get_tokenizer
 from infercore.wire.messages import SchedulerStats
@@ -89,6 +91,8 @@ class AsyncLLM:
                                               config.model.max_logprobs, model_info.eos_token_id,
                                               model_info.generation_stop_ids)
         self.output_processor = OutputProcessor(tokenizer)
+        #: What a pooling model serves (None: it generates); requests of the other kind are refused with a 400.
+        self.pooling_info = pooling_model_info(config)
         self.stats = client.initial_stats or SchedulerStats(num_total_blocks=model_info.num_kv_blocks,
                                                             num_free_blocks=model_info.num_kv_blocks)
         self.dead_reason: str | None = None
@@ -164,6 +168,7 @@ class AsyncLLM:
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         self.check_capacity(params.n)
+        check_request_kind(params, self.pooling_info)
         timing = RequestTiming(arrival=time.monotonic())
         processed = self.input_processor.process(request_id, prompt, params, priority=priority,
                                                  cache_salt=cache_salt)

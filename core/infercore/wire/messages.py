@@ -10,6 +10,7 @@ import enum
 import msgspec
 
 from infercore.sampling_params import SamplingParams
+from infercore.wire.pooled import PooledTensor
 
 
 class FinishReason(enum.IntEnum):
@@ -61,6 +62,8 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
     error: str | None = None
+    #: A pooling request's result (infercore.pooling), with its finishing output.
+    pooled: PooledTensor | None = None
 
     @property
     def finished(self) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from infercore.sampling_params import SamplingParams
 from infercore.wire.messages import Logprobs
+from infercore.wire.pooled import PooledTensor
 
 
 @dataclass(slots=True)
@@ -99,3 +100,5 @@ class ModelRunnerOutput:
     sampled_token_ids: list[list[int]]
     logprobs: dict[str, Logprobs] | None = None
     prompt_logprobs: dict[str, Logprobs] | None = None
+    #: Results of pooling requests whose prompt this step finished (infercore.pooling).
+    pooler_output: dict[str, PooledTensor] | None = None

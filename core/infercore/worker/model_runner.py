@@ -26,6 +26,7 @@ from infercore.worker.input_batch import InputBatch
 from infercore.worker.kv_cache_setup import KVCacheSetup
 from infercore.worker.mixed_graphs import MixedGraphs
 from infercore.worker.pending_sample import PendingSample
+from infercore.worker.pooling_step import pool_step, pooled_to_host, pooling_rows_for
 from infercore.worker.step_buffers import StepBuffers
 from infercore.worker.warm_up import warm_up_logits, warm_up_sampler
 from infercore.worker.whole_graphs import WholeGraphs
@@ -70,6 +71,8 @@ class ModelRunner:
             self.model = load_model(config, device, self.dtype)
         self.vocab_size = int(self.hf_config.get_text_config().vocab_size)
         self.block_size = config.cache.block_size
+        #: Pooling (infercore.pooling): results instead of samples (None when the model generates).
+        self.pooling = pooling_rows_for(config, self.model)
         self.kv_setup = KVCacheSetup(config, platform, device, self.model, self.dtype, self.max_num_reqs,
                                      self.max_num_tokens, max_model_len)
         self.kv_spec, self.num_layers = self.kv_setup.spec, self.kv_setup.num_layers
@@ -92,8 +95,8 @@ class ModelRunner:
         self._pending: PendingSample | None = None
         #: Whether decode graphs end with the LM head (every row of a decode step is sampled, so its
         #: logits are computed inside the graph instead of by one more launch per step). Not with
-        #: tensor parallelism, whose LM head gathers across the group.
-        self.logits_in_decode_graphs = config.parallel.tensor_parallel_size == 1
+        #: tensor parallelism, whose LM head gathers across the group, nor for a pooling model (hidden states).
+        self.logits_in_decode_graphs = config.parallel.tensor_parallel_size == 1 and self.pooling is None
         self._sampled_host = torch.zeros(self.max_num_reqs, dtype=torch.long, pin_memory=pin)
         self.kv_layout: KVCacheLayout | None = None
         self.kv_caches: list[torch.Tensor] = []
@@ -376,6 +379,8 @@ class ModelRunner:
         batch = self.input_batch
         prompt_logprobs = self._prompt_logprobs(req_ids, layout, forward) if batch.prompt_logprob_reqs else None
         sampled_idx = np.nonzero(layout.seq_lens >= batch.num_tokens[layout.rows])[0]
+        if self.pooling is not None:  # a pooling model pools every request instead (infercore.pooling)
+            return pool_step(self.pooling, req_ids, layout, forward.out, batch, prompt_logprobs)
         states = [batch.requests[req_ids[i]] for i in sampled_idx]
         pending = PendingSample(req_ids, sampled_idx, states, prompt_logprobs)
         if not states:
@@ -418,7 +423,8 @@ class ModelRunner:
                 logprobs = {s.req_id: cpu.to_logprobs(j, s.sampling_params.logprobs)
                             for j, s in enumerate(pending.states) if s.sampling_params.logprobs is not None}
         return ModelRunnerOutput(req_ids=pending.req_ids, sampled_token_ids=sampled, logprobs=logprobs,
-                                 prompt_logprobs=pending.prompt_logprobs)
+                                 prompt_logprobs=pending.prompt_logprobs,
+                                 pooler_output=pooled_to_host(pending))
 
     def _prompt_logprobs(self, req_ids: list[str], layout: BatchLayout,
                          forward: StepForward) -> dict[str, Logprobs] | None:

@@ -24,3 +24,4 @@ class PendingSample:
     tokens_host: torch.Tensor | None = None  # pinned host copy, filled asynchronously
     event: Any = None  # recorded after the host copy was queued
     logprobs: Any = None  # LogprobsTensors of the sample, if any request asked
+    pooled: dict[str, torch.Tensor] | None = None  # pooling requests' results on the device (infercore.pooling)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from infercore.plugin_api import RegisterFn, hookimpl
 
-INFERCORE_PLUGIN_API = (1, 5)  # captures_mixed_steps (whole-step graphs of steps with prompt tokens)
+INFERCORE_PLUGIN_API = (1, 6)  # encoder-only attention (1.6); captures_mixed_steps (1.5)
 
 #: Platforms whose devices Triton compiles for; each gets the kernels below as its custom ops.
 TRITON_PLATFORMS = ("cuda", "rocm", "xpu")
