@@ -213,6 +213,23 @@ class LoRAConfig(BaseSettings):
         return self
 
 
+class PoolingRunnerConfig(BaseSettings):
+    """Whether the engine generates or pools, and how it pools (resolved in :mod:`infercore.pooling.config`)."""
+
+    model_config = _SETTINGS
+
+    runner: Literal["auto", "generate", "pooling"] = Field(
+        "auto", description="generate tokens, or pool each prompt into a vector (embeddings, scores); auto: "
+        "pooling for embedding and classification architectures, generate otherwise")
+    convert: Literal["auto", "none", "embed", "classify", "reward"] = Field(
+        "auto", description="use a generative checkpoint as an embedder, classifier or reward model")
+    task: Literal["auto", "generate", "embed", "embedding", "classify", "score", "reward"] | None = Field(
+        None, description="older name for runner/convert (embed, classify, score, reward, generate)")
+    pooler_config: dict[str, Any] | str | None = Field(
+        None, description="JSON object overriding the pooler's defaults: pooling_type (LAST, CLS, MEAN, ALL, "
+        "STEP), normalize, dimensions, activation, step_tag_id, returned_token_ids")
+
+
 SECTIONS: dict[str, type[BaseSettings]] = {
     "model": ModelConfig,
     "cache": CacheConfig,
@@ -223,6 +240,7 @@ SECTIONS: dict[str, type[BaseSettings]] = {
     "speculative": SpeculativeSettings,
     "serve": ServeConfig,
     "lora": LoRAConfig,
+    "pooling": PoolingRunnerConfig,
 }
 
 
@@ -260,6 +278,7 @@ class InfercoreConfig(BaseModel):
     speculative: SpeculativeSettings = Field(default_factory=SpeculativeSettings)
     serve: ServeConfig = Field(default_factory=ServeConfig)
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
+    pooling: PoolingRunnerConfig = Field(default_factory=PoolingRunnerConfig)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> InfercoreConfig:

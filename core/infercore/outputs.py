@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infercore.wire.pooled import PooledTensor
 
 
 @dataclass
@@ -48,3 +52,5 @@ class RequestOutput:
     finished: bool
     num_cached_tokens: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
+    #: A pooling request's result (infercore.pooling.outputs turns it into vLLM's pooling outputs).
+    pooled: PooledTensor | None = None

@@ -36,6 +36,9 @@ announced by a ``DeprecationWarning`` for one minor release and happens in the n
   speculating row's token history (prompt + output) and how many drafts it may take; out, :class:`Drafts`
   (a padded int array of draft tokens and per-row counts). Added in 1.6 with the
   ``register_speculative_methods`` hook and the ``accept_drafts`` custom op.
+* Encoder-only attention (1.6): a backend that sets ``supports_encoder_only`` runs layers whose spec
+  says ``attn_type=ENCODER_ONLY`` bidirectionally within each sequence, with no KV cache
+  (:func:`encoder_only_attention` is the reference).
 
 Importing this module is cheap (hook modules import :func:`hookimpl` from it): everything but the
 hook marker and the version is imported on first use.
@@ -58,6 +61,7 @@ if TYPE_CHECKING:
         AttentionRequest,
         CommonAttentionMetadata,
     )
+    from infercore.attention.encoder_only import ENCODER_ONLY, encoder_only_attention
     from infercore.attention.layer import (
         Attention,
     )
@@ -202,6 +206,8 @@ _LAZY: dict[str, str] = {
     "AttentionMetadataBuilder": "infercore.attention.backend",
     "AttentionRequest": "infercore.attention.backend",
     "CausalLM": "infercore.models.contract",
+    "ENCODER_ONLY": "infercore.attention.encoder_only",
+    "encoder_only_attention": "infercore.attention.encoder_only",
     "ColumnParallelLinear": "infercore.layers",
     "CommonAttentionMetadata": "infercore.attention.backend",
     "CompiledGrammar": "infercore.structured_output",
@@ -320,6 +326,7 @@ __all__ = [
     "DeltaFunctionCall",
     "DeltaMessage",
     "DeltaToolCall",
+    "ENCODER_ONLY",
     "ExtractedToolCalls",
     "FunctionCall",
     "Drafts",
@@ -376,6 +383,7 @@ __all__ = [
     "build_model_folder",
     "check_schema",
     "current_platform",
+    "encoder_only_attention",
     "fp8_reference",
     "get_op",
     "get_rope",

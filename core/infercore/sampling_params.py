@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from infercore.pooling_params import PoolingParams
 from infercore.regex_safety import MAX_REGEX_CHARS, nested_unbounded_repeat
 
 _MAX_N = 128
@@ -88,6 +89,8 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
     structured_outputs: StructuredOutputsParams | None = None
     #: Token ids that end generation besides EOS (set by the engine from the generation config).
     all_stop_token_ids: list[int] | None = None
+    #: A pooling request (infercore.pooling): its prompt is pooled into a result instead of sampled.
+    pooling_params: PoolingParams | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

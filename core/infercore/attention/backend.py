@@ -32,6 +32,8 @@ class AttentionRequest:
     sliding_window: int | None = None
     #: Whether some layer adds an ALiBi bias; a backend without ALiBi says so in validate.
     alibi: bool = False
+    #: Whether some layer is encoder-only (bidirectional, no KV cache); see ``supports_encoder_only``.
+    encoder_only: bool = False
 
 
 @dataclass
@@ -174,6 +176,9 @@ class AttentionBackend(ABC):
     #: request counts alone. Otherwise such steps are captured in pieces between attention calls,
     #: which run eagerly.
     captures_mixed_steps: ClassVar[bool] = False
+    #: Whether the impl runs layers whose spec says ``attn_type="encoder_only"`` (optional; default False,
+    #: and the engine refuses such a model with this backend): see :mod:`infercore.attention.encoder_only`.
+    supports_encoder_only: ClassVar[bool] = False
 
     @classmethod
     def validate(cls, request: AttentionRequest) -> list[str]:

@@ -25,13 +25,14 @@ class Attention(nn.Module):
     slice of the pool) after the model is built; the model only calls ``forward(q, k, v)``. The
     layer's :attr:`spec` is how the model declares its KV cache: the runner sizes the cache from
     the specs of the model's Attention layers (heads, KV heads, head size, window), not from
-    the Hugging Face config's field names. ``k_scale`` / ``v_scale`` are the per-tensor scales of an
+    the Hugging Face config's field names. ``attn_type="encoder_only"`` makes it bidirectional with no
+    KV cache (:mod:`infercore.attention.encoder_only`). ``k_scale`` / ``v_scale`` are the per-tensor scales of an
     fp8 KV cache, set by the weight loader from the checkpoint (1.0 when it has none).
     """
 
     def __init__(self, num_heads: int, head_size: int, *legacy: Any, num_kv_heads: int | None = None,
                  scale: float | None = None, layer_index: int = 0, sliding_window: int | None = None,
-                 alibi_slopes: tuple[float, ...] | None = None) -> None:
+                 alibi_slopes: tuple[float, ...] | None = None, attn_type: str = "decoder") -> None:
         """``Attention(num_heads, head_size, num_kv_heads=…, scale=…, layer_index=…)``: the keywords
         of :class:`AttentionLayerSpec`, in its order. The positional form of plugin API 1.5 and
         earlier (``scale, num_kv_heads, layer_index, sliding_window, alibi_slopes``) still works, with
@@ -44,7 +45,8 @@ class Attention(nn.Module):
         super().__init__()
         self.spec = AttentionLayerSpec(num_heads=num_heads, head_size=head_size, num_kv_heads=num_kv_heads,
                                        scale=scale, layer_index=layer_index, sliding_window=sliding_window,
-                                       alibi_slopes=tuple(alibi_slopes) if alibi_slopes is not None else None)
+                                       alibi_slopes=tuple(alibi_slopes) if alibi_slopes is not None else None,
+                                       attn_type=attn_type)
         self.num_heads = num_heads
         self.head_size = head_size
         self.scale = scale

@@ -18,6 +18,7 @@ from infercore.attention.backend import (
     AttentionMetadataBuilder,
     CommonAttentionMetadata,
 )
+from infercore.attention.encoder_only import ENCODER_ONLY, encoder_only_attention
 from infercore.attention.reference import paged_attention, write_kv
 from infercore.attention.spec import AttentionLayerSpec
 
@@ -55,6 +56,8 @@ class ReferenceAttentionImpl(AttentionImpl):
         meta: ReferenceMetadata = metadata
         n = meta.num_actual_tokens
         spec = self.spec
+        if spec.attn_type == ENCODER_ONLY:
+            return encoder_only_attention(q, k, v, meta.query_start_loc, meta.num_reqs, self.scale, out)
         write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping, spec.k_scale, spec.v_scale)
         slopes = self._slopes.to(q.device) if self._slopes is not None else None
         return paged_attention(q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_table, self.scale,
@@ -65,6 +68,7 @@ class ReferenceAttentionBackend(AttentionBackend):
     """The torch reference of paged attention, registered by core as ``reference``."""
 
     name = "reference"
+    supports_encoder_only = True
 
     @staticmethod
     def get_builder_cls() -> type[AttentionMetadataBuilder]:

@@ -39,6 +39,9 @@ class AttentionLayerSpec:
     kv_cache_dtype: torch.dtype = torch.float32
     k_scale: float = 1.0
     v_scale: float = 1.0
+    #: ``"decoder"`` (causal over the paged KV cache) or ``"encoder_only"`` (bidirectional within each
+    #: request, no KV cache; :mod:`infercore.attention.encoder_only`). Plugin API 1.6.
+    attn_type: str = "decoder"
 
     def __post_init__(self) -> None:
         if self.num_heads <= 0 or self.num_kv_heads <= 0 or self.head_size <= 0:
@@ -53,5 +56,8 @@ class AttentionLayerSpec:
         if self.alibi_slopes is not None and len(self.alibi_slopes) != self.num_heads:
             raise ValueError(f"attention layer {self.layer_index}: {len(self.alibi_slopes)} ALiBi slopes for "
                              f"{self.num_heads} heads; give one slope per query head")
+        if self.attn_type not in ("decoder", "encoder_only"):
+            raise ValueError(f"attention layer {self.layer_index}: attn_type must be 'decoder' or 'encoder_only', "
+                             f"got {self.attn_type!r}")
         validate_kv_scale("k_scale", self.k_scale, self.layer_index)
         validate_kv_scale("v_scale", self.v_scale, self.layer_index)

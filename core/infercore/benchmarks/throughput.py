@@ -21,6 +21,8 @@ from queue import Empty
 from typing import Any
 
 from infercore.benchmarks.allocator_events import allocator_counters, increase
+from infercore.benchmarks.embed import EMBED_WORKLOADS, EmbedWorkload
+from infercore.benchmarks.embed import run as run_embed
 from infercore.benchmarks.flops import H200_BF16_DENSE_FLOPS, generation_flops
 from infercore.benchmarks.speculative import (
     add_speculative_arguments,
@@ -221,6 +223,8 @@ def _at_least_one(text: str) -> int:
 
 def _workloads(text: str) -> list[Workload]:
     """Comma-separated workload names; workloads of one call must share their engine."""
+    if text in EMBED_WORKLOADS:
+        return EMBED_WORKLOADS[text]  # type: ignore[return-value]
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in WORKLOADS]
     if unknown or not names:
@@ -238,7 +242,8 @@ def _workloads(text: str) -> list[Workload]:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("throughput", help="offline throughput on named workloads (BENCHMARKS.md)")
     p.add_argument("--workload", type=_workloads, default="w-cpu", metavar="NAME[,NAME...]",
-                   help=f"one of {', '.join(sorted(WORKLOADS))}, or several of one model shape, comma-separated "
+                   help=f"one of {', '.join(sorted({**WORKLOADS, **EMBED_WORKLOADS}))}, or several of one model "
+                        "shape, comma-separated "
                         "(they run in one engine, in the order given)")
     p.add_argument("--load-format", choices=["dummy"], default="dummy", help="weights: random (dummy)")
     p.add_argument("--compare-hf", action="store_true", help="also run HF transformers in the same run")
@@ -262,6 +267,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--repeat", type=_at_least_one, default=1,
                    help="time the workload N times after the warm-up; the figures are the median run's")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--peer-batch-size", type=_at_least_one, default=32,
+                   help="w-gpu-embed: inputs per padded batch of sentence-transformers (its default: 32)")
+    p.add_argument("--check", type=int, default=8, help="w-gpu-embed: embeddings compared between the two sides")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 
@@ -269,6 +277,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
+    if isinstance(args.workload, EmbedWorkload):  # embeddings beside sentence-transformers (benchmarks.embed)
+        return run_embed(args.workload, args)
     workloads: list[Workload] = args.workload
     if args.num_requests:
         workloads = [dataclasses.replace(w, num_requests=args.num_requests) for w in workloads]

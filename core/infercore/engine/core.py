@@ -14,6 +14,8 @@ from infercore.gc_heap import freeze_startup_heap
 from infercore.models.model_info import resolve_demo_model, resolve_model_info
 from infercore.platforms.selection import current_platform
 from infercore.plugins.manager import get_plugin_manager
+from infercore.pooling.config import configure_pooling, pooling_model_info
+from infercore.pooling.front import check_request_kind
 from infercore.scheduler.request import Request, RequestStatus
 from infercore.scheduler.scheduler import Scheduler
 from infercore.startup_timeline import TIMELINE, startup_phase
@@ -62,12 +64,15 @@ class EngineCore:
             resolve_demo_model(config)
             manager = get_plugin_manager()
             manager.configure(config)
+            configure_pooling(config)  # no chunked prefill or prefix cache where a pooling model forbids them
             self.config = config
             self.platform = current_platform(manager)
             self.platform.update_config(config)
             self.model_info: ModelInfo = resolve_model_info(config)
             self.max_num_batched_tokens = resolve_token_budget(
                 config, self.model_info.max_model_len, self.platform.capabilities.profile_memory)
+            #: What a pooling model serves (None: it generates); requests of the other kind are refused.
+            self.pooling_info = pooling_model_info(config)
             executor_name = config.parallel.executor_backend
             executor_cls = manager.registry("executor").load(executor_name)
         started = time.perf_counter()
@@ -106,6 +111,7 @@ class EngineCore:
         """Queue a request; raises ValueError (changing nothing) if it cannot be taken."""
         if request.request_id in self.scheduler.requests or request.request_id in self.grammars.pending:
             raise ValueError(f"request id {request.request_id!r} is already in use; give each request a unique id")
+        check_request_kind(request.sampling_params, self.pooling_info)
         req = Request.from_engine_core_request(request)
         if request.sampling_params.structured_outputs is not None:
             self.grammars.submit(req)

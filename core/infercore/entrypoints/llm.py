@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from infercore.config import InfercoreConfig
 from infercore.entrypoints.default_logging import show_engine_logs_by_default
+from infercore.entrypoints.llm_pooling import PoolingAPI
 from infercore.frontend.llm_engine import LLMEngine
 from infercore.frontend.output_processor import RequestOutputKind
 from infercore.lora.request import LoRARequest
@@ -21,7 +22,7 @@ from infercore.tokenizer import apply_chat_template
 PromptType = str | list[int] | dict[str, Any]
 
 
-class LLM:
+class LLM(PoolingAPI):  # embed, classify, score, encode, reward: infercore.entrypoints.llm_pooling
     """Generate text offline with continuous batching.
 
     ``LLM(model="Qwen/Qwen3-0.6B", dtype="bfloat16", max_model_len=4096, ...)`` accepts vLLM's

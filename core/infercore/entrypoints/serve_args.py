@@ -19,7 +19,8 @@ from pydantic.fields import FieldInfo
 from infercore.config import DEMO_MODEL, SECTIONS, ConfigError, InfercoreConfig, field_section
 
 _SECTION_TITLES = {"model": "model", "cache": "KV cache", "scheduler": "scheduler", "parallel": "parallelism",
-                   "load": "weight loading", "structured_outputs": "structured outputs", "serve": "server"}
+                   "load": "weight loading", "structured_outputs": "structured outputs", "serve": "server",
+                   "pooling": "pooling"}
 
 
 def _unwrap_optional(annotation: Any) -> Any:

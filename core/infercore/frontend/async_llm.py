@@ -28,6 +28,8 @@ from infercore.frontend.output_stream import OutputStream
 from infercore.lora.request import LoRARequest
 from infercore.lora.served import ServedAdapters
 from infercore.outputs import RequestOutput
+from infercore.pooling.config import pooling_model_info
+from infercore.pooling.front import check_request_kind
 from infercore.sampling_params import SamplingParams
 from infercore.tokenizer import get_tokenizer
 from infercore.wire.messages import SchedulerStats
@@ -93,6 +95,8 @@ class AsyncLLM:
         self.output_processor = OutputProcessor(tokenizer)
         #: The adapters offered as models (``--lora-modules``; loaded and unloaded at run time).
         self.adapters = ServedAdapters(config)
+        #: What a pooling model serves (None: it generates); requests of the other kind are refused with a 400.
+        self.pooling_info = pooling_model_info(config)
         self.stats = client.initial_stats or SchedulerStats(num_total_blocks=model_info.num_kv_blocks,
                                                             num_free_blocks=model_info.num_kv_blocks)
         self.dead_reason: str | None = None
@@ -169,6 +173,7 @@ class AsyncLLM:
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         self.check_capacity(params.n)
+        check_request_kind(params, self.pooling_info)
         timing = RequestTiming(arrival=time.monotonic())
         self.adapters.checker.check(lora_request)
         processed = self.input_processor.process(request_id, prompt, params, priority=priority,

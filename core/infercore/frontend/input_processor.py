@@ -73,7 +73,8 @@ class InputProcessor:
         """Validate and tokenize one request; ``n > 1`` fans out into ``n`` engine requests (``lora_request``
         was checked by the caller's :class:`~infercore.lora.checks.AdapterChecker`)."""
         text, token_ids = self._tokens(prompt)
-        self._check_prompt(token_ids)
+        # A pooling request (infercore.pooling) generates nothing, so its prompt may fill max_model_len.
+        self._check_prompt(token_ids, room=0 if params.pooling_params is not None else 1)
         params = self._resolve_params(self._as_on_the_wire(params), len(token_ids))
         arrival = time.time() if arrival_time is None else arrival_time
 
@@ -141,7 +142,7 @@ class InputProcessor:
         except msgspec.ValidationError:
             raise InputError("the prompt must be a string or a list of integer token ids", "prompt") from None
 
-    def _check_prompt(self, token_ids: list[int]) -> None:
+    def _check_prompt(self, token_ids: list[int], room: int = 1) -> None:
         if not token_ids:
             raise InputError("the prompt is empty; send at least one token", "prompt")
         try:
@@ -152,10 +153,10 @@ class InputProcessor:
             raise InputError(
                 f"prompt token id {token_id} at position {position} is outside the vocabulary of "
                 f"{self.vocab_size} tokens; use ids from 0 to {self.vocab_size - 1}", "prompt") from None
-        if len(token_ids) >= self.max_model_len:
+        if len(token_ids) > self.max_model_len - room:
             raise InputError(
                 f"prompt has {len(token_ids)} tokens but max_model_len is {self.max_model_len}; shorten the "
-                f"prompt to at most {self.max_model_len - 1} tokens or raise --max-model-len", "prompt")
+                f"prompt to at most {self.max_model_len - room} tokens or raise --max-model-len", "prompt")
 
     @staticmethod
     def _as_on_the_wire(params: SamplingParams) -> SamplingParams:

@@ -17,6 +17,7 @@ from infercore.frontend.stop_checker import StopChecker
 from infercore.outputs import CompletionOutput, Logprob, PromptLogprobs, RequestOutput, SampleLogprobs
 from infercore.sampling_params import SamplingParams
 from infercore.wire.messages import EngineCoreOutput, FinishReason
+from infercore.wire.pooled import PooledTensor
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +152,7 @@ class _Request:
         self.prompt_logprobs: PromptLogprobs | None = [None] if wants else None
         self._sent_prompt_logprobs = 0
         self.num_cached_tokens = 0
+        self.pooled: PooledTensor | None = None  # a pooling request's result (infercore.pooling)
         arrival = processed.engine_requests[0].arrival_time if processed.engine_requests else time.time()
         self.metrics: dict[str, float] = {"arrival_time": arrival}
 
@@ -183,7 +185,8 @@ class _Request:
         return RequestOutput(
             request_id=self.request_id, prompt=self.prompt, prompt_token_ids=self.prompt_token_ids,
             prompt_logprobs=prompt_logprobs, outputs=[seq.completion(delta) for seq in sequences],
-            finished=finished, num_cached_tokens=self.num_cached_tokens, metrics=dict(self.metrics))
+            finished=finished, num_cached_tokens=self.num_cached_tokens, metrics=dict(self.metrics),
+            pooled=self.pooled)
 
 
 class OutputProcessor:
@@ -248,6 +251,8 @@ class OutputProcessor:
         """Apply one output to ``seq``; True if the engine must now abort it."""
         if out.num_cached_tokens:
             request.num_cached_tokens = out.num_cached_tokens
+        if out.pooled is not None:
+            request.pooled = out.pooled
         if out.error is not None:
             seq.finish("error", out.error)
             return False

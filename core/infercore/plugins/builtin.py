@@ -18,6 +18,14 @@ def register_models(register: RegisterFn) -> None:
     register("Phi3ForCausalLM", "infercore.models.phi3:Phi3ForCausalLM")
     register("Qwen3MoeForCausalLM", "infercore.models.qwen3_moe:Qwen3MoeForCausalLM")
     register("MixtralForCausalLM", "infercore.models.mixtral:MixtralForCausalLM")
+    register("BertModel", "infercore.models.bert:BertModel")
+    register("XLMRobertaModel", "infercore.models.bert:XLMRobertaModel")
+    register("RobertaModel", "infercore.models.bert:XLMRobertaModel")
+    register("BertForSequenceClassification", "infercore.models.bert:BertForSequenceClassification")
+    register("XLMRobertaForSequenceClassification", "infercore.models.bert:XLMRobertaForSequenceClassification")
+    register("RobertaForSequenceClassification", "infercore.models.bert:XLMRobertaForSequenceClassification")
+    register("Qwen3ForSequenceClassification", "infercore.models.decoder_classifier:Qwen3ForSequenceClassification")
+    register("Qwen2ForSequenceClassification", "infercore.models.decoder_classifier:Qwen2ForSequenceClassification")
 
 
 @hookimpl

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from infercore.config import CacheConfig, SchedulerConfig
+from infercore.pooling.scheduling import pooled_output
 from infercore.scheduler.kv_cache_manager import KVCacheManager, make_kv_cache_manager
 from infercore.scheduler.request import Request, RequestStatus
 from infercore.scheduler.request_queue import create_request_queue
@@ -438,6 +439,13 @@ class Scheduler:
             if finished:
                 any_finished = True
                 self._finish(request, status)
+        # Pooling requests finish with their pooled result (infercore.pooling).
+        for rid, pooled in (runner_output.pooler_output or {}).items():
+            request = requests.get(rid)
+            if request is not None and request.status == _RUNNING:
+                outputs.append(pooled_output(request, pooled))
+                self._finish(request, _STOPPED)
+                any_finished = True
         if any_finished:
             self.running = [r for r in self.running if r.status == _RUNNING]
         return EngineCoreOutputs(outputs=outputs)

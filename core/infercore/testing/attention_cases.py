@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import torch
 
 from infercore.attention.backend import AttentionBackend, AttentionRequest, CommonAttentionMetadata
-from infercore.attention.reference import paged_attention, write_kv
+from infercore.attention.encoder_only import DECODER, ENCODER_ONLY
+from infercore.attention.reference import attend, paged_attention, write_kv
 from infercore.attention.spec import AttentionLayerSpec
 from infercore.kv_cache.fp8 import FP8_KV_DTYPE
 from infercore.kv_cache.spec import KVCacheSpec
@@ -39,6 +40,9 @@ class AttentionCase:
     whole_graph: bool = False
     #: An fp8 (e4m3) cache with these per-tensor scales instead of a cache in the activation dtype.
     fp8_scales: tuple[float, float] | None = None
+    #: Encoder-only layers (bidirectional within each request, no KV cache; ``seq_len == query_len``): the
+    #: backend must attend over the step's own k/v and leave the cache untouched.
+    encoder_only: bool = False
 
     def kv_cache_dtype(self, dtype: torch.dtype) -> torch.dtype:
         """The cache dtype of this case when activations are ``dtype``."""
@@ -69,6 +73,12 @@ CASES: tuple[AttentionCase, ...] = (
 WHOLE_GRAPH_CASES: tuple[AttentionCase, ...] = (
     AttentionCase("whole-step graph padding", ((30, 30), (17, 1), (40, 8), (5, 1), (64, 1), (48, 16)),
                   whole_graph=True),
+)
+
+#: Encoder-only (bidirectional, cache-less) cases, run for backends that set ``supports_encoder_only``.
+ENCODER_ONLY_CASES: tuple[AttentionCase, ...] = (
+    AttentionCase("encoder-only sequences", ((5, 5), (17, 17), (70, 70), (1, 1), (33, 33)), encoder_only=True),
+    AttentionCase("encoder-only, padded host lengths", ((12, 12), (40, 40)), encoder_only=True, padded=True),
 )
 
 #: Cases over an fp8 cache, run for backends whose ``validate`` accepts one. K/V are N(0, 1): the
@@ -182,14 +192,14 @@ def layer_spec(case: AttentionCase, dtype: torch.dtype) -> AttentionLayerSpec:
                               sliding_window=case.sliding_window,
                               alibi_slopes=alibi_slopes(HEADS) if case.alibi else None, dtype=dtype,
                               kv_cache_dtype=case.kv_cache_dtype(dtype), k_scale=case.scales[0],
-                              v_scale=case.scales[1])
+                              v_scale=case.scales[1], attn_type=ENCODER_ONLY if case.encoder_only else DECODER)
 
 
 def attention_request(case: AttentionCase, dtype: torch.dtype, device_type: str) -> AttentionRequest:
     """What the case asks of a backend (for its ``validate``)."""
     return AttentionRequest(num_heads=HEADS, num_kv_heads=KV_HEADS, head_size=HEAD, dtype=dtype,
                             kv_cache_dtype=case.kv_cache_dtype(dtype), block_size=BLOCK, device_type=device_type,
-                            sliding_window=case.sliding_window, alibi=case.alibi)
+                            sliding_window=case.sliding_window, alibi=case.alibi, encoder_only=case.encoder_only)
 
 
 def default_layout(backend: type[AttentionBackend]) -> bool:
@@ -203,10 +213,13 @@ def run_case(backend: type[AttentionBackend], case: AttentionCase, device: torch
     q, k, v, cache, common = build_step(case, device, dtype)
     ref_cache = cache.clone()
     n = common.num_actual_tokens
-    write_kv(k[:n], v[:n], ref_cache, common.slot_mapping, *case.scales)
     spec = layer_spec(case, dtype)
+    if case.encoder_only:
+        expected = bidirectional_reference(q, k, v, common.query_start_loc_cpu, len(case.requests), spec.scale)
+    else:
+        write_kv(k[:n], v[:n], ref_cache, common.slot_mapping, *case.scales)
     slopes = torch.tensor(spec.alibi_slopes, device=device) if spec.alibi_slopes else None
-    expected = paged_attention(q, ref_cache, common.query_start_loc_cpu, common.seq_lens_cpu, common.block_table,
+    expected = expected if case.encoder_only else paged_attention(q, ref_cache, common.query_start_loc_cpu, common.seq_lens_cpu, common.block_table,
                                spec.scale, torch.zeros_like(q), case.sliding_window, slopes, len(case.requests),
                                *case.scales)
     kv_spec = KVCacheSpec(BLOCK, KV_HEADS, HEAD, case.kv_cache_dtype(dtype))
@@ -218,3 +231,15 @@ def run_case(backend: type[AttentionBackend], case: AttentionCase, device: torch
     output_error = float((out[:n].float() - expected[:n].float()).abs().max()) / scale
     cache_error = float((cache.float() - ref_cache.float()).abs().max()) / float(ref_cache.float().abs().max())
     return CaseResult(output_error, cache_error)
+
+
+def bidirectional_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_start_loc_cpu: torch.Tensor,
+                            num_reqs: int, scale: float) -> torch.Tensor:
+    """Encoder-only attention, one unmasked SDPA per request: what an encoder-only backend must compute."""
+    out = torch.zeros_like(q)
+    starts = query_start_loc_cpu[: num_reqs + 1].tolist()
+    for i in range(num_reqs):
+        a, b = starts[i], starts[i + 1]
+        if b > a:
+            out[a:b] = attend(q[a:b], k[a:b], v[a:b], None, scale)
+    return out

@@ -19,6 +19,7 @@ from infercore.platforms.selection import current_platform, set_current_platform
 from infercore.plugins.manager import get_plugin_manager
 from infercore.testing.attention_cases import (
     CASES,
+    ENCODER_ONLY_CASES,
     FP8_CASES,
     WHOLE_GRAPH_CASES,
     AttentionCase,
@@ -196,6 +197,16 @@ def _whole_graph_cases(config: pytest.Config, backend_name: str | None) -> tuple
     return WHOLE_GRAPH_CASES if backend.captures_mixed_steps else ()
 
 
+def _encoder_only_cases(config: pytest.Config, backend_name: str | None) -> tuple[AttentionCase, ...]:
+    """The encoder-only cases, when the backend (the platform's choice for them, by default) declares
+    ``supports_encoder_only``; one that does not is refused such models by the engine."""
+    platform = get_plugin_manager().registry("platform").load(_platform_name(config))()
+    request = attention_request(ENCODER_ONLY_CASES[0], platform.capabilities.default_dtype, platform.device_type)
+    name = backend_name or platform.select_attention_backend(request)
+    backend = get_plugin_manager().registry("attention_backend").load(name)
+    return ENCODER_ONLY_CASES if backend.supports_encoder_only and default_layout(backend) else ()
+
+
 # -- custom ops ------------------------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Capability checks for the flags the platform sets; attention checks per backend asked for
@@ -208,7 +219,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if "case" in metafunc.fixturenames:
             params = [pytest.param(b, case, id=f"{b or 'platform-choice'}-{case.name}")
                       for b in backends
-                      for case in CASES + _fp8_cases(metafunc.config, b) + _whole_graph_cases(metafunc.config, b)]
+                      for case in CASES + _fp8_cases(metafunc.config, b) + _whole_graph_cases(metafunc.config, b)
+                      + _encoder_only_cases(metafunc.config, b)]
             metafunc.parametrize(("backend_name", "case"), params)
         else:
             metafunc.parametrize("backend_name", backends, ids=[b or "platform-choice" for b in backends])

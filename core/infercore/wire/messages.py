@@ -11,6 +11,7 @@ import msgspec
 
 from infercore.sampling_params import SamplingParams
 from infercore.wire.lora_request import LoRARequest
+from infercore.wire.pooled import PooledTensor
 
 
 class FinishReason(enum.IntEnum):
@@ -63,6 +64,8 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
     error: str | None = None
+    #: A pooling request's result (infercore.pooling), with its finishing output.
+    pooled: PooledTensor | None = None
 
     @property
     def finished(self) -> bool:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from infercore.sampling_params import SamplingParams
 from infercore.wire.lora_request import LoRARequest
 from infercore.wire.messages import Logprobs
+from infercore.wire.pooled import PooledTensor
 
 
 @dataclass(slots=True)
@@ -114,3 +115,5 @@ class ModelRunnerOutput:
     logprobs: dict[str, Logprobs] | None = None
     prompt_logprobs: dict[str, Logprobs] | None = None
     draft_token_ids: list[list[int]] | None = None
+    #: Results of pooling requests whose prompt this step finished (infercore.pooling).
+    pooler_output: dict[str, PooledTensor] | None = None

@@ -12,6 +12,7 @@ from torch import nn
 
 from infercore.attention.backend import AttentionBackend
 from infercore.attention.binding import bind_attention, layer_specs
+from infercore.attention.encoder_only import ENCODER_ONLY
 from infercore.config import InfercoreConfig
 from infercore.kv_cache.fp8 import kv_cache_dtype
 from infercore.kv_cache.groups import kv_cache_groups, kv_cache_layout, primary_blocks_for_budget
@@ -48,6 +49,8 @@ class KVCacheSetup:
         self.spec = KVCacheSpec(self.block_size, kv_heads, head_size,
                                 kv_cache_dtype(config.cache.kv_cache_dtype, dtype))
         self.num_layers = len(specs)
+        #: Bidirectional layers (:mod:`infercore.attention.encoder_only`) keep no KV cache: no memory is given to it.
+        self.encoder_only = all(s.attn_type == ENCODER_ONLY for s in specs)
         self.groups = kv_cache_groups([s.sliding_window for s in specs],
                                       hybrid=not config.cache.disable_hybrid_kv_cache_manager)
         #: The group of each layer, by layer index.
@@ -59,7 +62,8 @@ class KVCacheSetup:
     def layout(self, num_blocks: int) -> KVCacheLayout:
         """The layout of the cache when the primary group has ``num_blocks`` blocks."""
         return kv_cache_layout(self.groups, num_blocks, block_size=self.block_size, max_num_seqs=self.max_num_reqs,
-                               max_num_batched_tokens=self.max_num_tokens, page_bytes=self.spec.page_size_bytes,
+                               max_num_batched_tokens=self.max_num_tokens,
+                               page_bytes=0 if self.encoder_only else self.spec.page_size_bytes,
                                dtype=str(self.spec.dtype).removeprefix("torch."))
 
     def determine_num_blocks(self, profile_forward: Callable[[], None]) -> int:
@@ -103,8 +107,10 @@ class KVCacheSetup:
         return max(budget, 0)
 
     def allocate(self, backend: type[AttentionBackend], group_blocks: list[int]) -> list[torch.Tensor]:
-        """One cache per layer, of its group's ``group_blocks[g]`` blocks."""
+        """One cache per layer, of its group's ``group_blocks[g]`` blocks (empty for encoder-only layers)."""
         spec = self.spec
+        if self.encoder_only:
+            return [torch.empty(0, dtype=spec.dtype, device=self.device) for _ in self.layer_groups]
         shapes = [backend.get_kv_cache_shape(n, self.block_size, spec.num_kv_heads, spec.head_size)
                   for n in group_blocks]
         return [zeroed(shapes[g], spec.dtype, self.device) for g in self.layer_groups]

@@ -27,6 +27,7 @@ from infercore.worker.input_batch import InputBatch
 from infercore.worker.kv_cache_setup import KVCacheSetup
 from infercore.worker.mixed_graphs import MixedGraphs
 from infercore.worker.pending_sample import PendingSample
+from infercore.worker.pooling_step import pool_step, pooled_to_host, pooling_rows_for
 from infercore.worker.spec_decode_step import SpeculativeStep, make_sampler_and_step
 from infercore.worker.step_buffers import StepBuffers
 from infercore.worker.step_logprobs import sampled_logprobs, step_prompt_logprobs
@@ -73,6 +74,7 @@ class ModelRunner:
             self.model = load_model(config, device, self.dtype)
         self.vocab_size = int(self.hf_config.get_text_config().vocab_size)
         self.block_size = config.cache.block_size
+        self.pooling = pooling_rows_for(config, self.model)
         self.kv_setup = KVCacheSetup(config, platform, device, self.model, self.dtype, self.max_num_reqs,
                                      self.max_num_tokens, max_model_len)
         self.kv_spec, self.num_layers = self.kv_setup.spec, self.kv_setup.num_layers
@@ -98,8 +100,8 @@ class ModelRunner:
         #: Graphs of steps with prompt tokens: whole (``captures_mixed_steps``) or in pieces around attention.
         self.mixed_graphs: WholeGraphs | MixedGraphs | None = None
         self._pending: PendingSample | None = None
-        #: Whether decode graphs end with the LM head (not under TP, whose LM head gathers across ranks).
-        self.logits_in_decode_graphs = config.parallel.tensor_parallel_size == 1
+        #: Whether decode graphs end with the LM head (not under TP, which gathers it, nor when pooling).
+        self.logits_in_decode_graphs = config.parallel.tensor_parallel_size == 1 and self.pooling is None
         self._sampled_host = torch.zeros(self.max_num_reqs, dtype=torch.long, pin_memory=pin)
         self.kv_layout: KVCacheLayout | None = None
         self.kv_caches: list[torch.Tensor] = []
@@ -107,7 +109,6 @@ class ModelRunner:
         #: The metadata builders of the KV cache groups after the first.
         self.group_builders: list[Any] = []
 
-    # -- setup ---------------------------------------------------------------------------------
     def determine_num_blocks(self) -> int:
         """KV cache blocks that fit the configured budget (never more than max_num_seqs full contexts)."""
         return self.kv_setup.determine_num_blocks(lambda: self._dummy_forward(self.max_num_tokens))
@@ -189,15 +190,13 @@ class ModelRunner:
         """The requests a whole prefill/mixed graph of ``size`` tokens is captured for (each has a token)."""
         return min(size, self.max_num_reqs)
 
-    # -- per-step state ------------------------------------------------------------------------
     def _metadata(self, num_reqs: int, num_tokens: int, max_query_len: int, max_seq_len: int,
                   width: int, padded_tokens: int | None = None, padded_for_graph: bool = False) -> CommonAttentionMetadata:
         buf = self.buffers
         return CommonAttentionMetadata(
             num_reqs=num_reqs, num_actual_tokens=num_tokens, max_query_len=max_query_len, max_seq_len=max_seq_len,
             query_start_loc=buf.query_start_loc[: num_reqs + 1], seq_lens=buf.seq_lens[:num_reqs],
-            block_table=buf.block_table[:num_reqs, :width],
-            slot_mapping=buf.slot_mapping[: padded_tokens or num_tokens],
+            block_table=buf.block_table[:num_reqs, :width], slot_mapping=buf.slot_mapping[: padded_tokens or num_tokens],
             query_start_loc_cpu=buf.query_start_loc_host[: num_reqs + 1], seq_lens_cpu=buf.seq_lens_host[:num_reqs],
             padded_for_graph=padded_for_graph,
         )
@@ -312,7 +311,6 @@ class ModelRunner:
         with set_forward_context(self._context(meta, t)):
             return StepForward(self.model(self.buffers.input_ids[:t], self.buffers.positions[:t]), False)
 
-    # -- the step ------------------------------------------------------------------------------
     @torch.inference_mode()
     def execute_model(self, so: SchedulerOutput, grammar_bitmask: torch.Tensor | None = None) -> ModelRunnerOutput:
         """Run one step and wait for its tokens. ``grammar_bitmask`` has one row per *sampled*
@@ -386,6 +384,8 @@ class ModelRunner:
         prompt_logprobs = (step_prompt_logprobs(batch, req_ids, layout, forward.out, self._logits_of(forward),
                                                 self.device) if batch.prompt_logprob_reqs else None)
         sampled_idx = np.nonzero(layout.seq_lens >= batch.num_tokens[layout.rows])[0]
+        if self.pooling is not None:  # a pooling model pools every request instead (infercore.pooling)
+            return pool_step(self.pooling, req_ids, layout, forward.out, batch, prompt_logprobs)
         states = [batch.requests[req_ids[i]] for i in sampled_idx]
         pending = PendingSample(req_ids, sampled_idx, states, prompt_logprobs)
         if not states:
@@ -446,4 +446,5 @@ class ModelRunner:
                 first = verified.first_position if verified is not None else range(len(per_row))
                 logprobs = sampled_logprobs(pending.logprobs, first, per_row, pending.states)
         return ModelRunnerOutput(req_ids=pending.req_ids, sampled_token_ids=sampled, logprobs=logprobs,
-                                 prompt_logprobs=pending.prompt_logprobs, draft_token_ids=drafts)
+                                 prompt_logprobs=pending.prompt_logprobs, draft_token_ids=drafts,
+                                 pooler_output=pooled_to_host(pending))

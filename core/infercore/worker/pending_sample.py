@@ -26,3 +26,4 @@ class PendingSample:
     logprobs: Any = None  # LogprobsTensors of the sample, if any request asked
     #: A speculative step's VerifiedSample (``worker/spec_decode_step.py``): 1..k+1 tokens per row.
     verified: Any = None
+    pooled: dict[str, torch.Tensor] | None = None  # pooling requests' results on the device (infercore.pooling)

@@ -30,9 +30,11 @@ def platform_for(config: InfercoreConfig) -> Platform:
     """The platform this process runs on, with the plugins configured (in a fresh worker process)."""
     from infercore.platforms.selection import current_platform
     from infercore.plugins.manager import get_plugin_manager
+    from infercore.pooling.config import configure_pooling
 
     manager = get_plugin_manager()
     manager.configure(config)
+    configure_pooling(config)
     platform = current_platform(manager)
     platform.update_config(config)
     return platform

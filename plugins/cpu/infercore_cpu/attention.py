@@ -16,11 +16,13 @@ import torch
 import torch.nn.functional as F
 
 from infercore.plugin_api import (
+    ENCODER_ONLY,
     AttentionBackend,
     AttentionImpl,
     AttentionMetadataBuilder,
     CommonAttentionMetadata,
     attention_reference,
+    encoder_only_attention,
     kv_cache_fp8,
 )
 from infercore_cpu import thread_budget
@@ -69,6 +71,9 @@ class TorchPagedMetadata:
     prefills: list[PrefillRequest]
     #: Flat K and V scratch buffers (kv-cache dtype) that decode groups gather into.
     scratch: tuple[torch.Tensor, torch.Tensor]
+    #: Request boundaries and count, for encoder-only (bidirectional) layers.
+    query_start_loc_cpu: torch.Tensor | None = None
+    num_reqs: int = 0
 
 
 class TorchPagedMetadataBuilder(AttentionMetadataBuilder):
@@ -90,7 +95,8 @@ class TorchPagedMetadataBuilder(AttentionMetadataBuilder):
                 prefills.append(PrefillRequest(i, starts[i], starts[i + 1], seq_len))
         groups = self._decode_groups(common.block_table, decodes, starts, seq_lens) if decodes else []
         return TorchPagedMetadata(common.num_actual_tokens, common.slot_mapping[: common.num_actual_tokens],
-                                  common.block_table, groups, prefills, self._scratch_for(groups))
+                                  common.block_table, groups, prefills, self._scratch_for(groups),
+                                  common.query_start_loc_cpu, common.num_reqs)
 
     def _decode_groups(self, block_table: torch.Tensor, decodes: list[int], starts: list[int],
                        seq_lens: list[int]) -> list[DecodeGroup]:
@@ -123,6 +129,8 @@ class TorchPagedAttentionImpl(AttentionImpl):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                 metadata: Any, out: torch.Tensor) -> torch.Tensor:
         meta: TorchPagedMetadata = metadata
+        if self.spec.attn_type == ENCODER_ONLY:  # bidirectional, no KV cache
+            return encoder_only_attention(q, k, v, meta.query_start_loc_cpu, meta.num_reqs, self.scale, out)
         n = meta.num_actual_tokens
         write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
         if self.alibi_slopes is not None:
@@ -205,6 +213,7 @@ class TorchPagedAttentionBackend(AttentionBackend):
     """The CPU platform's attention: torch SDPA over the default paged cache layout."""
 
     name = "torch_paged"
+    supports_encoder_only = True
 
     @staticmethod
     def get_builder_cls() -> type[AttentionMetadataBuilder]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infercore.plugin_api import RegisterFn, hookimpl
 
-INFERCORE_PLUGIN_API = (1, 0)
+INFERCORE_PLUGIN_API = (1, 6)  # encoder-only attention
 
 
 @hookimpl

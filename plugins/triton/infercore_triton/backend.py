@@ -12,6 +12,7 @@ import torch
 import triton
 
 from infercore.plugin_api import (
+    ENCODER_ONLY,
     AttentionBackend,
     AttentionImpl,
     AttentionMetadataBuilder,
@@ -22,6 +23,7 @@ from infercore.plugin_api import (
     kv_cache_fp8,
 )
 from infercore_triton.decode_attention import DecodeConfig, decode_attention, multiprocessor_count
+from infercore_triton.encoder_attention import encoder_attention
 from infercore_triton.fp8_support import has_fp8_dot
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
@@ -170,6 +172,8 @@ class TritonAttentionImpl(AttentionImpl):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                 metadata: Any, out: torch.Tensor) -> torch.Tensor:
         meta: TritonAttentionMetadata = metadata
+        if self.spec.attn_type == ENCODER_ONLY:  # bidirectional over the step's own k/v, no KV cache
+            return encoder_attention(q, k, v, meta.query_start_loc, meta.num_reqs, meta.max_query_len, self.scale, out)
         k_scale, v_scale = self._scales(kv_cache)
         write_kv(k, v, kv_cache, meta.slot_mapping, k_scale, v_scale)
         return self._attend(q, kv_cache, meta, out, k_scale, v_scale)
@@ -214,6 +218,7 @@ class TritonAttentionBackend(AttentionBackend):
 
     name = "triton"
     captures_mixed_steps = True
+    supports_encoder_only = True
 
     @classmethod
     def validate(cls, request: AttentionRequest) -> list[str]:

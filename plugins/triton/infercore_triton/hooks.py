@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from infercore.plugin_api import RegisterFn, hookimpl
 
-INFERCORE_PLUGIN_API = (1, 6)  # accept_drafts (speculative decoding's acceptance walk)
+INFERCORE_PLUGIN_API = (1, 6)  # accept_drafts and encoder-only attention (1.6); captures_mixed_steps (1.5)
 
 #: Platforms whose devices Triton compiles for; each gets the kernels below as its custom ops.
 TRITON_PLATFORMS = ("cuda", "rocm", "xpu")

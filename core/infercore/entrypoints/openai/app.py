@@ -14,8 +14,10 @@ from infercore.entrypoints.openai.lora_routes import lora_router
 from infercore.entrypoints.openai.metrics import ServerMetrics
 from infercore.entrypoints.openai.middleware import GuardMiddleware
 from infercore.entrypoints.openai.routes import router
+from infercore.entrypoints.openai.routes_pooling import pooling_router
 from infercore.entrypoints.openai.serving_chat import OpenAIServingChat
 from infercore.entrypoints.openai.serving_completion import OpenAIServingCompletion
+from infercore.entrypoints.openai.serving_pooling import OpenAIServingPooling
 from infercore.entrypoints.openai.state import DrainState, ServerState
 from infercore.frontend.async_llm import AsyncLLM
 from infercore.version import __version__
@@ -46,6 +48,9 @@ def build_app(config: InfercoreConfig, engine: AsyncLLM, metrics: ServerMetrics,
     app.state.server = state
     app.include_router(router)
     app.include_router(lora_router)
+    # Embeddings, pooling, score, rerank, classify (infercore.entrypoints.openai.serving_pooling).
+    app.state.pooling = OpenAIServingPooling(engine, config, model_name, chat_template=chat_template)
+    app.include_router(pooling_router)
     install_error_handlers(app)
     if config.serve.allowed_origins:
         app.add_middleware(CORSMiddleware, allow_origins=config.serve.allowed_origins, allow_methods=["*"],

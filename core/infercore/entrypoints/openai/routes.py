@@ -22,6 +22,7 @@ from infercore.entrypoints.openai.protocol import (
     TokenizeResponse,
     VersionResponse,
 )
+from infercore.entrypoints.openai.routes_pooling import refuse_generation
 from infercore.entrypoints.openai.serving_chat import message_dicts
 from infercore.entrypoints.openai.state import ServerState
 from infercore.version import __version__
@@ -77,11 +78,13 @@ async def retrieve_model(model_id: str, request: Request) -> ModelCard:
 
 @router.post("/v1/completions", response_model=CompletionResponse, responses=_ERRORS)
 async def create_completion(body: CompletionRequest, request: Request) -> Response:
+    refuse_generation(request)  # a pooling model generates nothing (infercore.entrypoints.openai.routes_pooling)
     return await _state(request).completion.create(body, request)
 
 
 @router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=_ERRORS)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
+    refuse_generation(request)  # a pooling model generates nothing (infercore.entrypoints.openai.routes_pooling)
     return await _state(request).chat.create(body, request)
 
 
