@@ -194,7 +194,7 @@ CUSTOM_OPS: tuple[str, ...] = (
     "linear", "rms_norm", "fused_add_rms_norm", "rotary_embedding", "qk_norm_rotary", "silu_and_mul",
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
     "apply_penalties",
-    "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe", "accept_drafts",
+    "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe", "accept_drafts", "lora_shrink", "lora_expand",
 )
 
 #: Where each lazily imported name lives (private: import the name from this module).
