@@ -69,6 +69,15 @@ def _short(value: object, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def _texts(value: object) -> str:
+    """The characters of a string input, or of the strings in a list input ("" otherwise)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(v for v in value if isinstance(v, str))
+    return ""
+
+
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     """A sentence naming the first invalid field (and how many more there are), and that field."""
     errors = exc.errors()
@@ -81,6 +90,10 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
         return "the request body is not valid JSON; send a JSON object", None
     if not loc and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
         return "the request body must be a JSON object", None
+    surrogate = next((c for e in errors for c in _texts(e.get("input")) if 0xD800 <= ord(c) <= 0xDFFF), None)
+    if surrogate is not None and loc:
+        return (f"{loc[0]} holds a lone surrogate code point (U+{ord(surrogate):04X}), which is not text that can "
+                "be encoded as UTF-8; send valid Unicode text"), loc[0]
     text = f"invalid value for {field or 'the body'}: {first.get('msg', 'invalid')}"
     if "input" in first and first.get("type") != "missing":
         text += f" (got {_short(first['input'])})"
