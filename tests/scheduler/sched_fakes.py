@@ -154,16 +154,7 @@ class GroupedRunner:
         self.state: dict[str, tuple[list[int], list[int]]] = {}
 
     def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
-        for rid in out.finished_req_ids:
-            self.state.pop(rid, None)
-        start_of: dict[str, int] = {}
-        for new in out.scheduled_new_reqs:
-            self.state[new.req_id] = (list(new.prompt_token_ids) + list(new.output_token_ids), list(new.block_ids))
-            start_of[new.req_id] = new.num_computed_tokens
-        cached = out.scheduled_cached_reqs
-        for i, block_ids in cached.new_blocks():
-            self.state[cached.req_ids[i]][1].extend(block_ids)
-        start_of.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
+        start_of = track_step(self.state, out)
         groups, bs = len(self.windows), self.block_size
         req_ids, sampled = [], []
         for rid, num in zip(out.req_ids, out.num_scheduled_tokens, strict=True):
@@ -187,3 +178,19 @@ class GroupedRunner:
             req_ids.append(rid)
             sampled.append(new_tokens)
         return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, logprobs=None, prompt_logprobs=None)
+
+
+def track_step(state: dict[str, tuple[list[int], list[int]]], out: SchedulerOutput) -> dict[str, int]:
+    """Fold a step's finished, new and cached requests into ``state`` (tokens, block ids per request);
+    returns where each scheduled request's computed tokens start."""
+    for rid in out.finished_req_ids:
+        state.pop(rid, None)
+    start_of: dict[str, int] = {}
+    for new in out.scheduled_new_reqs:
+        state[new.req_id] = (list(new.prompt_token_ids) + list(new.output_token_ids), list(new.block_ids))
+        start_of[new.req_id] = new.num_computed_tokens
+    cached = out.scheduled_cached_reqs
+    for i, block_ids in cached.new_blocks():
+        state[cached.req_ids[i]][1].extend(block_ids)
+    start_of.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
+    return start_of

@@ -7,7 +7,15 @@ from __future__ import annotations
 import random
 
 import pytest
-from sched_fakes import FakeRunner, kv_layout, make_request, next_token, run_to_completion, scheduled
+from sched_fakes import (
+    FakeRunner,
+    kv_layout,
+    make_request,
+    next_token,
+    run_to_completion,
+    scheduled,
+    track_step,
+)
 
 from infercore.config import CacheConfig, SchedulerConfig
 from infercore.scheduler.scheduler import Scheduler
@@ -38,16 +46,7 @@ class SpeculatingRunner:
         self.state: dict[str, tuple[list[int], list[int]]] = {}
 
     def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
-        for rid in out.finished_req_ids:
-            self.state.pop(rid, None)
-        start_of: dict[str, int] = {}
-        for new in out.scheduled_new_reqs:
-            self.state[new.req_id] = (list(new.prompt_token_ids) + list(new.output_token_ids), list(new.block_ids))
-            start_of[new.req_id] = new.num_computed_tokens
-        cached = out.scheduled_cached_reqs
-        for i, block_ids in cached.new_blocks():
-            self.state[cached.req_ids[i]][1].extend(block_ids)
-        start_of.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
+        start_of = track_step(self.state, out)
         req_ids, sampled, drafts_out = [], [], []
         for rid, num in scheduled(out).items():
             tokens, blocks = self.state[rid]
