@@ -9,7 +9,16 @@ import json
 import pytest
 
 from infercore.benchmarks import throughput
-from infercore.benchmarks.flops import H200_BF16_DENSE_FLOPS, generation_flops, linear_params_per_layer
+from infercore.benchmarks.flops import (
+    H200_BF16_DENSE_FLOPS,
+    H200_GEMM_FLOPS,
+    H200_HBM_BYTES_PER_S,
+    H200_LONG_PREFILL_ATTENTION_FLOPS,
+    generation_flops,
+    kv_bytes_per_token,
+    linear_params_per_layer,
+    long_context_estimate_s,
+)
 from infercore.benchmarks.workloads import WORKLOADS, Workload, _qwen3
 
 
@@ -108,7 +117,7 @@ def test_workloads_of_one_shape_run_in_one_engine_with_their_own_figures(
 @pytest.mark.parametrize(("names", "message"), [
     ("w-gpu,w-typo", "unknown workload w-typo; choose from w-cpu, w-gpu, w-gpu-8b, w-gpu-8b-awq, w-gpu-8b-fp8, "
                     "w-gpu-8b-gptq, w-gpu-fp8kv, "
-                    "w-gpu-moe, w-gpu-prefill, w-gpu-sampling"),
+                    "w-gpu-long, w-gpu-moe, w-gpu-prefill, w-gpu-sampling"),
     ("w-cpu,w-gpu-sampling", "differ in model shape or engine settings; run them in separate calls"),
 ])
 def test_workload_lists_that_cannot_run_together_are_refused(
@@ -130,3 +139,23 @@ def test_the_tiny_form_keeps_the_requests_and_shrinks_the_model() -> None:
     assert tiny.requests(3) == workload.requests(3) and tiny.dtype == "float32"
     assert tiny.model_config["num_hidden_layers"] == 2 and tiny.model_config["hidden_size"] == 64
     assert tiny.model_config["architectures"] == workload.model_config["architectures"]
+
+
+def test_w_gpu_long_is_32_prompts_of_16_to_30k_tokens_estimated_near_8_s() -> None:
+    long = WORKLOADS["w-gpu-long"]
+    prompts, max_tokens = long.requests(0)
+    assert len(prompts) == 32 and all(16_000 <= len(p) <= 30_000 for p in prompts) and max_tokens == [128] * 32
+    assert long.max_model_len >= 30_000 + 128 and long.long_context
+    estimate = long_context_estimate_s(long.model_config, [len(p) for p in prompts], max_tokens)
+    assert 7.0 < estimate < 9.5
+
+
+def test_long_context_estimate_adds_gemms_attention_and_kv_reads_at_their_rates() -> None:
+    config = _qwen3(vocab=50, hidden=8, inter=16, layers=3, heads=2, kv_heads=1, head_dim=4,
+                    dtype="float32", max_pos=64)
+    attention = 2 * 6 * 7 * 4 * 2 * 3  # 6 positions read (5 prompt + 1 output before the last)
+    kv_read = kv_bytes_per_token(config) * 6  # the second output's decode reads 6 tokens
+    expected = ((generation_flops(config, [5], [2]) - attention) / H200_GEMM_FLOPS
+                + attention / H200_LONG_PREFILL_ATTENTION_FLOPS + kv_read / H200_HBM_BYTES_PER_S)
+    assert long_context_estimate_s(config, [5], [2]) == pytest.approx(expected)
+    assert kv_bytes_per_token(config) == 2 * 1 * 4 * 2 * 3

@@ -49,6 +49,19 @@ def test_prompt_tokens_beside_decodes_follow_the_decode_count() -> None:
         assert prompt_tokens == allowed, (decodes, per_decode, plan)
 
 
+def test_a_backlog_of_long_prompts_drains_in_steps_of_a_share_of_it() -> None:
+    # 20 prompts of 4,000 tokens wait beside one decode: 1/32 of the 80,000 backlog per step (2,500), not
+    # the floor's 512, so the backlog clears in tens of steps; as it shrinks the step shrinks with it.
+    scheduler, runner = _scheduler(per_decode=16), FakeRunner(BLOCK)
+    _decoding(scheduler, runner, 1)
+    for i in range(20):
+        scheduler.add_request(make_request(f"p{i}", 4000, max_tokens=2))
+    plan = _step(scheduler, runner)
+    assert plan["d0"] == 1 and sum(plan.get(f"p{i}", 0) for i in range(20)) == 80_000 // 32
+    second = _step(scheduler, runner)
+    assert sum(second.get(f"p{i}", 0) for i in range(20)) == (80_000 - 2_500) // 32
+
+
 def test_without_decodes_the_budget_rules() -> None:
     scheduler, runner = _scheduler(per_decode=1), FakeRunner(BLOCK)
     scheduler.add_request(make_request("p", 3000, max_tokens=2))

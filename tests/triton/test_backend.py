@@ -45,6 +45,17 @@ def test_forward_writes_cache_and_attends(seq_lens: list[int], query_lens: list[
     assert rel_err(out, ref) < TOLERANCE[torch.bfloat16]
 
 
+def test_decodes_beside_a_prefill_split_their_contexts_by_a_power_of_two() -> None:
+    case = make_case([40, 7, 90, 64, 20], [1, 1, 1, 10, 20], 8, 2, 64, 16, torch.bfloat16, seed=5)
+    spec = KVCacheSpec(16, 2, 64, torch.bfloat16)
+    builder = TritonAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), 8, 256)
+    builder.num_sms = 132
+    meta = builder.build(_common(case, case.q.shape[0]))
+    wanted = choose_num_splits(3, 2, case.block_table.shape[1] * 16, 132)
+    assert meta.num_decodes == 3 and meta.num_splits > 1 and not meta.uniform
+    assert meta.num_splits & (meta.num_splits - 1) == 0 and wanted // 2 < meta.num_splits <= wanted
+
+
 def test_num_splits_fill_the_device_and_stay_bounded() -> None:
     assert choose_num_splits(256, 8, 4096, 132) == 1
     assert choose_num_splits(1, 8, 8192, 132) == MAX_SPLITS

@@ -23,7 +23,7 @@ from typing import Any
 from infercore.benchmarks.allocator_events import allocator_counters, increase
 from infercore.benchmarks.embed import EMBED_WORKLOADS, EmbedWorkload
 from infercore.benchmarks.embed import run as run_embed
-from infercore.benchmarks.flops import H200_BF16_DENSE_FLOPS, generation_flops
+from infercore.benchmarks.flops import H200_BF16_DENSE_FLOPS, generation_flops, long_context_estimate_s
 from infercore.benchmarks.speculative import (
     add_speculative_arguments,
     engine_kwargs,
@@ -128,6 +128,9 @@ def _limits(workload: Workload, prompts: list[list[int]], output_lens: list[int]
         flops = generation_flops(workload.model_config, [len(p) for p in prompts], output_lens)
         return {"tflop": round(flops / 1e12, 1), "compute_limit_s": round(flops / H200_BF16_DENSE_FLOPS, 3),
                 "fraction_of_compute_limit": round(flops / H200_BF16_DENSE_FLOPS / wall_s, 3)}
+    if workload.long_context:
+        estimate = long_context_estimate_s(workload.model_config, [len(p) for p in prompts], output_lens)
+        return {"estimate_s": round(estimate, 2), "times_estimate": round(wall_s / estimate, 2)}
     if workload.bandwidth_ceiling_tok_s:
         return {"fraction_of_bandwidth_ceiling": round(sum(output_lens) / wall_s / workload.bandwidth_ceiling_tok_s, 3)}
     return {}

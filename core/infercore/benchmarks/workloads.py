@@ -39,6 +39,9 @@ class Workload:
     bandwidth_ceiling_tok_s: float | None = None
     #: Whether the limit is dense bf16 compute (prefill-bound workloads); see ``benchmarks.flops``.
     compute_bound: bool = False
+    #: Whether the run is measured against ``flops.long_context_estimate_s`` (long prompts: prefill
+    #: attention, GEMMs and the decodes' KV reads at rates an H200 reaches, added up).
+    long_context: bool = False
 
     def requests(self, seed: int = 0) -> tuple[list[list[int]], list[int]]:
         rng = random.Random(seed)
@@ -135,6 +138,11 @@ WORKLOADS: dict[str, Workload] = {
     "w-gpu-fp8kv": dataclasses.replace(
         _W_GPU, name="w-gpu-fp8kv", variant_of="w-gpu", engine_kwargs={"kv_cache_dtype": "fp8"},
         bandwidth_ceiling_tok_s=64_700),
+    # 32 prompts of 16-30k tokens with 128 outputs each: chunked prefills of long prompts beside the decodes
+    # of those already prefilled, which read long contexts.
+    "w-gpu-long": dataclasses.replace(
+        _W_GPU, name="w-gpu-long", max_model_len=32768, num_requests=32, prompt_len=(16_000, 30_000),
+        output_len=(128, 128), bandwidth_ceiling_tok_s=None, long_context=True),
     "w-gpu-8b": _W_GPU_8B,
     "w-gpu-moe": _W_GPU_MOE,
     "w-gpu-8b-fp8": dataclasses.replace(

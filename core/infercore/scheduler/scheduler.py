@@ -27,6 +27,11 @@ _DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 #: The fewest prompt tokens ``max_prefill_tokens_per_decode`` leaves a step beside decodes: a prompt of
 #: typical length still prefills in one step when few requests decode.
 MIN_PREFILL_TOKENS_WHILE_DECODING = 512
+#: The proportional bound never holds a step's prompt tokens under this fraction of the prompt tokens still
+#: to prefill (waiting and part-prefilled requests): a backlog of long prompts then drains in tens of steps
+#: rather than thousands of small ones, each re-reading long contexts, while the few short arrivals the
+#: bound is for stay under it.
+PREFILL_BACKLOG_SHARE = 1 / 32
 
 _RUNNING = RequestStatus.RUNNING
 _STOPPED = RequestStatus.FINISHED_STOPPED
@@ -282,8 +287,14 @@ class Scheduler:
             return budget
         allowed = budget if cap is None else max(cap - decoding, 0)
         if per_decode is not None:
-            allowed = min(allowed, max(per_decode * decoding, MIN_PREFILL_TOKENS_WHILE_DECODING))
+            floor = max(MIN_PREFILL_TOKENS_WHILE_DECODING, int(self._prompt_backlog() * PREFILL_BACKLOG_SHARE))
+            allowed = min(allowed, max(per_decode * decoding, floor))
         return allowed
+
+    def _prompt_backlog(self) -> int:
+        """Prompt tokens not yet computed, over waiting and running requests."""
+        return sum(max(r.num_prompt_tokens - r.num_computed_tokens, 0) for queue in (self.running, self.waiting)
+                   for r in queue)
 
     def _preempt_for(self, request: Request, num_new: int, idx: int, cached: CachedRequests,
                      num_scheduled: list[int], spec_tokens: dict[str, list[int]]) -> tuple[list[int] | None, int, int]:

@@ -145,10 +145,17 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             num_splits = choose_num_splits(n, self.spec.num_kv_heads, max_context, self.num_sms, fp8)
             config = choose_decode_config(n, fp8)
         else:
-            # Decodes beside a prefill: one fixed launch (no split, default tiles), so the ragged
-            # decode counts of mixed steps never compile new kernel variants mid-run.
+            # Decodes beside a prefill split their contexts as a pure-decode step of their count would, so
+            # decodes of long contexts next to a long prompt's chunks still fill the device. The count is
+            # rounded down to a power of two: few kernel variants, each one a decode step's graph
+            # capture already built.
             num_decodes = count_leading_decodes(common.query_start_loc_cpu, n)
-            num_splits, config = 1, DecodeConfig()
+            fp8 = kv_cache_fp8.is_fp8_kv(self.spec.dtype)
+            num_splits, config = 1, choose_decode_config(num_decodes, fp8)
+            if num_decodes:
+                max_context = common.block_table.shape[1] * self.spec.block_size
+                wanted = choose_num_splits(num_decodes, self.spec.num_kv_heads, max_context, self.num_sms, fp8)
+                num_splits = 1 << (wanted.bit_length() - 1)
         return TritonAttentionMetadata(
             num_reqs=n, num_actual_tokens=common.num_actual_tokens,
             max_query_len=common.max_query_len, query_start_loc=common.query_start_loc,
