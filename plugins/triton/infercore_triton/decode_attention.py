@@ -27,6 +27,8 @@ from infercore.plugin_api import KernelSettings, current_platform
 
 #: Window passed to the kernels when attention is not windowed: longer than any context.
 NO_WINDOW = 1 << 30
+#: Split counts the merge kernel takes in one compiled variant (the backend uses at most 32).
+REDUCE_SPLITS_PAD = 32
 
 
 @dataclass(frozen=True)
@@ -156,18 +158,18 @@ def _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, 
 
 
 @triton.jit
-def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, kv_head, split,
+def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, kv_head, split, num_splits,
                      out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
                      stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                      stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                      GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-                     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
                      DOT_PRECISION: tl.constexpr, FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
                      FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr):
     """Split ``split`` of sequence ``seq`` (query token at row ``row``) for one KV head's query heads."""
     start = tl.maximum(seq_len - sliding_window, 0)
     # Splits start on BLOCK_N boundaries so the loop's tiles never straddle two splits.
-    chunk = tl.cdiv(tl.cdiv(seq_len - start, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    chunk = tl.cdiv(tl.cdiv(seq_len - start, num_splits), BLOCK_N) * BLOCK_N
     lo = start + split * chunk
     hi = tl.minimum(lo + chunk, seq_len)
     acc, m, denom = _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
@@ -183,7 +185,7 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
     # An fp8 cache's V scale is applied once to the output rather than to every loaded value.
     result = acc * (v_scale / tl.where(empty, 1.0, denom))[:, None]
     out_mask = g_mask[:, None] & (d < HEAD)[None, :]
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         tl.store(out_ptr + row * stride_ot + heads[:, None] * stride_oh + d[None, :],
                  result.to(out_ptr.dtype.element_ty), mask=out_mask)
     else:
@@ -194,12 +196,14 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
 
 
 # Arguments that change from step to step (the block table's width, views at an offset into the
-# runner's buffers) are not specialised on: a step of a new shape would compile a variant mid-run.
-@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_seqs"])
+# runner's buffers, the split count) are not specialised on: a step of a new shape would compile a variant
+# mid-run. Whether the context is split at all is a compile-time choice (a split writes partial results).
+@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_seqs",
+                               "num_splits"])
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
     out_ptr, part_out_ptr, part_lse_ptr,
-    scale, v_scale, sliding_window, num_seqs,
+    scale, v_scale, sliding_window, num_seqs, num_splits,
     stride_qt, stride_qh,
     stride_cb, stride_cs, stride_ch,
     stride_bt,
@@ -207,7 +211,7 @@ def _decode_split_kernel(
     stride_pt, stride_ph, stride_ps,
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
     FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr,
     QUERY_STARTS: tl.constexpr,
 ):
@@ -220,36 +224,36 @@ def _decode_split_kernel(
             row = tl.load(query_start_loc_ptr + seq)
             if tl.load(query_start_loc_ptr + seq + 1) - row == 1:
                 _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr + seq * stride_bt,
-                                 tl.load(seq_lens_ptr + seq), row.to(tl.int64), seq, kv_head, split,
+                                 tl.load(seq_lens_ptr + seq), row.to(tl.int64), seq, kv_head, split, num_splits,
                                  out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
                                  stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                                  stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
-                                 GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
+                                 GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, SPLIT, DOT_PRECISION,
                                  FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS)
     else:
         seq = tl.program_id(0).to(tl.int64)
         _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr + seq * stride_bt,
-                         tl.load(seq_lens_ptr + seq), seq, seq, kv_head, split,
+                         tl.load(seq_lens_ptr + seq), seq, seq, kv_head, split, num_splits,
                          out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
                          stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                          stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
-                         GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
+                         GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, SPLIT, DOT_PRECISION,
                          FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _decode_reduce_kernel(
-    part_out_ptr, part_lse_ptr, out_ptr,
+    part_out_ptr, part_lse_ptr, out_ptr, num_splits,
     stride_pt, stride_ph, stride_ps,
     stride_lt, stride_lh,
     stride_ot, stride_oh,
-    HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     s = tl.arange(0, SPLITS_PAD)
     d = tl.arange(0, HEAD_PAD)
-    s_mask = s < NUM_SPLITS
+    s_mask = s < num_splits
     lse = tl.load(part_lse_ptr + seq * stride_lt + head * stride_lh + s, mask=s_mask, other=float("-inf"))
     m = tl.max(lse, axis=0)
     w = tl.where(lse == float("-inf"), 0.0, tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m)))
@@ -321,7 +325,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     _decode_split_kernel[(rows, kv_heads, num_splits)](
         q, k_cache, v_cache, block_table, seq_lens, seq_lens if query_start_loc is None else query_start_loc,
         out, part_out, part_lse,
-        scale * k_scale, float(v_scale), sliding_window or NO_WINDOW, num_seqs,
+        scale * k_scale, float(v_scale), sliding_window or NO_WINDOW, num_seqs, num_splits,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_table.stride(0),
@@ -329,18 +333,18 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         part_out.stride(0), part_out.stride(1), part_out.stride(2),
         part_lse.stride(0), part_lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
-        PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=num_splits, DOT_PRECISION=dot_precision(q.dtype),
+        PAGE=page, BLOCK_N=config.block_n, SPLIT=num_splits > 1, DOT_PRECISION=dot_precision(q.dtype),
         FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, FP8_K_WORDS=fp8_ptx and config.fp8_k_words and head_size % 4 == 0,
         FP8_V_WORDS=fp8_ptx and config.fp8_v_words and head_size % 4 == 0, QUERY_STARTS=query_start_loc is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:
         _decode_reduce_kernel[(num_seqs, num_heads)](
-            part_out, part_lse, out,
+            part_out, part_lse, out, num_splits,
             part_out.stride(0), part_out.stride(1), part_out.stride(2),
             part_lse.stride(0), part_lse.stride(1),
             out.stride(0), out.stride(1),
-            HEAD=head_size, HEAD_PAD=head_pad, NUM_SPLITS=num_splits,
-            SPLITS_PAD=triton.next_power_of_2(num_splits), num_warps=4,
+            HEAD=head_size, HEAD_PAD=head_pad, SPLITS_PAD=max(REDUCE_SPLITS_PAD, triton.next_power_of_2(num_splits)),
+            num_warps=4,
         )
     return out
