@@ -39,6 +39,10 @@ class ModelConfig(BaseSettings):
     max_mixed_graph_tokens: int = Field(
         2048, ge=0, le=2048, description="steps with prompt tokens of up to this many tokens replay captured "
         "graphs (0: run them eagerly; 2048, the largest size captured, is the most)")
+    hf_overrides: dict[str, Any] | str | None = Field(
+        None, description="JSON object of values set on the model's HF config after it is read, e.g. "
+        '{"architectures": ["Qwen3ForSequenceClassification"], "classifier_from_token": ["no", "yes"], '
+        '"is_original_qwen3_reranker": true} to serve a Qwen3-Reranker checkpoint as a scorer')
     quantization: str | None = Field(
         None, description="quantization method (e.g. fp8); default: the checkpoint's quantization_config. "
                           "Given for an unquantized checkpoint, its weights are quantized as they load")

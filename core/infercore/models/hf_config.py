@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
+from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
 
@@ -33,4 +36,51 @@ def get_hf_config(model_config: ModelConfig, download_dir: str | None = None) ->
     path = resolve_model_path(model_config, download_dir)
     if not (path / "config.json").is_file():
         raise ValueError(f"model folder {path} has no config.json; point --model at a Hugging Face model folder")
-    return AutoConfig.from_pretrained(str(path), trust_remote_code=model_config.trust_remote_code)
+    config = AutoConfig.from_pretrained(str(path), trust_remote_code=model_config.trust_remote_code)
+    overrides = hf_overrides(model_config)
+    if overrides:
+        config.update(overrides)
+        tokens = overrides.get("classifier_from_token")
+        if tokens is not None:
+            apply_classifier_tokens(config, tokens, model_config.tokenizer or str(path))
+    return config
+
+
+def hf_overrides(model_config: ModelConfig) -> dict[str, Any]:
+    """``hf_overrides`` as a dict (given as one, or as a JSON object string)."""
+    raw = model_config.hf_overrides
+    if raw is None or isinstance(raw, dict):
+        return dict(raw or {})
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"hf_overrides is not valid JSON ({exc}); pass an object such as "
+                         '\'{"architectures": ["Qwen3ForSequenceClassification"]}\'') from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"hf_overrides must be a JSON object of config keys and values, got {raw!r}")
+    return parsed
+
+
+def apply_classifier_tokens(config: PretrainedConfig, tokens: list[str], tokenizer: str) -> None:
+    """A classifier whose labels are vocabulary tokens (``classifier_from_token``): their ids go on the config as
+    ``classifier_from_token_ids``, and ``num_labels`` is their count, or 1 for a Qwen3-Reranker
+    (``is_original_qwen3_reranker``: the score is sigmoid of the "yes" logit minus the "no" logit)."""
+    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
+        raise ValueError(f"classifier_from_token must be a non-empty list of vocabulary tokens, got {tokens!r}")
+    if getattr(config, "is_original_qwen3_reranker", False) and len(tokens) != 2:
+        raise ValueError("is_original_qwen3_reranker needs classifier_from_token to name two tokens, the "
+                         f'negative then the positive (["no", "yes"]), got {tokens!r}')
+    config.classifier_from_token_ids = list(_token_ids(tokenizer, tuple(tokens)))
+    config.num_labels = 1 if getattr(config, "is_original_qwen3_reranker", False) else len(tokens)
+
+
+@functools.lru_cache(maxsize=8)
+def _token_ids(tokenizer: str, tokens: tuple[str, ...]) -> tuple[int, ...]:
+    from transformers import AutoTokenizer
+
+    vocab = AutoTokenizer.from_pretrained(tokenizer).get_vocab()
+    unknown = [t for t in tokens if t not in vocab]
+    if unknown:
+        raise ValueError(f"classifier_from_token names {unknown}, which the tokenizer's vocabulary lacks; name "
+                         "tokens exactly as the vocabulary spells them")
+    return tuple(vocab[t] for t in tokens)
