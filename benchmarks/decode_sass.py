@@ -42,7 +42,7 @@ def compile_sm90(fp8: bool, block_n: int, warps: int, stages: int, v_words: bool
                  group: int = 2, head: int = 128, page: int = 16) -> triton.compiler.CompiledKernel:
     """The decode kernel over an fp8 (as bytes, converted in PTX) or bf16 cache, one split, for sm_90."""
     constants = {"GROUP": group, "GROUP_PAD": max(16, triton.next_power_of_2(group)), "HEAD": head,
-                 "HEAD_PAD": triton.next_power_of_2(head), "PAGE": page, "BLOCK_N": block_n, "SPLIT": False,
+                 "HEAD_PAD": triton.next_power_of_2(head), "PAGE": page, "BLOCK_N": block_n, "NUM_SPLITS": 1,
                  "DOT_PRECISION": "ieee", "FP16_MATH": fp8, "FP8_PTX": fp8, "FP8_K_WORDS": fp8 and k_words,
                  "FP8_V_WORDS": fp8 and v_words,
                  "QUERY_STARTS": False}

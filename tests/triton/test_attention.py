@@ -48,19 +48,21 @@ def test_decode_matches_reference(dtype: torch.dtype, head_size: int, group: int
     assert rel_err(out, reference_attention(case, head_size**-0.5)) < TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize(("splits", "block_n"), [(1, 64), (4, 64), (4, 32)])
-def test_decode_sliding_window_and_empty_rows(splits: int, block_n: int) -> None:
+@pytest.mark.parametrize(("splits", "block_n", "runtime_splits"), [(1, 64, False), (4, 64, False), (4, 32, False),
+                                                                   (3, 64, True)])
+def test_decode_sliding_window_and_empty_rows(splits: int, block_n: int, runtime_splits: bool) -> None:
     config = DecodeConfig(block_n=block_n)
     case = make_case([40, 200, 1], [1, 1, 1], 8, 2, 64, 16, torch.float32, seed=splits)
     write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
     out = torch.full_like(case.q, float("nan"))
     decode_attention(case.q, case.kv_cache, case.seq_lens, case.block_table, 0.125, out,
-                     num_splits=splits, sliding_window=50, config=config)
+                     num_splits=splits, sliding_window=50, config=config, runtime_splits=runtime_splits)
     assert rel_err(out, reference_attention(case, 0.125, sliding_window=50)) < TOLERANCE[torch.float32]
     # A padding row of a graph-padded batch (seq_len 0) comes out as zeros, not NaN.
     padded = torch.full((4, 8, 64), float("nan"))
     decode_attention(torch.randn(4, 8, 64), case.kv_cache, torch.tensor([40, 0, 0, 1], dtype=torch.int32),
-                     case.block_table[[0, 1, 1, 2]], 0.125, padded, num_splits=splits, config=config)
+                     case.block_table[[0, 1, 1, 2]], 0.125, padded, num_splits=splits, config=config,
+                     runtime_splits=runtime_splits)
     assert torch.equal(padded[1:3], torch.zeros(2, 8, 64))
 
 

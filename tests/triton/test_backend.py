@@ -45,15 +45,18 @@ def test_forward_writes_cache_and_attends(seq_lens: list[int], query_lens: list[
     assert rel_err(out, ref) < TOLERANCE[torch.bfloat16]
 
 
-def test_decodes_beside_a_prefill_split_their_contexts_by_a_power_of_two() -> None:
+def test_decodes_beside_a_prefill_split_their_contexts_at_run_time() -> None:
     case = make_case([40, 7, 90, 64, 20], [1, 1, 1, 10, 20], 8, 2, 64, 16, torch.bfloat16, seed=5)
     spec = KVCacheSpec(16, 2, 64, torch.bfloat16)
     builder = TritonAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), 8, 256)
     builder.num_sms = 132
     meta = builder.build(_common(case, case.q.shape[0]))
-    wanted = choose_num_splits(3, 2, case.block_table.shape[1] * 16, 132)
-    assert meta.num_decodes == 3 and meta.num_splits > 1 and not meta.uniform
-    assert meta.num_splits & (meta.num_splits - 1) == 0 and wanted // 2 < meta.num_splits <= wanted
+    assert meta.num_decodes == 3 and not meta.uniform and meta.runtime_splits
+    assert meta.num_splits == choose_num_splits(3, 2, case.block_table.shape[1] * 16, 132) > 1
+    impl = TritonAttentionBackend.get_impl_cls()(AttentionLayerSpec(num_heads=8, head_size=64, scale=0.125, num_kv_heads=2))
+    out = torch.full_like(case.q, float("nan"))
+    impl.forward(case.q, case.k, case.v, case.kv_cache, meta, out)
+    assert rel_err(out, reference_attention(case, 0.125)) < TOLERANCE[torch.bfloat16]
 
 
 def test_num_splits_fill_the_device_and_stay_bounded() -> None:

@@ -124,6 +124,8 @@ class TritonAttentionMetadata:
     num_splits: int
     decode_config: DecodeConfig
     uniform: bool = False
+    #: Whether the decode kernel takes ``num_splits`` at run time (mixed steps) rather than compiled in.
+    runtime_splits: bool = False
 
 
 class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
@@ -146,22 +148,21 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             config = choose_decode_config(n, fp8)
         else:
             # Decodes beside a prefill split their contexts as a pure-decode step of their count would, so
-            # decodes of long contexts next to a long prompt's chunks still fill the device. The count is
-            # rounded down to a power of two: few kernel variants, each one a decode step's graph
-            # capture already built.
+            # decodes of long contexts next to a long prompt's chunks still fill the device; the count is a
+            # run-time argument of the kernel there, so the ragged decode counts of mixed steps never
+            # compile new variants mid-run.
             num_decodes = count_leading_decodes(common.query_start_loc_cpu, n)
             fp8 = kv_cache_fp8.is_fp8_kv(self.spec.dtype)
             num_splits, config = 1, choose_decode_config(num_decodes, fp8)
             if num_decodes:
                 max_context = common.block_table.shape[1] * self.spec.block_size
-                wanted = choose_num_splits(num_decodes, self.spec.num_kv_heads, max_context, self.num_sms, fp8)
-                num_splits = 1 << (wanted.bit_length() - 1)
+                num_splits = choose_num_splits(num_decodes, self.spec.num_kv_heads, max_context, self.num_sms, fp8)
         return TritonAttentionMetadata(
             num_reqs=n, num_actual_tokens=common.num_actual_tokens,
             max_query_len=common.max_query_len, query_start_loc=common.query_start_loc,
             seq_lens=common.seq_lens, block_table=common.block_table, slot_mapping=common.slot_mapping,
             num_decodes=num_decodes, num_splits=num_splits, decode_config=config,
-            uniform=uniform,
+            uniform=uniform, runtime_splits=not uniform and not common.is_pure_decode,
         )
 
 
@@ -211,7 +212,8 @@ class TritonAttentionImpl(AttentionImpl):
         if d > 0:
             decode_attention(q[:d], kv_cache, meta.seq_lens[:d], meta.block_table[:d], self.scale, out[:d],
                              num_splits=meta.num_splits, sliding_window=self.sliding_window,
-                             config=meta.decode_config, k_scale=k_scale, v_scale=v_scale)
+                             config=meta.decode_config, k_scale=k_scale, v_scale=v_scale,
+                             runtime_splits=meta.runtime_splits)
         if d < n:
             # Query rows are addressed through query_start_loc, which already counts the decodes' tokens.
             prefill_attention(q, kv_cache, meta.query_start_loc[d:n + 1], meta.seq_lens[d:n], meta.block_table[d:n],

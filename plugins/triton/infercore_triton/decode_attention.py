@@ -163,13 +163,17 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
                      stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                      stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                      GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-                     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+                     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
                      DOT_PRECISION: tl.constexpr, FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
                      FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr):
     """Split ``split`` of sequence ``seq`` (query token at row ``row``) for one KV head's query heads."""
     start = tl.maximum(seq_len - sliding_window, 0)
     # Splits start on BLOCK_N boundaries so the loop's tiles never straddle two splits.
-    chunk = tl.cdiv(tl.cdiv(seq_len - start, num_splits), BLOCK_N) * BLOCK_N
+    # NUM_SPLITS is the compile-time split count, or 0 for the run-time ``num_splits``.
+    if NUM_SPLITS > 0:
+        chunk = tl.cdiv(tl.cdiv(seq_len - start, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    else:
+        chunk = tl.cdiv(tl.cdiv(seq_len - start, num_splits), BLOCK_N) * BLOCK_N
     lo = start + split * chunk
     hi = tl.minimum(lo + chunk, seq_len)
     acc, m, denom = _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
@@ -185,7 +189,7 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
     # An fp8 cache's V scale is applied once to the output rather than to every loaded value.
     result = acc * (v_scale / tl.where(empty, 1.0, denom))[:, None]
     out_mask = g_mask[:, None] & (d < HEAD)[None, :]
-    if not SPLIT:
+    if NUM_SPLITS == 1:
         tl.store(out_ptr + row * stride_ot + heads[:, None] * stride_oh + d[None, :],
                  result.to(out_ptr.dtype.element_ty), mask=out_mask)
     else:
@@ -196,8 +200,8 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
 
 
 # Arguments that change from step to step (the block table's width, views at an offset into the
-# runner's buffers, the split count) are not specialised on: a step of a new shape would compile a variant
-# mid-run. Whether the context is split at all is a compile-time choice (a split writes partial results).
+# runner's buffers, a run-time split count) are not specialised on: a step of a new shape would compile a
+# variant mid-run.
 @triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_seqs",
                                "num_splits"])
 def _decode_split_kernel(
@@ -211,7 +215,7 @@ def _decode_split_kernel(
     stride_pt, stride_ph, stride_ps,
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
     FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr,
     QUERY_STARTS: tl.constexpr,
 ):
@@ -228,7 +232,7 @@ def _decode_split_kernel(
                                  out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
                                  stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                                  stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
-                                 GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, SPLIT, DOT_PRECISION,
+                                 GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
                                  FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS)
     else:
         seq = tl.program_id(0).to(tl.int64)
@@ -237,7 +241,7 @@ def _decode_split_kernel(
                          out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
                          stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                          stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
-                         GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, SPLIT, DOT_PRECISION,
+                         GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
                          FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS)
 
 
@@ -287,7 +291,8 @@ def _runs_ptx(x: torch.Tensor) -> bool:
 def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor,
                      scale: float, out: torch.Tensor, num_splits: int = 1, sliding_window: int | None = None,
                      config: DecodeConfig | None = None, k_scale: float = 1.0,
-                     v_scale: float = 1.0, query_start_loc: torch.Tensor | None = None) -> torch.Tensor:
+                     v_scale: float = 1.0, query_start_loc: torch.Tensor | None = None,
+                     runtime_splits: bool = False) -> torch.Tensor:
     """Attention of one query token per sequence over its paged context.
 
     ``q``/``out`` are [num_seqs, heads, head_size] (row ``i`` is sequence ``i``'s token at position
@@ -299,6 +304,10 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     [num_tokens, heads, head_size] and only the sequences with one query token (at row
     ``query_start_loc[i]``) are attended, in one split; the launch depends on ``len(seq_lens)`` alone,
     and its programs (about two per multiprocessor) walk the sequences in turn.
+
+    The split count is compiled into the kernel (a graph-captured decode step's sizes are built before
+    serving); with ``runtime_splits`` it is an argument instead, so steps whose split counts vary (the
+    decodes of mixed steps) share one compiled variant.
     """
     config = config or DecodeConfig()
     _, num_heads, head_size = q.shape
@@ -333,7 +342,8 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         part_out.stride(0), part_out.stride(1), part_out.stride(2),
         part_lse.stride(0), part_lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
-        PAGE=page, BLOCK_N=config.block_n, SPLIT=num_splits > 1, DOT_PRECISION=dot_precision(q.dtype),
+        PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=0 if runtime_splits and num_splits > 1 else num_splits,
+        DOT_PRECISION=dot_precision(q.dtype),
         FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, FP8_K_WORDS=fp8_ptx and config.fp8_k_words and head_size % 4 == 0,
         FP8_V_WORDS=fp8_ptx and config.fp8_v_words and head_size % 4 == 0, QUERY_STARTS=query_start_loc is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
