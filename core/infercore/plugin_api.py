@@ -195,6 +195,7 @@ CUSTOM_OPS: tuple[str, ...] = (
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
     "apply_penalties",
     "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe", "accept_drafts", "lora_shrink", "lora_expand",
+    "expert_dispatcher",
 )
 
 #: Where each lazily imported name lives (private: import the name from this module).
