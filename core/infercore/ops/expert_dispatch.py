@@ -125,5 +125,5 @@ class AllToAllExpertDispatcher(ExpertDispatcher):
         back = self._exchange(expert_out, tokens * k, state.send_splits, state.recv_splits)
         pairs = torch.empty_like(back)
         pairs[state.order] = back
-        weighted = pairs.view(tokens, k, -1).float() * state.topk_weights.float().unsqueeze(-1)
+        weighted = pairs.view(tokens, k, expert_out.shape[-1]).float() * state.topk_weights.float().unsqueeze(-1)
         return weighted.sum(dim=1).to(expert_out.dtype)
