@@ -164,3 +164,30 @@ def test_the_cli_takes_the_flag() -> None:
     parser = argparse.ArgumentParser()
     add_config_flags(parser)
     assert parser.parse_args(["--enable-expert-parallel"]).enable_expert_parallel is True
+
+
+@pytest.mark.parametrize(("architecture", "down"), [("Qwen3MoeForCausalLM", "down_proj"), ("MixtralForCausalLM", "w2")])
+def test_a_loaded_models_ranks_hold_disjoint_halves_of_the_experts(tiny_model_factory, rank_of_two, architecture: str,
+                                                                   down: str) -> None:
+    """The loader builds every MoE layer with expert parallelism when the config asks for it: each of two
+    ranks holds half of each layer's experts, whole, equal to the checkpoint's."""
+    from safetensors.torch import load_file
+
+    from infercore.models.loader import load_model
+
+    folder = tiny_model_factory(architecture)
+    config = InfercoreConfig.from_kwargs(model=str(folder), tensor_parallel_size=2, enable_expert_parallel=True)
+    checkpoint = {k: v for path in folder.glob("*.safetensors") for k, v in load_file(str(path)).items()}
+    held: dict[str, list[int]] = {}
+    for rank in (0, 1):
+        rank_of_two(rank)
+        model = load_model(config, torch.device("cpu"), torch.float32)
+        layers = {name: m for name, m in model.named_modules() if isinstance(m, FusedMoE)}
+        assert len(layers) == 2  # the tiny models' two decoder layers
+        for name, layer in layers.items():
+            assert len(layer.local_expert_ids) == layer.w2_weight.shape[0] == layer.num_experts // 2
+            for slot, expert in enumerate(layer.local_expert_ids):
+                torch.testing.assert_close(layer.w2_weight[slot], checkpoint[f"{name}.{expert}.{down}.weight"],
+                                           rtol=0, atol=0)
+            held.setdefault(name, []).extend(layer.local_expert_ids)
+    assert all(sorted(experts) == list(range(layers[name].num_experts)) for name, experts in held.items())
