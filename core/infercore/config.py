@@ -98,8 +98,9 @@ class ParallelConfig(BaseSettings):
     data_parallel_size: int = Field(1, ge=1, description="engine copies behind one server, each with its own devices")
     data_parallel_rank: int = Field(0, ge=0, description="which data-parallel engine this is (set by the server)")
     enable_expert_parallel: bool = Field(
-        False, description="split MoE layers' experts whole over the tensor-parallel ranks (tokens exchanged "
-                           "all-to-all) instead of sharding every expert; steps then run without device graphs")
+        False, description="split MoE layers' experts whole over each engine's tensor-parallel ranks (tokens "
+                           "exchanged all-to-all) instead of sharding every expert; steps then run without "
+                           "device graphs")
     distributed_executor_backend: str | None = Field(
         None, description="how workers run: uni (in the engine process), mp (a process per device) or ray "
                           "(Ray actors; pip install infercore[ray]); default: uni for one device, mp otherwise")

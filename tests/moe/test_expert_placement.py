@@ -19,6 +19,7 @@ from infercore.layers.fused_moe import (
 )
 from infercore.layers.tensor_parallel import check_shardable, set_tp_state
 from infercore.models.weight_loading import load_checkpoint_weights
+from infercore.ops.expert_dispatch import AllToAllExpertDispatcher
 
 EXPERTS, HIDDEN, INTER, TOP_K = 8, 8, 6, 2
 
@@ -191,3 +192,36 @@ def test_a_loaded_models_ranks_hold_disjoint_halves_of_the_experts(tiny_model_fa
                                            rtol=0, atol=0)
             held.setdefault(name, []).extend(layer.local_expert_ids)
     assert all(sorted(experts) == list(range(layers[name].num_experts)) for name, experts in held.items())
+
+
+class PlatformDispatcher(AllToAllExpertDispatcher):
+    """What a platform plugin registers in place of the reference exchange."""
+
+
+def test_a_platforms_dispatcher_class_is_what_expert_parallel_layers_build(rank_of_two) -> None:
+    import types
+
+    from infercore.platforms import current_platform
+    from infercore.plugins import hookimpl, reset_plugin_manager
+    from infercore.plugins.manager import PluginManager
+
+    plugin = types.ModuleType("throwaway_dispatch")
+    plugin.INFERCORE_PLUGIN_API = (1, 7)
+    platform = current_platform().name
+
+    @hookimpl
+    def register_custom_ops(register) -> None:
+        register("expert_dispatcher", f"{__name__}:PlatformDispatcher", platform=platform)
+
+    plugin.register_custom_ops = register_custom_ops
+    manager = PluginManager()
+    manager.load_entry_points()
+    manager.register_module(plugin, "throwaway")
+    rank_of_two(1)
+    assert type(experts(True).mlp.experts.dispatcher) is AllToAllExpertDispatcher
+    reset_plugin_manager(manager)
+    try:
+        dispatcher = experts(True).mlp.experts.dispatcher
+    finally:
+        reset_plugin_manager(None)
+    assert isinstance(dispatcher, PlatformDispatcher) and (dispatcher.rank, dispatcher.size) == (1, 2)
