@@ -39,8 +39,8 @@ class FusedMoE(nn.Module):
     group. Built with expert parallelism on (see ``expert_parallel.py``), each rank instead holds
     whole experts, those :attr:`placement` gives it (:attr:`local_expert_ids`, stacked in that
     order), routes its share of the tokens and exchanges them with the experts' ranks through the
-    platform's ``expert_dispatcher``. ``renormalize`` rescales each token's top-k weights to sum to one (Mixtral; Qwen3-MoE's
-    ``norm_topk_prob``). Weights belong to ``quant_method`` (unquantized unless the model's format
+    platform's ``expert_dispatcher``. ``renormalize`` rescales each token's top-k weights to sum to
+    one (Mixtral; Qwen3-MoE's ``norm_topk_prob``). Weights belong to ``quant_method`` (unquantized unless the model's format
     gives one); ``weight_loader(param, loaded, shard_id, expert_id)`` loads one expert's checkpoint
     projection (``expert_id`` None: ``loaded`` stacks every expert).
     """
