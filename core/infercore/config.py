@@ -101,6 +101,10 @@ class ParallelConfig(BaseSettings):
     pipeline_parallel_size: int = Field(1, ge=1, le=1, description="pipeline stages (only 1 today)")
     data_parallel_size: int = Field(1, ge=1, description="engine copies behind one server, each with its own devices")
     data_parallel_rank: int = Field(0, ge=0, description="which data-parallel engine this is (set by the server)")
+    enable_expert_parallel: bool = Field(
+        False, description="split MoE layers' experts whole over each engine's tensor-parallel ranks (tokens "
+                           "exchanged all-to-all) instead of sharding every expert; steps then run without "
+                           "device graphs")
     distributed_executor_backend: str | None = Field(
         None, description="how workers run: uni (in the engine process), mp (a process per device) or ray "
                           "(Ray actors; pip install infercore[ray]); default: uni for one device, mp otherwise")
@@ -301,6 +305,13 @@ class InfercoreConfig(BaseModel):
             return cls(**sections)
         except ValidationError as exc:
             raise ConfigError(_format_validation_error(exc)) from None
+
+    @model_validator(mode="after")
+    def _expert_parallel_runs_eagerly(self) -> InfercoreConfig:
+        # The all-to-all token exchange sizes its buffers from counts read on the host: no graph capture.
+        if self.parallel.enable_expert_parallel and self.parallel.tensor_parallel_size > 1:
+            self.model.enforce_eager = True
+        return self
 
     def flat(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -36,6 +36,11 @@ announced by a ``DeprecationWarning`` for one minor release and happens in the n
   speculating row's token history (prompt + output) and how many drafts it may take; out, :class:`Drafts`
   (a padded int array of draft tokens and per-row counts). Added in 1.6 with the
   ``register_speculative_methods`` hook and the ``accept_drafts`` custom op.
+* Expert parallelism (1.7): the ``expert_dispatcher`` custom op is a *class*, an
+  :class:`ExpertDispatcher` built with ``cls(rank, size)``; a platform's class must honour the
+  dispatch/combine contract written on :class:`ExpertDispatcher`. An :class:`ExpertPlacementPolicy`
+  installed with :func:`set_expert_placement_policy` (from a ``configure`` hook: it runs in every
+  worker) chooses each fused-MoE layer's expert → rank map, the same on every rank.
 * Encoder-only attention (1.6): a backend that sets ``supports_encoder_only`` runs layers whose spec
   says ``attn_type=ENCODER_ONLY`` bidirectionally within each sequence, with no KV cache
   (:func:`encoder_only_attention` is the reference).
@@ -98,6 +103,13 @@ if TYPE_CHECKING:
         alibi_slopes,
         get_rope,
     )
+    from infercore.layers.fused_moe import (
+        ExpertPlacement,
+        ExpertPlacementPolicy,
+        contiguous_placement,
+        placement_from_owners,
+        set_expert_placement_policy,
+    )
     from infercore.models.contract import (
         CausalLM,
         ModelSpec,
@@ -114,6 +126,10 @@ if TYPE_CHECKING:
     from infercore.ops import reference as op_reference
     from infercore.ops.dispatch import (
         get_op,
+    )
+    from infercore.ops.expert_dispatch import (
+        DispatchedTokens,
+        ExpertDispatcher,
     )
     from infercore.parsers import (
         DeltaFunctionCall,
@@ -195,6 +211,7 @@ CUSTOM_OPS: tuple[str, ...] = (
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
     "apply_penalties",
     "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe", "accept_drafts", "lora_shrink", "lora_expand",
+    "expert_dispatcher",
 )
 
 #: Where each lazily imported name lives (private: import the name from this module).
@@ -207,6 +224,13 @@ _LAZY: dict[str, str] = {
     "AttentionRequest": "infercore.attention.backend",
     "CausalLM": "infercore.models.contract",
     "ENCODER_ONLY": "infercore.attention.encoder_only",
+    "DispatchedTokens": "infercore.ops.expert_dispatch",
+    "ExpertDispatcher": "infercore.ops.expert_dispatch",
+    "ExpertPlacement": "infercore.layers.fused_moe",
+    "ExpertPlacementPolicy": "infercore.layers.fused_moe",
+    "contiguous_placement": "infercore.layers.fused_moe",
+    "placement_from_owners": "infercore.layers.fused_moe",
+    "set_expert_placement_policy": "infercore.layers.fused_moe",
     "encoder_only_attention": "infercore.attention.encoder_only",
     "ColumnParallelLinear": "infercore.layers",
     "CommonAttentionMetadata": "infercore.attention.backend",
@@ -326,7 +350,11 @@ __all__ = [
     "DeltaFunctionCall",
     "DeltaMessage",
     "DeltaToolCall",
+    "DispatchedTokens",
     "ENCODER_ONLY",
+    "ExpertDispatcher",
+    "ExpertPlacement",
+    "ExpertPlacementPolicy",
     "ExtractedToolCalls",
     "FunctionCall",
     "Drafts",
@@ -382,6 +410,7 @@ __all__ = [
     "bitmask_width",
     "build_model_folder",
     "check_schema",
+    "contiguous_placement",
     "current_platform",
     "encoder_only_attention",
     "fp8_reference",
@@ -395,6 +424,8 @@ __all__ = [
     "model_class",
     "op_reference",
     "parse_partial",
+    "placement_from_owners",
     "partial_json",
+    "set_expert_placement_policy",
     "set_layout",
 ]

@@ -42,6 +42,7 @@ def test_alignment_skips_experts_no_slot_chose() -> None:
     (1, 32, 16, 4, 2),     # one decode token
     (7, 48, 40, 6, 3),     # sizes that are not multiples of the blocks
     (40, 64, 32, 8, 2),    # more slots than 16 per expert: the prefill block size
+    (9, 32, 16, 3, 1),     # one expert per row, weight one: how expert parallelism calls it
 ])
 def test_triton_fused_moe_matches_reference(tokens: int, hidden: int, inter: int, experts: int, top_k: int) -> None:
     x, w13, w2, weights, ids = (t.to(DEVICE) for t in random_case(tokens, hidden, inter, experts, top_k, seed=tokens))

@@ -26,7 +26,8 @@ def check_model_splits(config: InfercoreConfig) -> None:
     from infercore.models.hf_config import get_hf_config
 
     hf_config = get_hf_config(config.model, config.load.download_dir)
-    check_shardable(hf_config.get_text_config(), config.parallel.tensor_parallel_size)
+    check_shardable(hf_config.get_text_config(), config.parallel.tensor_parallel_size,
+                    expert_parallel=config.parallel.enable_expert_parallel)
 
 
 class ExecutorDeadError(RuntimeError):

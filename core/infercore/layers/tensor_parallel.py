@@ -45,10 +45,10 @@ def divide(numerator: int, denominator: int, what: str) -> int:
     return numerator // denominator
 
 
-def check_shardable(text_config: Any, size: int) -> None:
+def check_shardable(text_config: Any, size: int, *, expert_parallel: bool = False) -> None:
     """Raise (before any worker starts) if a model of this config cannot be split over ``size`` ranks:
-    attention heads, KV heads (or ranks per KV head), intermediate size (and experts' intermediate size)
-    and hidden size must divide."""
+    attention heads, KV heads (or ranks per KV head), intermediate size (and experts' intermediate size,
+    unless ``expert_parallel`` keeps experts whole) and hidden size must divide."""
     if size == 1:
         return
     heads = text_config.num_attention_heads
@@ -59,7 +59,7 @@ def check_shardable(text_config: Any, size: int) -> None:
     if intermediate:
         divide(intermediate, size, "intermediate size")
     moe_intermediate = getattr(text_config, "moe_intermediate_size", None)
-    if moe_intermediate:
+    if moe_intermediate and not expert_parallel:
         divide(moe_intermediate, size, "expert intermediate size")
 
 

@@ -7,6 +7,7 @@ from torch import nn
 
 from infercore.config import InfercoreConfig
 from infercore.layers import LayerNorm, RMSNorm
+from infercore.layers.fused_moe.expert_parallel import building_with_expert_parallel
 from infercore.layers.tensor_parallel import get_tp_state
 from infercore.models.contract import ModelSpec
 from infercore.models.hf_config import get_hf_config, resolve_model_path
@@ -67,7 +68,8 @@ def load_model(config: InfercoreConfig, device: torch.device, dtype: torch.dtype
     cls = model_class(architectures[0])
     tp = get_tp_state()
     spec = ModelSpec(hf_config=hf_config, dtype=dtype, device=device, tp_rank=tp.rank, tp_size=tp.size)
-    model = build_model(cls, spec, resolve_quantization(config.model.quantization, hf_config))
+    with building_with_expert_parallel(config.parallel.enable_expert_parallel):
+        model = build_model(cls, spec, resolve_quantization(config.model.quantization, hf_config))
     if config.load.load_format == "dummy":
         init_dummy_weights(model, config.model.seed)
     else:

@@ -54,6 +54,7 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("gumbel_argmax", "infercore.ops.reference:gumbel_argmax")
     register("apply_penalties", "infercore.ops.reference:apply_penalties")
     register("fused_moe", "infercore.ops.reference:fused_moe")
+    register("expert_dispatcher", "infercore.ops.reference:expert_dispatcher")
     register("accept_drafts", "infercore.ops.reference:accept_drafts")
 
 

@@ -86,12 +86,13 @@ class ExpertWeightLoader:
         self._filled.update((f"{layer_name}.{param_name}", e, s) for e in experts for s in shards)
 
     def missing(self) -> list[str]:
-        """Expert parameters (``<param>[expert e, shard]``) that no checkpoint tensor filled."""
+        """Expert parameters (``<param>[expert e, shard]``) of the experts held here that no checkpoint
+        tensor filled."""
         out = []
         for layer_name, layer in self._layers.items():
             for param_name, _ in layer.named_parameters(recurse=False):
                 shards = ("w1", "w3") if param_name.startswith("w13_") else ("w2",)
                 full = f"{layer_name}.{param_name}"
-                out.extend(f"{full}[expert {e}, {s}]" for e in range(layer.num_experts) for s in shards
+                out.extend(f"{full}[expert {e}, {s}]" for e in layer.local_expert_ids for s in shards
                            if (full, e, s) not in self._filled)
         return out

@@ -22,9 +22,11 @@ W2_LAYOUT = ParamLayout(output_dim=1, input_dim=2)
 class FusedMoEWeightSpec:
     """The expert weights a fused-MoE layer holds on this rank.
 
-    Every rank holds all ``num_experts`` experts, each with ``intermediate_size`` (this rank's share
-    of the expert's intermediate features) rows of gate and of up projection and as many columns of
-    down projection; ``params_dtype`` is the model's dtype.
+    The rank holds ``num_experts`` experts (all of them under tensor parallelism; under expert
+    parallelism only its own, stacked in the order of the layer's ``local_expert_ids``), each with
+    ``intermediate_size`` (this rank's share of the expert's intermediate features; all of them under
+    expert parallelism) rows of gate and of up projection and as many columns of down projection;
+    ``params_dtype`` is the model's dtype; ``tp_size`` the number of ranks each expert is split over.
     """
 
     num_experts: int
@@ -51,7 +53,8 @@ class FusedMoEMethod(QuantizationMethod):
     def apply_experts(self, layer: nn.Module, x: torch.Tensor, topk_weights: torch.Tensor,
                       topk_ids: torch.Tensor) -> torch.Tensor:
         """This rank's partial output [T, H] of the experts ``topk_ids`` [T, k] chose for ``x`` [T, H],
-        weighted by ``topk_weights`` [T, k] (float32); the layer sums it over the tensor-parallel group."""
+        weighted by ``topk_weights`` [T, k] (float32); the layer sums it over the tensor-parallel group.
+        Under expert parallelism ``topk_ids`` index the experts held here (``k`` is one, the weights one)."""
 
     def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """Not meaningful without routing: fused-MoE layers call :meth:`apply_experts`."""
