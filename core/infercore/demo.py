@@ -10,6 +10,12 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from infercore.config import DEMO_MODEL
+
+if TYPE_CHECKING:
+    from infercore.config import InfercoreConfig
 
 DEMO_FOLDER = "demo"
 DEMO_NOTICE = ("serving the built-in demo model 'infercore-demo': a tiny model with random weights that "
@@ -48,3 +54,12 @@ def ensure_demo_model() -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def resolve_demo_model(config: InfercoreConfig) -> None:
+    """Point the config at the demo model's folder (building it on first use) when it asks for it."""
+    if config.model.model == DEMO_MODEL:
+        path = str(ensure_demo_model())
+        if config.model.served_model_name is None:
+            config.model.served_model_name = DEMO_MODEL
+        config.model.model = path

@@ -7,11 +7,12 @@ import logging
 import time
 
 from infercore.config import InfercoreConfig
+from infercore.demo import resolve_demo_model
 from infercore.engine.grammar_gate import GrammarGate
 from infercore.executor.base import Executor, ExecutorDeadError
 from infercore.executor.step_future import StepFuture
 from infercore.gc_heap import freeze_startup_heap
-from infercore.models.model_info import resolve_demo_model, resolve_model_info
+from infercore.models.model_info import resolve_model_info
 from infercore.platforms.selection import current_platform
 from infercore.plugins.manager import get_plugin_manager
 from infercore.pooling.config import configure_pooling, pooling_model_info

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 
 from infercore.config import DEMO_MODEL, InfercoreConfig
+from infercore.demo import resolve_demo_model
 from infercore.frontend.core_client import EngineEndpoint, make_socket_dir, run_engine
 from infercore.frontend.dp_client import rank_config
-from infercore.models.model_info import resolve_demo_model
 
 logger = logging.getLogger("infercore.server")
 

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 import uvicorn
 
 from infercore.config import DEMO_MODEL, InfercoreConfig
+from infercore.demo import resolve_demo_model
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
 from infercore.entrypoints.serve_args import config_from_args
 from infercore.frontend.async_llm import AsyncLLM
-from infercore.frontend.core_client import EngineStartupError
+from infercore.frontend.core_client import EngineCoreClient, EngineStartupError
 from infercore.gc_heap import freeze_startup_heap
-from infercore.models.model_info import resolve_demo_model
 
 if TYPE_CHECKING:
     from infercore.entrypoints.api_server_procs import ApiServerSlot
@@ -88,12 +88,13 @@ class _Server(uvicorn.Server):
 
 
 async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
-                slot: ApiServerSlot | None = None) -> int:
+                slot: ApiServerSlot | None = None, client: EngineCoreClient | None = None) -> int:
     """Run the server until it is stopped; returns the process exit code.
 
-    Without ``slot`` this process starts the engine and listens on ``--host``/``--port``; with one it
-    is one of several API server processes: it reaches the engines the launcher started through the
-    slot's endpoints and serves on the slot's (shared) listening socket."""
+    Without ``slot`` this process starts the engine (or takes ``client``, whose engine
+    :func:`~infercore.entrypoints.early_engine.start_engine_early` started) and listens on
+    ``--host``/``--port``; with one it is one of several API server processes: it reaches the engines
+    the launcher started through the slot's endpoints and serves on the slot's (shared) listening socket."""
     from infercore.demo import DEMO_NOTICE
     from infercore.entrypoints.openai.app import build_app
     from infercore.entrypoints.openai.http_protocol import MAX_HEAD_BYTES, bounded_http_protocol
@@ -107,7 +108,8 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
     model_name = config.model.served_model_name or config.model.model
     metrics = ServerMetrics(model_name, api_server=slot.index if slot is not None else None)
     try:
-        client = make_engine_client(config, engine_factory, slot.endpoints) if slot is not None else None
+        if slot is not None:
+            client = make_engine_client(config, engine_factory, slot.endpoints)
         with startup_phase("engine and tokenizer"):
             engine = await AsyncLLM.start(config, engine_factory, listener=metrics, client=client)
     except (EngineStartupError, ValueError) as exc:
@@ -151,18 +153,32 @@ def event_loop_runner() -> Callable[[Coroutine[Any, Any, int]], int]:
 
 
 def run_serve(args: argparse.Namespace, engine_factory: str = DEFAULT_ENGINE_FACTORY) -> int:
-    """Entry of ``infercore serve``."""
+    """Entry of ``infercore serve`` for callers that hold parsed flags (the CLI itself starts the
+    engine first: :func:`infercore.entrypoints.serve_args.run_serve_command`)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:  # ConfigError
+        print(f"infercore serve: {exc}", file=sys.stderr)
+        return 2
+    return run_serve_config(config, engine_factory)
+
+
+def run_serve_config(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
+                     client: EngineCoreClient | None = None) -> int:
+    """Serve ``config`` until stopped; ``client`` is an engine already starting (it is closed if the
+    flags turn out to be wrong)."""
     from infercore.entrypoints.openai.chat_parsing import check_parser_flags
 
     try:
-        config = config_from_args(args)
         check_parser_flags(config.serve)
-    except ValueError as exc:  # ConfigError, or a parser name no plugin registers
+    except ValueError as exc:  # a parser name no plugin registers
+        if client is not None:
+            client.close()
         print(f"infercore serve: {exc}", file=sys.stderr)
         return 2
     if config.serve.api_server_count > 1:
         from infercore.entrypoints.api_server_procs import launch
 
         return launch(config, engine_factory)
-    return event_loop_runner()(serve(config, engine_factory))
+    return event_loop_runner()(serve(config, engine_factory, client=client))

@@ -10,6 +10,8 @@ torch.
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 import types
 import typing
 from typing import Any, Literal
@@ -80,15 +82,25 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("model_tag", nargs="?", default=None, metavar="MODEL",
                         help="model to serve (same as --model)")
     add_config_flags(parser)
-    parser.set_defaults(func=_run_serve)
+    parser.set_defaults(func=run_serve_command)
     return parser
 
 
-def _run_serve(args: argparse.Namespace) -> int:
-    """Import the server (the engine, torch, uvicorn) only once ``serve`` is the command."""
-    from infercore.entrypoints.serve import run_serve
+def run_serve_command(args: argparse.Namespace) -> int:
+    """``infercore serve``: read the flags, start the engine process, and only then import the server
+    (torch, transformers, uvicorn), so that its imports overlap the engine's start-up."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:  # ConfigError
+        print(f"infercore serve: {exc}", file=sys.stderr)
+        return 2
+    from infercore.entrypoints.early_engine import start_engine_early
 
-    return run_serve(args)
+    client = start_engine_early(config)
+    from infercore.entrypoints.serve import run_serve_config
+
+    return run_serve_config(config, client=client)
 
 
 def config_from_args(args: argparse.Namespace) -> InfercoreConfig:

@@ -156,17 +156,23 @@ class EngineCoreClient:
         self.initial_stats: SchedulerStats | None = None
         self._closed = False
 
+    def spawn(self) -> None:
+        """Start the engine process now (unless the launcher starts it, or it runs already), without
+        waiting for it: ``infercore serve`` calls this before its own imports so that both overlap."""
+        if self.endpoint is not None or self.process is not None:
+            return
+        ctx = multiprocessing.get_context("spawn")
+        self.process = ctx.Process(
+            target=run_engine, name="infercore-engine-core", daemon=True,
+            args=(self._dir, self.config.model_dump_json(), self.input_address, self.output_address,
+                  os.getpid(), self.engine_factory),
+        )
+        self.process.start()
+
     async def start(self, timeout: float | None = None) -> ModelInfo:
-        """Spawn the engine (unless the launcher did) and wait for its ready message; raise
-        EngineStartupError with its reason."""
-        if self.endpoint is None:
-            ctx = multiprocessing.get_context("spawn")
-            self.process = ctx.Process(
-                target=run_engine, name="infercore-engine-core", daemon=True,
-                args=(self._dir, self.config.model_dump_json(), self.input_address, self.output_address,
-                      os.getpid(), self.engine_factory),
-            )
-            self.process.start()
+        """Spawn the engine (unless the launcher did, or :meth:`spawn` has) and wait for its ready
+        message; raise EngineStartupError with its reason."""
+        self.spawn()
         receive = asyncio.ensure_future(self.output.recv_multipart())
         died = asyncio.ensure_future(self.wait_dead())
         done, _ = await asyncio.wait({receive, died}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

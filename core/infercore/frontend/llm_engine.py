@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from infercore.config import InfercoreConfig
+from infercore.demo import resolve_demo_model
 from infercore.engine.core import EngineCore
 from infercore.frontend.input_processor import InputProcessor, ProcessedRequest
 from infercore.frontend.output_processor import OutputProcessor, RequestOutputKind
 from infercore.lora.checks import AdapterChecker
 from infercore.lora.request import LoRARequest
-from infercore.models.model_info import resolve_demo_model
 from infercore.outputs import RequestOutput
 from infercore.sampling_params import SamplingParams
 from infercore.startup_timeline import startup_phase

@@ -2,19 +2,8 @@
 
 from __future__ import annotations
 
-from infercore.config import DEMO_MODEL, InfercoreConfig
+from infercore.config import InfercoreConfig
 from infercore.wire.model_info import ModelInfo
-
-
-def resolve_demo_model(config: InfercoreConfig) -> None:
-    """Point the config at the demo model's folder (building it on first use) when it asks for it."""
-    if config.model.model == DEMO_MODEL:
-        from infercore.demo import ensure_demo_model
-
-        path = str(ensure_demo_model())
-        if config.model.served_model_name is None:
-            config.model.served_model_name = DEMO_MODEL
-        config.model.model = path
 
 
 def _eos_ids(value: object) -> list[int]:
