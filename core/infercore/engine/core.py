@@ -63,13 +63,16 @@ class EngineCore:
     def __init__(self, config: InfercoreConfig) -> None:
         with startup_phase("config"):  # plugins, platform, the model's config
             resolve_demo_model(config)
-            manager = get_plugin_manager()
-            manager.configure(config)
+            with startup_phase("plugins"):
+                manager = get_plugin_manager()
+                manager.configure(config)
             configure_pooling(config)  # no chunked prefill or prefix cache where a pooling model forbids them
             self.config = config
-            self.platform = current_platform(manager)
-            self.platform.update_config(config)
-            self.model_info: ModelInfo = resolve_model_info(config)
+            with startup_phase("platform"):  # probing, then the device runtime's first call
+                self.platform = current_platform(manager)
+                self.platform.update_config(config)
+            with startup_phase("model config"):
+                self.model_info: ModelInfo = resolve_model_info(config)
             self.max_num_batched_tokens = resolve_token_budget(
                 config, self.model_info.max_model_len, self.platform.capabilities.profile_memory)
             #: What a pooling model serves (None: it generates); requests of the other kind are refused.
