@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 from transformers import PretrainedConfig
@@ -61,6 +63,8 @@ class Qwen2_5_VLForConditionalGeneration(nn.Module):
     """Qwen2.5-VL (images in, text out)."""
 
     loads_checkpoint_slices = False
+    supports_multimodal: ClassVar[bool] = True
+    uses_mrope: ClassVar[bool] = True
 
     def __init__(self, hf_config: PretrainedConfig, dtype: torch.dtype) -> None:
         super().__init__()
@@ -80,8 +84,10 @@ class Qwen2_5_VLForConditionalGeneration(nn.Module):
         if self.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.head_dim = head_dim_of(text)
+        #: The step's image rows and M-RoPE positions, set by the runner (None outside the engine).
+        self.mm_inputs: Any = None
 
-    # -- images -------------------------------------------------------------------------------------
+    # -- images (the multimodal contract of infercore.models.multimodal) ----------------------------
 
     def embed_images(self, pixel_values: torch.Tensor, grids: Sequence[Grid]) -> list[torch.Tensor]:
         """Each image's embeddings [its placeholder tokens, hidden] from its patches (concatenated, in order)."""
@@ -89,10 +95,36 @@ class Qwen2_5_VLForConditionalGeneration(nn.Module):
         sizes = [int(t) * int(h) * int(w) // (self.merge * self.merge) for t, h, w in grids]
         return list(embeds.split(sizes))
 
+    def embed_multimodal(self, items: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
+        """Embeddings of each image (``pixel_values`` and ``image_grid_thw`` of each), one tower pass for all."""
+        if not items:
+            return []
+        grids = [tuple(int(x) for x in g) for item in items for g in item["image_grid_thw"].reshape(-1, 3).tolist()]
+        pixels = torch.cat([item["pixel_values"].reshape(-1, self.visual.patch_dim) for item in items])
+        per_image = self.embed_images(pixels, grids)
+        counts = [int(item["image_grid_thw"].reshape(-1, 3).shape[0]) for item in items]
+        out, i = [], 0
+        for n in counts:
+            out.append(torch.cat(per_image[i:i + n]) if n != 1 else per_image[i])
+            i += n
+        return out
+
     def prompt_positions(self, token_ids: Sequence[int], grids: Sequence[Grid]) -> tuple[torch.Tensor, int]:
         """M-RoPE positions [3, len] of a prompt with these images, and its decode delta."""
         spans = image_spans(token_ids, self.image_token_id, grids, self.merge)
         return mrope_positions(len(token_ids), spans, self.merge)
+
+    def mrope_positions(self, prompt_token_ids: Sequence[int], features: Sequence[Any]) -> tuple[np.ndarray, int]:
+        """A request's M-RoPE positions [3, prompt_len] and delta, from its images' offsets and grids."""
+        spans: list[tuple[int, Grid]] = []
+        for feature in features:
+            grid = feature.data["image_grid_thw"].to_numpy().reshape(-1, 3)
+            offset = int(feature.offset)
+            for t, h, w in grid.tolist():
+                spans.append((offset, (int(t), int(h), int(w))))
+                offset += int(t) * int(h) * int(w) // (self.merge * self.merge)
+        positions, delta = mrope_positions(len(prompt_token_ids), spans, self.merge)
+        return positions.numpy(), delta
 
     # -- the decoder --------------------------------------------------------------------------------
 
@@ -106,8 +138,16 @@ class Qwen2_5_VLForConditionalGeneration(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
-        """Tokens [T] (or their embeddings [T, hidden]) at M-RoPE ``positions`` [3, T] (or [T] for text)."""
+        """Tokens [T] (or their embeddings [T, hidden]) at M-RoPE ``positions`` [3, T] (or [T] for text).
+
+        Under the engine, the step's image rows and M-RoPE positions come from ``mm_inputs`` (set by the
+        runner) and ``positions`` [T] is ignored for them."""
         hidden = self.model.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        step = self.mm_inputs
+        if step is not None:
+            hidden = step.merge(hidden)
+            if step.mrope_positions is not None and positions.dim() == 1:
+                positions = step.mrope_positions[:, : input_ids.shape[0]]
         residual = None
         for layer in self.model.layers:
             hidden, residual = layer(positions, hidden, residual)
