@@ -76,3 +76,30 @@ def test_settings_from_model_folder(tmp_path: Path) -> None:
     size_form = {"size": {"shortest_edge": 784, "longest_edge": 50176}}
     assert QwenVLImageSettings.from_dict(size_form).max_pixels == 50176
     assert QwenVLImageSettings.from_dict(settings.to_dict()) == settings
+
+
+@pytest.mark.parametrize("size", [(448, 448), (150, 100), (37, 500), (1000, 700)])
+def test_matches_transformers_pil_processor(size: tuple[int, int]) -> None:
+    image_module = pytest.importorskip("PIL.Image")
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    settings = QwenVLImageSettings(max_pixels=448 * 448)
+    hf = Qwen2VLImageProcessorPil(**{k: v for k, v in settings.to_dict().items()
+                                     if k not in ("image_processor_type", "processor_class")})
+    rng = np.random.default_rng(sum(size))
+    image = image_module.fromarray(rng.integers(0, 256, size=(*size, 3), dtype=np.uint8))
+    expected = hf(images=[image], return_tensors="pt")
+    got = Qwen2_5_VLImageProcessor(settings)([image])
+    assert got["image_grid_thw"].tolist() == expected["image_grid_thw"].tolist()
+    torch.testing.assert_close(got["pixel_values"], expected["pixel_values"].float(), atol=1e-5, rtol=0)
+
+
+def test_torch_resize_is_close_to_pil() -> None:
+    pytest.importorskip("PIL.Image")
+    from infercore.models.qwen2_5_vl_image import resize_bicubic, resize_bicubic_torch
+
+    yy, xx = np.mgrid[0:300, 0:200]
+    smooth = np.stack([xx, yy, (xx + yy) // 2], axis=-1).clip(0, 255).astype(np.uint8)
+    for height, width in [(308, 196), (112, 84), (448, 448)]:
+        diff = np.abs(resize_bicubic(smooth, height, width).astype(int) - resize_bicubic_torch(smooth, height, width))
+        assert diff.mean() < 1.0

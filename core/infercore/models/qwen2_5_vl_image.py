@@ -8,8 +8,8 @@ merge block (the ``merge_size``² patches the vision tower merges into one LLM t
 the order the tower's patch merger expects. One image gives ``grid_h * grid_w / merge_size²`` LLM tokens.
 
 The settings come from the model folder's ``preprocessor_config.json``. Resizing uses PIL's bicubic filter
-when Pillow is installed (bit-identical to transformers' processors) and torch's antialiased bicubic
-otherwise (within a grey level or two of PIL's).
+when Pillow is installed (the values of transformers' ``Qwen2VLImageProcessorPil``) and torch's antialiased
+bicubic otherwise (on average within a grey level of PIL's; sharp edges differ more).
 """
 
 from __future__ import annotations
@@ -120,10 +120,15 @@ def resize_bicubic(image: np.ndarray, height: int, width: int) -> np.ndarray:
     try:
         from PIL import Image
     except ImportError:
-        x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].to(torch.float32)
-        y = F.interpolate(x, size=(height, width), mode="bicubic", align_corners=False, antialias=True)
-        return y[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8).numpy()
+        return resize_bicubic_torch(image, height, width)
     return np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BICUBIC))
+
+
+def resize_bicubic_torch(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Torch's antialiased bicubic resize of a uint8 [H, W, 3] image, rounded back to uint8 as PIL's is."""
+    x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].to(torch.float32)
+    y = F.interpolate(x, size=(height, width), mode="bicubic", align_corners=False, antialias=True)
+    return y[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8).numpy()
 
 
 class Qwen2_5_VLImageProcessor:
