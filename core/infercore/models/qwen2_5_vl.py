@@ -30,6 +30,7 @@ from infercore.models.llama import (
     windows_from_layer_types,
 )
 from infercore.models.mrope_positions import Grid, image_spans, mrope_positions
+from infercore.models.qwen2_5_vl_processor import Qwen2_5_VLMultiModalProcessor
 from infercore.models.qwen2_5_vl_vision import Qwen2_5_VisionTransformer
 from infercore.models.weight_loading import load_checkpoint_weights
 
@@ -64,6 +65,7 @@ class Qwen2_5_VLForConditionalGeneration(nn.Module):
 
     loads_checkpoint_slices = False
     supports_multimodal: ClassVar[bool] = True
+    multimodal_processor: ClassVar[type[Qwen2_5_VLMultiModalProcessor]] = Qwen2_5_VLMultiModalProcessor
     uses_mrope: ClassVar[bool] = True
 
     def __init__(self, hf_config: PretrainedConfig, dtype: torch.dtype) -> None:

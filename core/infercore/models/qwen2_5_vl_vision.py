@@ -6,7 +6,8 @@
 * Window attention: the patches of a merge block stay together, and merge blocks are grouped into windows
   of ``window_size`` pixels (``window_size / patch / merge`` blocks a side). Hidden states are permuted once
   so every window is contiguous; layers in ``fullatt_block_indexes`` attend over the whole image, the others
-  within their window. Attention is bidirectional, with no KV cache (:mod:`infercore.attention.encoder_only`).
+  within their window. Attention is bidirectional, with no KV cache: :class:`EncoderAttention`, the platform's
+  ``encoder_attention`` op.
 * RMSNorm, a SwiGLU MLP with biases, and the merger (RMSNorm, then an MLP on the 4 patches of a merge block
   concatenated); the output is un-permuted back to the image's merge-block order.
 
@@ -23,7 +24,7 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from infercore.attention.encoder_only import encoder_only_attention
+from infercore.attention.encoder_attention import EncoderAttention
 from infercore.layers import (
     GELU,
     ColumnParallelLinear,
@@ -121,15 +122,13 @@ class VisionAttention(nn.Module):
         self.qkv = QKVParallelLinear(dim, self.head_dim, num_heads, num_heads, bias=True)
         self.num_heads = self.qkv.num_heads  # this rank's
         self.proj = RowParallelLinear(dim, dim, bias=True)
-        self.scale = self.head_dim**-0.5
+        self.attn = EncoderAttention(self.num_heads, self.head_dim, self.head_dim**-0.5)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cu_cpu: torch.Tensor) -> torch.Tensor:
         n = x.shape[0]
         q, k, v = self.qkv(x).view(n, 3, self.num_heads, self.head_dim).unbind(1)
         q, k = rotate_pairs_half(q, cos, sin), rotate_pairs_half(k, cos, sin)
-        out = torch.empty_like(q)
-        encoder_only_attention(q, k, v, cu_cpu, len(cu_cpu) - 1, self.scale, out)
-        return self.proj(out.view(n, self.num_heads * self.head_dim))
+        return self.proj(self.attn(q, k, v, cu_cpu))
 
 
 class VisionMLP(nn.Module):
