@@ -21,6 +21,7 @@ from infercore.models.multimodal import MultiModalStepInputs, is_multimodal, mro
 from infercore.wire.multimodal import MultiModalFeature
 from infercore.wire.scheduler_output import SchedulerOutput
 from infercore.worker.batch_layout import BatchLayout
+from infercore.worker.mrope_step import step_mrope_positions
 
 
 @dataclass
@@ -120,21 +121,12 @@ class MultiModalStep:
         self.num_encoded += len(items)
 
     def _fill_mrope(self, req_ids: list[str], layout: BatchLayout) -> None:
-        """The step's [3, T] M-RoPE positions: the request's prompt array, ``position + delta`` after it,
-        and the plain position on all three axes for requests without one."""
-        positions = layout.positions
-        out = np.broadcast_to(positions, (3, len(positions))).copy()
-        qsl = layout.query_start_loc
-        for i, rid in enumerate(req_ids):
-            media = self.requests.get(rid)
-            if media is None or media.mrope is None:
-                continue
-            lo, hi = int(qsl[i]), int(qsl[i + 1])
-            pos = positions[lo:hi]
-            prompt_len = media.mrope.shape[1]
-            in_prompt = pos < prompt_len
-            out[:, lo:hi] = np.where(in_prompt, media.mrope[:, np.minimum(pos, prompt_len - 1)],
-                                     pos + media.mrope_delta)
+        """The step's [3, T] M-RoPE positions (:mod:`infercore.worker.mrope_step`): the request's prompt array,
+        ``position + delta`` after it, and the plain position on all three axes for requests without one."""
+        media = [self.requests.get(rid) for rid in req_ids]
+        prompts = [None if m is None else m.mrope for m in media]
+        deltas = [0 if m is None or m.mrope is None else m.mrope_delta for m in media]
+        out = step_mrope_positions(layout.positions, layout.query_start_loc, prompts, deltas)
         assert self.inputs.mrope_positions is not None
         self.inputs.mrope_positions[:, : out.shape[1]].copy_(torch.from_numpy(out))
 
