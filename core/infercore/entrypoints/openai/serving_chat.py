@@ -118,7 +118,10 @@ class OpenAIServingChat(OpenAIServing):
         mm = self.engine.input_processor.mm
         messages, images = messages_and_images(req.messages, mm.placeholder_text if mm is not None else None)
         if mm is not None:
-            mm.check_count(len(images))
+            try:
+                mm.check_count(len(images))
+            except MediaError as exc:
+                raise APIError(400, str(exc), "messages") from None
         kwargs: dict[str, Any] = dict(
             add_generation_prompt=req.add_generation_prompt,
             tools=[t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None,
@@ -136,9 +139,12 @@ class OpenAIServingChat(OpenAIServing):
         placeholders expanded and its features ready for the engine."""
         mm = self.engine.input_processor.mm
         assert mm is not None
-        ids, features = await off_loop(mm.load_and_process, engine_prompt["prompt_token_ids"], images,
-                                       kind="media", timeout_s=MEDIA_TIMEOUT_S,
-                                       what="loading and processing the images", param="messages")
+        try:
+            ids, features = await off_loop(mm.load_and_process, engine_prompt["prompt_token_ids"], images,
+                                           kind="media", timeout_s=MEDIA_TIMEOUT_S,
+                                           what="loading and processing the images", param="messages")
+        except MediaError as exc:
+            raise APIError(400, str(exc), "messages") from None
         return {**engine_prompt, "prompt_token_ids": ids, "mm_features": features}
 
     def _check_parser_kwargs(self, req: ChatCompletionRequest) -> None:
