@@ -15,6 +15,7 @@ from infercore.entrypoints.llm_pooling import PoolingAPI
 from infercore.frontend.llm_engine import LLMEngine
 from infercore.frontend.output_processor import RequestOutputKind
 from infercore.lora.request import LoRARequest
+from infercore.multimodal.chat_content import split_image_parts
 from infercore.outputs import RequestOutput
 from infercore.sampling_params import SamplingParams
 from infercore.tokenizer import apply_chat_template
@@ -108,12 +109,18 @@ class LLM(PoolingAPI):  # embed, classify, score, encode, reward: infercore.entr
         if tokenizer is None:
             raise ValueError("chat() needs a tokenizer; do not set skip_tokenizer_init")
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        mm = self.llm_engine.input_processor.mm
         prompts: list[PromptType] = []
         for conv in conversations:
+            # Image parts (image_url, image_pil) become the model's placeholder text (infercore.multimodal).
+            conv, images = split_image_parts(conv, mm.placeholder_text if mm is not None else None)
             text = apply_chat_template(tokenizer, conv, chat_template=chat_template,
                                        add_generation_prompt=add_generation_prompt, tools=tools,
                                        chat_template_kwargs=chat_template_kwargs)
-            prompts.append({"prompt": text, "prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)})
+            prompt: dict[str, Any] = {"prompt": text, "prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)}
+            if images:
+                prompt["multi_modal_data"] = {"image": images}
+            prompts.append(prompt)
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm, lora_request=lora_request)
 
     @staticmethod

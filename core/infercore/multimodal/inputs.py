@@ -79,6 +79,13 @@ class MultiModalInputs:
                     for (key, item), offset in zip(processed, offsets, strict=True)]
         return ids, features
 
+    def load_and_process(self, token_ids: list[int], urls: Sequence[Any],
+                         param: str = "messages") -> tuple[list[int], list[MultiModalFeature]]:
+        """:meth:`process` of images given as URLs (a chat request's image parts), loaded within the limits."""
+        self.check_count(len(urls), param)
+        images = [as_image(url, self.limits, f"image {i}") for i, url in enumerate(urls)]
+        return self.process(token_ids, images, param)
+
     def images_of(self, data: Any, param: str = "multi_modal_data") -> list[Image.Image]:
         """``multi_modal_data`` of ``LLM.generate``: ``{"image": image or list}`` → decoded RGB images."""
         if not isinstance(data, dict):
