@@ -115,3 +115,22 @@ def test_preemption_and_async_scheduling(qwen_vl_folder: Path, cases: Cases) -> 
     assert core.async_mode and core.scheduler.num_preemptions > 0
     check(outputs, cases.refs * 3)
     llm.shutdown()
+
+
+def test_chat_with_an_image_url_part(qwen_vl_folder: Path, cases: Cases) -> None:
+    import base64
+    import io
+
+    image = make_image(84, 112, seed=7)
+    buffer = io.BytesIO()
+    PIL_IMAGE.fromarray(image).save(buffer, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                             {"type": "text", "text": "what is this"}]}]
+    llm = LLM(model=str(qwen_vl_folder), **ENGINE)
+    out = llm.chat(messages, GREEDY, use_tqdm=False)[0]
+    # LLM.chat writes each image part as the placeholder text, parts joined by newlines.
+    flat = [{"role": "user", "content": "<|vision_start|><|image_pad|><|vision_end|>\nwhat is this"}]
+    text = cases.hf.tokenizer.apply_chat_template(flat, tokenize=False, add_generation_prompt=True)
+    check([out], [cases.hf.greedy(text, [image], MAX_TOKENS)])
+    llm.shutdown()
