@@ -18,10 +18,15 @@ from infercore.layers.rotary_embedding import RotaryEmbedding
 
 
 class MRotaryEmbedding(nn.Module):
-    """Wraps a full :class:`RotaryEmbedding`; ``forward(positions [3, T] | [T], q, k)``."""
+    """Wraps a full :class:`RotaryEmbedding`; ``forward(positions [3, T] | [T], q, k)``.
 
-    def __init__(self, rotary: RotaryEmbedding, mrope_section: Sequence[int]) -> None:
+    Layers whose rotaries are equal may share ``memo`` (a dict the model clears before each forward pass):
+    the per-token cos/sin rows are then gathered once per pass, not once per layer."""
+
+    def __init__(self, rotary: RotaryEmbedding, mrope_section: Sequence[int],
+                 memo: dict[str, torch.Tensor] | None = None) -> None:
         super().__init__()
+        self.memo = memo
         half = rotary.rotary_dim // 2
         if sum(mrope_section) != half or len(mrope_section) != 3:
             raise ValueError(f"mrope_section {list(mrope_section)} must be 3 runs summing to rotary_dim / 2 = {half}")
@@ -51,6 +56,10 @@ class MRotaryEmbedding(nn.Module):
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if positions.dim() == 1:
             return self.rotary(positions, q, k)
-        cache = self.token_cache(positions)
+        cache = self.memo.get("cache") if self.memo is not None else None
+        if cache is None:
+            cache = self.token_cache(positions)
+            if self.memo is not None:
+                self.memo["cache"] = cache
         index = torch.arange(positions.shape[1], device=positions.device)
         return self.rotary._op(index, q, k, cache, self.head_size, self.is_neox)

@@ -79,8 +79,10 @@ class Qwen2_5_VLForConditionalGeneration(nn.Module):
         self.visual = Qwen2_5_VisionTransformer(hf_config.vision_config)
         options = DecoderOptions(qkv_bias=True, sliding_windows=windows_from_layer_types(text))
         self.model = LlamaModel(text, options, dtype)
+        #: The step's per-token cos/sin rows, gathered by the first layer and read by the others.
+        self._rope_memo: dict[str, torch.Tensor] = {}
         for layer in self.model.layers:
-            layer.self_attn.rotary_emb = MRotaryEmbedding(layer.self_attn.rotary_emb, section)
+            layer.self_attn.rotary_emb = MRotaryEmbedding(layer.self_attn.rotary_emb, section, self._rope_memo)
         self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
         self.lm_head = ParallelLMHead(text.vocab_size, text.hidden_size)
         if self.tie_word_embeddings:
@@ -150,9 +152,11 @@ class Qwen2_5_VLForConditionalGeneration(nn.Module):
             hidden = step.merge(hidden)
             if step.mrope_positions is not None and positions.dim() == 1:
                 positions = step.mrope_positions[:, : input_ids.shape[0]]
+        self._rope_memo.clear()
         residual = None
         for layer in self.model.layers:
             hidden, residual = layer(positions, hidden, residual)
+        self._rope_memo.clear()
         hidden, _ = self.model.norm(hidden, residual)
         return hidden
 
