@@ -17,6 +17,7 @@ MLP columns) like the decoder does.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -54,34 +55,55 @@ class VisionLayout:
 
     @classmethod
     def build(cls, grids: Sequence[Grid], merge: int, window_blocks: int) -> VisionLayout:
-        order: list[torch.Tensor] = []
+        orders: list[torch.Tensor] = []
         window_lengths: list[int] = []
         frame_lengths: list[int] = []
         rows: list[torch.Tensor] = []
         cols: list[torch.Tensor] = []
         first_block = 0
-        unit = merge * merge
-        for t, h, w in grids:
-            bh, bw = h // merge, w // merge
-            blocks = torch.arange(t * bh * bw).reshape(t, bh, bw)
-            for frame in range(t):
-                for wr in range(0, bh, window_blocks):
-                    for wc in range(0, bw, window_blocks):
-                        window = blocks[frame, wr:wr + window_blocks, wc:wc + window_blocks].reshape(-1)
-                        order.append(window + first_block)
-                        window_lengths.append(window.numel() * unit)
-                frame_lengths.append(h * w)
-            # Patch coordinates in merge-block order: block (r, c), then (i, j) inside it.
-            r = torch.arange(bh).view(bh, 1, 1, 1) * merge + torch.arange(merge).view(1, 1, merge, 1)
-            c = torch.arange(bw).view(1, bw, 1, 1) * merge + torch.arange(merge).view(1, 1, 1, merge)
-            rows.append(r.expand(bh, bw, merge, merge).reshape(-1).repeat(t))
-            cols.append(c.expand(bh, bw, merge, merge).reshape(-1).repeat(t))
-            first_block += t * bh * bw
-        block_order = torch.cat(order)
-        patch_order = (block_order.view(-1, 1) * unit + torch.arange(unit)).reshape(-1)
-        return cls(block_order=block_order, window_cu=_cumulative(window_lengths),
-                   image_cu=_cumulative(frame_lengths), rows=torch.cat(rows)[patch_order],
-                   cols=torch.cat(cols)[patch_order])
+        for grid in grids:
+            image = _image_layout(*grid, merge=merge, window_blocks=window_blocks)
+            orders.append(image.block_order + first_block)
+            window_lengths.extend(image.window_lengths)
+            frame_lengths.extend(image.frame_lengths)
+            rows.append(image.rows)
+            cols.append(image.cols)
+            first_block += len(image.block_order)
+        return cls(block_order=torch.cat(orders), window_cu=_cumulative(window_lengths),
+                   image_cu=_cumulative(frame_lengths), rows=torch.cat(rows), cols=torch.cat(cols))
+
+
+@dataclass(frozen=True)
+class _ImageLayout:
+    block_order: torch.Tensor
+    window_lengths: tuple[int, ...]
+    frame_lengths: tuple[int, ...]
+    rows: torch.Tensor
+    cols: torch.Tensor
+
+
+@functools.lru_cache(maxsize=256)
+def _image_layout(t: int, h: int, w: int, merge: int, window_blocks: int) -> _ImageLayout:
+    """One image's layout (block numbers from 0), cached by grid: a batch of same-size images reuses it."""
+    bh, bw = h // merge, w // merge
+    unit = merge * merge
+    blocks = torch.arange(t * bh * bw).reshape(t, bh, bw)
+    order: list[torch.Tensor] = []
+    lengths: list[int] = []
+    for frame in range(t):
+        for wr in range(0, bh, window_blocks):
+            for wc in range(0, bw, window_blocks):
+                window = blocks[frame, wr:wr + window_blocks, wc:wc + window_blocks].reshape(-1)
+                order.append(window)
+                lengths.append(window.numel() * unit)
+    block_order = torch.cat(order)
+    # Patch coordinates in merge-block order: block (r, c), then (i, j) inside it.
+    r = torch.arange(bh).view(bh, 1, 1, 1) * merge + torch.arange(merge).view(1, 1, merge, 1)
+    c = torch.arange(bw).view(1, bw, 1, 1) * merge + torch.arange(merge).view(1, 1, 1, merge)
+    patch_order = (block_order.view(-1, 1) * unit + torch.arange(unit)).reshape(-1)
+    rows = r.expand(bh, bw, merge, merge).reshape(-1).repeat(t)[patch_order]
+    cols = c.expand(bh, bw, merge, merge).reshape(-1).repeat(t)[patch_order]
+    return _ImageLayout(block_order, tuple(lengths), (h * w,) * t, rows, cols)
 
 
 def _cumulative(lengths: list[int]) -> torch.Tensor:
