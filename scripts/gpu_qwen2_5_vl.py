@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import json
 import statistics
 import sys
@@ -109,6 +110,7 @@ def run_hf(folder: Path, args: argparse.Namespace, pictures: list[np.ndarray]) -
                                                                  attn_implementation="sdpa").eval()
     text = prompt_text(tokenizer)
     pad = config.image_token_id
+    takes_token_types = "mm_token_type_ids" in inspect.signature(model.forward).parameters
 
     def batch(pics: list[np.ndarray]) -> dict[str, torch.Tensor]:
         processed = processor(pics)
@@ -117,10 +119,12 @@ def run_hf(folder: Path, args: argparse.Namespace, pictures: list[np.ndarray]) -
         at = ids.index(pad)
         ids = ids[:at] + [pad] * tokens + ids[at + 1:]
         input_ids = torch.tensor([ids] * len(pics), device=device)
-        return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
-                "mm_token_type_ids": (input_ids == pad).int(),
-                "pixel_values": processed["pixel_values"].to(device, dtype),
-                "image_grid_thw": processed["image_grid_thw"].to(device)}
+        inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
+                  "pixel_values": processed["pixel_values"].to(device, dtype),
+                  "image_grid_thw": processed["image_grid_thw"].to(device)}
+        if takes_token_types:  # newer transformers place images by token type, older ones by <|vision_start|>
+            inputs["mm_token_type_ids"] = (input_ids == pad).int()
+        return inputs
 
     def generate(pics: list[np.ndarray]) -> int:
         inputs = batch(pics)
