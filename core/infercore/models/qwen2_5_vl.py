@@ -30,6 +30,7 @@ from infercore.models.llama import (
     windows_from_layer_types,
 )
 from infercore.models.mrope_positions import Grid, image_spans, mrope_positions
+from infercore.models.qwen2_5_vl_image import repeat_temporal
 from infercore.models.qwen2_5_vl_processor import Qwen2_5_VLMultiModalProcessor
 from infercore.models.qwen2_5_vl_vision import Qwen2_5_VisionTransformer
 from infercore.models.weight_loading import load_checkpoint_weights
@@ -104,7 +105,7 @@ class Qwen2_5_VLForConditionalGeneration(nn.Module):
         if not items:
             return []
         grids = [tuple(int(x) for x in g) for item in items for g in item["image_grid_thw"].reshape(-1, 3).tolist()]
-        pixels = torch.cat([item["pixel_values"].reshape(-1, self.visual.patch_dim) for item in items])
+        pixels = torch.cat([self._full_patches(item["pixel_values"]) for item in items])
         per_image = self.embed_images(pixels, grids)
         counts = [int(item["image_grid_thw"].reshape(-1, 3).shape[0]) for item in items]
         out, i = [], 0
@@ -112,6 +113,13 @@ class Qwen2_5_VLForConditionalGeneration(nn.Module):
             out.append(torch.cat(per_image[i:i + n]) if n != 1 else per_image[i])
             i += n
         return out
+
+    def _full_patches(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Patches with their temporal repeat: the processor sends one frame of each (``C * P * P`` wide)."""
+        vision = self.config.vision_config
+        if pixels.shape[-1] == self.visual.patch_dim:
+            return pixels
+        return repeat_temporal(pixels, int(vision.in_channels), int(vision.temporal_patch_size))
 
     def prompt_positions(self, token_ids: Sequence[int], grids: Sequence[Grid]) -> tuple[torch.Tensor, int]:
         """M-RoPE positions [3, len] of a prompt with these images, and its decode delta."""

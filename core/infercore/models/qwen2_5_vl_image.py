@@ -131,6 +131,14 @@ def resize_bicubic_torch(image: np.ndarray, height: int, width: int) -> np.ndarr
     return y[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8).numpy()
 
 
+def repeat_temporal(patches: torch.Tensor, channels: int, temporal_patch_size: int) -> torch.Tensor:
+    """[N, C * P * P] single-frame patches → [N, C * T * P * P], the frame repeated over the temporal patch
+    (each channel's T frames adjacent, as the tower's patch embedding reads them)."""
+    n = patches.shape[0]
+    frame = patches.reshape(n, channels, 1, -1)
+    return frame.expand(n, channels, temporal_patch_size, frame.shape[-1]).reshape(n, -1).contiguous()
+
+
 class Qwen2_5_VLImageProcessor:
     """Images → ``pixel_values`` [patches, C * T * P * P] float32 and ``image_grid_thw`` [images, 3]."""
 
@@ -155,8 +163,9 @@ class Qwen2_5_VLImageProcessor:
         t, h, w = self.grid_thw(height, width)
         return t * h * w // self.settings.merge_size**2
 
-    def preprocess_one(self, image: Any) -> tuple[torch.Tensor, tuple[int, int, int]]:
-        """One image's patches [grid_h * grid_w, C * T * P * P] and its grid (1, grid_h, grid_w)."""
+    def preprocess_one(self, image: Any, repeat_frames: bool = True) -> tuple[torch.Tensor, tuple[int, int, int]]:
+        """One image's patches [grid_h * grid_w, C * T * P * P] and its grid (1, grid_h, grid_w);
+        ``repeat_frames=False`` leaves out the temporal repeat: [grid_h * grid_w, C * P * P]."""
         s = self.settings
         array = image_to_array(image)
         height, width = self.resized_size(array.shape[0], array.shape[1])
@@ -164,18 +173,19 @@ class Qwen2_5_VLImageProcessor:
         mean = np.asarray(s.image_mean, dtype=np.float32)
         std = np.asarray(s.image_std, dtype=np.float32)
         pixels = ((pixels - mean) / std).transpose(2, 0, 1)  # [C, H, W]
-        return self.patchify(torch.from_numpy(np.ascontiguousarray(pixels)))
+        return self.patchify(torch.from_numpy(np.ascontiguousarray(pixels)), repeat_frames)
 
-    def patchify(self, pixels: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    def patchify(self, pixels: torch.Tensor, repeat_frames: bool = True) -> tuple[torch.Tensor, tuple[int, int, int]]:
         """[C, H, W] (sides multiples of patch * merge) → patches in merge-block order and the grid."""
         s = self.settings
-        p, m, t = s.patch_size, s.merge_size, s.temporal_patch_size
+        p, m = s.patch_size, s.merge_size
         c, height, width = pixels.shape
         gh, gw = height // p, width // p
         blocks = pixels.reshape(c, gh // m, m, p, gw // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)
-        # [gh/m, gw/m, m, m, C, P, P] → repeat the frame over the temporal patch: [.., C, T, P, P]
-        blocks = blocks.unsqueeze(5).expand(*blocks.shape[:5], t, p, p)
-        return blocks.reshape(gh * gw, c * t * p * p).contiguous(), (1, gh, gw)
+        # [gh/m, gw/m, m, m, C, P, P] → one row per patch
+        patches = blocks.reshape(gh * gw, c * p * p)
+        return (repeat_temporal(patches, c, s.temporal_patch_size) if repeat_frames else patches.contiguous(),
+                (1, gh, gw))
 
     def __call__(self, images: Any) -> dict[str, torch.Tensor]:
         """``{"pixel_values": [patches, dim], "image_grid_thw": [n, 3]}`` of one image or a list of them."""

@@ -20,7 +20,8 @@ IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
 
 
 class Qwen2_5_VLMultiModalProcessor(MultiModalProcessor):
-    """Images → ``pixel_values`` [patches, 3 * 2 * 14 * 14] and ``image_grid_thw`` [1, 3]."""
+    """Images → ``pixel_values`` [patches, 3 * 14 * 14] (one frame: the model repeats it over the temporal
+    patch on the device, so half the bytes travel to the workers) and ``image_grid_thw`` [1, 3]."""
 
     def __init__(self, hf_config: Any, model_path: str, tokenizer: Any) -> None:
         super().__init__(hf_config, model_path, tokenizer)
@@ -29,7 +30,7 @@ class Qwen2_5_VLMultiModalProcessor(MultiModalProcessor):
         self.placeholder_text = IMAGE_PLACEHOLDER
 
     def process_image(self, image: Any) -> ProcessedImage:
-        patches, grid = self.images.preprocess_one(image_to_array(image))
+        patches, grid = self.images.preprocess_one(image_to_array(image), repeat_frames=False)
         tokens = grid[0] * grid[1] * grid[2] // self.images.settings.merge_size**2
         return ProcessedImage(data={"pixel_values": patches.numpy(),
                                     "image_grid_thw": np.asarray([grid], dtype=np.int64)}, num_tokens=tokens)
