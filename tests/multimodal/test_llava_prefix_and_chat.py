@@ -15,6 +15,8 @@ TEXT = "the model of the token cache <image> describe the picture in detail plea
 def test_prefix_cache_hits_the_same_image_and_misses_another(llava_clip_folder):
     llm = LLM(str(llava_clip_folder), dtype="float32", max_model_len=128, block_size=4, enforce_eager=True)
     mm = llm.llm_engine.engine_core.executor.worker.runner.mm
+    mm.profile(40)  # memory profiling's pass over a step's worth of blank images counts as no encoding
+    assert mm.num_encoded == 0
     first, other = random_image(40, 50, seed=1), random_image(40, 50, seed=2)
     a = llm.generate({"prompt": TEXT, "multi_modal_data": {"image": first}}, PARAMS, use_tqdm=False)[0]
     encoded = mm.num_encoded

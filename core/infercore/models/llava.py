@@ -87,6 +87,12 @@ class LlavaForConditionalGeneration(nn.Module):
         projected = self.multi_modal_projector(features.reshape(n * tokens, width))
         return list(projected.view(n, tokens, -1).unbind(0))
 
+    def dummy_multimodal_item(self) -> dict[str, torch.Tensor]:
+        """A blank image of the tower's size (memory profiling)."""
+        size = self.config.vision_config.image_size
+        weight = self.vision_tower.vision_model.embeddings.patch_embedding.weight
+        return {"pixel_values": torch.zeros(3, size, size, device=weight.device)}
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Flattened tokens [T] and positions [T] → hidden states [T, hidden]; the step's image rows come in
         through ``mm_inputs``."""

@@ -143,6 +143,8 @@ class SupportsMultiModal(Protocol):
       ``MultiModalFeature.data``) → a list of ``[num_tokens_i, hidden]`` embeddings in the model's dtype,
       ``num_tokens_i`` the processor's count for that image.
     * ``uses_mrope`` (default False) and ``mrope_positions(prompt_token_ids, features)``: see the module.
+    * ``dummy_multimodal_item()`` (optional): the tensors of the largest image, on the model's device; memory
+      profiling encodes a step's encoder budget of them.
     """
 
     supports_multimodal: ClassVar[bool]

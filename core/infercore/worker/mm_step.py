@@ -120,6 +120,16 @@ class MultiModalStep:
             media.outputs[k] = out
         self.num_encoded += len(items)
 
+    def profile(self, max_encoder_tokens: int) -> None:
+        """Run the tower over a step's worth of the largest image (``model.dummy_multimodal_item()``, when the
+        model has it), so memory profiling sees its peak; it also builds the tower's kernels."""
+        make = getattr(self.model, "dummy_multimodal_item", None)
+        item = make() if make is not None else None
+        if item is None:
+            return
+        tokens = self.model.embed_multimodal([item])[0].shape[0]
+        self.model.embed_multimodal([item] * max(1, max_encoder_tokens // max(tokens, 1)))
+
     def _fill_mrope(self, req_ids: list[str], layout: BatchLayout) -> None:
         """The step's [3, T] M-RoPE positions (:mod:`infercore.worker.mrope_step`): the request's prompt array,
         ``position + delta`` after it, and the plain position on all three axes for requests without one."""

@@ -115,7 +115,12 @@ class ModelRunner:
 
     def determine_num_blocks(self) -> int:
         """KV cache blocks that fit the configured budget (never more than max_num_seqs full contexts)."""
-        return self.kv_setup.determine_num_blocks(lambda: self._dummy_forward(self.max_num_tokens))
+        def profile() -> None:  # the vision tower's peak (a step's encoder budget of images), then the decoder's
+            if self.mm is not None:
+                self.mm.profile(self.config.multimodal.max_num_encoder_input_tokens or self.max_num_tokens)
+            self._dummy_forward(self.max_num_tokens)
+
+        return self.kv_setup.determine_num_blocks(profile)
 
     def _dummy_forward(self, num_tokens: int) -> None:
         """A forward pass of ``num_tokens`` prompt tokens into a scratch cache (for memory profiling).
