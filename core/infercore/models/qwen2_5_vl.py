@@ -12,6 +12,7 @@ Checkpoints name the parts either as transformers 5 saves them (``model.language
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
@@ -30,7 +31,7 @@ from infercore.models.llama import (
     windows_from_layer_types,
 )
 from infercore.models.mrope_positions import Grid, image_spans, mrope_positions
-from infercore.models.qwen2_5_vl_image import repeat_temporal
+from infercore.models.qwen2_5_vl_image import QwenVLImageSettings, repeat_temporal
 from infercore.models.qwen2_5_vl_processor import Qwen2_5_VLMultiModalProcessor
 from infercore.models.qwen2_5_vl_vision import Qwen2_5_VisionTransformer
 from infercore.models.weight_loading import load_checkpoint_weights
@@ -113,6 +114,17 @@ class Qwen2_5_VLForConditionalGeneration(nn.Module):
             out.append(torch.cat(per_image[i:i + n]) if n != 1 else per_image[i])
             i += n
         return out
+
+    def dummy_multimodal_item(self) -> dict[str, torch.Tensor]:
+        """The largest image the folder's processor makes (``max_pixels``, square), blank (memory profiling)."""
+        settings = QwenVLImageSettings.from_model_folder(getattr(self.config, "_name_or_path", "") or ".")
+        factor = settings.patch_size * settings.merge_size
+        side = max(factor, math.isqrt(settings.max_pixels) // factor * factor)
+        grid = side // settings.patch_size
+        device = self.visual.patch_embed.weight.device
+        width = int(self.config.vision_config.in_channels) * settings.patch_size**2
+        return {"pixel_values": torch.zeros(grid * grid, width, device=device),
+                "image_grid_thw": torch.tensor([[1, grid, grid]], device=device)}
 
     def _full_patches(self, pixels: torch.Tensor) -> torch.Tensor:
         """Patches with their temporal repeat: the processor sends one frame of each (``C * P * P`` wide)."""
