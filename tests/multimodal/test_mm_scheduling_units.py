@@ -87,3 +87,22 @@ def test_mrope_positions_are_filled_per_row():
     got = model.mm_inputs.mrope_positions[:, :7].tolist()
     # The hook covers text-only requests too (b): generated rows are position + delta on all three axes.
     assert got == [[0, 1, 2, 3, 11, 0, 1], [0, 2, 4, 6, 11, 0, 2], [0, 0, 0, 0, 11, 0, 0]]
+
+
+def test_a_model_registration_may_name_its_processor():
+    from infercore.models.llava_processor import LlavaProcessor
+    from infercore.multimodal.inputs import multimodal_processor_class
+    from infercore.plugins import get_plugin_manager
+    from infercore.plugins.registry import Registration
+
+    assert multimodal_processor_class("LlavaForConditionalGeneration") is LlavaProcessor
+    assert multimodal_processor_class("Qwen3ForCausalLM") is None
+    registry = get_plugin_manager().registry("model")
+    registry.add(Registration("model", "AcmeVLM", "infercore.models.llava:LlavaForConditionalGeneration", "acme",
+                              {"multimodal_processor": "infercore.models.multimodal:MultiModalProcessor"}))
+    try:
+        from infercore.models.multimodal import MultiModalProcessor
+
+        assert multimodal_processor_class("AcmeVLM") is MultiModalProcessor
+    finally:
+        registry._items.pop("AcmeVLM", None)

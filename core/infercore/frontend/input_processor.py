@@ -103,6 +103,16 @@ class InputProcessor:
             ]
         return ProcessedRequest(request_id, text, token_ids, params, requests)
 
+    def with_media_processed(self, prompt: PromptType) -> PromptType:
+        """A prompt dict with ``multi_modal_data`` as one with its token ids expanded and its ``mm_features``
+        made (anything else unchanged): the blocking part of :meth:`process`, for a caller to run in threads."""
+        if not isinstance(prompt, Mapping) or prompt.get("multi_modal_data") is None or self.mm is None:
+            return prompt
+        text, token_ids = self._tokens(prompt)
+        processed = self._media(prompt, token_ids)
+        assert processed is not None
+        return {"prompt": text, "prompt_token_ids": processed[0], "mm_features": processed[1]}
+
     def _media(self, prompt: Mapping[str, Any],
                token_ids: list[int]) -> tuple[list[int], list[MultiModalFeature]] | None:
         """The prompt's ids with placeholders expanded and its images' features (None: no images). A prompt

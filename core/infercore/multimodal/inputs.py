@@ -7,7 +7,6 @@ Blocking work (decoding, resizing, hashing): the server runs it off the event lo
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,14 +25,14 @@ def multimodal_processor_class(architecture: str) -> type[MultiModalProcessor] |
     """The processor a model registration names (``multimodal_processor="pkg.mod:Class"`` metadata), else its
     class's ``multimodal_processor``; None for a text-only model."""
     from infercore.plugins import get_plugin_manager
+    from infercore.plugins.registry import import_target
 
     registry = get_plugin_manager().registry("model")
     if architecture not in registry:
         return None
     target = registry.get(architecture).metadata.get("multimodal_processor")
     if target:
-        module, _, attr = str(target).partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return import_target(str(target))
     cls = registry.load(architecture)
     return cls.multimodal_processor if is_multimodal(cls) else None
 

@@ -8,6 +8,7 @@ import base64
 import binascii
 import io
 import os
+import time
 import urllib.parse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -132,6 +133,7 @@ def _fetch(url: str, limits: MediaLimits, where: str) -> bytes:
 
     chunks: list[bytes] = []
     total = 0
+    deadline = time.monotonic() + limits.fetch_timeout  # for the whole body, not only each read
     try:
         with httpx.stream("GET", url, timeout=limits.fetch_timeout, follow_redirects=True) as response:
             if response.status_code != 200:
@@ -140,6 +142,9 @@ def _fetch(url: str, limits: MediaLimits, where: str) -> bytes:
                 total += len(chunk)
                 if total > limits.max_bytes:
                     raise MediaError(f"{where} is over the limit of {limits.max_bytes} bytes (--max-media-bytes)")
+                if time.monotonic() > deadline:
+                    raise MediaError(f"fetching {where} took over {limits.fetch_timeout:g} s (--media-fetch-timeout); "
+                                     "send a data: URI")
                 chunks.append(chunk)
     except httpx.HTTPError as exc:
         raise MediaError(f"fetching {where} failed ({type(exc).__name__}) within {limits.fetch_timeout:g} s "
