@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from infercore.multimodal_config import MultiModalConfig
 from infercore.speculative_config import SpeculativeConfig
 
 _SETTINGS = SettingsConfigDict(env_prefix="INFERCORE_", extra="forbid", validate_assignment=True)
@@ -249,6 +250,7 @@ SECTIONS: dict[str, type[BaseSettings]] = {
     "serve": ServeConfig,
     "lora": LoRAConfig,
     "pooling": PoolingRunnerConfig,
+    "multimodal": MultiModalConfig,
 }
 
 
@@ -287,6 +289,7 @@ class InfercoreConfig(BaseModel):
     serve: ServeConfig = Field(default_factory=ServeConfig)
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     pooling: PoolingRunnerConfig = Field(default_factory=PoolingRunnerConfig)
+    multimodal: MultiModalConfig = Field(default_factory=MultiModalConfig)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> InfercoreConfig:

@@ -41,6 +41,11 @@ announced by a ``DeprecationWarning`` for one minor release and happens in the n
   dispatch/combine contract written on :class:`ExpertDispatcher`. An :class:`ExpertPlacementPolicy`
   installed with :func:`set_expert_placement_policy` (from a ``configure`` hook: it runs in every
   worker) chooses each fused-MoE layer's expert → rank map, the same on every rank.
+* Multimodal models (1.8): a model that takes images sets ``supports_multimodal`` and names its front-end
+  :class:`MultiModalProcessor` (``multimodal_processor`` on the class, or ``multimodal_processor=`` in the
+  model's registration); it implements ``embed_multimodal`` and merges :class:`MultiModalStepInputs` after its
+  token embedding (:class:`SupportsMultiModal` has the whole contract; M-RoPE models add ``mrope_positions``).
+  Vision towers attend with :class:`EncoderAttention`, which runs the ``encoder_attention`` custom op.
 * Encoder-only attention (1.6): a backend that sets ``supports_encoder_only`` runs layers whose spec
   says ``attn_type=ENCODER_ONLY`` bidirectionally within each sequence, with no KV cache
   (:func:`encoder_only_attention` is the reference).
@@ -66,6 +71,7 @@ if TYPE_CHECKING:
         AttentionRequest,
         CommonAttentionMetadata,
     )
+    from infercore.attention.encoder_attention import EncoderAttention
     from infercore.attention.encoder_only import ENCODER_ONLY, encoder_only_attention
     from infercore.attention.layer import (
         Attention,
@@ -116,6 +122,13 @@ if TYPE_CHECKING:
     )
     from infercore.models.loader import (
         model_class,
+    )
+    from infercore.models.multimodal import (
+        MultiModalProcessor,
+        MultiModalStepInputs,
+        ProcessedImage,
+        SupportsMultiModal,
+        content_hash,
     )
     from infercore.models.weight_loading import (
         StackedParam,
@@ -203,6 +216,7 @@ if TYPE_CHECKING:
     from infercore.tiny_models import (
         build_model_folder,
     )
+    from infercore.wire.multimodal import MultiModalFeature, WireTensor
 
 #: The custom ops a platform may replace, each defined by the function of the same name in
 #: :data:`op_reference`.
@@ -211,7 +225,7 @@ CUSTOM_OPS: tuple[str, ...] = (
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
     "apply_penalties",
     "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe", "accept_drafts", "lora_shrink", "lora_expand",
-    "expert_dispatcher",
+    "expert_dispatcher", "encoder_attention",
 )
 
 #: Where each lazily imported name lives (private: import the name from this module).
@@ -232,6 +246,14 @@ _LAZY: dict[str, str] = {
     "placement_from_owners": "infercore.layers.fused_moe",
     "set_expert_placement_policy": "infercore.layers.fused_moe",
     "encoder_only_attention": "infercore.attention.encoder_only",
+    "EncoderAttention": "infercore.attention.encoder_attention",
+    "MultiModalFeature": "infercore.wire.multimodal",
+    "MultiModalProcessor": "infercore.models.multimodal",
+    "MultiModalStepInputs": "infercore.models.multimodal",
+    "ProcessedImage": "infercore.models.multimodal",
+    "SupportsMultiModal": "infercore.models.multimodal",
+    "WireTensor": "infercore.wire.multimodal",
+    "content_hash": "infercore.models.multimodal",
     "ColumnParallelLinear": "infercore.layers",
     "CommonAttentionMetadata": "infercore.attention.backend",
     "CompiledGrammar": "infercore.structured_output",
@@ -352,6 +374,7 @@ __all__ = [
     "DeltaToolCall",
     "DispatchedTokens",
     "ENCODER_ONLY",
+    "EncoderAttention",
     "ExpertDispatcher",
     "ExpertPlacement",
     "ExpertPlacementPolicy",
@@ -371,6 +394,9 @@ __all__ = [
     "MarkerReasoningParser",
     "MergedColumnParallelLinear",
     "ModelSpec",
+    "MultiModalFeature",
+    "MultiModalProcessor",
+    "MultiModalStepInputs",
     "NeedMore",
     "ParallelLMHead",
     "ParamLayout",
@@ -379,6 +405,7 @@ __all__ = [
     "PlatformCapabilities",
     "PluginError",
     "ProbeResult",
+    "ProcessedImage",
     "Proposer",
     "ProposerSpec",
     "QKNormRotary",
@@ -398,11 +425,13 @@ __all__ = [
     "StackedParam",
     "StructuredOutputBackend",
     "StructuredOutputsParams",
+    "SupportsMultiModal",
     "TokenizerInfo",
     "ToolCall",
     "ToolParser",
     "ToolRequest",
     "VocabParallelEmbedding",
+    "WireTensor",
     "alibi_slopes",
     "allocate_bitmask",
     "apply_token_bitmask_torch",
@@ -410,6 +439,7 @@ __all__ = [
     "bitmask_width",
     "build_model_folder",
     "check_schema",
+    "content_hash",
     "contiguous_placement",
     "current_platform",
     "encoder_only_attention",

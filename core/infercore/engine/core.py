@@ -103,7 +103,8 @@ class EngineCore:
             self.async_mode = False
         self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, self.kv_layout,
                                    self.max_num_batched_tokens, speculative_config=speculative,
-                                   max_loras=config.lora.max_loras if config.lora.enable_lora else None)
+                                   max_loras=config.lora.max_loras if config.lora.enable_lora else None,
+                                   max_num_encoder_input_tokens=config.multimodal.max_num_encoder_input_tokens)
         #: The step launched last in overlapped mode and the future of its output.
         self._inflight: tuple[SchedulerOutput, StepFuture] | None = None
         self.grammars = GrammarGate(config, self.model_info.vocab_size, self.model_info.generation_stop_ids)

@@ -22,7 +22,7 @@ from infercore.config import DEMO_MODEL, SECTIONS, ConfigError, InfercoreConfig,
 
 _SECTION_TITLES = {"model": "model", "cache": "KV cache", "scheduler": "scheduler", "parallel": "parallelism",
                    "load": "weight loading", "structured_outputs": "structured outputs", "serve": "server",
-                   "pooling": "pooling"}
+                   "pooling": "pooling", "multimodal": "image input"}
 
 
 def _unwrap_optional(annotation: Any) -> Any:

@@ -27,6 +27,7 @@ from infercore.frontend.output_processor import OutputProcessor, RequestOutputKi
 from infercore.frontend.output_stream import OutputStream
 from infercore.lora.request import LoRARequest
 from infercore.lora.served import ServedAdapters
+from infercore.multimodal.inputs import make_multimodal_inputs
 from infercore.outputs import RequestOutput
 from infercore.pooling.config import pooling_model_info
 from infercore.pooling.front import check_request_kind
@@ -91,7 +92,8 @@ class AsyncLLM:
         self.listener = listener or StatsListener()
         self.input_processor = InputProcessor(tokenizer, model_info.max_model_len, model_info.vocab_size,
                                               config.model.max_logprobs, model_info.eos_token_id,
-                                              model_info.generation_stop_ids)
+                                              model_info.generation_stop_ids,
+                                              make_multimodal_inputs(config, tokenizer))
         self.output_processor = OutputProcessor(tokenizer)
         #: The adapters offered as models (``--lora-modules``; loaded and unloaded at run time).
         self.adapters = ServedAdapters(config)

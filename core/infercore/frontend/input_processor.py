@@ -11,9 +11,12 @@ import msgspec
 from transformers import PreTrainedTokenizerBase
 
 from infercore.lora.request import LoRARequest
+from infercore.multimodal.inputs import MultiModalInputs
+from infercore.multimodal.media import MediaError
 from infercore.sampling_params import SamplingParams, SamplingParamsError
 from infercore.structured_output.admission import check_constraint
 from infercore.wire.messages import EngineCoreRequest
+from infercore.wire.multimodal import MultiModalFeature
 
 #: The engine process decodes SamplingParams with this type; decoding here first turns what it would
 #: refuse (a string where a list belongs, a nesting it cannot recurse into) into this request's error.
@@ -54,11 +57,14 @@ class InputProcessor:
 
     ``tokenizer`` is None when the engine runs with ``skip_tokenizer_init``: prompts must then be token ids.
     ``generation_stop_ids`` are the extra ids of the model's generation config that end generation.
+    ``mm`` processes the images of a prompt dict's ``multi_modal_data`` (None: the model takes none).
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase | None, max_model_len: int, vocab_size: int,
-                 max_logprobs: int, eos_token_id: int | None, generation_stop_ids: list[int]) -> None:
+                 max_logprobs: int, eos_token_id: int | None, generation_stop_ids: list[int],
+                 mm: MultiModalInputs | None = None) -> None:
         self.tokenizer = tokenizer
+        self.mm = mm
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
         #: What msgspec checks a prompt's ids against, in one pass in C.
@@ -73,6 +79,9 @@ class InputProcessor:
         """Validate and tokenize one request; ``n > 1`` fans out into ``n`` engine requests (``lora_request``
         was checked by the caller's :class:`~infercore.lora.checks.AdapterChecker`)."""
         text, token_ids = self._tokens(prompt)
+        mm_features = self._media(prompt, token_ids) if isinstance(prompt, Mapping) else None
+        if mm_features is not None:
+            token_ids, mm_features = mm_features
         # A pooling request (infercore.pooling) generates nothing, so its prompt may fill max_model_len.
         self._check_prompt(token_ids, room=0 if params.pooling_params is not None else 1)
         params = self._resolve_params(self._as_on_the_wire(params), len(token_ids))
@@ -82,7 +91,7 @@ class InputProcessor:
             return EngineCoreRequest(
                 request_id=child_id, prompt_token_ids=token_ids, sampling_params=child, arrival_time=arrival,
                 eos_token_id=self.eos_token_id, priority=priority, cache_salt=cache_salt, parent_id=parent,
-                lora_request=lora_request)
+                lora_request=lora_request, mm_features=mm_features or None)
 
         if params.n == 1:
             requests = [engine_request(request_id, params, None)]
@@ -93,6 +102,32 @@ class InputProcessor:
                 for i in range(params.n)
             ]
         return ProcessedRequest(request_id, text, token_ids, params, requests)
+
+    def with_media_processed(self, prompt: PromptType) -> PromptType:
+        """A prompt dict with ``multi_modal_data`` as one with its token ids expanded and its ``mm_features``
+        made (anything else unchanged): the blocking part of :meth:`process`, for a caller to run in threads."""
+        if not isinstance(prompt, Mapping) or prompt.get("multi_modal_data") is None or self.mm is None:
+            return prompt
+        text, token_ids = self._tokens(prompt)
+        processed = self._media(prompt, token_ids)
+        assert processed is not None
+        return {"prompt": text, "prompt_token_ids": processed[0], "mm_features": processed[1]}
+
+    def _media(self, prompt: Mapping[str, Any],
+               token_ids: list[int]) -> tuple[list[int], list[MultiModalFeature]] | None:
+        """The prompt's ids with placeholders expanded and its images' features (None: no images). A prompt
+        dict's ``mm_features`` were processed already (the server does it off the event loop)."""
+        data, ready = prompt.get("multi_modal_data"), prompt.get("mm_features")
+        if data is None and ready is None:
+            return None
+        if self.mm is None:
+            raise InputError("this model takes no images; send text only", "multi_modal_data")
+        if ready is not None:
+            return token_ids, list(ready)
+        try:
+            return self.mm.process(token_ids, self.mm.images_of(data))
+        except MediaError as exc:
+            raise InputError(str(exc), exc.param) from None
 
     def _tokens(self, prompt: PromptType) -> tuple[str | None, list[int]]:
         add_special_tokens = True

@@ -11,6 +11,7 @@ from infercore.frontend.input_processor import InputProcessor, ProcessedRequest
 from infercore.frontend.output_processor import OutputProcessor, RequestOutputKind
 from infercore.lora.checks import AdapterChecker
 from infercore.lora.request import LoRARequest
+from infercore.multimodal.inputs import make_multimodal_inputs
 from infercore.outputs import RequestOutput
 from infercore.sampling_params import SamplingParams
 from infercore.startup_timeline import startup_phase
@@ -31,7 +32,8 @@ class LLMEngine:
         self.model_info = info
         self.input_processor = InputProcessor(self.tokenizer, info.max_model_len, info.vocab_size,
                                               config.model.max_logprobs, info.eos_token_id,
-                                              info.generation_stop_ids)
+                                              info.generation_stop_ids,
+                                              make_multimodal_inputs(config, self.tokenizer))
         self.output_processor = OutputProcessor(self.tokenizer)
         self.adapters = AdapterChecker(config)
         #: The scheduler's stats after the latest step (before any step: the idle engine's).

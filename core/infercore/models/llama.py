@@ -26,6 +26,7 @@ from infercore.layers import (
     VocabParallelEmbedding,
     get_rope,
 )
+from infercore.models.multimodal import MultiModalStepInputs
 from infercore.models.rope_params import rope_settings
 from infercore.models.weight_loading import StackedParam, load_checkpoint_weights
 
@@ -176,11 +177,16 @@ class LlamaModel(nn.Module):
         build = options.decoder_layer or LlamaDecoderLayer
         self.layers = nn.ModuleList(build(config, options, i, dtype) for i in range(config.num_hidden_layers))
         self.norm = options.norm(config.hidden_size, eps=config.rms_norm_eps)
+        #: A vision-language model's step image rows (:mod:`infercore.models.multimodal`), merged into the
+        #: token embeddings; None for a text-only model.
+        self.mm_inputs: MultiModalStepInputs | None = None
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         hidden = self.embed_tokens(input_ids)
         if self.embed_scale is not None:
             hidden = hidden * self.embed_scale
+        if self.mm_inputs is not None:
+            hidden = self.mm_inputs.merge(hidden)
         residual = None
         for layer in self.layers:
             hidden, residual = layer(positions, hidden, residual)

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from infercore.ops.acceptance import accept_drafts  # noqa: F401
+from infercore.ops.encoder_attention import encoder_attention  # noqa: F401
 from infercore.ops.expert_dispatch import AllToAllExpertDispatcher as expert_dispatcher  # noqa: F401
 
 # The fused-MoE op, the FP8 and INT4 GEMMs and the acceptance walk have files of their own; they are ops like the rest.

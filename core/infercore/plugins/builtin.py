@@ -18,6 +18,8 @@ def register_models(register: RegisterFn) -> None:
     register("Phi3ForCausalLM", "infercore.models.phi3:Phi3ForCausalLM")
     register("Qwen3MoeForCausalLM", "infercore.models.qwen3_moe:Qwen3MoeForCausalLM")
     register("MixtralForCausalLM", "infercore.models.mixtral:MixtralForCausalLM")
+    register("LlavaForConditionalGeneration", "infercore.models.llava:LlavaForConditionalGeneration")
+    register("Qwen2_5_VLForConditionalGeneration", "infercore.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration")
     register("BertModel", "infercore.models.bert:BertModel")
     register("XLMRobertaModel", "infercore.models.bert:XLMRobertaModel")
     register("RobertaModel", "infercore.models.bert:XLMRobertaModel")
@@ -56,6 +58,7 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("fused_moe", "infercore.ops.reference:fused_moe")
     register("expert_dispatcher", "infercore.ops.reference:expert_dispatcher")
     register("accept_drafts", "infercore.ops.reference:accept_drafts")
+    register("encoder_attention", "infercore.ops.reference:encoder_attention")
 
 
 @hookimpl

@@ -7,6 +7,7 @@ import enum
 from infercore.lora.request import LoRARequest
 from infercore.sampling_params import SamplingParams
 from infercore.wire.messages import EngineCoreRequest, FinishReason, Logprobs
+from infercore.wire.multimodal import MultiModalFeature
 
 
 class RequestStatus(enum.IntEnum):
@@ -52,7 +53,7 @@ class Request:
         "num_computed_tokens", "status", "stop_reason", "num_cached_tokens", "block_hashes",
         "max_tokens", "min_tokens", "stop_eos_token_id", "stop_token_ids", "num_preemptions",
         "prompt_logprobs_parts", "prompt_logprobs_sent", "num_output_placeholders", "lora_request", "lora_id",
-        "spec_token_ids",
+        "spec_token_ids", "mm_features",
     )
 
     def __init__(
@@ -66,6 +67,7 @@ class Request:
         cache_salt: str | None = None,
         parent_id: str | None = None,
         lora_request: LoRARequest | None = None,
+        mm_features: list[MultiModalFeature] | None = None,
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
@@ -76,6 +78,9 @@ class Request:
         self.cache_salt = cache_salt
         self.parent_id = parent_id
         self.lora_request = lora_request
+        #: The prompt's images in prompt order (None: text only): their hashes join the block hashes,
+        #: and the scheduler budgets their encoder work (:mod:`infercore.scheduler.encoder_budget`).
+        self.mm_features = mm_features or None
         #: The adapter's id (0: the base model); it joins the prefix-cache hashes.
         self.lora_id = 0 if lora_request is None else lora_request.lora_int_id
 
@@ -124,6 +129,7 @@ class Request:
             cache_salt=req.cache_salt,
             parent_id=req.parent_id,
             lora_request=req.lora_request,
+            mm_features=req.mm_features,
         )
 
     @property

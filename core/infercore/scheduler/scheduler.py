@@ -9,6 +9,7 @@ from typing import Any
 
 from infercore.config import CacheConfig, SchedulerConfig
 from infercore.pooling.scheduling import pooled_output
+from infercore.scheduler.encoder_budget import EncoderBudget
 from infercore.scheduler.kv_cache_manager import KVCacheManager, make_kv_cache_manager
 from infercore.scheduler.request import Request, RequestStatus
 from infercore.scheduler.request_queue import create_request_queue
@@ -77,6 +78,7 @@ class Scheduler:
         max_num_batched_tokens: int | None = None,
         max_loras: int | None = None,
         speculative_config: SpeculativeConfig | None = None,
+        max_num_encoder_input_tokens: int | None = None,
     ) -> None:
         block_size = kv_layout.block_size
         self.max_model_len = max_model_len
@@ -85,6 +87,8 @@ class Scheduler:
         self.max_num_batched_tokens = (max_num_batched_tokens or scheduler_config.max_num_batched_tokens
                                        or _DEFAULT_MAX_NUM_BATCHED_TOKENS)
         self.enable_chunked_prefill = scheduler_config.enable_chunked_prefill
+        #: Image tokens the vision tower may encode per step (:mod:`infercore.scheduler.encoder_budget`).
+        self.encoder_budget = EncoderBudget(max_num_encoder_input_tokens or self.max_num_batched_tokens)
         #: Most distinct LoRA adapters among the running requests (None: LoRA is off). The workers hold
         #: that many adapter slots, so every running request keeps its adapter on the device.
         self.max_loras = max_loras
@@ -183,6 +187,8 @@ class Scheduler:
         prefill_left = self._prefill_tokens_allowed(budget) if chunked else budget
         spec_tokens: dict[str, list[int]] = {}
         drafts_allowed = self._drafts_allowed()
+        encoder_budget = self.encoder_budget
+        encoder_budget.start_step()
         while idx < len(running) and budget > 0:
             request = running[idx]
             placeholders = request.num_output_placeholders
@@ -203,6 +209,13 @@ class Scheduler:
             samples = num_new <= allowed
             if not samples:
                 num_new = allowed
+            if request.mm_features is not None:  # images its tokens reach must fit the encoder budget
+                fitted = encoder_budget.fit(request, computed, num_new, new_to_worker=False)
+                if fitted < num_new:
+                    if fitted == 0:
+                        idx += 1
+                        continue
+                    num_new, samples = fitted, False
             rid = request.request_id
             if request.spec_token_ids:
                 drafts = self._take_drafts(request, drafts_allowed and num_new == 1 and not placeholders, budget - 1)
@@ -348,6 +361,11 @@ class Scheduler:
                 if not self.enable_chunked_prefill:
                     break
                 num_new = budget
+            if request.mm_features is not None:
+                fitted = self.encoder_budget.fit(request, num_hit, num_new, new_to_worker=True)
+                if fitted == 0 or (fitted < num_new and not self.enable_chunked_prefill):
+                    break
+                num_new = fitted
             if kv.allocate_slots(request, num_new, hit_blocks) is None:
                 break
             waiting.pop()
@@ -366,6 +384,7 @@ class Scheduler:
                 num_computed_tokens=num_hit,
                 output_token_ids=list(request.output_token_ids),
                 lora_request=request.lora_request,
+                mm_features=request.mm_features,
             ))
             if adapters is not None and request.lora_id:
                 adapters.add(request.lora_id)

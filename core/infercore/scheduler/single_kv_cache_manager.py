@@ -71,7 +71,8 @@ class SingleKVCacheManager:
         bs = self.block_size
         max_hit_blocks = (request.num_tokens - 1) // bs
         hashes = request.block_hashes
-        extend_block_hashes(hashes, request.all_token_ids, max_hit_blocks, bs, request.cache_salt, request.lora_id)
+        extend_block_hashes(hashes, request.all_token_ids, max_hit_blocks, bs, request.cache_salt, request.lora_id,
+                            request.mm_features)
         hit: list[KVBlock] = []
         get = self.pool.get_cached_block
         for i in range(max_hit_blocks):
@@ -190,7 +191,7 @@ class SingleKVCacheManager:
             return
         hashes = request.block_hashes
         extend_block_hashes(hashes, request.all_token_ids, num_full, self.block_size, request.cache_salt,
-                            request.lora_id)
+                            request.lora_id, request.mm_features)
         cache_block = self.pool.cache_block
         newly_cached = self._newly_cached
         for i in range(start, num_full):

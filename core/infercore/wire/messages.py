@@ -11,6 +11,7 @@ import msgspec
 
 from infercore.sampling_params import SamplingParams
 from infercore.wire.lora_request import LoRARequest
+from infercore.wire.multimodal import MultiModalFeature
 from infercore.wire.pooled import PooledTensor
 
 
@@ -39,6 +40,8 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     cache_salt: str | None = None
     parent_id: str | None = None
     lora_request: LoRARequest | None = None
+    #: The prompt's images (:mod:`infercore.wire.multimodal`), in prompt order; None: text only.
+    mm_features: list[MultiModalFeature] | None = None
 
 
 class Logprobs(msgspec.Struct, array_like=True):

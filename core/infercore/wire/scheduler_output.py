@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from infercore.sampling_params import SamplingParams
 from infercore.wire.lora_request import LoRARequest
 from infercore.wire.messages import Logprobs
+from infercore.wire.multimodal import MultiModalFeature
 from infercore.wire.pooled import PooledTensor
 
 
@@ -28,6 +29,8 @@ class NewRequestData:
     output_token_ids: list[int] = field(default_factory=list)
     #: The adapter the request runs with (None: the base model).
     lora_request: LoRARequest | None = None
+    #: The prompt's images (None: text only); the runner encodes those its scheduled tokens reach.
+    mm_features: list[MultiModalFeature] | None = None
 
 
 @dataclass(slots=True)

@@ -23,9 +23,11 @@ from infercore.wire.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from infercore.worker.attention_choice import select_attention_backend
 from infercore.worker.batch_layout import BatchLayout, make_layout
 from infercore.worker.graph_capture import capture_decode_graphs, capture_mixed_graphs
+from infercore.worker.inflight_patch import patch_inflight_tokens
 from infercore.worker.input_batch import InputBatch
 from infercore.worker.kv_cache_setup import KVCacheSetup
 from infercore.worker.mixed_graphs import MixedGraphs
+from infercore.worker.mm_step import make_mm_step
 from infercore.worker.pending_sample import PendingSample
 from infercore.worker.pooling_step import pool_step, pooled_to_host, pooling_rows_for
 from infercore.worker.spec_decode_step import SpeculativeStep, make_sampler_and_step
@@ -100,6 +102,8 @@ class ModelRunner:
         #: Graphs of steps with prompt tokens: whole (``captures_mixed_steps``) or in pieces around attention.
         self.mixed_graphs: WholeGraphs | MixedGraphs | None = None
         self._pending: PendingSample | None = None
+        self.mm = make_mm_step(self.model, max(self.max_num_tokens, self.max_num_reqs),
+                               self.hf_config.get_text_config().hidden_size, self.dtype, device)
         #: Whether decode graphs end with the LM head (not under TP, which gathers it, nor when pooling).
         self.logits_in_decode_graphs = config.parallel.tensor_parallel_size == 1 and self.pooling is None
         self._sampled_host = torch.zeros(self.max_num_reqs, dtype=torch.long, pin_memory=pin)
@@ -111,7 +115,12 @@ class ModelRunner:
 
     def determine_num_blocks(self) -> int:
         """KV cache blocks that fit the configured budget (never more than max_num_seqs full contexts)."""
-        return self.kv_setup.determine_num_blocks(lambda: self._dummy_forward(self.max_num_tokens))
+        def profile() -> None:  # the vision tower's peak (a step's encoder budget of images), then the decoder's
+            if self.mm is not None:
+                self.mm.profile(self.config.multimodal.max_num_encoder_input_tokens or self.max_num_tokens)
+            self._dummy_forward(self.max_num_tokens)
+
+        return self.kv_setup.determine_num_blocks(profile)
 
     def _dummy_forward(self, num_tokens: int) -> None:
         """A forward pass of ``num_tokens`` prompt tokens into a scratch cache (for memory profiling).
@@ -342,6 +351,8 @@ class ModelRunner:
     def _launch_forward(self, so: SchedulerOutput,
                         reorder: bool = True) -> tuple[StepForward | None, BatchLayout | None, list[str]]:
         rows = self.input_batch.update(so)
+        if self.mm is not None:
+            self.mm.update(so)
         req_ids = so.req_ids
         if not req_ids:
             return None, None, req_ids
@@ -351,31 +362,11 @@ class ModelRunner:
             self.lora.state.set_step(self.input_batch.adapter_slot[layout.token_rows],
                                      graph.size if graph else layout.num_tokens)
         if self._pending is not None:
-            self._patch_inflight_tokens(layout)
+            patch_inflight_tokens(self._pending, self.input_batch, self.buffers, self.max_num_reqs, layout)
+        if self.mm is not None:  # the images the step's tokens reach (infercore.worker.mm_step)
+            self.mm.prepare(req_ids, layout)
         self.buffers.flush()
         return self._forward(layout, graph, meta), layout, req_ids
-
-    def _patch_inflight_tokens(self, layout: BatchLayout) -> None:
-        """Copy tokens the previous (unresolved) step sampled into this step's input ids, on the device."""
-        pending = self._pending
-        assert pending is not None
-        source = np.full(self.max_num_reqs, -1, dtype=np.int64)
-        requests = self.input_batch.requests
-        for j, state in enumerate(pending.states):
-            if requests.get(state.req_id) is state:  # not finished or preempted since: its row is its own
-                source[state.row] = j
-        src = source[layout.rows]
-        known = self.input_batch.num_tokens[layout.rows]
-        mask = (src >= 0) & (known >= layout.num_computed) & (known < layout.seq_lens)
-        if not mask.any():
-            return
-        count = int(mask.sum())
-        buf = self.buffers
-        buf.np_patch_dst[:count] = layout.query_start_loc[:-1][mask] + (known - layout.num_computed)[mask]
-        buf.np_patch_src[:count] = src[mask]
-        buf.flush()  # a decode layout's inputs and these indices, in one copy
-        dst_dev, src_dev = buf.to_device("patch_dst", count), buf.to_device("patch_src", count)
-        buf.input_ids.index_copy_(0, dst_dev, pending.tokens.index_select(0, src_dev))
 
     def _sample(self, req_ids: list[str], layout: BatchLayout, forward: StepForward,
                 grammar_bitmask: torch.Tensor | None) -> PendingSample:

@@ -134,7 +134,8 @@ class CompletionRequest(GenerateRequest):
 
 
 class ContentPart(BaseModel):
-    """One part of a message's content; only ``{"type": "text", "text": ...}`` is served."""
+    """One part of a message's content: ``{"type": "text", "text": ...}``, or ``{"type": "image_url", "image_url":
+    {"url": ...}}`` for a model that takes images (:mod:`infercore.multimodal.chat_content`)."""
 
     model_config = ConfigDict(extra="allow", strict=True)
 

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from infercore.entrypoints.openai.chat_parsing import ChatParsers, ChoiceParser, tool_choice_constraint
 from infercore.entrypoints.openai.errors import APIError
 from infercore.entrypoints.openai.event_stream import EventStreamResponse
+from infercore.entrypoints.openai.offload import off_loop
 from infercore.entrypoints.openai.protocol import (
     ChatChoice,
     ChatChunkChoice,
@@ -41,26 +42,29 @@ from infercore.entrypoints.openai.serving_base import (
 from infercore.entrypoints.openai.serving_completion import prompt_logprobs_answer
 from infercore.entrypoints.openai.stream_chunks import chat_chunk
 from infercore.entrypoints.openai.template_process import TemplateProcessPool
+from infercore.multimodal.chat_content import split_image_parts
+from infercore.multimodal.media import MediaError
 from infercore.outputs import CompletionOutput, Logprob, RequestOutput
 from infercore.sampling_params import StructuredOutputsParams
 from infercore.tokenizer import TEMPLATE_TIMEOUT_S
 
+#: Seconds to load (fetch, decode) and process a request's images.
+MEDIA_TIMEOUT_S = 60.0
+
 
 def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """Messages as the chat template expects them, with text content parts joined; 400 on other parts."""
-    out = []
-    for i, message in enumerate(messages):
-        data = message.model_dump(exclude_none=True)
-        if isinstance(message.content, list):
-            texts = []
-            for part in message.content:
-                if part.type != "text" or part.text is None:
-                    raise APIError(400, f"messages[{i}] has a {part.type[:40]!r} content part; this server takes "
-                                   "text parts only", "messages")
-                texts.append(part.text)
-            data["content"] = "\n".join(texts)
-        out.append(data)
-    return out
+    """Messages as the chat template expects them, with text content parts joined; 400 on other parts (image
+    parts too: :func:`messages_and_images` takes those)."""
+    return messages_and_images(messages, None)[0]
+
+
+def messages_and_images(messages: list[ChatMessage], placeholder: str | None) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The messages as the chat template expects them (content parts joined, each image part as the model's
+    ``placeholder`` text) and the image URLs in order; 400 on parts the server can't take."""
+    try:
+        return split_image_parts([m.model_dump(exclude_none=True) for m in messages], placeholder)
+    except MediaError as exc:
+        raise APIError(400, str(exc), "messages") from None
 
 
 @dataclass
@@ -107,21 +111,41 @@ class OpenAIServingChat(OpenAIServing):
                            "response_format, structured_outputs and guided_* from the request", "tool_choice")
         return implied or own
 
-    async def render_prompt(self, req: ChatCompletionRequest) -> str:
+    async def render_prompt(self, req: ChatCompletionRequest) -> tuple[str, list[Any]]:
         """The request's messages through the chat template, rendered off the event loop (a template sent
-        with the request in a worker process that is killed at its deadline)."""
-        messages = message_dicts(req.messages)
+        with the request in a worker process that is killed at its deadline), and the image URLs of its
+        image parts (each rendered as the model's placeholder text)."""
+        mm = self.engine.input_processor.mm
+        messages, images = messages_and_images(req.messages, mm.placeholder_text if mm is not None else None)
+        if mm is not None:
+            try:
+                mm.check_count(len(images))
+            except MediaError as exc:
+                raise APIError(400, str(exc), "messages") from None
         kwargs: dict[str, Any] = dict(
             add_generation_prompt=req.add_generation_prompt,
             tools=[t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None,
             chat_template_kwargs=req.chat_template_kwargs, continue_final_message=req.continue_final_message)
         if not req.chat_template:
-            return await self.render_chat(messages, chat_template=self.chat_template, **kwargs)
+            return await self.render_chat(messages, chat_template=self.chat_template, **kwargs), images
         try:
             return await self.request_templates.render(self.tokenizer, messages, chat_template=req.chat_template,
-                                                       timeout_s=TEMPLATE_TIMEOUT_S, **kwargs)
+                                                       timeout_s=TEMPLATE_TIMEOUT_S, **kwargs), images
         except ValueError as exc:
             raise APIError(400, str(exc), "messages") from None
+
+    async def with_images(self, engine_prompt: dict[str, Any], images: list[Any]) -> dict[str, Any]:
+        """The prompt with its images loaded and processed off the event loop (within a time bound): its
+        placeholders expanded and its features ready for the engine."""
+        mm = self.engine.input_processor.mm
+        assert mm is not None
+        try:
+            ids, features = await off_loop(mm.load_and_process, engine_prompt["prompt_token_ids"], images,
+                                           kind="media", timeout_s=MEDIA_TIMEOUT_S,
+                                           what="loading and processing the images", param="messages")
+        except MediaError as exc:
+            raise APIError(400, str(exc), "messages") from None
+        return {**engine_prompt, "prompt_token_ids": ids, "mm_features": features}
 
     def _check_parser_kwargs(self, req: ChatCompletionRequest) -> None:
         """Build the request's parsers once before generating, so ``chat_template_kwargs`` they can't take
@@ -146,8 +170,10 @@ class OpenAIServingChat(OpenAIServing):
         if self.parsers.parses(req):
             # Parsers look for markers that many vocabularies hold as special tokens.
             params = msgspec.structs.replace(params, skip_special_tokens=False)
-        prompt = await self.render_prompt(req)
+        prompt, images = await self.render_prompt(req)
         engine_prompt = await self.engine_prompt(prompt, add_special_tokens=False, param="messages")
+        if images:
+            engine_prompt = await self.with_images(engine_prompt, images)
         request_id = random_id("chatcmpl")
         stream = self.engine.generate(engine_prompt, params, request_id, priority=req.priority,
                                       cache_salt=req.cache_salt, lora_request=lora)
