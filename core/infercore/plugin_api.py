@@ -41,6 +41,8 @@ announced by a ``DeprecationWarning`` for one minor release and happens in the n
   dispatch/combine contract written on :class:`ExpertDispatcher`. An :class:`ExpertPlacementPolicy`
   installed with :func:`set_expert_placement_policy` (from a ``configure`` hook: it runs in every
   worker) chooses each fused-MoE layer's expert → rank map, the same on every rank.
+* ``lora_apply`` (1.10): a LoRA linear's whole adapter term in place, ``out += (x A^T) B^T`` per token of
+  its slot; a platform may read the grouped layout (tiles of one slot) or each token's slot.
 * Encoder-only attention (1.6): a backend that sets ``supports_encoder_only`` runs layers whose spec
   says ``attn_type=ENCODER_ONLY`` bidirectionally within each sequence, with no KV cache
   (:func:`encoder_only_attention` is the reference).
@@ -211,6 +213,7 @@ CUSTOM_OPS: tuple[str, ...] = (
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
     "apply_penalties",
     "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe", "accept_drafts", "lora_shrink", "lora_expand",
+    "lora_apply",
     "expert_dispatcher",
 )
 
