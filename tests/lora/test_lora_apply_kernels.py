@@ -99,3 +99,23 @@ def test_the_conformance_case_of_lora_apply_passes(dtype):
     from infercore.testing.op_cases import op_error
 
     assert op_error("lora_apply", lora_apply, DEVICE, dtype) <= TOLERANCE[dtype]
+
+
+def test_decode_graphs_without_an_adapter_replay_the_capture_without_lora():
+    from infercore.worker.lora_graphs import LoRAGraphs
+
+    class Graphs:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def padded_size(self, wanted: int) -> int:
+            return 8
+
+        def replay(self, size: int) -> str:
+            return self.name
+
+    state, t = _state([-1, 0], 2)
+    graphs = LoRAGraphs(Graphs("with"), Graphs("without"), state)  # type: ignore[arg-type]
+    assert graphs.replay(8) == "with" and graphs.padded_size(3) == 8
+    state.set_step(np.array([-1, -1], dtype=np.int32), t)
+    assert graphs.replay(8) == "without"

@@ -39,11 +39,11 @@ def bgmv_settings(k: int, nr: int) -> tuple[int, int, int]:
 
 @functools.cache
 def sgmv_settings(num_tiles: int, k: int, nr: int) -> tuple[int, int, int, int]:
-    """(BLOCK_N, BLOCK_K, k_per_split, splits) of the grouped shrink: the hidden dim split in up to 8
-    chunks of at least 512 when the tiles alone fill fewer than :data:`_TARGET_PROGRAMS` programs."""
+    """(BLOCK_N, BLOCK_K, k_per_split, splits) of the grouped shrink: the hidden dim split in up to 16
+    chunks of at least 256 when the tiles alone fill fewer than :data:`_TARGET_PROGRAMS` programs."""
     block_n, block_k = min(64, max(16, triton.next_power_of_2(nr))), 64
     programs = num_tiles * triton.cdiv(nr, block_n)
-    splits = max(1, min(8, k // 512, triton.cdiv(_TARGET_PROGRAMS, programs)))
+    splits = max(1, min(16, k // 256, triton.cdiv(_TARGET_PROGRAMS, programs)))
     k_per_split = triton.cdiv(triton.cdiv(k, splits), block_k) * block_k
     return block_n, block_k, k_per_split, triton.cdiv(k, k_per_split)
 
