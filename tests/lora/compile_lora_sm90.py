@@ -14,7 +14,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 
 from infercore.lora.step_state import max_tiles, tile_rows
-from infercore_triton.lora import _expand_block_n, bgmv_settings, sgmv_settings
+from infercore_triton.lora import SGMV_MAX_SPLITS, _expand_block_n, bgmv_settings, sgmv_settings
 from infercore_triton.lora_bgmv import bgmv_expand_kernel, bgmv_shrink_kernel
 from infercore_triton.lora_sgmv import sgmv_expand_kernel, sgmv_shrink_kernel
 
@@ -52,8 +52,8 @@ def variants() -> dict[str, tuple[Any, dict[str, Any]]]:
             block_n, block_k, _, _ = sgmv_settings(max_tiles(tokens, 8), hidden, nr)
             consts = {"BLOCK_M": rows, "BLOCK_N": block_n, "BLOCK_K": block_k, "IEEE": False}
             out[f"sgmv_shrink {consts}"] = (sgmv_shrink_kernel, consts)
-            consts = {"NUM_SLICES": slices, "BLOCK_M": rows, "BLOCK_N": _expand_block_n(RANK), "BLOCK_R": RANK,
-                      "IEEE": False}
+            consts = {"NUM_SLICES": slices, "MAX_SPLITS": SGMV_MAX_SPLITS, "BLOCK_M": rows,
+                      "BLOCK_N": _expand_block_n(RANK), "BLOCK_R": RANK, "IEEE": False}
             out[f"sgmv_expand {consts}"] = (sgmv_expand_kernel, consts)
     return out
 

@@ -25,6 +25,8 @@ from infercore_triton.lora_sgmv import sgmv_expand_kernel, sgmv_shrink_kernel
 
 #: Steps of at most this many tokens run the per-row kernels.
 BGMV_MAX_TOKENS = 16
+#: The most chunks the grouped shrink splits the hidden dimension into.
+SGMV_MAX_SPLITS = 16
 #: Programs the grouped shrink aims for before it splits the hidden dimension (a few per SM).
 _TARGET_PROGRAMS = 264
 
@@ -39,11 +41,11 @@ def bgmv_settings(k: int, nr: int) -> tuple[int, int, int]:
 
 @functools.cache
 def sgmv_settings(num_tiles: int, k: int, nr: int) -> tuple[int, int, int, int]:
-    """(BLOCK_N, BLOCK_K, k_per_split, splits) of the grouped shrink: the hidden dim split in up to 16
-    chunks of at least 256 when the tiles alone fill fewer than :data:`_TARGET_PROGRAMS` programs."""
+    """(BLOCK_N, BLOCK_K, k_per_split, splits) of the grouped shrink: the hidden dim split in up to
+    :data:`SGMV_MAX_SPLITS` chunks of at least 256 when the tiles alone fill fewer than :data:`_TARGET_PROGRAMS` programs."""
     block_n, block_k = min(64, max(16, triton.next_power_of_2(nr))), 64
     programs = num_tiles * triton.cdiv(nr, block_n)
-    splits = max(1, min(16, k // 256, triton.cdiv(_TARGET_PROGRAMS, programs)))
+    splits = max(1, min(SGMV_MAX_SPLITS, k // 256, triton.cdiv(_TARGET_PROGRAMS, programs)))
     k_per_split = triton.cdiv(triton.cdiv(k, splits), block_k) * block_k
     return block_n, block_k, k_per_split, triton.cdiv(k, k_per_split)
 
@@ -94,5 +96,5 @@ def lora_apply(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b:
     sgmv_expand_kernel[(num_tiles, triton.cdiv(width, out_block))](
         out, partial, lora_b, sorted_tokens, tiles, width, rank, bounds[0], bounds[1], splits, out.stride(0),
         partial.stride(0), partial.stride(1), lora_b.stride(0), lora_b.stride(1), NUM_SLICES=num_slices,
-        BLOCK_M=block_m, BLOCK_N=out_block, BLOCK_R=block_r, IEEE=ieee)
+        MAX_SPLITS=SGMV_MAX_SPLITS, BLOCK_M=block_m, BLOCK_N=out_block, BLOCK_R=block_r, IEEE=ieee)
     return out

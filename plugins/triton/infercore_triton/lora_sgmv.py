@@ -7,7 +7,8 @@ count alone and a captured graph replays any mix of adapters.
 
 ``sgmv_shrink`` may split the hidden dimension into ``k_per_split`` chunks (when the tiles alone fill
 few programs), writing float32 partials ``partial[s, t, :N*R]``; ``sgmv_expand`` sums them and adds
-``xa @ B[slot]^T`` per output slice into ``out`` in place.
+``xa @ B[slot]^T`` per output slice into ``out`` in place. The split count is a run-time argument (at
+most ``MAX_SPLITS``), so a step of a new token count builds no new variant.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def sgmv_shrink_kernel(x_ptr, a_ptr, part_ptr, sorted_ptr, tiles_ptr, K, NR, k_p
 @triton.jit
 def sgmv_expand_kernel(out_ptr, part_ptr, b_ptr, sorted_ptr, tiles_ptr, width, R, off1, off2, num_splits,
                        stride_om, stride_ps, stride_pm, stride_bs, stride_bn, NUM_SLICES: tl.constexpr,
+                       MAX_SPLITS: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, IEEE: tl.constexpr):
     """``out[t, cols] += xa[t, slice(col)] @ B[slot, cols]^T`` for a tile's tokens; grid (tiles, N blocks)."""
     tile, pid_n = tl.program_id(0), tl.program_id(1)
@@ -78,8 +80,8 @@ def sgmv_expand_kernel(out_ptr, part_ptr, b_ptr, sorted_ptr, tiles_ptr, width, R
     for i in tl.static_range(NUM_SLICES):
         xa_ptrs = part_ptr + tokens[:, None] * stride_pm + i * R + rs[None, :]
         xa = tl.load(xa_ptrs, mask=xa_mask, other=0.0)
-        for s in range(1, num_splits):
-            xa += tl.load(xa_ptrs + s * stride_ps, mask=xa_mask, other=0.0)
+        for s in tl.static_range(1, MAX_SPLITS):  # unrolled, predicated: the loads are issued together
+            xa += tl.load(xa_ptrs + s * stride_ps, mask=xa_mask & (rs[None, :] * 0 + s < num_splits), other=0.0)
         if IEEE:
             part = tl.dot(xa, b, input_precision="ieee")
         else:
