@@ -35,7 +35,7 @@ _TARGET_PROGRAMS = 264
 def bgmv_settings(k: int, nr: int) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_K, splits) of the per-row shrink: one ``BLOCK_K`` chunk of the hidden dim a program."""
     block_n = min(64, triton.next_power_of_2(nr))
-    block_k = min(max(16, 8192 // block_n), 256, max(16, triton.next_power_of_2(triton.cdiv(k, 4))))
+    block_k = min(max(16, 8192 // block_n), 256, max(64, triton.next_power_of_2(triton.cdiv(k, 4))))
     return block_n, block_k, triton.cdiv(k, block_k)
 
 
