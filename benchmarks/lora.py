@@ -144,6 +144,7 @@ def _kernels(workload: Workload, args: argparse.Namespace) -> list[dict[str, Any
         slots = (np.arange(tokens) % slots_n).astype(np.int32)
         state.set_step(slots, tokens)
         step = state.step_for(tokens)
+        assert step is not None
         used = min(tokens, slots_n)
         for name, (in_size, sizes) in layers.items():
             x = torch.randn(tokens, in_size, device=device, dtype=dtype)
@@ -160,12 +161,13 @@ def _kernels(workload: Workload, args: argparse.Namespace) -> list[dict[str, Any
             graph_us = _graph_us(apply)
             moved = 2 * (tokens * in_size + used * a.shape[1] * in_size + used * sum(sizes) * rank
                          + 2 * tokens * sum(sizes))
+            base_us = _graph_us(functools.partial(torch.nn.functional.linear, x, weight))
             rows.append({"workload": workload.name, "tokens": tokens, "layer": name, "max_abs_err": round(err, 5),
                          "path": "bgmv" if tokens <= 16 else "sgmv", "lora_graph_us": graph_us,
                          "lora_eager_us": _time_us(apply), "lora_gb_s": round(moved / graph_us / 1e3, 1),
                          "reference_us": _time_us(functools.partial(lora_reference.lora_apply, ref, x, a, b, *step,
                                                                     offsets), iters=5),
-                         "base_gemm_graph_us": _graph_us(functools.partial(torch.nn.functional.linear, x, weight))})
+                         "base_gemm_graph_us": base_us, "lora_over_base_gemm": round(graph_us / base_us, 3)})
     return rows
 
 
