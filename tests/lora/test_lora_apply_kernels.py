@@ -119,3 +119,10 @@ def test_decode_graphs_without_an_adapter_replay_the_capture_without_lora():
     assert graphs.replay(8) == "with" and graphs.padded_size(3) == 8
     state.set_step(np.array([-1, -1], dtype=np.int32), t)
     assert graphs.replay(8) == "without"
+
+
+@pytest.mark.parametrize("path", ["bgmv", "sgmv"])
+def test_wide_slots_span_several_column_blocks(path):
+    # Three slices of rank 20 in slots 32 wide: 96 shrink columns, more than one block of them.
+    _check(DECODE if path == "bgmv" else PROMPT, (24, 16, 16), hidden=72, dtype=torch.float32, rank=20,
+           slot_width=32)
