@@ -50,6 +50,13 @@ def lora_apply(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b:
     ``sorted_tokens[tiles[j, 1]:tiles[j, 2]]``, at most ``tile_rows`` of them; slot -1: no tile), for
     grouped kernels; the reference reads ``token_slots`` alone.
     """
-    lora_expand(out, lora_shrink(x, lora_a, token_slots, sorted_tokens, tiles), lora_b, token_slots, sorted_tokens,
-                tiles, slice_offsets)
+    rank, slots = lora_b.shape[2], token_slots.long()
+    for slot in torch.unique(slots[slots >= 0]).tolist():  # only the slots the step's tokens use
+        rows = torch.nonzero(slots == slot).squeeze(1)
+        xa = x.index_select(0, rows).float() @ lora_a[slot].float().t()
+        delta = torch.zeros(len(rows), out.shape[1], dtype=torch.float32, device=out.device)
+        for i in range(len(slice_offsets) - 1):
+            lo, hi = slice_offsets[i], slice_offsets[i + 1]
+            delta[:, lo:hi] = xa[:, i * rank:(i + 1) * rank] @ lora_b[slot, lo:hi].float().t()
+        out.index_copy_(0, rows, (out.index_select(0, rows).float() + delta).to(out.dtype))
     return out
