@@ -9,7 +9,7 @@ setting, then the ratios the issue asks for.
     python benchmarks/lora.py throughput --workload w-gpu-8b
     # batch-1 decode: the base model against one adapter
     python benchmarks/lora.py latency --workload w-gpu
-    # the lora_shrink / lora_expand kernels against the torch reference at the shape's sizes (and their time)
+    # the lora_apply kernels against the torch reference at the shape's sizes (their time, GB/s)
     python benchmarks/lora.py kernels --workload w-gpu-8b
     # any of them on a CPU, at a 2-layer version of the shape: --tiny
 """
@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from infercore.benchmarks.workloads import WORKLOADS, Workload
+from infercore.jit_builds import JitBuildCounter
 from infercore.lora.target_modules import module_shapes
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -80,15 +81,18 @@ def _throughput(workload: Workload, folder: Path, adapters: list[str], args: arg
     llm.generate([{"prompt_token_ids": p} for p in prompts[:8]], params[:8], use_tqdm=False,
                  lora_request=loras[:8])  # warm-up: every adapter loaded
     walls = []
-    for _ in range(args.repeat):
-        llm.reset_prefix_cache()
-        start = time.perf_counter()
-        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False, lora_request=loras)
-        walls.append(time.perf_counter() - start)
+    with JitBuildCounter() as builds:
+        for _ in range(args.repeat):
+            llm.reset_prefix_cache()
+            start = time.perf_counter()
+            outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False,
+                                   lora_request=loras)
+            walls.append(time.perf_counter() - start)
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     wall = statistics.median(walls)
     return {"setting": f"{len(adapters)} adapters" if adapters else "base", "requests": len(prompts),
-            "output_tokens": tokens, "wall_s": round(wall, 3), "output_tok_s": round(tokens / wall, 1)}
+            "output_tokens": tokens, "wall_s": round(wall, 3), "output_tok_s": round(tokens / wall, 1),
+            "triton_builds_during_run": dict(builds.builds)}
 
 
 def _latency(workload: Workload, folder: Path, adapters: list[str], args: argparse.Namespace) -> dict[str, Any]:
@@ -116,53 +120,78 @@ def _latency(workload: Workload, folder: Path, adapters: list[str], args: argpar
 
 
 def _kernels(workload: Workload, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The Triton kernels against the reference at the shape's projections, and their time per call."""
+    """``lora_apply`` (Triton) against its torch reference at the shape's projections: the largest error,
+    the time per call replayed from a graph (as decode steps run it) and eager, the reference's time, the
+    base GEMM's, and the bytes the op must move (x, the A and B of the slots in use, ``out`` read and
+    written) over the graph time. Every token has an adapter, spread evenly over ``--num-adapters`` slots."""
     import numpy as np
     from transformers import AutoConfig
 
     from infercore.lora.step_state import LoRAStepState
     from infercore.ops import lora_reference
-    from infercore_triton.lora import lora_expand, lora_shrink
+    from infercore_triton.lora import lora_apply
 
     config = AutoConfig.for_model(**{k: v for k, v in workload.model_config.items() if k != "architectures"})
     shapes = module_shapes(config)
-    device, dtype, slots_n = torch.device("cuda"), torch.bfloat16, args.num_adapters
+    device, dtype, slots_n, rank = torch.device("cuda"), torch.bfloat16, args.num_adapters, args.rank
     layers = {"qkv": (shapes["q_proj"][0], [shapes["q_proj"][1], shapes["k_proj"][1], shapes["v_proj"][1]]),
               "o": (shapes["o_proj"][0], [shapes["o_proj"][1]]),
               "gate_up": (shapes["gate_proj"][0], [shapes["gate_proj"][1]] * 2),
               "down": (shapes["down_proj"][0], [shapes["down_proj"][1]])}
     rows = []
-    for tokens in (1, 8, 64, 256, 2048):
+    for tokens in args.kernel_tokens:
         state = LoRAStepState(tokens, slots_n, device, pin=True)
-        rng = np.random.default_rng(0)
-        state.set_step(rng.integers(-1, slots_n, tokens).astype(np.int32), tokens)
-        args_ = (state.token_slots[:tokens], state.sorted_tokens[:tokens], state.slot_starts)
+        slots = (np.arange(tokens) % slots_n).astype(np.int32)
+        state.set_step(slots, tokens)
+        step = state.step_for(tokens)
+        assert step is not None
+        used = min(tokens, slots_n)
         for name, (in_size, sizes) in layers.items():
             x = torch.randn(tokens, in_size, device=device, dtype=dtype)
-            a = torch.randn(slots_n, len(sizes) * args.rank, in_size, device=device, dtype=dtype) * 0.05
-            b = torch.randn(slots_n, sum(sizes), args.rank, device=device, dtype=dtype) * 0.05
+            a = torch.randn(slots_n, len(sizes) * rank, in_size, device=device, dtype=dtype) * 0.05
+            b = torch.randn(slots_n, sum(sizes), rank, device=device, dtype=dtype) * 0.05
             offsets = tuple(int(v) for v in np.cumsum((0, *sizes)))
             out = torch.randn(tokens, sum(sizes), device=device, dtype=dtype)
             ref = out.clone()
-            xa = lora_shrink(x, a, *args_)
-            lora_expand(out, xa, b, *args_, offsets)
-            lora_reference.lora_expand(ref, lora_reference.lora_shrink(x, a, *args_), b, *args_, offsets)
+            lora_apply(out, x, a, b, *step, offsets)
+            lora_reference.lora_apply(ref, x, a, b, *step, offsets)
             err = float((out.float() - ref.float()).abs().max())
             weight = torch.randn(sum(sizes), in_size, device=device, dtype=dtype)
-            rows.append({"tokens": tokens, "layer": name, "max_abs_err": round(err, 5),
-                         "lora_us": _time_us(functools.partial(_lora, out, x, a, b, args_, offsets)),
-                         "base_gemm_us": _time_us(functools.partial(torch.nn.functional.linear, x, weight))})
+            apply = functools.partial(lora_apply, out, x, a, b, *step, offsets)
+            graph_us = _graph_us(apply)
+            moved = 2 * (tokens * in_size + used * a.shape[1] * in_size + used * sum(sizes) * rank
+                         + 2 * tokens * sum(sizes))
+            base_us = _graph_us(functools.partial(torch.nn.functional.linear, x, weight))
+            rows.append({"workload": workload.name, "tokens": tokens, "layer": name, "max_abs_err": round(err, 5),
+                         "path": "bgmv" if tokens <= 16 else "sgmv", "lora_graph_us": graph_us,
+                         "lora_eager_us": _time_us(apply), "lora_gb_s": round(moved / graph_us / 1e3, 1),
+                         "reference_us": _time_us(functools.partial(lora_reference.lora_apply, ref, x, a, b, *step,
+                                                                    offsets), iters=5),
+                         "base_gemm_graph_us": base_us, "lora_over_base_gemm": round(graph_us / base_us, 3)})
     return rows
 
 
-def _lora(out: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, step: tuple, offsets: tuple) -> None:
-    from infercore_triton.lora import lora_expand, lora_shrink
-
-    lora_expand(out, lora_shrink(x, a, *step), b, *step, offsets)
+def _graph_us(fn: Any, calls: int = 20, iters: int = 20) -> float:
+    """Time per call of ``fn`` replayed from a graph of ``calls`` calls (no launch cost on the host)."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return round(start.elapsed_time(end) * 1000 / (iters * calls), 2)
 
 
 def _time_us(fn: Any, iters: int = 50) -> float:
-    for _ in range(5):
+    for _ in range(3):
         fn()
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -201,6 +230,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--max-num-seqs", type=int, default=None)
     parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--kernel-tokens", type=lambda v: [int(t) for t in v.split(",")],
+                        default=[1, 8, 16, 64, 256, 2048], help="kernels: the token counts, comma-separated")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     workload = WORKLOADS[args.workload]

@@ -46,6 +46,8 @@ announced by a ``DeprecationWarning`` for one minor release and happens in the n
   model's registration); it implements ``embed_multimodal`` and merges :class:`MultiModalStepInputs` after its
   token embedding (:class:`SupportsMultiModal` has the whole contract; M-RoPE models add ``mrope_positions``).
   Vision towers attend with :class:`EncoderAttention`, which runs the ``encoder_attention`` custom op.
+* ``lora_apply`` (1.10): a LoRA linear's whole adapter term in place, ``out += (x A^T) B^T`` per token of
+  its slot; a platform may read the grouped layout (tiles of one slot) or each token's slot.
 * Encoder-only attention (1.6): a backend that sets ``supports_encoder_only`` runs layers whose spec
   says ``attn_type=ENCODER_ONLY`` bidirectionally within each sequence, with no KV cache
   (:func:`encoder_only_attention` is the reference).
@@ -225,7 +227,7 @@ CUSTOM_OPS: tuple[str, ...] = (
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
     "apply_penalties",
     "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe", "accept_drafts", "lora_shrink", "lora_expand",
-    "expert_dispatcher", "encoder_attention",
+    "lora_apply", "expert_dispatcher", "encoder_attention",
 )
 
 #: Where each lazily imported name lives (private: import the name from this module).

@@ -1,5 +1,6 @@
 """LoRA around a parallel linear: the base projection plus, per token, ``(x A[slot]^T) B[slot]^T`` of
-the token's adapter slot, through the ``lora_shrink`` / ``lora_expand`` custom ops."""
+the token's adapter slot, through the ``lora_apply`` custom op (nothing at all in a step where no token
+has an adapter)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,7 @@ class LoRALinear(nn.Module):
         self.register_buffer("lora_b", torch.zeros(max_loras, base.output_size, max_rank, dtype=dtype,
                                                    device=device), persistent=False)
         self.state = state
-        self._shrink = get_op("lora_shrink")
-        self._expand = get_op("lora_expand")
+        self._apply = get_op("lora_apply")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         base = self.base
@@ -51,10 +51,9 @@ class LoRALinear(nn.Module):
         return out if base.bias is None else out + base.bias
 
     def _add_lora(self, x: torch.Tensor, out: torch.Tensor) -> None:
-        state, t = self.state, x.shape[0]
-        xa = self._shrink(x, self.lora_a, state.token_slots[:t], state.sorted_tokens[:t], state.slot_starts)
-        self._expand(out, xa, self.lora_b, state.token_slots[:t], state.sorted_tokens[:t], state.slot_starts,
-                     self.slice_offsets)
+        step = self.state.step_for(x.shape[0])  # the step's views, made once per token count
+        if step is not None:
+            self._apply(out, x, self.lora_a, self.lora_b, *step, self.slice_offsets)
 
     def clear_slot(self, slot: int) -> None:
         """Zero slot ``slot`` (an adapter that leaves this layer untouched)."""

@@ -1,4 +1,5 @@
 """Torch references of the batched LoRA ops: each token multiplies by the A and B of its adapter slot.
+The layers run ``lora_apply`` (shrink and expand in one op); ``lora_shrink`` / ``lora_expand`` are its halves.
 
 ``token_slots[t]`` is token ``t``'s slot (-1: none). ``sorted_tokens`` / ``slot_starts`` list the same
 tokens grouped by slot (slot ``s``'s are ``sorted_tokens[slot_starts[s]:slot_starts[s + 1]]``); the
@@ -36,3 +37,26 @@ def lora_expand(out: torch.Tensor, xa: torch.Tensor, lora_b: torch.Tensor, token
             part = xa[:, i * rank:(i + 1) * rank] @ lora_b[slot, lo:hi].float().t()
             delta[:, lo:hi] += torch.where(mine, part, 0.0)
     out.copy_((out.float() + delta).to(out.dtype))
+
+
+def lora_apply(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+               token_slots: torch.Tensor, sorted_tokens: torch.Tensor, tiles: torch.Tensor, tile_rows: int,
+               slice_offsets: tuple[int, ...]) -> torch.Tensor:
+    """``out[t, slice i] += (x[t] @ lora_a[slot, i*R:(i+1)*R]^T) @ lora_b[slot, slice i]^T`` in place for
+    every token ``t`` with a slot (``x @ A^T`` kept in float32); returns ``out``.
+
+    ``sorted_tokens`` / ``tiles`` / ``tile_rows`` are the same tokens grouped by slot
+    (``infercore.lora.step_state.group_by_slot``: tile ``j`` is slot ``tiles[j, 0]``'s tokens
+    ``sorted_tokens[tiles[j, 1]:tiles[j, 2]]``, at most ``tile_rows`` of them; slot -1: no tile), for
+    grouped kernels; the reference reads ``token_slots`` alone.
+    """
+    rank, slots = lora_b.shape[2], token_slots.long()
+    for slot in torch.unique(slots[slots >= 0]).tolist():  # only the slots the step's tokens use
+        rows = torch.nonzero(slots == slot).squeeze(1)
+        xa = x.index_select(0, rows).float() @ lora_a[slot].float().t()
+        delta = torch.zeros(len(rows), out.shape[1], dtype=torch.float32, device=out.device)
+        for i in range(len(slice_offsets) - 1):
+            lo, hi = slice_offsets[i], slice_offsets[i + 1]
+            delta[:, lo:hi] = xa[:, i * rank:(i + 1) * rank] @ lora_b[slot, lo:hi].float().t()
+        out.index_copy_(0, rows, (out.index_select(0, rows).float() + delta).to(out.dtype))
+    return out

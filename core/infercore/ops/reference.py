@@ -16,7 +16,7 @@ from infercore.ops.expert_dispatch import AllToAllExpertDispatcher as expert_dis
 # The fused-MoE op, the FP8 and INT4 GEMMs and the acceptance walk have files of their own; they are ops like the rest.
 from infercore.ops.fp8_math import fp8_block_linear, fp8_linear  # noqa: F401
 from infercore.ops.int4_math import int4_linear  # noqa: F401
-from infercore.ops.lora_reference import lora_expand, lora_shrink  # noqa: F401
+from infercore.ops.lora_reference import lora_apply, lora_expand, lora_shrink  # noqa: F401
 from infercore.ops.moe_reference import fused_moe  # noqa: F401
 
 

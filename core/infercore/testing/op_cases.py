@@ -65,6 +65,27 @@ def _accept_drafts_args(gen: torch.Generator, device: torch.device) -> tuple[tor
     return tuple(t.to(device) for t in (drafts, num_drafts, greedy, argmax, target, draft, uniforms))
 
 
+def _lora_apply_args(gen: torch.Generator, device: torch.device, dtype: torch.dtype,
+                     tokens: int) -> tuple[Any, ...]:
+    """A merged q/k/v-like projection (three slices of 24, 16, 16; hidden 48) over ``tokens`` tokens of three
+    adapter slots of rank 8, some tokens without an adapter; the grouped layout as the runner builds it."""
+    import numpy as np
+
+    from infercore.lora.step_state import group_by_slot, max_tiles, tile_rows
+
+    slots = torch.randint(-1, 3, (tokens,), generator=gen).numpy().astype(np.int32)
+    rows = tile_rows(tokens)
+    sorted_tokens, tiles = group_by_slot(slots, 3, rows)
+    table = np.full((max_tiles(tokens, 3), 3), -1, dtype=np.int32)
+    table[: len(tiles)] = tiles
+    padded = np.zeros(tokens, dtype=np.int32)
+    padded[: len(sorted_tokens)] = sorted_tokens
+    ints = [torch.from_numpy(v).to(device) for v in (slots, padded, table)]
+    return (_rand(gen, device, dtype, tokens, 56), _rand(gen, device, dtype, tokens, 48),
+            _rand(gen, device, dtype, 3, 24, 48) * 0.3, _rand(gen, device, dtype, 3, 56, 8) * 0.3, *ints, rows,
+            (0, 24, 40, 56))
+
+
 #: Inputs of each op, for ``(device, dtype, generator)``. An op of ``plugin_api.CUSTOM_OPS`` missing here
 #: is not checked by the kit yet.
 OP_INPUTS: dict[str, Inputs] = {
@@ -86,6 +107,7 @@ OP_INPUTS: dict[str, Inputs] = {
                                          _rand(g, d, t, 256)),
     "apply_penalties": lambda d, t, g: _penalty_args(g, d),
     "accept_drafts": lambda d, t, g: _accept_drafts_args(g, d),
+    "lora_apply": lambda d, t, g: _lora_apply_args(g, d, t, 37),
     "gumbel_argmax": lambda d, t, g: (_rand(g, d, t, 6, 50) * 3, torch.tensor([0.0, 0.0, 0.7, 1.0, 0.0, 2.0],
                                       device=d), torch.arange(6, device=d) * 7919),
 }

@@ -10,6 +10,7 @@ import torch
 
 from infercore.forward_context import ForwardContext
 from infercore.worker.batch_layout import make_layout
+from infercore.worker.lora_graphs import LoRAGraphs
 from infercore.worker.mixed_graphs import MixedGraphs, mixed_capture_sizes
 from infercore.worker.whole_graphs import WholeGraphs, capture_sizes
 
@@ -45,9 +46,10 @@ def capture_mixed_graphs(runner: ModelRunner, pool: Any) -> WholeGraphs | MixedG
 
 
 @torch.inference_mode()
-def capture_decode_graphs(runner: ModelRunner, pool: Any) -> WholeGraphs:
+def capture_decode_graphs(runner: ModelRunner, pool: Any) -> WholeGraphs | LoRAGraphs:
     """A whole graph per decode batch size, each on that size's arena views (ending with the LM head
-    when ``runner.logits_in_decode_graphs``)."""
+    when ``runner.logits_in_decode_graphs``); serving LoRA, each size twice, with the LoRA kernels and
+    without (:class:`LoRAGraphs`)."""
     graphs = WholeGraphs(runner.platform, capture_sizes(runner.max_num_reqs))
     buf, width = runner.buffers, runner.max_blocks_per_req
 
@@ -65,5 +67,13 @@ def capture_decode_graphs(runner: ModelRunner, pool: Any) -> WholeGraphs:
         return runner.model.compute_logits(hidden) if runner.logits_in_decode_graphs else hidden
 
     graphs.capture(run, context, pool)
+    if runner.lora is not None:
+        without = WholeGraphs(runner.platform, capture_sizes(runner.max_num_reqs), "decode (no adapter)")
+        state = runner.lora.state
+        state.active = False  # the wrapped linears launch nothing while it is captured
+        without.capture(run, context, pool)
+        state.active = True
+        buf.bind_general()
+        return LoRAGraphs(graphs, without, state)
     buf.bind_general()
     return graphs

@@ -26,6 +26,7 @@ from infercore.worker.graph_capture import capture_decode_graphs, capture_mixed_
 from infercore.worker.inflight_patch import patch_inflight_tokens
 from infercore.worker.input_batch import InputBatch
 from infercore.worker.kv_cache_setup import KVCacheSetup
+from infercore.worker.lora_graphs import LoRAGraphs
 from infercore.worker.mixed_graphs import MixedGraphs
 from infercore.worker.mm_step import make_mm_step
 from infercore.worker.pending_sample import PendingSample
@@ -98,7 +99,7 @@ class ModelRunner:
                                       vocab_size=self.vocab_size, device=device, pin_memory=pin,
                                       eos_token_id=eos_token_id, adapters=self.lora,
                                       max_positions_per_row=positions_per_row)
-        self.graphs: WholeGraphs | None = None
+        self.graphs: WholeGraphs | LoRAGraphs | None = None
         #: Graphs of steps with prompt tokens: whole (``captures_mixed_steps``) or in pieces around attention.
         self.mixed_graphs: WholeGraphs | MixedGraphs | None = None
         self._pending: PendingSample | None = None
@@ -110,8 +111,7 @@ class ModelRunner:
         self.kv_layout: KVCacheLayout | None = None
         self.kv_caches: list[torch.Tensor] = []
         self.builder: Any = None
-        #: The metadata builders of the KV cache groups after the first.
-        self.group_builders: list[Any] = []
+        self.group_builders: list[Any] = []  # the metadata builders of the KV cache groups after the first
 
     def determine_num_blocks(self) -> int:
         """KV cache blocks that fit the configured budget (never more than max_num_seqs full contexts)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from infercore.plugin_api import RegisterFn, hookimpl
 
-INFERCORE_PLUGIN_API = (1, 6)  # accept_drafts and encoder-only attention (1.6); captures_mixed_steps (1.5)
+INFERCORE_PLUGIN_API = (1, 10)  # lora_apply (1.10); accept_drafts and encoder-only attention (1.6); captures_mixed_steps (1.5)
 
 #: Platforms whose devices Triton compiles for; each gets the kernels below as its custom ops.
 TRITON_PLATFORMS = ("cuda", "rocm", "xpu")
@@ -21,8 +21,7 @@ CUSTOM_OPS = {
     "gumbel_argmax": "infercore_triton.sampling:gumbel_argmax",
     "apply_penalties": "infercore_triton.sampling_penalties:apply_penalties",
     "fused_moe": "infercore_triton.fused_moe:fused_moe",
-    "lora_shrink": "infercore_triton.lora:lora_shrink",
-    "lora_expand": "infercore_triton.lora:lora_expand",
+    "lora_apply": "infercore_triton.lora:lora_apply",
     "accept_drafts": "infercore_triton.rejection:accept_drafts",
 }
 

@@ -1,130 +1,100 @@
-"""Batched LoRA (SGMV): the ``lora_shrink`` / ``lora_expand`` custom ops over tokens grouped by adapter slot.
+"""The ``lora_apply`` custom op on Triton: ``out += (x @ A[slot]^T) @ B[slot]^T`` per token, in place.
 
-The runner lists the step's tokens that have an adapter grouped by slot (``sorted_tokens``, with slot
-``s``'s run at ``slot_starts[s]:slot_starts[s + 1]``), so a program multiplies ``BLOCK_M`` tokens of one
-slot by that slot's matrices: one adapter per tile, as in Punica's SGMV, and no token computed twice.
-The grid covers every slot and every possible tile; a program past its slot's run returns at once. The
-runs are data, not launch parameters: a captured graph replays any mix of adapters, and nothing here
-waits on the host.
+Two launches per wrapped linear, each reading its per-token metadata from device buffers the runner
+fills once per step (``infercore.lora.step_state``), so a captured graph replays any mix of adapters:
 
-``lora_shrink``: ``xa[t] = x[t] @ A[slot(t)]^T`` in float32 ([T, N*R]; zero for tokens without a slot).
-``lora_expand``: ``out[t, slice i] += xa[t, i*R:(i+1)*R] @ B[slot(t), slice i]^T`` in place.
+* a step of at most :data:`BGMV_MAX_TOKENS` tokens (decode) runs the per-row kernels
+  (``lora_bgmv``): the shrink split over the hidden dimension, so one token's A read spreads over many
+  programs, then the expand over output blocks;
+* a larger step runs the grouped kernels (``lora_sgmv``) over the step's tiles of one slot each.
+
+The shrink of a merged projection (q/k/v, gate/up) is one product with the slices' A stacked; the
+expand adds each output column its own slice's product, so a merged linear costs two launches too.
+Launch settings depend only on the shapes (cached), never on the step's data.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
-import triton.language as tl
+
+from infercore_triton.lora_bgmv import bgmv_expand_kernel, bgmv_shrink_kernel
+from infercore_triton.lora_sgmv import sgmv_expand_kernel, sgmv_shrink_kernel
+
+#: Steps of at most this many tokens run the per-row kernels.
+BGMV_MAX_TOKENS = 16
+#: The most chunks the grouped shrink splits the hidden dimension into.
+SGMV_MAX_SPLITS = 16
+#: Programs the grouped shrink aims for before it splits the hidden dimension (a few per SM).
+_TARGET_PROGRAMS = 264
 
 
-@triton.jit
-def _shrink_kernel(x_ptr, a_ptr, out_ptr, sorted_ptr, starts_ptr, K, NR, stride_xm, stride_as, stride_an,
-                   stride_om, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   IEEE: tl.constexpr):
-    pid_m, slot, pid_n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    start = tl.load(starts_ptr + slot)
-    end = tl.load(starts_ptr + slot + 1)
-    first = start + pid_m * BLOCK_M
-    if first >= end:
-        return
-    rows = first + tl.arange(0, BLOCK_M)
-    row_ok = rows < end
-    tokens = tl.load(sorted_ptr + rows, mask=row_ok, other=0).to(tl.int64)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < NR
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    a_base = a_ptr + slot.to(tl.int64) * stride_as
-    for k in range(0, K, BLOCK_K):
-        ks = k + tl.arange(0, BLOCK_K)
-        k_ok = ks < K
-        x = tl.load(x_ptr + tokens[:, None] * stride_xm + ks[None, :], mask=row_ok[:, None] & k_ok[None, :],
-                    other=0.0)
-        a = tl.load(a_base + cols[None, :] * stride_an + ks[:, None], mask=k_ok[:, None] & col_ok[None, :],
-                    other=0.0)
-        if IEEE:
-            acc += tl.dot(x, a.to(x.dtype), input_precision="ieee")
-        else:
-            acc += tl.dot(x, a.to(x.dtype))
-    tl.store(out_ptr + tokens[:, None] * stride_om + cols[None, :], acc, mask=row_ok[:, None] & col_ok[None, :])
+@functools.cache
+def bgmv_settings(k: int, nr: int) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, splits) of the per-row shrink: one ``BLOCK_K`` chunk of the hidden dim a program."""
+    block_n = min(64, triton.next_power_of_2(nr))
+    block_k = min(max(16, 8192 // block_n), 256, max(64, triton.next_power_of_2(triton.cdiv(k, 4))))
+    return block_n, block_k, triton.cdiv(k, block_k)
 
 
-@triton.jit
-def _expand_kernel(out_ptr, xa_ptr, b_ptr, sorted_ptr, starts_ptr, width, R, off1, off2, stride_om, stride_xm,
-                   stride_bs, stride_bn, NUM_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_R: tl.constexpr, IEEE: tl.constexpr):
-    pid_m, slot, pid_n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    start = tl.load(starts_ptr + slot)
-    end = tl.load(starts_ptr + slot + 1)
-    first = start + pid_m * BLOCK_M
-    if first >= end:
-        return
-    rows = first + tl.arange(0, BLOCK_M)
-    row_ok = rows < end
-    tokens = tl.load(sorted_ptr + rows, mask=row_ok, other=0).to(tl.int64)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < width
-    rs = tl.arange(0, BLOCK_R)
-    r_ok = rs < R
-    b = tl.load(b_ptr + slot.to(tl.int64) * stride_bs + cols[None, :] * stride_bn + rs[:, None],
-                mask=r_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-    # Each output column belongs to one slice, whose R columns of xa it multiplies.
-    slice_of = (cols >= off1).to(tl.int32) + (cols >= off2).to(tl.int32)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for i in tl.static_range(NUM_SLICES):
-        xa = tl.load(xa_ptr + tokens[:, None] * stride_xm + i * R + rs[None, :], mask=row_ok[:, None] & r_ok[None, :],
-                     other=0.0)
-        if IEEE:
-            part = tl.dot(xa, b, input_precision="ieee")
-        else:
-            part = tl.dot(xa, b)
-        acc += tl.where((slice_of == i)[None, :], part, 0.0)
-    mask = row_ok[:, None] & col_ok[None, :]
-    ptrs = out_ptr + tokens[:, None] * stride_om + cols[None, :]
-    current = tl.load(ptrs, mask=mask, other=0.0)
-    tl.store(ptrs, (current.to(tl.float32) + acc).to(current.dtype), mask=mask)
+@functools.cache
+def sgmv_settings(num_tiles: int, k: int, nr: int) -> tuple[int, int, int, int]:
+    """(BLOCK_N, BLOCK_K, k_per_split, splits) of the grouped shrink: the hidden dim split in up to
+    :data:`SGMV_MAX_SPLITS` chunks of at least 256 when the tiles alone fill fewer than :data:`_TARGET_PROGRAMS` programs."""
+    block_n, block_k = min(64, max(16, triton.next_power_of_2(nr))), 64
+    programs = num_tiles * triton.cdiv(nr, block_n)
+    splits = max(1, min(SGMV_MAX_SPLITS, k // 256, triton.cdiv(_TARGET_PROGRAMS, programs)))
+    k_per_split = triton.cdiv(triton.cdiv(k, splits), block_k) * block_k
+    return block_n, block_k, k_per_split, triton.cdiv(k, k_per_split)
 
 
-def _block_m(num_tokens: int) -> int:
-    """Tokens per tile: 16 for decode-sized steps (tl.dot's smallest), 64 for prompt-sized ones."""
-    return 16 if num_tokens <= 256 else 64
+def _expand_block_n(rank: int) -> int:
+    return max(16, min(128, 8192 // triton.next_power_of_2(rank)))
 
 
-def lora_shrink(x: torch.Tensor, lora_a: torch.Tensor, token_slots: torch.Tensor, sorted_tokens: torch.Tensor,
-                slot_starts: torch.Tensor) -> torch.Tensor:
-    """``x`` [T, in] → ``x @ lora_a[slot]^T`` [T, N*R] in float32 (zero without a slot); see the module."""
-    x = x.contiguous()
-    num_tokens, k = x.shape
-    slots, nr = lora_a.shape[0], lora_a.shape[1]
-    out = torch.zeros(num_tokens, nr, dtype=torch.float32, device=x.device)
+def lora_apply(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+               token_slots: torch.Tensor, sorted_tokens: torch.Tensor, tiles: torch.Tensor, tile_rows: int,
+               slice_offsets: tuple[int, ...]) -> torch.Tensor:
+    """See ``infercore.ops.lora_reference.lora_apply``; ``out`` must have unit column stride."""
+    num_tokens, width = out.shape
+    num_slices = len(slice_offsets) - 1
     if num_tokens == 0:
         return out
-    block_m = _block_m(num_tokens)
-    block_n = max(16, min(64, triton.next_power_of_2(nr)))
-    grid = (triton.cdiv(num_tokens, block_m), slots, triton.cdiv(nr, block_n))
-    _shrink_kernel[grid](x, lora_a, out, sorted_tokens, slot_starts, k, nr, x.stride(0), lora_a.stride(0),
-                         lora_a.stride(1), out.stride(0), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=64,
-                         IEEE=x.dtype == torch.float32)
-    return out
-
-
-def lora_expand(out: torch.Tensor, xa: torch.Tensor, lora_b: torch.Tensor, token_slots: torch.Tensor,
-                sorted_tokens: torch.Tensor, slot_starts: torch.Tensor, slice_offsets: tuple[int, ...]) -> None:
-    """``out[:, slice i] += xa[:, i*R:(i+1)*R] @ lora_b[slot, slice i]^T`` in place; see the module."""
-    num_slices = len(slice_offsets) - 1
     if num_slices > 3:
-        raise ValueError(f"lora_expand takes at most 3 output slices (q/k/v), got {num_slices}")
-    num_tokens, width = out.shape
-    if num_tokens == 0:
-        return
+        raise ValueError(f"lora_apply takes at most 3 output slices (q/k/v), got {num_slices}")
     if out.stride(1) != 1:
-        raise ValueError("lora_expand writes into an output with contiguous rows")
-    slots, rank = lora_b.shape[0], lora_b.shape[2]
+        raise ValueError("lora_apply writes into an output with contiguous rows")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    k, nr, rank = x.shape[1], lora_a.shape[1], lora_b.shape[2]
     bounds = [*slice_offsets[1:num_slices], width, width][:2]
-    block_m = _block_m(num_tokens)
-    block_n = 64
-    grid = (triton.cdiv(num_tokens, block_m), slots, triton.cdiv(width, block_n))
-    _expand_kernel[grid](out, xa, lora_b, sorted_tokens, slot_starts, width, rank, bounds[0], bounds[1],
-                         out.stride(0), xa.stride(0), lora_b.stride(0), lora_b.stride(1), NUM_SLICES=num_slices,
-                         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_R=max(16, triton.next_power_of_2(rank)),
-                         IEEE=out.dtype == torch.float32)
+    block_r = max(16, triton.next_power_of_2(rank))
+    ieee = x.dtype == torch.float32
+    if num_tokens <= BGMV_MAX_TOKENS:
+        block_n, block_k, splits = bgmv_settings(k, nr)
+        partial = torch.empty(splits, num_tokens, nr, dtype=torch.float32, device=x.device)
+        bgmv_shrink_kernel[(num_tokens, splits, triton.cdiv(nr, block_n))](
+            x, lora_a, partial, token_slots, k, nr, x.stride(0), lora_a.stride(0), lora_a.stride(1),
+            partial.stride(0), partial.stride(1), BLOCK_N=block_n, BLOCK_K=block_k)
+        out_block = _expand_block_n(rank)
+        bgmv_expand_kernel[(num_tokens, triton.cdiv(width, out_block))](
+            out, partial, lora_b, token_slots, width, rank, bounds[0], bounds[1], splits, out.stride(0),
+            partial.stride(0), partial.stride(1), lora_b.stride(0), lora_b.stride(1), NUM_SLICES=num_slices,
+            BLOCK_N=out_block, BLOCK_R=triton.next_power_of_2(rank), SPLITS=triton.next_power_of_2(splits))
+        return out
+    num_tiles = tiles.shape[0]
+    block_n, block_k, k_per_split, splits = sgmv_settings(num_tiles, k, nr)
+    partial = torch.empty(splits, num_tokens, nr, dtype=torch.float32, device=x.device)
+    block_m = max(16, triton.next_power_of_2(tile_rows))
+    sgmv_shrink_kernel[(num_tiles, splits, triton.cdiv(nr, block_n))](
+        x, lora_a, partial, sorted_tokens, tiles, k, nr, k_per_split, x.stride(0), lora_a.stride(0),
+        lora_a.stride(1), partial.stride(0), partial.stride(1), BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_K=block_k, IEEE=ieee)
+    out_block = _expand_block_n(rank)
+    sgmv_expand_kernel[(num_tiles, triton.cdiv(width, out_block))](
+        out, partial, lora_b, sorted_tokens, tiles, width, rank, bounds[0], bounds[1], splits, out.stride(0),
+        partial.stride(0), partial.stride(1), lora_b.stride(0), lora_b.stride(1), NUM_SLICES=num_slices,
+        MAX_SPLITS=SGMV_MAX_SPLITS, BLOCK_M=block_m, BLOCK_N=out_block, BLOCK_R=block_r, IEEE=ieee)
+    return out
