@@ -100,7 +100,8 @@ def test_model_drafts_through_preemption(tiny_model_factory, tmp_path_factory, d
 
 def test_async_scheduling_and_grammar_rows_keep_the_tokens(qwen3_folder, tmp_path_factory, draft_folder) -> None:
     """Async scheduling asked for, JSON-schema requests beside free ones: the free requests give the plain
-    greedy tokens, the constrained ones valid JSON equal to the plain run's."""
+    greedy tokens, the constrained ones valid JSON equal to the plain run's. Then free requests only, with
+    ``disable_by_batch_size=3``: steps of 3 or more requests overlap (no drafts), smaller ones speculate."""
     import jsonschema
 
     from infercore.sampling_params import StructuredOutputsParams
@@ -120,3 +121,14 @@ def test_async_scheduling_and_grammar_rows_keep_the_tokens(qwen3_folder, tmp_pat
         for out in (got[0], got[2]):
             jsonschema.validate(json.loads(out.outputs[0].text), schema)
         assert _stats(llm).spec_num_draft_tokens > 0, name
+    free = [SamplingParams(temperature=0, max_tokens=8 * (i + 1), ignore_eos=True) for i in range(4)]
+    plain = _llm(qwen3_folder, None, async_scheduling=True).generate(ALL_PROMPTS[:4], free, use_tqdm=False)
+    for name in ("ngram", "draft_model", "eagle3", "self"):
+        llm = _llm(qwen3_folder, {**configs[name], "disable_by_batch_size": 3}, async_scheduling=True)
+        assert llm.llm_engine.engine_core.async_mode
+        got = llm.generate(ALL_PROMPTS[:4], free, use_tqdm=False)
+        assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in plain], name
+        stats = _stats(llm)
+        assert stats.spec_num_draft_tokens > 0, name
+        if name == "self":
+            assert stats.spec_num_accepted_tokens == stats.spec_num_draft_tokens, stats

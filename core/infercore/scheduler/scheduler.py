@@ -62,7 +62,8 @@ class Scheduler:
     previous step's output) are scheduled tokens of that request: ``1 + k`` from the one budget, ``k``
     capped so that neither ``max_model_len`` nor ``max_tokens`` is passed, none in steps with at least
     ``disable_by_batch_size`` running requests, and none for requests with a grammar (their bitmask
-    covers one position per step) or while an earlier step is in flight (async scheduling). When the
+    covers one position per step) or while an earlier step is in flight (async scheduling: the engine
+    overlaps only steps that may not draft, see :meth:`drafts_allowed`). When the
     step comes back, ``num_computed_tokens`` goes back by the rejected drafts: their KV entries are
     written over by the next step, and no block is cached before its tokens are all accepted (blocks
     are hashed from ``all_token_ids``, which never holds a draft).
@@ -182,7 +183,7 @@ class Scheduler:
         idx = 0
         prefill_left = self._prefill_tokens_allowed(budget) if chunked else budget
         spec_tokens: dict[str, list[int]] = {}
-        drafts_allowed = self._drafts_allowed()
+        drafts_allowed = self.drafts_allowed()
         while idx < len(running) and budget > 0:
             request = running[idx]
             placeholders = request.num_output_placeholders
@@ -253,8 +254,9 @@ class Scheduler:
             self._unfolded.append((scheduler_output, cached_blocks))
         return scheduler_output
 
-    def _drafts_allowed(self) -> bool:
-        """Whether this step may schedule drafts at all (``disable_by_batch_size``)."""
+    def drafts_allowed(self) -> bool:
+        """Whether the next step may schedule drafts at all (``disable_by_batch_size``); when not, the
+        engine may overlap it with the step before (async scheduling)."""
         spec = self.speculative_config
         if spec is None:
             return False

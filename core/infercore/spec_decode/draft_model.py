@@ -33,15 +33,23 @@ class DraftModelProposer(ModelProposer):
         draft_tp = self.spec.config.draft_tensor_parallel_size
         with tensor_parallel_size(draft_tp):
             model = load_model(config, target.device, target.dtype)
-        self.draft_vocab = int(get_hf_config(config.model).get_text_config().vocab_size)
+        text = get_hf_config(config.model).get_text_config()
+        self.draft_vocab, self.hidden_size = int(text.vocab_size), int(text.hidden_size)
         self.runner = make_runner(model, draft_tp)
 
-    def forward(self, input_ids: torch.Tensor, positions: np.ndarray, hidden: torch.Tensor | None,
-                target_rows: torch.Tensor | None, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor, positions: np.ndarray, target_rows: torch.Tensor,
+                last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The draft model over the tokens; its argmax (within the shared vocabulary) at ``last``."""
-        model = self.runner.model
-        ids = input_ids.clamp_max(self.draft_vocab - 1)
-        out = model(ids, torch.from_numpy(positions).to(self.runner.device, non_blocking=True))
-        rows = out.index_select(0, last)
-        logits = model.compute_logits(rows)[:, : min(self.draft_vocab, self.spec.vocab_size)]
-        return rows, logits.argmax(dim=-1)
+        pos = torch.from_numpy(positions).to(self.runner.device, non_blocking=True)
+        out = self.runner.model(input_ids.clamp_max(self.draft_vocab - 1), pos).index_select(0, last)
+        return out, self._argmax(out)
+
+    def decode(self, input_ids: torch.Tensor, positions: torch.Tensor,
+               hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token per row (``hidden`` unused: the draft's KV cache carries its state)."""
+        out = self.runner.model(input_ids.clamp_max(self.draft_vocab - 1), positions)
+        return out, self._argmax(out)
+
+    def _argmax(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.runner.model.compute_logits(hidden)
+        return logits[:, : min(self.draft_vocab, self.spec.vocab_size)].argmax(dim=-1)

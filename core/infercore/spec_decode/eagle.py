@@ -61,6 +61,7 @@ class EagleProposer(ModelProposer):
     """EAGLE-3 (``eagle3 = True``) or EAGLE-1 drafts from ``speculative_config.model``, a head folder."""
 
     input_shift = 1
+    lazy_catch_up = False
     eagle3 = False
 
     def bind(self, target: ModelRunner, make_runner: MakeRunner) -> None:
@@ -99,21 +100,27 @@ class EagleProposer(ModelProposer):
                                  "use a head checkpoint that carries embed_tokens.weight")
             head.embed_tokens = embed
         self.head = head.eval()
+        self.hidden_size = int(head_config.hidden_size)
         self.target_logits = target.model.compute_logits
         max_tokens = max(target.max_num_tokens, target.max_num_reqs)
         self.capture = HiddenCapture(target.model, layers, max_tokens, int(text.hidden_size), target.dtype,
                                      target.device)
         self.runner = make_runner(head, draft_tp)
 
-    def forward(self, input_ids: torch.Tensor, positions: np.ndarray, hidden: torch.Tensor | None,
-                target_rows: torch.Tensor | None, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The head over the tokens: ``h`` from the target's captured states (catch-up) or ``hidden``."""
+    def forward(self, input_ids: torch.Tensor, positions: np.ndarray, target_rows: torch.Tensor,
+                last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The head over the tokens with ``h`` from the target's captured states at ``target_rows``."""
         head = self.head
-        if hidden is None:
-            assert target_rows is not None
-            hidden = head.combine(self.capture.buffer.index_select(0, target_rows))
+        hidden = head.combine(self.capture.buffer.index_select(0, target_rows))
         pos = torch.from_numpy(positions).to(self.runner.device, non_blocking=True)
         out = head(input_ids.clamp_max(head.vocab_size - 1), pos, hidden).index_select(0, last)
+        return out, head.draft_tokens(out, self.target_logits)
+
+    def decode(self, input_ids: torch.Tensor, positions: torch.Tensor,
+               hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token per row, fed the head's own output of the step before."""
+        head = self.head
+        out = head(input_ids.clamp_max(head.vocab_size - 1), positions, hidden)
         return out, head.draft_tokens(out, self.target_logits)
 
 

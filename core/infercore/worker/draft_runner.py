@@ -14,6 +14,7 @@ refused.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +25,12 @@ from torch import nn
 from infercore.attention.backend import CommonAttentionMetadata
 from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.spec_decode.draft_parallel import tensor_parallel_size
+from infercore.worker.draft_steps import DraftSteps, StepFn
 
 if TYPE_CHECKING:
     from infercore.worker.model_runner import ModelRunner
+
+logger = logging.getLogger(__name__)
 
 
 class DraftRunner:
@@ -65,6 +69,19 @@ class DraftRunner:
         self.setup.bind(self.model, self.backend, self.caches, self.target.dtype)
         self.builders = [self.backend.get_builder_cls()(self.setup.spec, self.device, self.target.max_num_reqs,
                                                         self.max_tokens) for _ in self.setup.groups]
+
+    def make_steps(self, step: StepFn, hidden_size: int, max_rows: int, max_steps: int) -> DraftSteps:
+        """The buffers of the draft's one-token steps, with graphs captured where the platform can (a
+        failed capture leaves them eager, with a warning)."""
+        steps = DraftSteps(self, step, hidden_size, self.target.dtype, max_rows, max_steps)
+        target = self.target
+        if target.platform.capabilities.graph_capture and not target.config.model.enforce_eager:
+            try:
+                steps.capture()
+            except Exception:  # noqa: BLE001 - graphs are an optimisation: eager steps give the same drafts
+                logger.warning("capturing the draft's decode graphs failed; its steps run eagerly", exc_info=True)
+                steps.graphs.clear()
+        return steps
 
     def capacity(self, rows: np.ndarray, num_blocks: np.ndarray) -> np.ndarray:
         """Positions each row's blocks hold (``num_blocks`` entries of the interleaved table)."""

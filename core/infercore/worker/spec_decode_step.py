@@ -63,6 +63,7 @@ class SpeculativeStep:
         self.device = device
         self.max_model_len = max_model_len
         self.num_speculative_tokens = config.num_speculative_tokens
+        self.disable_by_batch_size = config.disable_by_batch_size
         #: Where each step's verified tokens land on the host (pinned when the device is not the host).
         self._host = torch.zeros((max_num_seqs, config.num_speculative_tokens + 2), dtype=torch.int64,
                                  pin_memory=pin_memory)
@@ -148,10 +149,14 @@ class SpeculativeStep:
         """The next drafts of a collected step's requests, in its ``req_ids`` order ([] for those that
         did not sample)."""
         drafts: list[list[int]] = [[] for _ in pending.req_ids]
+        limit = self.disable_by_batch_size
+        draft = limit is None or len(pending.req_ids) < limit  # else the scheduler would drop them
         if isinstance(self.proposer, ModelProposer):
-            for i, ids in self.proposer.propose_step(batch, pending.layout, pending.req_ids,
-                                                     pending.sampled_idx).items():
+            for i, ids in self.proposer.propose_step(batch, pending.layout, pending.req_ids, pending.sampled_idx,
+                                                     draft).items():
                 drafts[i] = ids
+            return drafts
+        if not draft:
             return drafts
         for i, ids in zip(pending.sampled_idx.tolist(), self.propose(batch, pending.states), strict=True):
             drafts[i] = ids
