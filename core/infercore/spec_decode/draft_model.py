@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from infercore.spec_decode.draft_parallel import replace_model, tensor_parallel_size
@@ -37,11 +36,10 @@ class DraftModelProposer(ModelProposer):
         self.draft_vocab, self.hidden_size = int(text.vocab_size), int(text.hidden_size)
         self.runner = make_runner(model, draft_tp)
 
-    def forward(self, input_ids: torch.Tensor, positions: np.ndarray, target_rows: torch.Tensor,
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, target_rows: torch.Tensor,
                 last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The draft model over the tokens; its argmax (within the shared vocabulary) at ``last``."""
-        pos = torch.from_numpy(positions).to(self.runner.device, non_blocking=True)
-        out = self.runner.model(input_ids.clamp_max(self.draft_vocab - 1), pos).index_select(0, last)
+        out = self.runner.model(input_ids.clamp_max(self.draft_vocab - 1), positions).index_select(0, last)
         return out, self._argmax(out)
 
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor,

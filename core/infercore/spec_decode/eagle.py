@@ -17,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -107,13 +106,12 @@ class EagleProposer(ModelProposer):
                                      target.device)
         self.runner = make_runner(head, draft_tp)
 
-    def forward(self, input_ids: torch.Tensor, positions: np.ndarray, target_rows: torch.Tensor,
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, target_rows: torch.Tensor,
                 last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The head over the tokens with ``h`` from the target's captured states at ``target_rows``."""
         head = self.head
         hidden = head.combine(self.capture.buffer.index_select(0, target_rows))
-        pos = torch.from_numpy(positions).to(self.runner.device, non_blocking=True)
-        out = head(input_ids.clamp_max(head.vocab_size - 1), pos, hidden).index_select(0, last)
+        out = head(input_ids.clamp_max(head.vocab_size - 1), positions, hidden).index_select(0, last)
         return out, head.draft_tokens(out, self.target_logits)
 
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor,

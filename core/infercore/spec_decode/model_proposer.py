@@ -87,6 +87,7 @@ class ModelProposer(Proposer):
         limit = config.disable_by_batch_size
         rows = self.spec.max_num_seqs if limit is None else max(min(self.spec.max_num_seqs, limit - 1), 1)
         self.steps = self.runner.make_steps(self.decode, self.hidden_size, rows, config.num_speculative_tokens - 1)
+        self.runner.make_catch_up(self.forward, rows)
 
     @abstractmethod
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor,
@@ -95,7 +96,7 @@ class ModelProposer(Proposer):
         the draft-side model's hidden states and its draft token ids."""
 
     @abstractmethod
-    def forward(self, input_ids: torch.Tensor, positions: np.ndarray, target_rows: torch.Tensor,
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, target_rows: torch.Tensor,
                 last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The catch-up: run the draft-side model (inside the runner's forward context) over flat
         ``input_ids`` at ``positions`` (an EAGLE head with the target's captured hidden states at
@@ -141,12 +142,12 @@ class ModelProposer(Proposer):
         token_rows = np.repeat(rows[catch], query_lens)
         input_ids = batch.token_ids[token_rows, np.minimum(positions + shift, batch.max_model_len - 1)]
         # The target's hidden states of this step (EAGLE, whose catch-up starts at the step's first token).
-        target_rows = np.repeat(layout.query_start_loc[:-1][catch] - (first - start)[catch], query_lens) + offsets
+        target_rows = np.maximum(
+            np.repeat(layout.query_start_loc[:-1][catch] - (first - start)[catch], query_lens) + offsets, 0)
         ends = np.cumsum(query_lens) - 1
         pick = np.flatnonzero(drafting[catch])
-        with self.runner.forward_context(rows[catch], query_lens, stop[catch], positions):
-            hidden, tokens = self.forward(self._dev(input_ids), positions, self._dev(target_rows),
-                                          self._dev(ends[pick]))
+        hidden, tokens = self.runner.catch_up(rows[catch], query_lens, stop[catch], positions, input_ids,
+                                              target_rows, ends, pick, graphs_allowed=len(pick) > 0)
         if not len(pick):
             return {}
         order = catch[pick]  # batch indices of the drafting rows

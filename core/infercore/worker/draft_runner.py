@@ -25,6 +25,7 @@ from torch import nn
 from infercore.attention.backend import CommonAttentionMetadata
 from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.spec_decode.draft_parallel import tensor_parallel_size
+from infercore.worker.draft_catch_up import CatchUpFn, CatchUpGraphs
 from infercore.worker.draft_steps import DraftSteps, StepFn
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class DraftRunner:
         self.stride = len(theirs)
         self.backend = select_attention_backend(model, target.platform, self.setup.spec, target.dtype)
         self.caches: list[torch.Tensor] = []
+        self.catch_up_graphs: CatchUpGraphs | None = None
+        self.catch_up_fn: CatchUpFn | None = None
         self.builders: list[Any] = []
         # The target's budget pays for this cache too.
         target.kv_setup.companion = self.setup
@@ -82,6 +85,39 @@ class DraftRunner:
                 logger.warning("capturing the draft's decode graphs failed; its steps run eagerly", exc_info=True)
                 steps.graphs.clear()
         return steps
+
+    def make_catch_up(self, fn: CatchUpFn, max_rows: int) -> None:
+        """Capture the catch-up pass (:mod:`infercore.worker.draft_catch_up`) where the backend launches
+        padded steps from their counts alone and the platform captures; else it stays eager."""
+        target = self.target
+        self.catch_up_fn = fn
+        if not (self.backend.captures_mixed_steps and target.platform.capabilities.graph_capture
+                and not target.config.model.enforce_eager):
+            return
+        graphs = CatchUpGraphs(self, fn, max_rows, self.max_tokens)
+        try:
+            graphs.capture()
+        except Exception:  # noqa: BLE001 - graphs are an optimisation: the eager pass gives the same drafts
+            logger.warning("capturing the draft's catch-up graphs failed; it runs eagerly", exc_info=True)
+            return
+        self.catch_up_graphs = graphs
+
+    def catch_up(self, rows: np.ndarray, query_lens: np.ndarray, seq_lens: np.ndarray, positions: np.ndarray,
+                 input_ids: np.ndarray, target_rows: np.ndarray, ends: np.ndarray, pick: np.ndarray,
+                 graphs_allowed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the catch-up pass over ``query_lens[i]`` tokens of batch row ``rows[i]`` (one-token queries
+        first); returns the hidden states and draft tokens at the last tokens of requests ``pick``. A
+        captured graph serves it when one fits (and ``graphs_allowed``: the call ends in a host sync)."""
+        graphs = self.catch_up_graphs
+        size = graphs.size_for(len(positions), len(rows)) if graphs is not None and graphs_allowed else None
+        if size is not None:
+            assert graphs is not None
+            hidden, tokens = graphs.replay(size, rows, query_lens, seq_lens, positions, input_ids, target_rows, ends)
+            index = self._dev(pick, torch.int64)
+            return hidden.index_select(0, index), tokens.index_select(0, index)
+        with self.forward_context(rows, query_lens, seq_lens, positions):
+            return self.catch_up_fn(self._dev(input_ids, torch.int64), self._dev(positions, torch.int64),
+                                    self._dev(target_rows, torch.int64), self._dev(ends[pick], torch.int64))
 
     def capacity(self, rows: np.ndarray, num_blocks: np.ndarray) -> np.ndarray:
         """Positions each row's blocks hold (``num_blocks`` entries of the interleaved table)."""

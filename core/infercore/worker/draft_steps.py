@@ -130,7 +130,7 @@ class DraftSteps:
         device = runner.device
         staged64 = self._host_i64[: (1 + len(runner.group_of)) * num_steps].to(device, non_blocking=True)
         staged32 = self._host_i32[:num_steps].to(device, non_blocking=True)
-        self.tables[:, :n].copy_(self._host_tables[:, :n], non_blocking=True)
+        self.tables.copy_(self._host_tables, non_blocking=True)
         self.seq_lens[n:size] = 0
         self.slots[:, n:size] = -1
         self.ids[:size].zero_()
