@@ -13,7 +13,7 @@ from infercore.scheduler.kv_cache_manager import KVCacheManager, make_kv_cache_m
 from infercore.scheduler.request import Request, RequestStatus
 from infercore.scheduler.request_queue import create_request_queue
 from infercore.scheduler.spec_decode_stats import SpecDecodeCounters
-from infercore.speculative_config import SpeculativeConfig
+from infercore.speculative_config import SpeculativeConfig, method_needs_model
 from infercore.wire.kv_layout import KVCacheLayout
 from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs, Logprobs, SchedulerStats
 from infercore.wire.scheduler_output import (
@@ -117,6 +117,11 @@ class Scheduler:
         #: the prefix cache before writing them (``take_newly_cached``; taken out again if the step fails).
         self._unfolded: deque[tuple[SchedulerOutput, Any]] = deque()
         self.speculative_config = speculative_config
+        #: Slots past each running request's scheduled tokens for a model-based draft's own KV writes (its
+        #: one-token steps run ahead of the target by up to k positions); 0 for n-gram.
+        self.num_lookahead_tokens = (speculative_config.num_speculative_tokens
+                                     if speculative_config is not None and method_needs_model(speculative_config.method)
+                                     else 0)
         self.spec_counters = SpecDecodeCounters(
             speculative_config.num_speculative_tokens if speculative_config is not None else 0)
 
@@ -184,6 +189,7 @@ class Scheduler:
         prefill_left = self._prefill_tokens_allowed(budget) if chunked else budget
         spec_tokens: dict[str, list[int]] = {}
         drafts_allowed = self.drafts_allowed()
+        lookahead = self.num_lookahead_tokens if drafts_allowed else 0
         while idx < len(running) and budget > 0:
             request = running[idx]
             placeholders = request.num_output_placeholders
@@ -210,9 +216,13 @@ class Scheduler:
                 if drafts:
                     spec_tokens[rid] = drafts
                     num_new += len(drafts)
+            # A model-based draft writes its own KV up to k positions past the step's tokens: lookahead slots.
+            slots = num_new + (min(lookahead, max_model_len - computed - num_new) if lookahead else 0)
             # Most decode steps stay within the blocks held and fill none: then there is nothing to allocate.
-            if computed + num_new > settled_until.get(rid, -1):
-                block_ids = kv.allocate_slots(request, num_new)
+            if computed + slots > settled_until.get(rid, -1):
+                block_ids = kv.allocate_slots(request, slots)
+                if block_ids is None and slots > num_new:  # the lookahead is not worth a preemption
+                    block_ids = kv.allocate_slots(request, num_new)
                 if block_ids is None:
                     preempted = True
                     block_ids, idx, num_undone = self._preempt_for(request, num_new, idx, cached, num_scheduled,

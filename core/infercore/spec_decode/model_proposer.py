@@ -19,8 +19,9 @@ step's layout (:meth:`ModelProposer.propose_step`), not only the histories:
 Drafts are the draft's argmax, a point mass for the rejection sampler (``Drafts.probs`` is None), so
 the output keeps the target's distribution for greedy and sampled requests alike.
 
-A row drafts only within the blocks it holds (the scheduler allocates no lookahead): near the end of
-its last block it drafts fewer tokens, or none. Steps with at least ``disable_by_batch_size`` requests
+The scheduler allocates ``k`` lookahead slots past each running request's tokens for the draft's writes
+(``Scheduler.num_lookahead_tokens``), when blocks are free; a row drafts only within the blocks it holds,
+so without them, near the end of its last block, it drafts fewer tokens, or none. Steps with at least ``disable_by_batch_size`` requests
 run neither pass; positions computed in such steps stay stale in the draft's cache, which only lowers
 later acceptance.
 """
