@@ -132,3 +132,13 @@ def test_async_scheduling_and_grammar_rows_keep_the_tokens(qwen3_folder, tmp_pat
         assert stats.spec_num_draft_tokens > 0, name
         if name == "self":
             assert stats.spec_num_accepted_tokens == stats.spec_num_draft_tokens, stats
+
+
+def test_eagle1_head_equals_plain_decoding(qwen3_folder, tmp_path) -> None:
+    """An EAGLE-1 head (``fc`` over the token's embedding and the target's last state, ``layers.0``)."""
+    head = build_eagle3_head_folder(tmp_path / "eagle1", qwen3_folder, eagle3=False)
+    ref = _generate(_llm(qwen3_folder, None, max_num_batched_tokens=16))
+    llm = _llm(qwen3_folder, {"method": "eagle", "model": str(head), "num_speculative_tokens": K},
+               max_num_batched_tokens=16)
+    assert_same_outputs(_generate(llm), ref)
+    assert _stats(llm).spec_num_draft_tokens > 0

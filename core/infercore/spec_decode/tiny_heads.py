@@ -13,18 +13,19 @@ import torch
 
 
 def build_eagle3_head_folder(path: str | Path, target_folder: str | Path, *, draft_vocab_size: int | None = None,
-                             weights: bool = True, seed: int = 0) -> Path:
+                             weights: bool = True, seed: int = 0, eagle3: bool = True) -> Path:
     """Write ``config.json`` (and, with ``weights``, ``model.safetensors``) of an EAGLE-3 head for the
-    target in ``target_folder``; the draft vocabulary is a random subset of the target's."""
+    target in ``target_folder``; the draft vocabulary is a random subset of the target's. ``eagle3=False``
+    writes an EAGLE-1 head instead (``fc`` over ``cat(embed, h)``, ``layers.0.*``, the target's vocabulary)."""
     target = json.loads((Path(target_folder) / "config.json").read_text())
     text = target.get("text_config", target)
     hidden, vocab = int(text["hidden_size"]), int(text["vocab_size"])
     heads = int(text["num_attention_heads"])
     kv_heads = int(text.get("num_key_value_heads") or heads)
     head_dim = int(text.get("head_dim") or hidden // heads)
-    draft_vocab = min(draft_vocab_size or vocab, vocab)
+    draft_vocab = min(draft_vocab_size or vocab, vocab) if eagle3 else vocab
     config = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": hidden,
+        "architectures": ["LlamaForCausalLMEagle3" if eagle3 else "EagleLlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
         "intermediate_size": int(text.get("intermediate_size", 4 * hidden)), "num_attention_heads": heads,
         "num_key_value_heads": kv_heads, "head_dim": head_dim, "num_hidden_layers": 1,
         "rms_norm_eps": float(text.get("rms_norm_eps", 1e-6)), "vocab_size": vocab, "draft_vocab_size": draft_vocab,
@@ -38,7 +39,10 @@ def build_eagle3_head_folder(path: str | Path, target_folder: str | Path, *, dra
     if weights:
         from safetensors.torch import save_file
 
-        save_file(_random_weights(config, seed), str(folder / "model.safetensors"))
+        tensors = _random_weights(config, seed)
+        if not eagle3:
+            tensors = _eagle1_weights(tensors, config)
+        save_file(tensors, str(folder / "model.safetensors"))
     return folder
 
 
@@ -71,3 +75,17 @@ def _random_weights(config: dict, seed: int) -> dict[str, torch.Tensor]:
         "d2t": chosen - torch.arange(draft_vocab),
         "t2d": t2d,
     }
+
+
+def _eagle1_weights(eagle3: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:
+    """EAGLE-1's layout from the same random draws: ``fc`` [H, 2H] with a bias, the layer as ``layers.0``
+    (its attention over H, no input norm), no vocabulary maps or head of its own."""
+    hidden = config["hidden_size"]
+    out = {"fc.weight": eagle3["fc.weight"][:, : 2 * hidden].contiguous(), "fc.bias": torch.zeros(hidden)}
+    for name, tensor in eagle3.items():
+        if name.startswith("midlayer.") and "layernorm" not in name and "hidden_norm" not in name:
+            if name.split(".")[-2] in ("q_proj", "k_proj", "v_proj"):
+                tensor = tensor[:, :hidden].contiguous()
+            out["layers.0." + name.removeprefix("midlayer.")] = tensor
+    out["layers.0.post_attention_layernorm.weight"] = eagle3["midlayer.post_attention_layernorm.weight"]
+    return out
