@@ -142,3 +142,19 @@ def test_eagle1_head_equals_plain_decoding(qwen3_folder, tmp_path) -> None:
                max_num_batched_tokens=16)
     assert_same_outputs(_generate(llm), ref)
     assert _stats(llm).spec_num_draft_tokens > 0
+
+
+def test_short_rotary_tables_of_drafts_are_raised_to_max_model_len(qwen3_folder, tiny_model_factory, tmp_path) -> None:
+    """A draft (or head) whose config says 32 positions still drafts at every position of the target."""
+    import json
+
+    draft = tiny_model_factory("LlamaForCausalLM", seed=1, max_position_embeddings=32)
+    head = build_eagle3_head_folder(tmp_path / "head", qwen3_folder)
+    config = json.loads((head / "config.json").read_text())
+    (head / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 32}))
+    ref = _generate(_llm(qwen3_folder, None))
+    for spec in ({"method": "draft_model", "model": str(draft), "num_speculative_tokens": K},
+                 {"method": "eagle3", "model": str(head), "num_speculative_tokens": K}):
+        llm = _llm(qwen3_folder, spec)
+        assert_same_outputs(_generate(llm), ref)
+        assert _stats(llm).spec_num_draft_tokens > 0

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from infercore.spec_decode.draft_parallel import replace_model, tensor_parallel_size
+from infercore.spec_decode.draft_parallel import position_overrides, replace_model, tensor_parallel_size
 from infercore.spec_decode.model_proposer import ModelProposer
 
 if TYPE_CHECKING:
@@ -29,6 +29,9 @@ class DraftModelProposer(ModelProposer):
         from infercore.models.loader import get_hf_config, load_model
 
         config = replace_model(target.config, self.spec.config.model or "")
+        overrides = position_overrides(get_hf_config(config.model).get_text_config(), target.max_model_len)
+        if overrides:
+            config = replace_model(target.config, self.spec.config.model or "", overrides)
         draft_tp = self.spec.config.draft_tensor_parallel_size
         with tensor_parallel_size(draft_tp):
             model = load_model(config, target.device, target.dtype)

@@ -27,7 +27,15 @@ def tensor_parallel_size(size: int | None) -> Iterator[None]:
         tp._state = previous
 
 
-def replace_model(config: Any, model: str) -> Any:
-    """``config`` with ``config.model.model`` (the checkpoint) replaced by ``model``."""
+def replace_model(config: Any, model: str, overrides: dict[str, Any] | None = None) -> Any:
+    """``config`` with ``config.model.model`` (the checkpoint) replaced by ``model`` (its own config,
+    changed by ``overrides``)."""
     return config.model_copy(update={"model": config.model.model_copy(
-        update={"model": model, "tokenizer": None, "hf_overrides": None, "quantization": None})})
+        update={"model": model, "tokenizer": None, "hf_overrides": overrides, "quantization": None})})
+
+
+def position_overrides(config: Any, max_model_len: int) -> dict[str, Any] | None:
+    """``max_position_embeddings`` raised to ``max_model_len`` where a draft's config has fewer (its
+    rotary tables must cover every position the target reaches; public EAGLE heads say 2048)."""
+    have = getattr(config, "max_position_embeddings", None)
+    return {"max_position_embeddings": max_model_len} if have is not None and have < max_model_len else None

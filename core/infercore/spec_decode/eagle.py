@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from infercore.spec_decode.draft_parallel import replace_model, tensor_parallel_size
+from infercore.spec_decode.draft_parallel import position_overrides, replace_model, tensor_parallel_size
 from infercore.spec_decode.eagle_head import EagleHead, default_aux_layers
 from infercore.spec_decode.model_proposer import ModelProposer, load_weights_into
 
@@ -71,6 +71,11 @@ class EagleProposer(ModelProposer):
 
         config = replace_model(target.config, self.spec.config.model or "")
         head_config = get_hf_config(config.model)
+        for key, value in (position_overrides(head_config, target.max_model_len) or {}).items():
+            setattr(head_config, key, value)
+        if not self.eagle3 and target.config.parallel.tensor_parallel_size > 1:
+            raise ValueError("an EAGLE-1 head drafts through the target's LM head, which is split over the "
+                             "tensor-parallel ranks; use an EAGLE-3 head (its own LM head) or tensor_parallel_size 1")
         text = target.hf_config.get_text_config()
         num_layers = int(text.num_hidden_layers)
         layers = None
