@@ -127,6 +127,8 @@ class ModelProposer(Proposer):
         capacity = self.runner.capacity(rows, num_blocks)
         stop = np.where(live, np.minimum(stop, capacity), start)
         first = self._first_stale(rows, start, req_ids, live) if self.lazy_catch_up else start
+        if int(np.maximum(stop - first, 0).sum()) > self.runner.max_tokens:
+            first = np.maximum(first, start)  # no pass beyond a step's size: stale positions stay stale
         last_pos = stop - 1
         allowed = np.minimum(np.clip(self.spec.max_model_len - 1 - batch.num_tokens[rows], 0,
                                      self.spec.config.num_speculative_tokens), capacity - last_pos)
