@@ -15,7 +15,9 @@
 #        one part per call (each step is bounded by STEP_S; a call by the machine's 10 minutes), e.g.
 #        env PART=latency METHOD=eagle3; env PART=latency METHOD=draft_model BASELINE=0;
 #        env PART=latency METHOD=bench_ngram_full BASELINE=0 RATES=0;
-#        env PART=throughput METHOD=eagle3 KS=3; ... KS=4 BASELINE=0; env PART=c256 METHOD=draft_model
+#        env PART=throughput METHOD=eagle3 KS=3 DISABLE=null (speculation at every batch size; the default
+#        32 turns it off for most of W-GPU-8B's 256 requests); ... KS=4 BASELINE=0 DISABLE=null;
+#        env PART=c256 METHOD=eagle3; env PART=c256 METHOD=draft_model BASELINE=0
 #   CPU dry run (tiny sizes): CPU_DRY_RUN=1 METHOD=draft_model bash scripts/gpu_spec_decode.sh
 # Knobs (environment): PART (latency | throughput | both | c256, default both), METHOD, KS, RATES
 # (comma-separated), BASELINE=0 (skip the runs without speculation), DISABLE (disable_by_batch_size for
