@@ -35,7 +35,10 @@ announced by a ``DeprecationWarning`` for one minor release and happens in the n
 * :class:`Proposer`: a speculative method's draft tokens, built with a :class:`ProposerSpec`; in, each
   speculating row's token history (prompt + output) and how many drafts it may take; out, :class:`Drafts`
   (a padded int array of draft tokens and per-row counts). Added in 1.6 with the
-  ``register_speculative_methods`` hook and the ``accept_drafts`` custom op.
+  ``register_speculative_methods`` hook and the ``accept_drafts`` custom op. A :class:`ModelProposer`
+  (1.9) drafts with a model on the device: ``bind(target, make_runner)`` loads it before the KV cache
+  is sized, and each step's ``propose_step`` catches its cache up on the step and drafts ``k`` tokens
+  (the in-tree ``draft_model``, ``eagle`` and ``eagle3`` methods).
 * Expert parallelism (1.7): the ``expert_dispatcher`` custom op is a *class*, an
   :class:`ExpertDispatcher` built with ``cls(rank, size)``; a platform's class must honour the
   dispatch/combine contract written on :class:`ExpertDispatcher`. An :class:`ExpertPlacementPolicy`
@@ -195,6 +198,9 @@ if TYPE_CHECKING:
     from infercore.sampling_params import (
         StructuredOutputsParams,
     )
+    from infercore.spec_decode.model_proposer import (
+        ModelProposer,
+    )
     from infercore.spec_decode.proposer import (
         Drafts,
         Proposer,
@@ -279,6 +285,7 @@ _LAZY: dict[str, str] = {
     "Malformed": "infercore.parsers",
     "MarkerReasoningParser": "infercore.parsers",
     "MergedColumnParallelLinear": "infercore.layers",
+    "ModelProposer": "infercore.spec_decode.model_proposer",
     "ModelSpec": "infercore.models.contract",
     "NeedMore": "infercore.parsers",
     "ParallelLMHead": "infercore.layers",
@@ -407,6 +414,7 @@ __all__ = [
     "PlatformCapabilities",
     "PluginError",
     "ProbeResult",
+    "ModelProposer",
     "ProcessedImage",
     "Proposer",
     "ProposerSpec",

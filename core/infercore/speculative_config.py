@@ -23,6 +23,18 @@ KNOWN_METHODS: dict[str, bool] = {
 }
 
 
+#: Speculation is off in steps with this many running requests unless the configuration says otherwise:
+#: there the verify pass is no longer bound by reading the weights, so rejected drafts cost real compute.
+DEFAULT_DISABLE_BY_BATCH_SIZE = 32
+
+#: Why ``mtp`` has no in-tree proposer.
+MTP_REFUSAL = ("speculative method 'mtp' drafts with the multi-token-prediction layers a checkpoint carries; none of "
+               "the families infercore runs (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, Phi-3, Gemma 3) has "
+               "them (DeepSeek-V3, MiMo and GLM-4.5 do, and infercore does not run those), so no in-tree proposer "
+               "serves it; use 'eagle3' or 'draft_model', or register an 'mtp' proposer through "
+               "register_speculative_methods")
+
+
 class SpeculativeConfig(BaseModel):
     """Which proposer guesses draft tokens, how many per step, and when speculation is off."""
 
@@ -36,7 +48,8 @@ class SpeculativeConfig(BaseModel):
     draft_tensor_parallel_size: int | None = Field(
         None, description="devices the draft model is split over (default: the target's)")
     disable_by_batch_size: int | None = Field(
-        None, description="no drafts in steps with at least this many running requests")
+        DEFAULT_DISABLE_BY_BATCH_SIZE, description="no drafts in steps with at least this many running requests "
+        f"(default {DEFAULT_DISABLE_BY_BATCH_SIZE}; null: never off)")
 
     @model_validator(mode="before")
     @classmethod
@@ -84,6 +97,8 @@ class SpeculativeConfig(BaseModel):
         elif self.prompt_lookup_min is not None or self.prompt_lookup_max is not None:
             raise ValueError(f"prompt_lookup_min and prompt_lookup_max apply to method 'ngram', not "
                              f"{self.method!r}; leave them out")
+        if self.method == "mtp" and "mtp" not in _registry():
+            raise ValueError(MTP_REFUSAL)
         if method_needs_model(self.method) and not self.model:
             raise ValueError(f"speculative method {self.method!r} proposes with a draft model; give its repo id "
                              "or folder as speculative_config's 'model'")

@@ -69,3 +69,14 @@ def test_model_based_methods_take_their_model() -> None:
     spec = SpeculativeConfig(method="eagle3", model="org/eagle3-head", num_speculative_tokens=4,
                              draft_tensor_parallel_size=1, disable_by_batch_size=64)
     assert spec.model == "org/eagle3-head" and spec.disable_by_batch_size == 64
+
+
+def test_mtp_is_refused_with_its_reason() -> None:
+    with pytest.raises(ConfigError, match="multi-token-prediction layers a checkpoint carries; none of the families"):
+        InfercoreConfig.from_kwargs(speculative_config={"method": "mtp", "model": "org/x", "num_speculative_tokens": 1})
+
+
+def test_disable_by_batch_size_defaults_to_32_and_null_keeps_drafts_on() -> None:
+    assert SpeculativeConfig(method="ngram", num_speculative_tokens=2).disable_by_batch_size == 32
+    never = SpeculativeConfig(method="ngram", num_speculative_tokens=2, disable_by_batch_size=None)
+    assert never.disable_by_batch_size is None

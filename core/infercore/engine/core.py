@@ -98,9 +98,10 @@ class EngineCore:
         speculative = config.speculative.speculative_config
         if speculative is not None and self.async_mode:
             # A step's drafts come back with its output, and the next step schedules them: overlapped
-            # steps would verify drafts a step late, so speculative decoding runs steps one at a time.
-            logger.info("speculative decoding runs without async scheduling")
-            self.async_mode = False
+            # steps would verify drafts a step late, so steps that may draft run one at a time and only
+            # those of at least disable_by_batch_size requests (no drafts) overlap.
+            logger.info("speculative decoding: async scheduling overlaps only steps without drafts (at least "
+                        "%s running requests)", speculative.disable_by_batch_size)
         self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, self.kv_layout,
                                    self.max_num_batched_tokens, speculative_config=speculative,
                                    max_loras=config.lora.max_loras if config.lora.enable_lora else None,
@@ -145,7 +146,7 @@ class EngineCore:
             # Only compiles are left: wait for one briefly rather than spin beside the compile threads.
             self.grammars.wait_for_compiles(_IDLE_COMPILE_WAIT_S)
         failed = self.grammars.admit_ready(self.scheduler) if self.grammars.pending else []
-        if self.async_mode and not self.grammars.has_requests():
+        if self.async_mode and not self.grammars.has_requests() and not self.scheduler.drafts_allowed():
             outputs = self._step_overlapped()
         else:
             outputs = self._step_synchronous()

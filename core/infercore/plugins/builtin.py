@@ -81,3 +81,6 @@ def register_executors(register: RegisterFn) -> None:
 @hookimpl
 def register_speculative_methods(register: RegisterFn) -> None:
     register("ngram", "infercore.spec_decode.ngram:NgramProposer", needs_model=False)
+    register("draft_model", "infercore.spec_decode.draft_model:DraftModelProposer", needs_model=True)
+    register("eagle", "infercore.spec_decode.eagle:EagleProposer", needs_model=True)
+    register("eagle3", "infercore.spec_decode.eagle:Eagle3Proposer", needs_model=True)

@@ -14,7 +14,7 @@ from infercore.scheduler.kv_cache_manager import KVCacheManager, make_kv_cache_m
 from infercore.scheduler.request import Request, RequestStatus
 from infercore.scheduler.request_queue import create_request_queue
 from infercore.scheduler.spec_decode_stats import SpecDecodeCounters
-from infercore.speculative_config import SpeculativeConfig
+from infercore.speculative_config import SpeculativeConfig, method_needs_model
 from infercore.wire.kv_layout import KVCacheLayout
 from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs, Logprobs, SchedulerStats
 from infercore.wire.scheduler_output import (
@@ -63,7 +63,8 @@ class Scheduler:
     previous step's output) are scheduled tokens of that request: ``1 + k`` from the one budget, ``k``
     capped so that neither ``max_model_len`` nor ``max_tokens`` is passed, none in steps with at least
     ``disable_by_batch_size`` running requests, and none for requests with a grammar (their bitmask
-    covers one position per step) or while an earlier step is in flight (async scheduling). When the
+    covers one position per step) or while an earlier step is in flight (async scheduling: the engine
+    overlaps only steps that may not draft, see :meth:`drafts_allowed`). When the
     step comes back, ``num_computed_tokens`` goes back by the rejected drafts: their KV entries are
     written over by the next step, and no block is cached before its tokens are all accepted (blocks
     are hashed from ``all_token_ids``, which never holds a draft).
@@ -120,6 +121,11 @@ class Scheduler:
         #: the prefix cache before writing them (``take_newly_cached``; taken out again if the step fails).
         self._unfolded: deque[tuple[SchedulerOutput, Any]] = deque()
         self.speculative_config = speculative_config
+        #: Slots past each running request's scheduled tokens for a model-based draft's own KV writes (its
+        #: one-token steps run ahead of the target by up to k positions); 0 for n-gram.
+        self.num_lookahead_tokens = (speculative_config.num_speculative_tokens
+                                     if speculative_config is not None and method_needs_model(speculative_config.method)
+                                     else 0)
         self.spec_counters = SpecDecodeCounters(
             speculative_config.num_speculative_tokens if speculative_config is not None else 0)
 
@@ -186,7 +192,8 @@ class Scheduler:
         idx = 0
         prefill_left = self._prefill_tokens_allowed(budget) if chunked else budget
         spec_tokens: dict[str, list[int]] = {}
-        drafts_allowed = self._drafts_allowed()
+        drafts_allowed = self.drafts_allowed()
+        lookahead = self.num_lookahead_tokens if drafts_allowed else 0
         encoder_budget = self.encoder_budget
         encoder_budget.start_step()
         while idx < len(running) and budget > 0:
@@ -222,9 +229,13 @@ class Scheduler:
                 if drafts:
                     spec_tokens[rid] = drafts
                     num_new += len(drafts)
+            # A model-based draft writes its own KV up to k positions past the step's tokens: lookahead slots.
+            slots = num_new + (min(lookahead, max_model_len - computed - num_new) if lookahead else 0)
             # Most decode steps stay within the blocks held and fill none: then there is nothing to allocate.
-            if computed + num_new > settled_until.get(rid, -1):
-                block_ids = kv.allocate_slots(request, num_new)
+            if computed + slots > settled_until.get(rid, -1):
+                block_ids = kv.allocate_slots(request, slots)
+                if block_ids is None and slots > num_new:  # the lookahead is not worth a preemption
+                    block_ids = kv.allocate_slots(request, num_new)
                 if block_ids is None:
                     preempted = True
                     block_ids, idx, num_undone = self._preempt_for(request, num_new, idx, cached, num_scheduled,
@@ -266,8 +277,9 @@ class Scheduler:
             self._unfolded.append((scheduler_output, cached_blocks))
         return scheduler_output
 
-    def _drafts_allowed(self) -> bool:
-        """Whether this step may schedule drafts at all (``disable_by_batch_size``)."""
+    def drafts_allowed(self) -> bool:
+        """Whether the next step may schedule drafts at all (``disable_by_batch_size``); when not, the
+        engine may overlap it with the step before (async scheduling)."""
         spec = self.speculative_config
         if spec is None:
             return False

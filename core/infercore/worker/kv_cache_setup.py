@@ -53,6 +53,8 @@ class KVCacheSetup:
         self.encoder_only = all(s.attn_type == ENCODER_ONLY for s in specs)
         self.groups = kv_cache_groups([s.sliding_window for s in specs],
                                       hybrid=not config.cache.disable_hybrid_kv_cache_manager)
+        #: A second cache in the same block tables (a speculative draft's), paid from the same budget.
+        self.companion: KVCacheSetup | None = None
         #: The group of each layer, by layer index.
         self.layer_groups = [0] * self.num_layers
         for g, group in enumerate(self.groups):
@@ -79,13 +81,18 @@ class KVCacheSetup:
         else:
             budget = self._unprofiled_budget()
         cap = self.max_num_reqs * self.max_blocks_per_req + 1
-        num_blocks = primary_blocks_for_budget(budget, cap, lambda n: self.layout(n).total_bytes)
+        num_blocks = primary_blocks_for_budget(budget, cap, self._total_bytes)
         if num_blocks < 2:
             raise ValueError(
                 f"the KV cache budget of {budget} bytes holds fewer than 2 blocks of "
                 f"{self.spec.page_size_bytes * self.num_layers} bytes; "
                 "raise --gpu-memory-utilization or --kv-cache-memory-bytes, or use a smaller model")
         return int(num_blocks)
+
+    def _total_bytes(self, num_blocks: int) -> int:
+        """The cache's bytes for ``num_blocks`` primary-group blocks, its companion's included."""
+        companion = self.companion.layout(num_blocks).total_bytes if self.companion is not None else 0
+        return self.layout(num_blocks).total_bytes + companion
 
     def _unprofiled_budget(self) -> int:
         """The documented rule for platforms that cannot profile: a fixed fraction of free memory."""

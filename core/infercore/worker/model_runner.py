@@ -82,10 +82,7 @@ class ModelRunner:
                                      self.max_num_tokens, max_model_len)
         self.kv_spec, self.num_layers = self.kv_setup.spec, self.kv_setup.num_layers
         self.backend = select_attention_backend(self.model, platform, self.kv_spec, self.dtype)
-        self.sampler, self.spec, positions_per_row = make_sampler_and_step(
-            config.speculative.speculative_config, config.model.seed, vocab_size=self.vocab_size,
-            max_num_seqs=self.max_num_reqs, max_model_len=max_model_len, device=device,
-            pin_memory=platform.capabilities.pin_memory and device.type != "cpu")
+        self.sampler, self.spec, positions_per_row = make_sampler_and_step(self)
         self.max_blocks_per_req = math.ceil(max_model_len / self.block_size)
         num_groups = len(self.kv_setup.groups)
         self.buffers = StepBuffers(max(self.max_num_tokens, self.max_num_reqs), self.max_num_reqs,
@@ -178,6 +175,8 @@ class ModelRunner:
         self.kv_caches = self.kv_setup.allocate(self.backend, layout.pool_sizes)
         self.kv_setup.bind(self.model, self.backend, self.kv_caches, self.dtype)
         self.builder, *self.group_builders = self._new_builders()
+        if self.spec is not None:  # a draft model's cache, in the same block tables
+            self.spec.allocate(layout.pool_sizes)
         logger.info("KV cache: %s", layout.describe())
         with startup_phase("warm-up"):
             warm_up_sampler(self.sampler, self.vocab_size, self.dtype, self.device)
@@ -378,7 +377,7 @@ class ModelRunner:
         if self.pooling is not None:  # a pooling model pools every request instead (infercore.pooling)
             return pool_step(self.pooling, req_ids, layout, forward.out, batch, prompt_logprobs)
         states = [batch.requests[req_ids[i]] for i in sampled_idx]
-        pending = PendingSample(req_ids, sampled_idx, states, prompt_logprobs)
+        pending = PendingSample(req_ids, sampled_idx, states, prompt_logprobs, layout=layout)
         if not states:
             return pending
         n = len(states)
@@ -431,11 +430,11 @@ class ModelRunner:
                 self.input_batch.append_verified(pending.states, per_row)
             else:
                 self.input_batch.append_sampled(pending.states, tokens)
-            if self.spec is not None:
-                drafts = self.spec.step_drafts(self.input_batch, pending)
             if pending.logprobs is not None:
                 first = verified.first_position if verified is not None else range(len(per_row))
                 logprobs = sampled_logprobs(pending.logprobs, first, per_row, pending.states)
+        if self.spec is not None:  # a model-based proposer also catches up on steps that sampled nothing
+            drafts = self.spec.step_drafts(self.input_batch, pending)
         return ModelRunnerOutput(req_ids=pending.req_ids, sampled_token_ids=sampled, logprobs=logprobs,
                                  prompt_logprobs=pending.prompt_logprobs, draft_token_ids=drafts,
                                  pooler_output=pooled_to_host(pending))

@@ -26,4 +26,6 @@ class PendingSample:
     logprobs: Any = None  # LogprobsTensors of the sample, if any request asked
     #: A speculative step's VerifiedSample (``worker/spec_decode_step.py``): 1..k+1 tokens per row.
     verified: Any = None
+    #: The step's BatchLayout (a model-based proposer catches up on the step's tokens from it).
+    layout: Any = None
     pooled: dict[str, torch.Tensor] | None = None  # pooling requests' results on the device (infercore.pooling)

@@ -19,7 +19,9 @@ outputs in ``InputBatch.token_ids``); the drafts ride back to the scheduler with
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -28,12 +30,17 @@ from infercore.plugins.manager import get_plugin_manager
 from infercore.sample import Sampler
 from infercore.sample.logprobs import gather_logprobs
 from infercore.sample.metadata import SamplingMetadata
+from infercore.spec_decode.model_proposer import ModelProposer
 from infercore.spec_decode.position_metadata import positions_metadata
 from infercore.spec_decode.proposer import PAD_TOKEN_ID, Proposer, ProposerSpec
 from infercore.spec_decode.rejection_sampler import RejectionSampler
 from infercore.speculative_config import SpeculativeConfig
+from infercore.worker.draft_runner import DraftRunner
 from infercore.worker.input_batch import InputBatch, RequestState
 from infercore.worker.pending_sample import PendingSample
+
+if TYPE_CHECKING:
+    from infercore.worker.model_runner import ModelRunner
 
 
 @dataclasses.dataclass
@@ -50,17 +57,28 @@ class SpeculativeStep:
     """Verification and proposing for one model runner (built only when speculating)."""
 
     def __init__(self, config: SpeculativeConfig, sampler: RejectionSampler, *, vocab_size: int, max_num_seqs: int,
-                 max_model_len: int, device: torch.device, pin_memory: bool = False) -> None:
+                 max_model_len: int, device: torch.device, pin_memory: bool = False,
+                 target: ModelRunner | None = None) -> None:
         self.sampler = sampler
         self.device = device
         self.max_model_len = max_model_len
         self.num_speculative_tokens = config.num_speculative_tokens
+        self.disable_by_batch_size = config.disable_by_batch_size
         #: Where each step's verified tokens land on the host (pinned when the device is not the host).
         self._host = torch.zeros((max_num_seqs, config.num_speculative_tokens + 2), dtype=torch.int64,
                                  pin_memory=pin_memory)
         proposer_cls = get_plugin_manager().registry("speculative_method").load(config.method)
         self.proposer: Proposer = proposer_cls(ProposerSpec(config=config, vocab_size=vocab_size,
                                                             max_num_seqs=max_num_seqs, max_model_len=max_model_len))
+        if isinstance(self.proposer, ModelProposer):
+            if target is None:
+                raise ValueError(f"speculative method {config.method!r} drafts with a model and needs the target's runner")
+            self.proposer.bind(target, functools.partial(DraftRunner, target))
+
+    def allocate(self, pool_sizes: list[int]) -> None:
+        """Allocate a model-based proposer's KV cache beside the target's pools (nothing otherwise)."""
+        if isinstance(self.proposer, ModelProposer):
+            self.proposer.allocate(pool_sizes)
 
     def verify(self, batch: InputBatch, out: torch.Tensor, ends: np.ndarray, rows: np.ndarray,
                states: list[RequestState], compute_logits: Callable[[torch.Tensor], torch.Tensor],
@@ -131,6 +149,15 @@ class SpeculativeStep:
         """The next drafts of a collected step's requests, in its ``req_ids`` order ([] for those that
         did not sample)."""
         drafts: list[list[int]] = [[] for _ in pending.req_ids]
+        limit = self.disable_by_batch_size
+        draft = limit is None or len(pending.req_ids) < limit  # else the scheduler would drop them
+        if isinstance(self.proposer, ModelProposer):
+            for i, ids in self.proposer.propose_step(batch, pending.layout, pending.req_ids, pending.sampled_idx,
+                                                     draft).items():
+                drafts[i] = ids
+            return drafts
+        if not draft:
+            return drafts
         for i, ids in zip(pending.sampled_idx.tolist(), self.propose(batch, pending.states), strict=True):
             drafts[i] = ids
         return drafts
@@ -151,14 +178,14 @@ class SpeculativeStep:
         return drafts
 
 
-def make_sampler_and_step(speculative: SpeculativeConfig | None, seed: int | None, *, vocab_size: int,
-                          max_num_seqs: int, max_model_len: int, device: torch.device, pin_memory: bool
-                          ) -> tuple[Sampler, SpeculativeStep | None, int]:
+def make_sampler_and_step(runner: ModelRunner) -> tuple[Sampler, SpeculativeStep | None, int]:
     """The runner's sampler, the step that verifies drafts and proposes the next ones (None without
     speculative decoding), and how many positions a row may verify in one step (1 + k)."""
+    speculative, seed = runner.config.speculative.speculative_config, runner.config.model.seed
     if speculative is None:
         return Sampler(seed), None, 1
     sampler = RejectionSampler(seed)
-    step = SpeculativeStep(speculative, sampler, vocab_size=vocab_size, max_num_seqs=max_num_seqs,
-                           max_model_len=max_model_len, device=device, pin_memory=pin_memory)
+    pin = runner.platform.capabilities.pin_memory and runner.device.type != "cpu"
+    step = SpeculativeStep(speculative, sampler, vocab_size=runner.vocab_size, max_num_seqs=runner.max_num_reqs,
+                           max_model_len=runner.max_model_len, device=runner.device, pin_memory=pin, target=runner)
     return sampler, step, 1 + speculative.num_speculative_tokens

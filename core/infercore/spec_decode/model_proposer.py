@@ -1,0 +1,191 @@
+"""``ModelProposer``: the base of the proposers that run a model on the device (draft model, EAGLE).
+
+Such a proposer is bound to the target's runner (:meth:`ModelProposer.bind`, before the KV cache is
+sized, so its weights and cache come out of the same budget) and, after every step, is handed the
+step's layout (:meth:`ModelProposer.propose_step`), not only the histories:
+
+1. **Catch-up.** One forward pass of the draft-side model over the tokens the target settled in the
+   step: each row's scheduled positions up to its last accepted one, plus, for a row that sampled, the
+   target's own last token. The draft's KV cache then mirrors the target's (same blocks, same slots,
+   :mod:`infercore.worker.draft_runner`), through chunked prefill, prefix hits and preemption.
+   A method with ``input_shift = 1`` (EAGLE) feeds position ``p`` the token at ``p + 1`` beside the
+   target's hidden state at ``p``, so its catch-up stops one position earlier.
+2. **Drafting.** The catch-up's last position gives each sampling row its first draft; ``k - 1``
+   one-token steps (:meth:`ModelProposer.decode`, run by ``infercore.worker.draft_steps`` from static
+   buffers: captured graphs per batch size where the platform captures) give the rest, each feeding
+   the previous draft. The drafts stay on the device until the one copy at the end: no host sync
+   inside the loop.
+
+Drafts are the draft's argmax, a point mass for the rejection sampler (``Drafts.probs`` is None), so
+the output keeps the target's distribution for greedy and sampled requests alike.
+
+The scheduler allocates ``k`` lookahead slots past each running request's tokens for the draft's writes
+(``Scheduler.num_lookahead_tokens``), when blocks are free; a row drafts only within the blocks it holds,
+so without them, near the end of its last block, it drafts fewer tokens, or none. Steps with at least ``disable_by_batch_size`` requests
+run neither pass; positions computed in such steps stay stale in the draft's cache, which only lowers
+later acceptance.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from infercore.spec_decode.proposer import Drafts, Proposer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from torch import nn
+
+    from infercore.worker.batch_layout import BatchLayout
+    from infercore.worker.draft_runner import DraftRunner
+    from infercore.worker.draft_steps import DraftSteps
+    from infercore.worker.input_batch import InputBatch
+    from infercore.worker.model_runner import ModelRunner
+
+    #: Builds the :class:`DraftRunner` of a draft-side model: ``(model, draft_tensor_parallel_size)``.
+    MakeRunner = Callable[[nn.Module, int | None], DraftRunner]
+
+
+class ModelProposer(Proposer):
+    """A proposer that drafts with a model in the target's block tables (see the module docstring).
+
+    Subclasses implement :meth:`bind` (build ``self.runner``, a :class:`DraftRunner`) and
+    :meth:`forward` (the draft-side model over flat tokens → its hidden states and draft token ids).
+    """
+
+    #: Position ``p`` is fed the token at ``p + input_shift``.
+    input_shift = 0
+    #: Whether positions of steps without drafting are caught up later, when drafting resumes (a draft
+    #: model: its inputs are the tokens alone); else every step catches up (EAGLE: it needs the target's
+    #: hidden states of the step).
+    lazy_catch_up = True
+    runner: DraftRunner
+    steps: DraftSteps
+    #: The width of the hidden states :meth:`decode` takes and returns.
+    hidden_size: int
+    _valid_until: np.ndarray | None = None
+    _owner: list[str | None]
+
+    def propose(self, *, token_ids: np.ndarray, num_tokens: np.ndarray, num_drafts: np.ndarray) -> Drafts:
+        """Model-based proposers draft in :meth:`propose_step`; the history alone gives none."""
+        return Drafts.empty(len(num_tokens), int(num_drafts.max()) if len(num_drafts) else 0)
+
+    @abstractmethod
+    def bind(self, target: ModelRunner, make_runner: MakeRunner) -> None:
+        """Load the draft-side model onto the target's device (``target.device``, ``target.dtype``,
+        ``target.config`` for the load format) and set ``self.runner = make_runner(model, tp_size)``."""
+
+    def allocate(self, pool_sizes: list[int]) -> None:
+        """Allocate the draft's KV cache beside the target's pools of ``pool_sizes`` blocks, and the
+        buffers (and graphs) of its one-token steps."""
+        self.runner.allocate(pool_sizes)
+        config = self.spec.config
+        limit = config.disable_by_batch_size
+        rows = self.spec.max_num_seqs if limit is None else max(min(self.spec.max_num_seqs, limit - 1), 1)
+        self.steps = self.runner.make_steps(self.decode, self.hidden_size, rows, config.num_speculative_tokens - 1)
+        self.runner.make_catch_up(self.forward, rows)
+
+    @abstractmethod
+    def decode(self, input_ids: torch.Tensor, positions: torch.Tensor,
+               hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One draft step of one token per row (captured as a device graph where the platform can):
+        the draft-side model's hidden states and its draft token ids."""
+
+    @abstractmethod
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, target_rows: torch.Tensor,
+                last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The catch-up: run the draft-side model (inside the runner's forward context) over flat
+        ``input_ids`` at ``positions`` (an EAGLE head with the target's captured hidden states at
+        ``target_rows``). Returns the hidden states at the flat indices ``last`` and the draft token ids
+        from them."""
+
+    @torch.inference_mode()
+    def propose_step(self, batch: InputBatch, layout: BatchLayout, req_ids: list[str], sampled_idx: np.ndarray,
+                     draft: bool = True) -> dict[int, list[int]]:
+        """Catch up on a finished step and, with ``draft``, draft: ``{batch index: drafts}`` for the rows
+        that sampled. Without ``draft`` (a step of at least ``disable_by_batch_size`` requests) a method
+        that catches up lazily (:attr:`lazy_catch_up`) does nothing; the others only catch up."""
+        num_rows = len(req_ids)
+        if not num_rows:
+            return {}
+        states = [batch.requests.get(rid) for rid in req_ids]
+        live = np.array([s is not None and s.row == r for s, r in zip(states, layout.rows.tolist(), strict=True)])
+        if not draft and self.lazy_catch_up:
+            self._first_stale(layout.rows, layout.num_computed, req_ids, live)  # who holds each row, since when
+            return {}
+        num_blocks = np.array([s.num_blocks if s is not None else 0 for s in states], dtype=np.int64)
+        sampled = np.zeros(num_rows, dtype=bool)
+        sampled[sampled_idx] = True
+        rows, start = layout.rows, layout.num_computed
+        shift = self.input_shift
+        stop = np.where(sampled, batch.num_tokens[rows] - shift, start + layout.num_scheduled)
+        capacity = self.runner.capacity(rows, num_blocks)
+        stop = np.where(live, np.minimum(stop, capacity), start)
+        first = self._first_stale(rows, start, req_ids, live) if self.lazy_catch_up else start
+        if int(np.maximum(stop - first, 0).sum()) > self.runner.max_tokens:
+            first = np.maximum(first, start)  # no pass beyond a step's size: stale positions stay stale
+        last_pos = stop - 1
+        allowed = np.minimum(np.clip(self.spec.max_model_len - 1 - batch.num_tokens[rows], 0,
+                                     self.spec.config.num_speculative_tokens), capacity - last_pos)
+        drafting = sampled & live & (stop == batch.num_tokens[rows] - shift) & (allowed > 0) & draft
+        catch = np.flatnonzero(stop > first)
+        if not len(catch):
+            return {}
+        catch = catch[np.argsort(stop[catch] - first[catch] > 1, kind="stable")]  # one-token queries first
+        if self.lazy_catch_up:
+            self._valid_until[rows[catch]] = stop[catch]
+        query_lens = stop[catch] - first[catch]
+        offsets = np.arange(int(query_lens.sum())) - np.repeat(np.cumsum(query_lens) - query_lens, query_lens)
+        positions = np.repeat(first[catch], query_lens) + offsets
+        token_rows = np.repeat(rows[catch], query_lens)
+        input_ids = batch.token_ids[token_rows, np.minimum(positions + shift, batch.max_model_len - 1)]
+        # The target's hidden states of this step (EAGLE, whose catch-up starts at the step's first token).
+        target_rows = np.maximum(
+            np.repeat(layout.query_start_loc[:-1][catch] - (first - start)[catch], query_lens) + offsets, 0)
+        ends = np.cumsum(query_lens) - 1
+        pick = np.flatnonzero(drafting[catch])
+        hidden, tokens = self.runner.catch_up(rows[catch], query_lens, stop[catch], positions, input_ids,
+                                              target_rows, ends, pick, graphs_allowed=len(pick) > 0)
+        if not len(pick):
+            return {}
+        order = catch[pick]  # batch indices of the drafting rows
+        counts = allowed[order]
+        later = self.steps.run(rows[order], last_pos[order], counts, tokens, hidden)
+        host = torch.stack([tokens.long(), *later], 1).cpu().numpy()
+        return {int(i): host[n, : counts[n]].tolist() for n, i in enumerate(order.tolist())}
+
+    def _first_stale(self, rows: np.ndarray, start: np.ndarray, req_ids: list[str], live: np.ndarray) -> np.ndarray:
+        """Per row, the first position the draft's cache lacks: the step's first token, or earlier when
+        steps without drafting left positions out. The record starts where a request is first seen in a
+        row (what it had computed before, prefix hits, counts as present)."""
+        if self._valid_until is None:
+            self._valid_until = np.zeros(self.spec.max_num_seqs, dtype=np.int64)
+            self._owner = [None] * self.spec.max_num_seqs
+        first = start.copy()
+        for i, (row, rid) in enumerate(zip(rows.tolist(), req_ids, strict=True)):
+            if not live[i]:
+                continue
+            if self._owner[row] != rid:
+                self._owner[row] = rid
+                self._valid_until[row] = start[i]
+            first[i] = min(int(self._valid_until[row]), int(start[i]))
+        return first
+
+    def _dev(self, values: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(self.runner.device, non_blocking=True)
+
+
+def load_weights_into(model: Any, folder: str, load_format: str) -> None:
+    """Read ``folder``'s checkpoint into ``model`` through its ``load_weights``."""
+    from pathlib import Path
+
+    from infercore.models.loader import check_loaded, process_weights_after_loading
+    from infercore.models.weight_files import iterate_weights
+
+    check_loaded(model, model.load_weights(iterate_weights(Path(folder), load_format)))
+    process_weights_after_loading(model)

@@ -1,0 +1,154 @@
+"""The draft's catch-up pass as whole captured graphs, for attention backends that launch steps with
+prompt tokens from padded counts alone (``AttentionBackend.captures_mixed_steps``).
+
+A catch-up of ``t`` tokens over ``n`` requests pads to the smallest captured token count ``S >= t`` whose
+request count ``min(S, max_rows)`` holds ``n``: padding tokens are token 0 at position 0 written nowhere
+(slot -1), padding requests have no query tokens and no context, as the target's whole mixed graphs
+(``CommonAttentionMetadata.padded_for_graph``). The inputs go through static buffers: one copy each of
+the host's arrays, then one replay. Larger catch-ups (a prompt chunk's) run eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from infercore.attention.backend import CommonAttentionMetadata
+from infercore.forward_context import ForwardContext, set_forward_context
+from infercore.spec_decode.draft_parallel import tensor_parallel_size
+
+if TYPE_CHECKING:
+    from infercore.worker.draft_runner import DraftRunner
+
+logger = logging.getLogger(__name__)
+
+#: ``(input_ids [T], positions [T], target_rows [T], last [N]) -> (hidden [N, H], draft token ids [N])``.
+CatchUpFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+#: Token counts captured: a decode step's catch-up is ``sum(accepted + 2)`` tokens.
+SIZES = (8, 16, 32, 64, 128, 256)
+
+
+class CatchUpGraphs:
+    """Static buffers and one whole graph per token count of the draft's catch-up pass."""
+
+    def __init__(self, runner: DraftRunner, fn: CatchUpFn, max_rows: int, max_tokens: int) -> None:
+        self.runner, self.fn = runner, fn
+        device, groups = runner.device, len(runner.group_of)
+        self.sizes = [s for s in SIZES if s <= max_tokens] or [max_tokens]
+        self.max_rows = max_rows
+        top, width = self.sizes[-1], runner.target.max_blocks_per_req
+        self.width = width
+        i64, i32 = torch.int64, torch.int32
+        self.ids = torch.zeros(top, dtype=i64, device=device)
+        self.positions = torch.zeros(top, dtype=i64, device=device)
+        self.target_rows = torch.zeros(top, dtype=i64, device=device)
+        self.slots = torch.full((groups, top), -1, dtype=i64, device=device)
+        reqs = min(top, max_rows)
+        self.last = torch.zeros(reqs, dtype=i64, device=device)
+        self.query_start_loc = torch.zeros(reqs + 1, dtype=i32, device=device)
+        self.seq_lens = torch.zeros(reqs, dtype=i32, device=device)
+        self.tables = torch.zeros((groups, reqs, width), dtype=i32, device=device)
+        pin = runner.target.platform.capabilities.pin_memory and device.type != "cpu"
+        # Host staging: ids, positions, target rows, slots per group (tokens); last (requests).
+        self._host_tokens = torch.zeros((top, 3 + groups), dtype=i64, pin_memory=pin)
+        self._host_reqs = torch.zeros((reqs + 1, 2), dtype=i32, pin_memory=pin)
+        self._host_last = torch.zeros(reqs, dtype=i64, pin_memory=pin)
+        self._host_tables = torch.zeros((groups, reqs, width), dtype=i32, pin_memory=pin)
+        self.graphs: dict[int, tuple[Any, tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    def _requests(self, size: int) -> int:
+        return min(size, self.max_rows)
+
+    def _context(self, size: int) -> ForwardContext:
+        reqs = self._requests(size)
+        metas = [CommonAttentionMetadata(
+            num_reqs=reqs, num_actual_tokens=size, max_query_len=size, max_seq_len=size,
+            query_start_loc=self.query_start_loc[: reqs + 1], seq_lens=self.seq_lens[:reqs],
+            block_table=self.tables[g, :reqs], slot_mapping=self.slots[g, :size],
+            query_start_loc_cpu=torch.zeros(reqs + 1, dtype=torch.int32), seq_lens_cpu=torch.zeros(reqs, dtype=torch.int32),
+            padded_for_graph=True) for g in range(len(self.runner.group_of))]
+        built = [builder.build(meta) for builder, meta in zip(self.runner.builders, metas, strict=True)]
+        return ForwardContext(built[0], size, group_attn_metadata=tuple(built[1:]))
+
+    def _run(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        reqs = self._requests(size)
+        return self.fn(self.ids[:size], self.positions[:size], self.target_rows[:size], self.last[:reqs])
+
+    @torch.inference_mode()
+    def capture(self, pool: Any = None) -> None:
+        """One graph per size, largest first; captured on one request holding every token (reading the
+        null block, writing nowhere) beside query-less ones."""
+        platform = self.runner.target.platform
+        started = time.perf_counter()
+        pool = pool if pool is not None else platform.graph_pool_handle()
+        with tensor_parallel_size(self.runner.draft_tp):
+            for size in reversed(self.sizes):
+                reqs = self._requests(size)
+                self.query_start_loc[1: reqs + 1] = size
+                self.seq_lens[:reqs] = 0
+                self.seq_lens[0] = size
+                self.slots.fill_(-1)
+                self.last.zero_()
+                with set_forward_context(self._context(size)):
+                    self._run(size)
+                    graph = platform.new_graph()
+                    with platform.capture_graph(graph, pool):
+                        out = self._run(size)
+                self.graphs[size] = (graph, out)
+        platform.synchronize()
+        logger.info("captured %d draft catch-up graphs (%d..%d tokens) in %.1f s", len(self.graphs),
+                    self.sizes[0], self.sizes[-1], time.perf_counter() - started)
+
+    def size_for(self, num_tokens: int, num_rows: int) -> int | None:
+        """The captured size a catch-up of ``num_tokens`` tokens over ``num_rows`` requests replays."""
+        for size in self.sizes:
+            if size >= num_tokens and size in self.graphs:
+                return size if self._requests(size) >= num_rows else None
+        return None
+
+    def replay(self, size: int, rows: np.ndarray, query_lens: np.ndarray, seq_lens: np.ndarray,
+               positions: np.ndarray, input_ids: np.ndarray, target_rows: np.ndarray,
+               ends: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The catch-up of batch rows ``rows`` from the graph of ``size``: hidden states and draft tokens
+        at each request's last token (``ends``), one per request in order."""
+        runner = self.runner
+        n, t, reqs = len(rows), len(positions), self._requests(size)
+        tokens = self._host_tokens.numpy()  # token-major, so the first ``size`` rows are one copy
+        tokens[t:size] = 0
+        tokens[:t, 0], tokens[:t, 1], tokens[:t, 2] = input_ids, positions, target_rows
+        table = runner.target.input_batch.block_table
+        token_rows = np.repeat(rows, query_lens)
+        tables = self._host_tables.numpy()
+        for gi, g in enumerate(runner.group_of):
+            blocks = table[token_rows, (positions // runner.block_size) * runner.stride + g].astype(np.int64)
+            tokens[:t, 3 + gi] = blocks * runner.block_size + positions % runner.block_size
+            tokens[t:size, 3 + gi] = -1
+            tables[gi, :n] = table[rows, : self.width * runner.stride][:, g::runner.stride]
+        req = self._host_reqs.numpy()
+        req[0, 0] = 0
+        req[1: n + 1, 0] = np.cumsum(query_lens)
+        req[n + 1: reqs + 1, 0] = t
+        req[:n, 1] = seq_lens
+        req[n:reqs, 1] = 0
+        last = self._host_last.numpy()
+        last[:n] = ends
+        last[n:reqs] = 0
+        staged = self._host_tokens[:size].to(runner.device, non_blocking=True)
+        self.ids[:size].copy_(staged[:, 0])
+        self.positions[:size].copy_(staged[:, 1])
+        self.target_rows[:size].copy_(staged[:, 2])
+        self.slots[:, :size].copy_(staged[:, 3:].t())
+        reqs_dev = self._host_reqs[: reqs + 1].to(runner.device, non_blocking=True)
+        self.query_start_loc[: reqs + 1].copy_(reqs_dev[:, 0])
+        self.seq_lens[:reqs].copy_(reqs_dev[:reqs, 1])
+        self.last[:reqs].copy_(self._host_last[:reqs], non_blocking=True)
+        self.tables.copy_(self._host_tables, non_blocking=True)
+        graph, (hidden, drafted) = self.graphs[size]
+        graph.replay()
+        return hidden[:n], drafted[:n]

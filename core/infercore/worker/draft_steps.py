@@ -1,0 +1,155 @@
+"""The draft's one-token steps: ``k - 1`` pure-decode passes of the drafting rows, from static buffers.
+
+Every step of one call runs the same rows in the same order (the block-table rows are uploaded once);
+a row that has drafted all it may keeps running with its KV write masked (slot -1) and its context at
+its last settled position, and its outputs are dropped. All steps' positions, slots and context lengths
+are computed on the host first and uploaded in one copy; each step then copies its slice and the
+previous step's tokens (and hidden states) into the static inputs on the device, and either replays the
+graph captured for the smallest batch size that holds the rows (padding rows read nothing and write
+nowhere) or, without graphs, runs the step eagerly on the same buffers. Nothing waits for the device.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from infercore.attention.backend import CommonAttentionMetadata
+from infercore.forward_context import ForwardContext, set_forward_context
+from infercore.spec_decode.draft_parallel import tensor_parallel_size
+from infercore.worker.whole_graphs import capture_sizes
+
+if TYPE_CHECKING:
+    from infercore.worker.draft_runner import DraftRunner
+
+logger = logging.getLogger(__name__)
+
+#: ``(input_ids [n], positions [n], hidden [n, H]) -> (hidden [n, H], draft token ids [n])``.
+StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+class DraftSteps:
+    """Static buffers (and, where the platform captures, graphs per batch size) of a draft's decode steps."""
+
+    def __init__(self, runner: DraftRunner, step: StepFn, hidden_size: int, hidden_dtype: torch.dtype,
+                 max_rows: int, max_steps: int) -> None:
+        self.runner = runner
+        self.step = step
+        device = runner.device
+        target = runner.target
+        self.max_rows, self.max_steps = max_rows, max(max_steps, 1)
+        self.width = target.max_blocks_per_req
+        groups = len(runner.group_of)
+        i64, i32 = torch.int64, torch.int32
+        self.ids = torch.zeros(max_rows, dtype=i64, device=device)
+        self.positions = torch.zeros(max_rows, dtype=i64, device=device)
+        self.hidden = torch.zeros((max_rows, hidden_size), dtype=hidden_dtype, device=device)
+        self.query_start_loc = torch.arange(max_rows + 1, dtype=i32, device=device)
+        self.seq_lens = torch.zeros(max_rows, dtype=i32, device=device)
+        self.tables = torch.zeros((groups, max_rows, self.width), dtype=i32, device=device)
+        self.slots = torch.full((groups, max_rows), -1, dtype=i64, device=device)
+        self.query_start_loc_cpu = torch.arange(max_rows + 1, dtype=i32)
+        self.seq_lens_cpu = torch.ones(max_rows, dtype=i32)
+        pin = target.platform.capabilities.pin_memory and device.type != "cpu"
+        # Host staging of one call's steps: positions, then each group's slots (int64); context lengths (int32).
+        self._host_i64 = torch.zeros(((1 + groups) * self.max_steps, max_rows), dtype=i64, pin_memory=pin)
+        self._host_i32 = torch.zeros((self.max_steps, max_rows), dtype=i32, pin_memory=pin)
+        self._host_tables = torch.zeros((groups, max_rows, self.width), dtype=i32, pin_memory=pin)
+        self.sizes = capture_sizes(max_rows)
+        self.graphs: dict[int, tuple[Any, tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    def _context(self, size: int, max_seq_len: int) -> ForwardContext:
+        metas = [CommonAttentionMetadata(
+            num_reqs=size, num_actual_tokens=size, max_query_len=1, max_seq_len=max_seq_len,
+            query_start_loc=self.query_start_loc[: size + 1], seq_lens=self.seq_lens[:size],
+            block_table=self.tables[g, :size], slot_mapping=self.slots[g, :size],
+            query_start_loc_cpu=self.query_start_loc_cpu[: size + 1], seq_lens_cpu=self.seq_lens_cpu[:size])
+            for g in range(len(self.runner.group_of))]
+        built = [builder.build(meta) for builder, meta in zip(self.runner.builders, metas, strict=True)]
+        return ForwardContext(built[0], size, group_attn_metadata=tuple(built[1:]))
+
+    def _run(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.step(self.ids[:size], self.positions[:size], self.hidden[:size])
+
+    @torch.inference_mode()
+    def capture(self, pool: Any = None) -> None:
+        """Capture one graph per batch size (largest first; ``pool`` shared or a new one)."""
+        platform = self.runner.target.platform
+        started = time.perf_counter()
+        pool = pool if pool is not None else platform.graph_pool_handle()
+        self.seq_lens.fill_(1)  # every row reads the null block, writes nowhere
+        self.slots.fill_(-1)
+        with tensor_parallel_size(self.runner.draft_tp):
+            for size in reversed(self.sizes):
+                with set_forward_context(self._context(size, 1)):
+                    self._run(size)  # warm-up outside the graph
+                    graph = platform.new_graph()
+                    with platform.capture_graph(graph, pool):
+                        out = self._run(size)
+                self.graphs[size] = (graph, out)
+        platform.synchronize()
+        logger.info("captured %d draft decode graphs (batch sizes %d..%d) in %.1f s", len(self.graphs),
+                    self.sizes[0], self.sizes[-1], time.perf_counter() - started)
+
+    def run(self, rows: np.ndarray, last_pos: np.ndarray, counts: np.ndarray, tokens: torch.Tensor,
+            hidden: torch.Tensor) -> list[torch.Tensor]:
+        """Steps ``1 .. max(counts) - 1`` of batch rows ``rows`` whose settled tokens end at ``last_pos``
+        (their first drafts ``tokens`` and states ``hidden``); row ``i`` drafts ``counts[i]`` tokens in
+        all. Returns each step's draft token ids, one per row (a row past its count: garbage)."""
+        n, num_steps = len(rows), int(counts.max()) - 1
+        if num_steps <= 0:
+            return []
+        if n > self.max_rows or num_steps > self.max_steps:
+            raise ValueError(f"{n} drafting rows or {num_steps} steps exceed the buffers ({self.max_rows}, "
+                             f"{self.max_steps})")
+        runner = self.runner
+        stride, block = runner.stride, runner.block_size
+        table = runner.target.input_batch.block_table
+        steps = np.arange(1, num_steps + 1)[:, None]
+        alive = steps < counts[None, :]  # [S, n]
+        positions = np.where(alive, last_pos[None, :] + steps, last_pos[None, :])
+        seq_lens = positions + 1
+        host64, host32 = self._host_i64.numpy(), self._host_i32.numpy()
+        host64[:num_steps, :n] = positions
+        host32[:num_steps, :n] = seq_lens
+        tables = self._host_tables.numpy()
+        for gi, g in enumerate(runner.group_of):
+            blocks = table[rows[None, :], (positions // block) * stride + g].astype(np.int64)
+            host64[(1 + gi) * num_steps:(2 + gi) * num_steps, :n] = np.where(
+                alive, blocks * block + positions % block, -1)
+            tables[gi, :n] = table[rows, : self.width * stride][:, g::stride]
+        size = next((s for s in self.sizes if s >= n), self.max_rows)
+        graph = self.graphs.get(size) if self.graphs else None
+        if graph is None:
+            size = n
+        device = runner.device
+        staged64 = self._host_i64[: (1 + len(runner.group_of)) * num_steps].to(device, non_blocking=True)
+        staged32 = self._host_i32[:num_steps].to(device, non_blocking=True)
+        self.tables.copy_(self._host_tables, non_blocking=True)
+        self.seq_lens[n:size] = 0
+        self.slots[:, n:size] = -1
+        self.ids[:size].zero_()
+        out_tokens: list[torch.Tensor] = []
+        for j in range(num_steps):
+            self.positions[:n].copy_(staged64[j, :n])
+            self.seq_lens[:n].copy_(staged32[j, :n])
+            for gi in range(len(runner.group_of)):
+                self.slots[gi, :n].copy_(staged64[(1 + gi) * num_steps + j, :n])
+            self.ids[:n].copy_(tokens)
+            self.hidden[:n].copy_(hidden)
+            if graph is not None:
+                graph[0].replay()
+                hidden, tokens = graph[1][0][:n], graph[1][1][:n]
+            else:
+                self.seq_lens_cpu[:n] = torch.from_numpy(seq_lens[j].astype(np.int32))
+                with tensor_parallel_size(runner.draft_tp), set_forward_context(
+                        self._context(n, int(seq_lens[j].max()))):
+                    hidden, tokens = self._run(n)
+            tokens = tokens.long().clone()
+            out_tokens.append(tokens)
+        return out_tokens
