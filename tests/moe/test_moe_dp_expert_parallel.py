@@ -77,3 +77,29 @@ def test_dp2_ep_matches_one_engine(tiny_model_factory, tmp_path: Path, monkeypat
         second = reports[1]["experts"][name]
         assert first and second and not set(first) & set(second), name
         assert sorted(first + second) == list(range(len(first) + len(second))), name
+
+
+@pytest.mark.heavy
+def test_dp2_tp2_ep4_matches_one_engine(tiny_model_factory, tmp_path: Path, monkeypatch) -> None:
+    """Two engines of two ``mp`` ranks each: experts over four ranks, attention tensor-parallel inside
+    each engine."""
+    architecture, overrides = MOE_CASES["qwen3-moe"]
+    folder = str(tiny_model_factory(architecture, **overrides))
+    expected = reference_tokens(folder)
+    config = InfercoreConfig.from_kwargs(model=folder, data_parallel_size=2, tensor_parallel_size=2,
+                                         enable_expert_parallel=True, distributed_executor_backend="mp",
+                                         **ENGINE_ARGS)
+
+    async def serve() -> tuple[list[int], list[list[int]]]:
+        llm = await AsyncLLM.start(config)
+        try:
+            alone = await asyncio.wait_for(_tokens(llm, 1, "alone"), WAVE_TIMEOUT_S)
+            together = await asyncio.wait_for(
+                asyncio.gather(*(_tokens(llm, i, "together") for i in range(len(PROMPTS)))), WAVE_TIMEOUT_S)
+        finally:
+            await llm.shutdown()
+        return alone, list(together)
+
+    alone, together = asyncio.run(serve())
+    assert alone == expected[1]
+    assert together == expected
