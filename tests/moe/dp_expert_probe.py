@@ -41,7 +41,10 @@ class ProbedEngineCore(EngineCore):
         self.executor.collective_rpc = counted  # type: ignore[method-assign]
 
     def _write(self) -> None:
-        self.path.write_text(json.dumps(self.report))
+        # Whole or not at all: the test kills an engine at any moment.
+        scratch = self.path.with_suffix(".tmp")
+        scratch.write_text(json.dumps(self.report))
+        os.replace(scratch, self.path)
 
 
 def read_probe(folder: Path, rank: int) -> dict[str, Any]:

@@ -6,6 +6,9 @@ parallelism."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from moe_cases import ENGINE_ARGS, MOE_CASES
 from infercore import LLM, SamplingParams
 from infercore.config import InfercoreConfig
 from infercore.frontend.async_llm import AsyncLLM
+from infercore.frontend.core_client import EngineDeadError
 from infercore.frontend.dp_client import DataParallelClient
 
 PROMPTS = ["hello world", "The engine cache block request server stream json tool call", "a",
@@ -22,6 +26,8 @@ PROMPTS = ["hello world", "The engine cache block request server stream json too
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 #: Bounds a hang (engines out of step): every wave here takes a few seconds.
 WAVE_TIMEOUT_S = 90
+#: How soon the engine left behind must stop after the other one is killed mid-request.
+PEER_GONE_EXIT_S = 30
 
 
 def reference_tokens(folder: str) -> list[list[int]]:
@@ -50,10 +56,29 @@ async def _serve(config: InfercoreConfig) -> tuple[list[int], list[list[int]], l
         together = await asyncio.wait_for(
             asyncio.gather(*(_tokens(llm, i, "together") for i in range(len(PROMPTS)))), WAVE_TIMEOUT_S)
         assert client.routed[1] > 0  # the second wave is spread over both engines
+        await _kill_idle_engine_mid_request(llm, client)
     finally:
         await llm.shutdown()
     assert all(not c.process.is_alive() for c in client.clients)
     return alone, list(together), routed_alone
+
+
+async def _kill_idle_engine_mid_request(llm: AsyncLLM, client: DataParallelClient) -> None:
+    """Engine 1 (idle, running dummy steps for engine 0's request) is killed: the request fails and
+    engine 0, whose next step or agreement meets nobody, stops by itself instead of hanging."""
+    long = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
+    stream = llm.generate(PROMPTS[0], long, "long")
+    await asyncio.wait_for(stream.__anext__(), WAVE_TIMEOUT_S)
+    assert client._owner["long"] == 0
+    os.kill(client.clients[1].process.pid, signal.SIGKILL)
+    with pytest.raises(EngineDeadError):
+        async for _ in stream:
+            pass
+    survivor = client.clients[0].process
+    deadline = time.monotonic() + PEER_GONE_EXIT_S
+    while survivor.is_alive() and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert not survivor.is_alive(), "the engine left behind did not stop"
 
 
 @pytest.mark.parametrize("case", ["qwen3-moe", "mixtral"])

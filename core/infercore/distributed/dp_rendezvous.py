@@ -45,7 +45,8 @@ def connect_store(parallel: ParallelConfig, *, host: bool) -> dist.Store:
     from infercore.distributed.process_group import COLLECTIVE_TIMEOUT_S
 
     if parallel.data_parallel_master_port is None:
-        raise ValueError("expert parallelism across data-parallel engines needs data_parallel_master_port; "
-                         "the launcher of the engines sets it")
+        raise ValueError("expert parallelism across data-parallel engines needs data_parallel_master_port, "
+                         "which the launcher of the engines (infercore serve, AsyncLLM) sets; LLM runs a single "
+                         "engine: drop data_parallel_size or enable_expert_parallel there")
     return dist.TCPStore(parallel.data_parallel_master_ip, parallel.data_parallel_master_port, None, host,
                          timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S), wait_for_workers=False)
