@@ -3,10 +3,12 @@
 With experts spread over every data-parallel engine's ranks, each MoE layer's token exchange is
 collective over all engines, so every engine must run the same number of forward passes. Before each
 step the engines agree, over a small gloo group of the engine processes (:class:`DataParallelSync`),
-whether any of them has work; if one has, every engine steps, and one with nothing scheduled runs a
-dummy forward pass instead (``execute_dummy_batch``). When none has work the engines stay idle
-together, agreeing every :data:`LOCKSTEP_IDLE_POLL_MS` (so a request arriving at an idle engine waits
-at most that long for the others to join its step). A stopping engine leaves the group; the others'
+whether any of them has work; if one has, a wave starts: every engine steps, one with nothing
+scheduled running a dummy forward pass instead (``execute_dummy_batch``), and they agree again only
+every :data:`LOCKSTEP_AGREE_EVERY` steps (all engines count the same steps, so they agree at the same
+one), when the wave ends if no engine has work left. Idle, the engines agree every
+:data:`LOCKSTEP_IDLE_POLL_MS` (so a request arriving at an idle engine waits at most that long for
+the others to join its step). A stopping engine leaves the group; the others'
 next agreement fails and they stop too (their clients are being closed alike).
 """
 
@@ -34,6 +36,9 @@ logger = logging.getLogger("infercore.engine")
 #: While every engine is idle, how long each waits for input between agreements (milliseconds): the
 #: longest a request arriving at an idle engine waits for the others to start stepping with it.
 LOCKSTEP_IDLE_POLL_MS = 10
+#: Steps of a wave between two agreements: at most this many dummy steps run after the last request
+#: finishes, for one host round trip per that many steps instead of one per step.
+LOCKSTEP_AGREE_EVERY = 16
 
 
 class DataParallelSync:
@@ -64,15 +69,17 @@ class PeerEngineGone(RuntimeError):
 
 class LockstepEngineLoop(EngineLoop):
     """The engine loop of a data-parallel engine whose MoE layers exchange tokens with the other engines:
-    every step is agreed with them (:class:`DataParallelSync`), and a step this engine has no forward
-    pass of its own for runs the dummy one. :attr:`dummy_steps` counts those."""
+    it steps whenever they do (waves agreed through :class:`DataParallelSync`), and a step this engine
+    has no forward pass of its own for runs the dummy one. :attr:`dummy_steps` counts those."""
 
     def __init__(self, engine: Any, inputs: zmq.Socket | Sequence[zmq.Socket], sender: OutputSender,
                  parent_pid: int, sync: DataParallelSync, trace: EngineTrace | None = None) -> None:
         super().__init__(engine, inputs, sender, parent_pid, trace)
         self.sync = sync
-        #: Whether the last agreement found work on some engine (then input is read without waiting).
+        #: Whether the engines are in a wave (stepping together; input is then read without waiting).
         self._in_wave = False
+        #: Steps since the last agreement (every engine counts the same).
+        self._unagreed = 0
         self.dummy_steps = 0
 
     def run(self) -> int:
@@ -94,7 +101,9 @@ class LockstepEngineLoop(EngineLoop):
         busy = self._in_wave or self.engine.has_unfinished_requests()
         self._report_idle |= self._drain_input(0 if busy else LOCKSTEP_IDLE_POLL_MS)
         local = self.engine.has_unfinished_requests()
-        in_wave, self._in_wave = self._in_wave, self._agree(local)
+        in_wave = self._in_wave
+        if not in_wave or self._unagreed >= LOCKSTEP_AGREE_EVERY:
+            self._in_wave, self._unagreed = self._agree(local), 0
         if not self._in_wave:
             if in_wave:
                 logger.debug("data-parallel engine %d: every engine is idle (%d dummy steps so far)",
@@ -103,6 +112,7 @@ class LockstepEngineLoop(EngineLoop):
                 self.sender.send(self.engine.step(), settled=True)
                 self._report_idle = False
             return
+        self._unagreed += 1
         executor = self.engine.executor
         launched = executor.steps_launched
         if local:
@@ -110,5 +120,8 @@ class LockstepEngineLoop(EngineLoop):
             self._report_idle = True
         if executor.steps_launched == launched:
             # Nothing of ours ran on the workers this step: run the forward pass the others' need.
-            executor.collective_rpc("execute_dummy_batch")
+            try:
+                executor.collective_rpc("execute_dummy_batch")
+            except RuntimeError as exc:  # its exchange found a peer gone
+                raise PeerEngineGone(f"a dummy step failed ({exc})") from exc
             self.dummy_steps += 1
