@@ -14,6 +14,7 @@ from infercore.distributed.dp_rendezvous import spans_data_parallel, with_data_p
 from infercore.layers.expert_parallel_group import ExpertParallelGroup, get_ep_group, set_ep_group
 from infercore.layers.fused_moe import FusedMoE, building_with_expert_parallel
 from infercore.layers.tensor_parallel import set_tp_state
+from infercore.wire.scheduler_output import CachedRequests, SchedulerOutput
 from infercore.worker.dummy_step import run_dummy_step
 
 
@@ -64,7 +65,7 @@ def test_layers_built_for_four_engines_hold_disjoint_experts(ep_group) -> None:
     assert set().union(*held) == set(range(8)) and sum(map(len, held)) == 8
 
 
-def test_the_dummy_step_writes_no_kv_cache(tiny_model_factory) -> None:
+def test_the_dummy_step_writes_no_kv_cache(tiny_model_factory, monkeypatch) -> None:
     architecture, overrides = MOE_CASES["qwen3-moe"]
     llm = LLM(model=str(tiny_model_factory(architecture, **overrides)), **ENGINE_ARGS)
     try:
@@ -75,5 +76,14 @@ def test_the_dummy_step_writes_no_kv_cache(tiny_model_factory) -> None:
         run_dummy_step(runner)
         assert all(torch.equal(a, b) for a, b in zip(before, runner.kv_caches, strict=True))
         assert llm.generate(["hello world"], params, use_tqdm=False)[0].outputs[0].token_ids == first
+        # In lockstep, a worker given a step with nothing scheduled runs the dummy forward pass.
+        worker = llm.llm_engine.engine_core.executor.worker
+        ran: list[object] = []
+        monkeypatch.setattr("infercore.worker.worker.run_dummy_step", ran.append)
+        worker.execute_model(SchedulerOutput([], CachedRequests(), [], 0, set()))
+        assert ran == []
+        worker.lockstep = True
+        worker.execute_model(SchedulerOutput([], CachedRequests(), [], 0, set()))
+        assert ran == [runner]
     finally:
         llm.llm_engine.engine_core.shutdown()
