@@ -41,10 +41,11 @@ class FusedMoE(nn.Module):
     expert-parallel group (the tensor-parallel group, or every data-parallel engine's ranks) instead
     holds whole experts, those :attr:`placement` gives it (:attr:`local_expert_ids`, stacked in that
     order), routes its tensor-parallel share of its engine's tokens and exchanges them with the
-    experts' ranks through the platform's ``expert_dispatcher``. ``renormalize`` rescales each token's top-k weights to sum to
-    one (Mixtral; Qwen3-MoE's ``norm_topk_prob``). Weights belong to ``quant_method`` (unquantized unless the model's format
-    gives one); ``weight_loader(param, loaded, shard_id, expert_id)`` loads one expert's checkpoint
-    projection (``expert_id`` None: ``loaded`` stacks every expert).
+    experts' ranks through the platform's ``expert_dispatcher``. ``renormalize`` rescales each
+    token's top-k weights to sum to one (Mixtral; Qwen3-MoE's ``norm_topk_prob``). Weights belong to
+    ``quant_method`` (unquantized unless the model's format gives one);
+    ``weight_loader(param, loaded, shard_id, expert_id)`` loads one expert's checkpoint projection
+    (``expert_id`` None: ``loaded`` stacks every expert).
     """
 
     def __init__(self, num_experts: int, top_k: int, hidden_size: int, intermediate_size: int, *,
