@@ -128,3 +128,24 @@ def test_dp2_tp2_ep4_matches_one_engine(tiny_model_factory, tmp_path: Path, monk
     alone, together = asyncio.run(serve())
     assert alone == expected[1]
     assert together == expected
+
+
+@pytest.mark.heavy
+def test_dp2_ep_on_ray_matches_one_engine(tiny_model_factory) -> None:
+    """The same with each engine's worker a Ray actor (one host)."""
+    pytest.importorskip("ray")
+    architecture, overrides = MOE_CASES["mixtral"]
+    folder = str(tiny_model_factory(architecture, **overrides))
+    expected = reference_tokens(folder)
+    config = InfercoreConfig.from_kwargs(model=folder, data_parallel_size=2, enable_expert_parallel=True,
+                                         distributed_executor_backend="ray", **ENGINE_ARGS)
+
+    async def serve() -> list[list[int]]:
+        llm = await AsyncLLM.start(config)
+        try:
+            return list(await asyncio.wait_for(
+                asyncio.gather(*(_tokens(llm, i, "ray") for i in range(len(PROMPTS)))), WAVE_TIMEOUT_S))
+        finally:
+            await llm.shutdown()
+
+    assert asyncio.run(serve()) == expected
