@@ -102,10 +102,17 @@ class ParallelConfig(BaseSettings):
     pipeline_parallel_size: int = Field(1, ge=1, le=1, description="pipeline stages (only 1 today)")
     data_parallel_size: int = Field(1, ge=1, description="engine copies behind one server, each with its own devices")
     data_parallel_rank: int = Field(0, ge=0, description="which data-parallel engine this is (set by the server)")
+    data_parallel_master_ip: str = Field(
+        "127.0.0.1", description="address where the data-parallel engines meet (expert parallelism across "
+                                 "them); data-parallel engine 0 listens there")
+    data_parallel_master_port: int | None = Field(
+        None, ge=1, le=65535, description="port where the data-parallel engines meet (default: a free one, "
+                                          "chosen when the engines start)")
     enable_expert_parallel: bool = Field(
-        False, description="split MoE layers' experts whole over each engine's tensor-parallel ranks (tokens "
-                           "exchanged all-to-all) instead of sharding every expert; steps then run without "
-                           "device graphs")
+        False, description="split MoE layers' experts whole over the ranks (each engine's tensor-parallel "
+                           "ranks; with data_parallel_size > 1 every engine's ranks, the engines then "
+                           "stepping together) instead of sharding every expert; tokens are exchanged "
+                           "all-to-all and steps run without device graphs")
     distributed_executor_backend: str | None = Field(
         None, description="how workers run: uni (in the engine process), mp (a process per device) or ray "
                           "(Ray actors; pip install infercore[ray]); default: uni for one device, mp otherwise")
@@ -312,8 +319,13 @@ class InfercoreConfig(BaseModel):
     @model_validator(mode="after")
     def _expert_parallel_runs_eagerly(self) -> InfercoreConfig:
         # The all-to-all token exchange sizes its buffers from counts read on the host: no graph capture.
-        if self.parallel.enable_expert_parallel and self.parallel.tensor_parallel_size > 1:
+        par = self.parallel
+        if par.enable_expert_parallel and par.tensor_parallel_size * par.data_parallel_size > 1:
             self.model.enforce_eager = True
+        if par.enable_expert_parallel and par.data_parallel_size > 1:
+            # Data-parallel engines step together (each step one forward pass on every engine): one
+            # step at a time, never one launched ahead.
+            self.scheduler.async_scheduling = False
         return self
 
     def flat(self) -> dict[str, Any]:

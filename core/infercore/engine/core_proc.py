@@ -23,6 +23,7 @@ from typing import Any
 import zmq
 
 from infercore.config import InfercoreConfig
+from infercore.distributed.dp_rendezvous import spans_data_parallel
 from infercore.engine.latency_trace import EngineTrace, now_ns, open_writer
 from infercore.engine.output_sender import OutputSender
 from infercore.wire.codec import (
@@ -234,10 +235,15 @@ def run_engine_core(config_json: str, input_address: str | Sequence[str], output
         socket.connect(address)
     codec = WireCodec()
     engine = None
+    sync = None
     code = 1
     try:
         try:
             config = InfercoreConfig.model_validate_json(config_json)
+            if spans_data_parallel(config.parallel):
+                from infercore.engine.dp_lockstep import DataParallelSync
+
+                sync = DataParallelSync(config.parallel)  # before the engine: its workers meet through it
             engine = load_factory(engine_factory)(config)
             # A step with nothing to do reports the engine's starting figures (free KV blocks and so on).
             ready = EngineReady(model_info=engine.model_info, pid=os.getpid(), stats=engine.step().stats)
@@ -253,7 +259,13 @@ def run_engine_core(config_json: str, input_address: str | Sequence[str], output
         trace = EngineTrace(writer) if writer is not None else None
         sender = OutputSender(*output_sockets, trace=trace)
         try:
-            code = EngineLoop(engine, input_sockets, sender, parent_pid, trace).run()
+            if sync is None:
+                loop = EngineLoop(engine, input_sockets, sender, parent_pid, trace)
+            else:
+                from infercore.engine.dp_lockstep import LockstepEngineLoop
+
+                loop = LockstepEngineLoop(engine, input_sockets, sender, parent_pid, sync, trace)
+            code = loop.run()
         except Exception as exc:
             logger.exception("engine step failed")
             sender.send_message(EngineFailure(_user_message(exc)), MessageKind.ENGINE_DEAD)

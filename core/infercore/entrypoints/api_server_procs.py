@@ -36,6 +36,7 @@ from multiprocessing.process import BaseProcess
 
 from infercore.config import DEMO_MODEL, InfercoreConfig
 from infercore.demo import resolve_demo_model
+from infercore.distributed.dp_rendezvous import with_data_parallel_master
 from infercore.frontend.core_client import EngineEndpoint, make_socket_dir, run_engine
 from infercore.frontend.dp_client import rank_config
 
@@ -115,12 +116,13 @@ class _Launcher:
         """Spawn every engine, then every API server with its endpoints."""
         count = self.config.serve.api_server_count
         size = self.config.parallel.data_parallel_size
+        engines_config = with_data_parallel_master(self.config)  # where the engines meet, when they must
         for rank in range(size):
             inputs = [f"ipc://{socket_dir}/in-{server}-{rank}" for server in range(count)]
             outputs = [f"ipc://{socket_dir}/out-{server}-{rank}" for server in range(count)]
             engine = self.ctx.Process(
                 target=run_engine, name=f"infercore-engine-core-{rank}", daemon=True,
-                args=(socket_dir, rank_config(self.config, rank).model_dump_json(), inputs, outputs, os.getpid(),
+                args=(socket_dir, rank_config(engines_config, rank).model_dump_json(), inputs, outputs, os.getpid(),
                       self.engine_factory))
             engine.start()
             logger.info("engine %d started (pid %d)", rank, engine.pid)

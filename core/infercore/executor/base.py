@@ -39,6 +39,8 @@ class Executor(ABC):
 
     #: The future of the step launched last with ``non_block=True``, until its tokens come back.
     _in_flight: StepFuture | None = None
+    #: Steps launched on the workers so far (each one forward pass on every rank).
+    steps_launched: int = 0
 
     @abstractmethod
     def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
@@ -67,6 +69,7 @@ class Executor(ABC):
         launches may run ahead of results by one step. Steps with a grammar bitmask run blocking (the
         bitmask needs the previous token).
         """
+        self.steps_launched += 1
         if not non_block:
             return self.collective_rpc("execute_model", (scheduler_output, grammar_bitmask))[0]
         if grammar_bitmask is not None:

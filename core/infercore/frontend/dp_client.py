@@ -21,6 +21,7 @@ from collections import defaultdict
 import msgspec
 
 from infercore.config import InfercoreConfig
+from infercore.distributed.dp_rendezvous import with_data_parallel_master
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
 from infercore.frontend.core_client import EngineCoreClient, EngineEndpoint
 from infercore.wire.messages import EngineCoreOutputs, EngineCoreRequest, SchedulerStats
@@ -52,6 +53,8 @@ class DataParallelClient:
 
     def __init__(self, config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
                  endpoints: list[EngineEndpoint] | None = None) -> None:
+        if endpoints is None:
+            config = with_data_parallel_master(config)  # where the engines meet, when they must
         self.config = config
         size = config.parallel.data_parallel_size
         if endpoints is not None and len(endpoints) != size:

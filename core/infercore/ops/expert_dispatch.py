@@ -4,14 +4,14 @@ interface and its plain all-to-all implementation.
 A dispatcher is the ``expert_dispatcher`` custom op (an op whose implementation is a class): core
 registers :class:`AllToAllExpertDispatcher` as the reference, and a platform plugin may register a faster class (fused permute-and-send kernels,
 NVSHMEM-style low-latency exchanges…) under the same name with ``platform=NAME``. Each
-expert-parallel fused-MoE layer builds one with ``cls(rank, size)``.
+expert-parallel fused-MoE layer builds one with ``cls(rank, size)`` and sets its :attr:`~ExpertDispatcher.group`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -34,8 +34,25 @@ class DispatchedTokens:
     state: Any = None
 
 
+class ExchangeGroup(Protocol):
+    """The collectives of an expert-parallel group a dispatcher exchanges over (what
+    :class:`~infercore.layers.expert_parallel_group.ExpertParallelGroup` provides)."""
+
+    rank: int
+    size: int
+
+    def all_to_all_single(self, out: torch.Tensor, x: torch.Tensor, out_splits: list[int],
+                          in_splits: list[int]) -> None:
+        """Rows of ``x`` out (``in_splits[r]`` to rank ``r``), rows into ``out`` (``out_splits[r]`` from ``r``)."""
+        ...
+
+
 class ExpertDispatcher(ABC):
     """Exchanges tokens between the ranks of an expert-parallel group.
+
+    :attr:`group` is the group to exchange over, set by the layer after it builds the dispatcher
+    (None: the default process group, the tensor-parallel group); with data-parallel engines it spans
+    every engine's ranks and is not the default group, so an exchange must go through it.
 
     Contract: :meth:`dispatch` and :meth:`combine` are collective (every rank calls them, in the
     same order, each with its own tokens, possibly none); ``combine(f(d.hidden, d.local_ids), d)``
@@ -48,6 +65,7 @@ class ExpertDispatcher(ABC):
         if not 0 <= rank < size:
             raise ValueError(f"expert-parallel rank {rank} is outside a group of size {size}")
         self.rank, self.size = rank, size
+        self.group: ExchangeGroup | None = None
 
     @abstractmethod
     def dispatch(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
@@ -73,8 +91,8 @@ class _ExchangeState:
 
 
 class AllToAllExpertDispatcher(ExpertDispatcher):
-    """The plain exchange: ``torch.distributed.all_to_all_single`` over the default process group
-    (NCCL on GPUs, gloo on the CPU), three calls out (the counts, the rows, their expert slots) and one
+    """The plain exchange: an ``all_to_all_single`` over :attr:`group` (NCCL on GPUs, gloo on the
+    CPU), three calls out (the counts, the rows, their expert slots) and one
     back. It reads the counts on the host, so a step that uses it cannot be captured in a device graph.
 
     Each (token, expert) pair travels as its own row (a token whose two experts share an owner is sent
@@ -96,8 +114,10 @@ class AllToAllExpertDispatcher(ExpertDispatcher):
         out = x.new_empty((out_rows, *x.shape[1:]))
         if self.size == 1:
             out.copy_(x)
-        else:
+        elif self.group is None:
             dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits)
+        else:
+            self.group.all_to_all_single(out, x, out_splits, in_splits)
         return out
 
     def dispatch(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,

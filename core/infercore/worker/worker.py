@@ -13,17 +13,20 @@ import os
 import torch
 
 from infercore.config import InfercoreConfig
+from infercore.distributed.dp_rendezvous import spans_data_parallel
+from infercore.distributed.expert_group import destroy_expert_parallel_group, init_expert_parallel_group
 from infercore.distributed.process_group import destroy_tensor_parallel, init_tensor_parallel
 from infercore.platforms.interface import Platform
 from infercore.wire.kv_layout import KVCacheLayout
 from infercore.wire.model_info import ModelInfo
 from infercore.wire.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from infercore.worker.dummy_step import run_dummy_step
 
 logger = logging.getLogger(__name__)
 
 #: Methods an executor may call on a worker over RPC.
 RPC_METHODS = frozenset({"determine_num_blocks", "initialize_kv_cache", "execute_model",
-                         "execute_model_async", "finish_pending", "get_pid", "ping"})
+                         "execute_model_async", "finish_pending", "execute_dummy_batch", "get_pid", "ping"})
 
 
 def platform_for(config: InfercoreConfig) -> Platform:
@@ -56,6 +59,9 @@ class Worker:
         self.platform.set_device(device_index)
         self.device = self.platform.device(device_index)
         init_tensor_parallel(rank, world_size, self.platform.dist_backend, init_method, self.device)
+        init_expert_parallel_group(config.parallel, rank, self.platform.dist_backend, self.device)
+        #: Whether every step must run a forward pass (experts spread over data-parallel engines).
+        self.lockstep = spans_data_parallel(config.parallel)
         self.runner = ModelRunner(config, self.platform, self.device, model_info.max_model_len,
                                   max_num_batched_tokens, model_info.eos_token_id)
         logger.info("worker %d/%d ready on %s", rank, world_size, self.device)
@@ -74,8 +80,16 @@ class Worker:
 
     def execute_model(self, scheduler_output: SchedulerOutput,
                       grammar_bitmask: torch.Tensor | None = None) -> ModelRunnerOutput | None:
-        """Run one step and wait for its tokens (rank 0 returns them)."""
+        """Run one step and wait for its tokens (rank 0 returns them). In lockstep with other data-parallel
+        engines, a step with nothing scheduled runs the dummy forward pass."""
+        if self.lockstep and not scheduler_output.req_ids:
+            self.execute_dummy_batch()
         return self._driver_only(self.runner.execute_model(scheduler_output, grammar_bitmask))
+
+    def execute_dummy_batch(self) -> None:
+        """One forward pass of a throw-away token: this engine's share of a step the other
+        data-parallel engines run (their MoE layers exchange tokens with this engine's experts)."""
+        run_dummy_step(self.runner)
 
     def execute_model_async(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
         """Launch a step; rank 0 returns the output of the step launched before it."""
@@ -94,5 +108,6 @@ class Worker:
         return self.rank
 
     def shutdown(self) -> None:
-        """Leave the process group."""
+        """Leave the process groups."""
+        destroy_expert_parallel_group()
         destroy_tensor_parallel()

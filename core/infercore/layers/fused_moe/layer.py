@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from infercore.layers.checkpoint_slice import materialize
+from infercore.layers.expert_parallel_group import get_ep_group
 from infercore.layers.fused_moe.expert_parallel import expert_parallel_size, gather_token_shares, token_range
 from infercore.layers.fused_moe.method import FusedMoEMethod, FusedMoEWeightSpec, UnquantizedFusedMoEMethod
 from infercore.layers.fused_moe.placement import ExpertPlacement, placement_for
@@ -36,13 +37,15 @@ class FusedMoE(nn.Module):
 
     Under tensor parallelism every rank holds every expert and a share of each expert's
     intermediate features (gate/up rows, down columns); the partial outputs are summed over the
-    group. Built with expert parallelism on (see ``expert_parallel.py``), each rank instead holds
-    whole experts, those :attr:`placement` gives it (:attr:`local_expert_ids`, stacked in that
-    order), routes its share of the tokens and exchanges them with the experts' ranks through the
-    platform's ``expert_dispatcher``. ``renormalize`` rescales each token's top-k weights to sum to
-    one (Mixtral; Qwen3-MoE's ``norm_topk_prob``). Weights belong to ``quant_method`` (unquantized unless the model's format
-    gives one); ``weight_loader(param, loaded, shard_id, expert_id)`` loads one expert's checkpoint
-    projection (``expert_id`` None: ``loaded`` stacks every expert).
+    group. Built with expert parallelism on (see ``expert_parallel.py``), each rank of the
+    expert-parallel group (the tensor-parallel group, or every data-parallel engine's ranks) instead
+    holds whole experts, those :attr:`placement` gives it (:attr:`local_expert_ids`, stacked in that
+    order), routes its tensor-parallel share of its engine's tokens and exchanges them with the
+    experts' ranks through the platform's ``expert_dispatcher``. ``renormalize`` rescales each
+    token's top-k weights to sum to one (Mixtral; Qwen3-MoE's ``norm_topk_prob``). Weights belong to
+    ``quant_method`` (unquantized unless the model's format gives one);
+    ``weight_loader(param, loaded, shard_id, expert_id)`` loads one expert's checkpoint projection
+    (``expert_id`` None: ``loaded`` stacks every expert).
     """
 
     def __init__(self, num_experts: int, top_k: int, hidden_size: int, intermediate_size: int, *,
@@ -59,9 +62,12 @@ class FusedMoE(nn.Module):
         self.placement: ExpertPlacement | None = None
         self.dispatcher: ExpertDispatcher | None = None
         if ep_size > 1:
+            ep = get_ep_group()
+            self.ep_rank = ep.rank
             self.placement = placement_for(prefix, num_experts, ep_size)
-            self.dispatcher = get_op("expert_dispatcher")(tp.rank, ep_size)
-            self.local_expert_ids = self.placement.local_experts(tp.rank)
+            self.dispatcher = get_op("expert_dispatcher")(ep.rank, ep_size)
+            self.dispatcher.group = ep
+            self.local_expert_ids = self.placement.local_experts(ep.rank)
             self.shard_rank, shards = 0, 1
         else:
             self.local_expert_ids = list(range(num_experts))
@@ -84,10 +90,11 @@ class FusedMoE(nn.Module):
         return get_tp_state().all_reduce(out)
 
     def _forward_expert_parallel(self, hidden: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
-        """Route this rank's share of the tokens, run the experts held here over the rows sent to them,
-        weight and sum on the way back, and gather every rank's share (collective)."""
+        """Route this rank's tensor-parallel share of the tokens, run the experts held here over the rows
+        sent to them (from any rank of the expert-parallel group), weight and sum on the way back, and
+        gather the tensor-parallel ranks' shares (collective)."""
         assert self.placement is not None and self.dispatcher is not None and self.expert_load is not None
-        rank, size = self.tp_rank, self.placement.ep_size
+        rank, size = self.tp_rank, self.tp_size
         num_tokens = hidden.shape[0]
         start, stop = token_range(num_tokens, rank, size)
         topk_weights, topk_ids = select_experts(router_logits[start:stop], self.top_k, self.renormalize)
