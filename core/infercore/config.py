@@ -326,6 +326,10 @@ class InfercoreConfig(BaseModel):
             # Data-parallel engines step together (each step one forward pass on every engine): one
             # step at a time, never one launched ahead.
             self.scheduler.async_scheduling = False
+            if self.speculative.speculative_config is not None:
+                # A proposer's own forward passes are not matched by the idle engines' dummy steps.
+                raise ValueError("speculative decoding is not supported with expert parallelism across "
+                                 "data-parallel engines; drop --speculative-config or --enable-expert-parallel")
         return self
 
     def flat(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import torch
 from moe_cases import ENGINE_ARGS, MOE_CASES
 
 from infercore import LLM, SamplingParams
-from infercore.config import InfercoreConfig
+from infercore.config import ConfigError, InfercoreConfig
 from infercore.distributed.dp_rendezvous import spans_data_parallel, with_data_parallel_master
 from infercore.layers.expert_parallel_group import ExpertParallelGroup, get_ep_group, set_ep_group
 from infercore.layers.fused_moe import FusedMoE, building_with_expert_parallel
@@ -24,6 +24,12 @@ def test_dp_with_ep_steps_one_at_a_time_without_graphs() -> None:
     assert config.model.enforce_eager and config.scheduler.async_scheduling is False
     plain = InfercoreConfig.from_kwargs(data_parallel_size=2)
     assert not spans_data_parallel(plain.parallel) and not plain.model.enforce_eager
+
+
+def test_dp_with_ep_refuses_speculative_decoding() -> None:
+    with pytest.raises(ConfigError, match="speculative decoding is not supported with expert parallelism"):
+        InfercoreConfig.from_kwargs(data_parallel_size=2, enable_expert_parallel=True,
+                                    speculative_config={"method": "ngram", "num_speculative_tokens": 3})
 
 
 def test_the_launcher_chooses_a_rendezvous_port_only_when_engines_meet() -> None:
