@@ -78,12 +78,15 @@ class MultiModalStep:
             return
         needed: list[tuple[RequestMedia, int]] = []
         spans: list[tuple[RequestMedia, int, int, int, int]] = []  # media, feature, lo, hi, first row
+        done: list[str] = []
         for i, rid in enumerate(req_ids):
             media = self.requests.get(rid)
             if media is None or not media.features:
                 continue
             start = int(layout.num_computed[i])
             stop = start + int(layout.num_scheduled[i])
+            if media.mrope is None and stop >= media.features[-1].end:
+                done.append(rid)  # past its last image: nothing more to keep (a resumed request comes back new)
             base = int(layout.query_start_loc[i]) - start
             for k, feature in enumerate(media.features):
                 if feature.offset >= stop:
@@ -103,6 +106,8 @@ class MultiModalStep:
             self._masked = max(self._masked, base + hi)
             if hi == feature.end:
                 del media.outputs[k]
+        for rid in done:
+            del self.requests[rid]
 
     def _encode(self, needed: list[tuple[RequestMedia, int]]) -> None:
         """Run the vision tower over the images in ``needed`` (one call) and cache the outputs."""
