@@ -46,8 +46,8 @@ def test_llava_matches_hf_through_chunked_prefill(tower, llava_clip_folder, llav
         oracle.check(out, images, f"{tower} {prompt['prompt']!r}")
     mm = llm.llm_engine.engine_core.executor.worker.runner.mm
     assert mm.num_encoded == sum(len(images) for _, images in requests), "an image was encoded more than once"
-    # Outputs go once their last placeholder is computed (the runner forgets finished requests one step later).
-    assert not any(media.outputs for media in mm.requests.values()), "encoder outputs outlived their images"
+    # A request's images (and outputs) go once its last placeholder is computed.
+    assert not mm.requests, "encoder state outlived the images"
 
 
 def test_llava_async_scheduling_and_preemption_match_hf(llava_clip_folder):

@@ -30,6 +30,12 @@ def test_prefix_cache_hits_the_same_image_and_misses_another(llava_clip_folder):
     assert b.outputs[0].token_ids == a.outputs[0].token_ids
     assert c.num_cached_tokens <= offset, "a different image hit blocks of the first one"
     LlavaOracle(llava_clip_folder).check(c, [other], "different image, same text")
+    # Two requests of one step holding the same image: the tower runs once for both.
+    third = random_image(20, 20, seed=3)
+    encoded = mm.num_encoded
+    twins = llm.generate([{"prompt": TEXT, "multi_modal_data": {"image": third}}] * 2, PARAMS, use_tqdm=False)
+    assert mm.num_encoded == encoded + 1
+    assert twins[0].outputs[0].token_ids == twins[1].outputs[0].token_ids
 
 
 def test_chat_with_image_parts_matches_generate(llava_siglip_folder):
@@ -41,7 +47,10 @@ def test_chat_with_image_parts_matches_generate(llava_siglip_folder):
     pil = llm.chat([{"role": "user", "content": [{"type": "image_pil", "image_pil": image},
                                                  {"type": "text", "text": "what is this"}]}], PARAMS, use_tqdm=False)[0]
     assert chat.outputs[0].token_ids == pil.outputs[0].token_ids
-    assert "<image>\nwhat is this" in chat.prompt
+    assert chat.prompt.count("<image>") == 1 and "what is this" in chat.prompt
     LlavaOracle(llava_siglip_folder).check(chat, [image], "chat")
+    # A template that reads string contents only gets the image parts as placeholder text.
+    plain = llm.chat(messages, PARAMS, use_tqdm=False, chat_template="{% for m in messages %}{{ m.content }}{% endfor %}")
+    assert plain[0].prompt == "<image>\nwhat is this"
     cache = llm.llm_engine.input_processor.mm.cache
     assert cache.hits >= 1 and len(cache) == 1, "the same image was processed twice"

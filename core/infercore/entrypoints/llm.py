@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import weakref
@@ -16,7 +17,7 @@ from infercore.entrypoints.llm_pooling import PoolingAPI
 from infercore.frontend.llm_engine import LLMEngine
 from infercore.frontend.output_processor import RequestOutputKind
 from infercore.lora.request import LoRARequest
-from infercore.multimodal.chat_content import split_image_parts
+from infercore.multimodal.chat_content import chat_forms, pick_rendering
 from infercore.outputs import RequestOutput
 from infercore.sampling_params import SamplingParams
 from infercore.tokenizer import apply_chat_template
@@ -115,10 +116,21 @@ class LLM(PoolingAPI):  # embed, classify, score, encode, reward: infercore.entr
         prompts: list[PromptType] = []
         for conv in conversations:
             # Image parts (image_url, image_pil) become the model's placeholder text (infercore.multimodal).
-            conv, images = split_image_parts(conv, mm.placeholder_text if mm is not None else None)
-            text = apply_chat_template(tokenizer, conv, chat_template=chat_template,
-                                       add_generation_prompt=add_generation_prompt, tools=tools,
-                                       chat_template_kwargs=chat_template_kwargs)
+            flat, images, structured = chat_forms(conv, mm.placeholder_text if mm is not None else None)
+
+            def render(messages: list[dict[str, Any]]) -> str:
+                return apply_chat_template(tokenizer, messages, chat_template=chat_template,
+                                           add_generation_prompt=add_generation_prompt, tools=tools,
+                                           chat_template_kwargs=chat_template_kwargs)
+
+            if images:  # the checkpoint's template may take image parts as such (infercore.multimodal)
+                try:
+                    rich: str | None = render(structured)
+                except ValueError:
+                    rich = None
+                text = pick_rendering(rich, functools.partial(render, flat), mm.placeholder_text, len(images))
+            else:
+                text = render(flat)
             prompt: dict[str, Any] = {"prompt": text, "prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)}
             if images:
                 prompt["multi_modal_data"] = {"image": images}

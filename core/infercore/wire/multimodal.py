@@ -76,6 +76,9 @@ class WireTensor(msgspec.Struct, array_like=True):
     def nbytes(self) -> int:
         return len(self.data)
 
+    def __repr__(self) -> str:  # never the bytes (an image is megabytes)
+        return f"WireTensor({self.dtype}, {self.shape})"
+
 
 class MultiModalFeature(msgspec.Struct, array_like=True, omit_defaults=True):
     """One image (or other media item) of a prompt.

@@ -79,12 +79,15 @@ class MultiModalStep:
             return
         needed: list[tuple[RequestMedia, int]] = []
         spans: list[tuple[RequestMedia, int, int, int, int]] = []  # media, feature, lo, hi, first row
+        done: list[str] = []
         for i, rid in enumerate(req_ids):
             media = self.requests.get(rid)
             if media is None or not media.features:
                 continue
             start = int(layout.num_computed[i])
             stop = start + int(layout.num_scheduled[i])
+            if media.mrope is None and stop >= media.features[-1].end:
+                done.append(rid)  # past its last image: nothing more to keep (a resumed request comes back new)
             base = int(layout.query_start_loc[i]) - start
             for k, feature in enumerate(media.features):
                 if feature.offset >= stop:
@@ -104,16 +107,23 @@ class MultiModalStep:
             self._masked = max(self._masked, base + hi)
             if hi == feature.end:
                 del media.outputs[k]
+        for rid in done:
+            del self.requests[rid]
 
     def _encode(self, needed: list[tuple[RequestMedia, int]]) -> None:
-        """Run the vision tower over the images in ``needed`` (one call) and cache the outputs."""
-        items = [{name: t.to_tensor(self.device) for name, t in media.features[k].data.items()}
-                 for media, k in needed]
+        """Run the vision tower over the images in ``needed`` (one call; an image that several of them hold,
+        by content hash, runs once) and cache the outputs."""
+        unique: dict[str, MultiModalFeature] = {}
+        for media, k in needed:
+            unique.setdefault(media.features[k].identifier, media.features[k])
+        items = [{name: t.to_tensor(self.device) for name, t in f.data.items()} for f in unique.values()]
         outputs = self.model.embed_multimodal(items)
         if len(outputs) != len(items):
             raise ValueError(f"embed_multimodal returned {len(outputs)} embeddings for {len(items)} images")
-        for (media, k), out in zip(needed, outputs, strict=True):
+        by_id = dict(zip(unique, outputs, strict=True))
+        for media, k in needed:
             feature = media.features[k]
+            out = by_id[feature.identifier]
             if out.shape[0] != feature.length:
                 raise ValueError(f"embed_multimodal returned {out.shape[0]} rows for an image with {feature.length} "
                                  "placeholder tokens; the processor's token count and the model disagree")

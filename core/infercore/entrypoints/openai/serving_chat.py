@@ -42,7 +42,7 @@ from infercore.entrypoints.openai.serving_base import (
 from infercore.entrypoints.openai.serving_completion import prompt_logprobs_answer
 from infercore.entrypoints.openai.stream_chunks import chat_chunk
 from infercore.entrypoints.openai.template_process import TemplateProcessPool
-from infercore.multimodal.chat_content import split_image_parts
+from infercore.multimodal.chat_content import chat_forms
 from infercore.multimodal.media import MediaError
 from infercore.outputs import CompletionOutput, Logprob, RequestOutput
 from infercore.sampling_params import StructuredOutputsParams
@@ -58,11 +58,13 @@ def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return messages_and_images(messages, None)[0]
 
 
-def messages_and_images(messages: list[ChatMessage], placeholder: str | None) -> tuple[list[dict[str, Any]], list[Any]]:
+def messages_and_images(messages: list[ChatMessage], placeholder: str | None
+                        ) -> tuple[list[dict[str, Any]], list[Any], list[dict[str, Any]]]:
     """The messages as the chat template expects them (content parts joined, each image part as the model's
-    ``placeholder`` text) and the image URLs in order; 400 on parts the server can't take."""
+    ``placeholder`` text), the image URLs in order, and the messages with image parts kept as
+    ``{"type": "image"}`` (:mod:`infercore.multimodal.chat_content`); 400 on parts the server can't take."""
     try:
-        return split_image_parts([m.model_dump(exclude_none=True) for m in messages], placeholder)
+        return chat_forms([m.model_dump(exclude_none=True) for m in messages], placeholder)
     except MediaError as exc:
         raise APIError(400, str(exc), "messages") from None
 
@@ -116,7 +118,8 @@ class OpenAIServingChat(OpenAIServing):
         with the request in a worker process that is killed at its deadline), and the image URLs of its
         image parts (each rendered as the model's placeholder text)."""
         mm = self.engine.input_processor.mm
-        messages, images = messages_and_images(req.messages, mm.placeholder_text if mm is not None else None)
+        messages, images, structured = messages_and_images(req.messages,
+                                                           mm.placeholder_text if mm is not None else None)
         if mm is not None:
             try:
                 mm.check_count(len(images))
@@ -126,13 +129,26 @@ class OpenAIServingChat(OpenAIServing):
             add_generation_prompt=req.add_generation_prompt,
             tools=[t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None,
             chat_template_kwargs=req.chat_template_kwargs, continue_final_message=req.continue_final_message)
-        if not req.chat_template:
-            return await self.render_chat(messages, chat_template=self.chat_template, **kwargs), images
-        try:
-            return await self.request_templates.render(self.tokenizer, messages, chat_template=req.chat_template,
-                                                       timeout_s=TEMPLATE_TIMEOUT_S, **kwargs), images
-        except ValueError as exc:
-            raise APIError(400, str(exc), "messages") from None
+
+        async def render(messages: list[dict[str, Any]]) -> str:
+            if not req.chat_template:
+                return await self.render_chat(messages, chat_template=self.chat_template, **kwargs)
+            try:
+                return await self.request_templates.render(self.tokenizer, messages, chat_template=req.chat_template,
+                                                           timeout_s=TEMPLATE_TIMEOUT_S, **kwargs)
+            except ValueError as exc:
+                raise APIError(400, str(exc), "messages") from None
+
+        if not images:
+            return await render(messages), images
+        assert mm is not None
+        try:  # the checkpoint's template may take image parts as such
+            rich: str | None = await render(structured)
+        except APIError:
+            rich = None
+        if rich is not None and rich.count(mm.placeholder_text) == len(images):
+            return rich, images
+        return await render(messages), images
 
     async def with_images(self, engine_prompt: dict[str, Any], images: list[Any]) -> dict[str, Any]:
         """The prompt with its images loaded and processed off the event loop (within a time bound): its
