@@ -129,8 +129,9 @@ def test_chat_with_an_image_url_part(qwen_vl_folder: Path, cases: Cases) -> None
                                              {"type": "text", "text": "what is this"}]}]
     llm = LLM(model=str(qwen_vl_folder), **ENGINE)
     out = llm.chat(messages, GREEDY, use_tqdm=False)[0]
-    # LLM.chat writes each image part as the placeholder text, parts joined by newlines.
-    flat = [{"role": "user", "content": "<|vision_start|><|image_pad|><|vision_end|>\nwhat is this"}]
-    text = cases.hf.tokenizer.apply_chat_template(flat, tokenize=False, add_generation_prompt=True)
+    # LLM.chat hands the template the parts (each image as {"type": "image"}), as Qwen's processor does.
+    parts = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what is this"}]}]
+    text = cases.hf.tokenizer.apply_chat_template(parts, tokenize=False, add_generation_prompt=True)
+    assert "<|vision_start|><|image_pad|><|vision_end|>what is this" in text
     check([out], [cases.hf.greedy(text, [image], MAX_TOKENS)])
     llm.shutdown()
