@@ -44,6 +44,10 @@ class ExpertDispatcher(ABC):
     expert ``ids[t, j]`` run on its owner rank.
     """
 
+    #: The process group of the exchange (None: the default group). The fused-MoE layer sets it to the
+    #: tensor-parallel group after construction, which differs from the default one under pipeline stages.
+    group: Any = None
+
     def __init__(self, rank: int, size: int) -> None:
         if not 0 <= rank < size:
             raise ValueError(f"expert-parallel rank {rank} is outside a group of size {size}")
@@ -73,7 +77,7 @@ class _ExchangeState:
 
 
 class AllToAllExpertDispatcher(ExpertDispatcher):
-    """The plain exchange: ``torch.distributed.all_to_all_single`` over the default process group
+    """The plain exchange: ``torch.distributed.all_to_all_single`` over the tensor-parallel group
     (NCCL on GPUs, gloo on the CPU), three calls out (the counts, the rows, their expert slots) and one
     back. It reads the counts on the host, so a step that uses it cannot be captured in a device graph.
 
@@ -97,7 +101,7 @@ class AllToAllExpertDispatcher(ExpertDispatcher):
         if self.size == 1:
             out.copy_(x)
         else:
-            dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits)
+            dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=self.group)
         return out
 
     def dispatch(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,

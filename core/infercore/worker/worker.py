@@ -13,7 +13,7 @@ import os
 import torch
 
 from infercore.config import InfercoreConfig
-from infercore.distributed.process_group import destroy_tensor_parallel, init_tensor_parallel
+from infercore.distributed.process_group import destroy_tensor_parallel, init_parallel
 from infercore.platforms.interface import Platform
 from infercore.wire.kv_layout import KVCacheLayout
 from infercore.wire.model_info import ModelInfo
@@ -24,6 +24,12 @@ logger = logging.getLogger(__name__)
 #: Methods an executor may call on a worker over RPC.
 RPC_METHODS = frozenset({"determine_num_blocks", "initialize_kv_cache", "execute_model",
                          "execute_model_async", "finish_pending", "get_pid", "ping"})
+
+
+def output_rank(config: InfercoreConfig) -> int:
+    """The rank whose step outputs the engine reads: tensor-parallel rank 0 of the last pipeline stage."""
+    par = config.parallel
+    return (par.pipeline_parallel_size - 1) * par.tensor_parallel_size
 
 
 def platform_for(config: InfercoreConfig) -> Platform:
@@ -42,8 +48,9 @@ def platform_for(config: InfercoreConfig) -> Platform:
 
 class Worker:
     """Initialises its device and process group, loads its shard, sizes and allocates its KV cache
-    and runs steps. Only rank 0 returns sampled tokens; every rank samples (the same tokens) to keep
-    its own copy of each request's tokens for the next step."""
+    and runs steps. Only the output rank (rank 0 of the last pipeline stage: :func:`output_rank`) returns
+    sampled tokens; every rank of that stage samples (the same tokens) to keep its own copy of each
+    request's tokens for the next step, and the other stages get them with the next step."""
 
     def __init__(self, config: InfercoreConfig, model_info: ModelInfo, max_num_batched_tokens: int, *,
                  rank: int = 0, world_size: int = 1, device_index: int = 0, init_method: str = "",
@@ -55,13 +62,16 @@ class Worker:
         self.platform = platform or platform_for(config)
         self.platform.set_device(device_index)
         self.device = self.platform.device(device_index)
-        init_tensor_parallel(rank, world_size, self.platform.dist_backend, init_method, self.device)
+        par = config.parallel
+        init_parallel(rank, par.tensor_parallel_size if world_size > 1 else 1, par.pipeline_parallel_size,
+                      self.platform.dist_backend, init_method, self.device)
+        self.output_rank = output_rank(config) if world_size > 1 else 0
         self.runner = ModelRunner(config, self.platform, self.device, model_info.max_model_len,
                                   max_num_batched_tokens, model_info.eos_token_id)
         logger.info("worker %d/%d ready on %s", rank, world_size, self.device)
 
     def _driver_only(self, output: ModelRunnerOutput | None) -> ModelRunnerOutput | None:
-        return output if self.rank == 0 else None
+        return output if self.rank == self.output_rank else None
 
     def determine_num_blocks(self) -> int:
         """KV cache blocks that fit this device (the executor takes the minimum over ranks)."""

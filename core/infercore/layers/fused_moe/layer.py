@@ -61,6 +61,7 @@ class FusedMoE(nn.Module):
         if ep_size > 1:
             self.placement = placement_for(prefix, num_experts, ep_size)
             self.dispatcher = get_op("expert_dispatcher")(tp.rank, ep_size)
+            self.dispatcher.group = tp.group
             self.local_expert_ids = self.placement.local_experts(tp.rank)
             self.shard_rank, shards = 0, 1
         else:
