@@ -98,12 +98,14 @@ class EngineCore:
             # steps would verify drafts a step late, so speculative decoding runs steps one at a time.
             logger.info("speculative decoding runs without async scheduling")
             self.async_mode = False
-        #: Steps in the pipe at most (pipeline parallelism: one per stage, so no stage idles).
+        #: Pipeline parallelism: steps are sent to the stages without waiting, up to ``max_batches`` in the
+        #: pipe (one per stage, so no stage idles).
+        self.pipelined = config.parallel.pipeline_parallel_size > 1
         self.max_batches = config.parallel.pipeline_parallel_size
         self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, self.kv_layout,
                                    self.max_num_batched_tokens, speculative_config=speculative,
                                    max_loras=config.lora.max_loras if config.lora.enable_lora else None,
-                                   pipeline_stages=self.max_batches)
+                                   pipeline_stages=config.parallel.pipeline_parallel_size)
         #: The step launched last in overlapped mode and the future of its output.
         self._inflight: tuple[SchedulerOutput, StepFuture] | None = None
         #: Pipeline parallelism: the steps in the pipe and their futures, oldest first.
@@ -146,7 +148,7 @@ class EngineCore:
             # Only compiles are left: wait for one briefly rather than spin beside the compile threads.
             self.grammars.wait_for_compiles(_IDLE_COMPILE_WAIT_S)
         failed = self.grammars.admit_ready(self.scheduler) if self.grammars.pending else []
-        if self.max_batches > 1 and not self.grammars.has_requests():
+        if self.pipelined and not self.grammars.has_requests():
             outputs = self._step_pipelined()
         elif self._batches:  # a grammar's steps run one at a time: empty the pipe first
             outputs = self._fold_oldest_batch()

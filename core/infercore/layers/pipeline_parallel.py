@@ -16,6 +16,7 @@ several micro-batches in the pipe.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +76,8 @@ class PipelineState:
     next_rank: int | None = None
     #: The process group of this tensor-parallel rank's stages (None with one stage).
     group: Any = None
+    #: When the last hand-over was received (monotonic seconds; for the stage trace).
+    last_recv: float = 0.0
     #: Sends started and not yet waited for, with the tensors they read.
     _pending: list[tuple[Any, torch.Tensor]] = field(default_factory=list)
 
@@ -96,6 +99,7 @@ class PipelineState:
         assert self.prev_rank is not None, "the first stage receives nothing"
         both = torch.empty((2, num_tokens, hidden_size), dtype=dtype, device=device)
         dist.recv(both, src=self.prev_rank)
+        self.last_recv = time.monotonic()
         return both[0], both[1]
 
     def send(self, hidden: torch.Tensor, residual: torch.Tensor) -> None:

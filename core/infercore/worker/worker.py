@@ -18,6 +18,7 @@ from infercore.platforms.interface import Platform
 from infercore.wire.kv_layout import KVCacheLayout
 from infercore.wire.model_info import ModelInfo
 from infercore.wire.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from infercore.worker.stage_trace import StageTrace
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class Worker:
         self.output_rank = output_rank(config) if world_size > 1 else 0
         self.runner = ModelRunner(config, self.platform, self.device, model_info.max_model_len,
                                   max_num_batched_tokens, model_info.eos_token_id)
+        self.trace = StageTrace(rank)
         logger.info("worker %d/%d ready on %s", rank, world_size, self.device)
 
     def _driver_only(self, output: ModelRunnerOutput | None) -> ModelRunnerOutput | None:
@@ -84,8 +86,11 @@ class Worker:
 
     def execute_model(self, scheduler_output: SchedulerOutput,
                       grammar_bitmask: torch.Tensor | None = None) -> ModelRunnerOutput | None:
-        """Run one step and wait for its tokens (rank 0 returns them)."""
-        return self._driver_only(self.runner.execute_model(scheduler_output, grammar_bitmask))
+        """Run one step and wait for its tokens (the output rank returns them)."""
+        self.trace.begin()
+        output = self.runner.execute_model(scheduler_output, grammar_bitmask)
+        self.trace.end(scheduler_output)
+        return self._driver_only(output)
 
     def execute_model_async(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
         """Launch a step; rank 0 returns the output of the step launched before it."""

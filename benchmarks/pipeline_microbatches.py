@@ -1,0 +1,131 @@
+"""Micro-batching of pipeline stages: the throughput of one engine with ``pipeline_parallel_size`` stages
+when it keeps ``pp`` steps in the pipe and when it keeps one, in the same run.
+
+With one step in the pipe each stage idles while the others run; with ``pp`` steps each stage runs a
+step while the next stage runs the one before. The workload is ``--num-requests`` requests of random
+prompts, their prompts split over steps by the token budget so that two groups of requests take turns
+(each stage then has a step to run). The model is random weights of a config given by its sizes; on the
+CPU each stage is a process with one torch thread, so a machine with ``pp`` free cores shows the gain.
+
+Prints one JSON line per setting (``batches_in_flight``, output tokens, seconds, tok/s, the most steps
+that were in the pipe at once) and a last line with the ratio. Example (CPU, the figure of the issue):
+
+    python benchmarks/pipeline_microbatches.py --num-requests 64 --pp 2
+
+On GPUs (one per stage), ``--device-threads 0`` leaves the torch threads alone:
+
+    python benchmarks/pipeline_microbatches.py --num-requests 256 --pp 2 --hidden-size 2048 --layers 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from infercore import LLM, SamplingParams
+from infercore.tiny_models import build_tokenizer, tiny_config
+
+
+def make_model(folder: Path, hidden_size: int, layers: int) -> Path:
+    """A config-and-tokenizer folder (weights come from ``load_format="dummy"``)."""
+    build_tokenizer(folder)
+    from transformers import AutoTokenizer
+
+    vocab = len(AutoTokenizer.from_pretrained(str(folder)))
+    config = tiny_config("LlamaForCausalLM", vocab_size=vocab, hidden_size=hidden_size,
+                         intermediate_size=hidden_size * 3, num_hidden_layers=layers,
+                         num_attention_heads=max(hidden_size // 64, 1), num_key_value_heads=max(hidden_size // 256, 1))
+    config.save_pretrained(str(folder))
+    return folder
+
+
+def run(llm: LLM, prompts: list[list[int]], output_len: int) -> tuple[int, float]:
+    """Output tokens and seconds of one pass over ``prompts``."""
+    params = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
+    started = time.perf_counter()
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    seconds = time.perf_counter() - started
+    return sum(len(o.outputs[0].token_ids) for o in outs), seconds
+
+
+class PipeDepth:
+    """Records the most steps an engine core had in its pipe at once."""
+
+    def __init__(self, core: Any) -> None:
+        self.most = 0
+        submit = core.executor.submit_step
+
+        def counted(so: Any) -> Any:
+            future = submit(so)
+            self.most = max(self.most, len(core._batches) + 1)
+            return future
+
+        core.executor.submit_step = counted
+
+
+def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Run the workload with one step in the pipe and with ``pp``, alternating, ``--repeats`` times each."""
+    rng = random.Random(0)
+    prompts = [[rng.randrange(10, 400) for _ in range(args.prompt_len)] for _ in range(args.num_requests)]
+    with tempfile.TemporaryDirectory() as tmp:
+        model = make_model(Path(tmp), args.hidden_size, args.layers)
+        # The budget takes half of the prompts per step: two groups of requests then take turns in the pipe.
+        budget = max(args.prompt_len * args.num_requests // args.pp, args.prompt_len)
+        engine_args: dict[str, Any] = {
+            "pipeline_parallel_size": args.pp, "distributed_executor_backend": args.backend,
+            "load_format": "dummy", "dtype": args.dtype, "max_model_len": args.prompt_len + args.output_len + 16,
+            "max_num_seqs": args.num_requests, "max_num_batched_tokens": budget,
+            "max_prefill_tokens_per_decode": None, "enable_prefix_caching": False}
+        if args.device_threads:
+            engine_args["cpu_threads"] = args.device_threads
+        llm = LLM(model=str(model), **engine_args)
+        core = llm.llm_engine.engine_core
+        depth = PipeDepth(core)
+        try:
+            run(llm, prompts[: args.pp * 2], 4)  # warm-up
+            results: dict[int, list[tuple[int, float, int]]] = {1: [], args.pp: []}
+            for _ in range(args.repeats):
+                for batches in (1, args.pp):
+                    core.max_batches = batches
+                    depth.most = 0
+                    tokens, seconds = run(llm, prompts, args.output_len)
+                    results[batches].append((tokens, seconds, depth.most))
+        finally:
+            core.shutdown()
+    lines = []
+    for batches, runs in results.items():
+        tokens = sum(r[0] for r in runs)
+        seconds = sum(r[1] for r in runs)
+        lines.append({"batches_in_flight": batches, "output_tokens": tokens, "seconds": round(seconds, 3),
+                      "tok_per_s": round(tokens / seconds, 1), "most_in_pipe": max(r[2] for r in runs)})
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-requests", type=int, default=64)
+    parser.add_argument("--pp", type=int, default=2)
+    parser.add_argument("--prompt-len", type=int, default=16)
+    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--hidden-size", type=int, default=1024)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--backend", default="mp", choices=["mp", "ray"])
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--device-threads", type=int, default=1,
+                        help="torch threads per worker on the CPU (0: the platform's default)")
+    args = parser.parse_args()
+    lines = measure(args)
+    for line in lines:
+        print(json.dumps(line), flush=True)
+    one, many = lines[0], lines[1]
+    print(json.dumps({"speedup": round(many["tok_per_s"] / one["tok_per_s"], 3), "pp": args.pp}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
