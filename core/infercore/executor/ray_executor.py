@@ -82,6 +82,12 @@ class RayWorkerActor:
 
         return str(ray.util.get_node_ip_address())
 
+    def node_id(self) -> str:
+        """The Ray node this actor runs on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     def free_port(self) -> int:
         """A port free on this actor's node (for the process group's rendezvous)."""
         return free_port("0.0.0.0")
