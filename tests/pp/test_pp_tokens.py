@@ -6,6 +6,8 @@ and one two tensor-parallel ranks per stage."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pp_cases import greedy_tokens
 
@@ -43,3 +45,27 @@ def test_pp2_tp2_expert_parallel_matches_pp1(tiny_model_factory) -> None:
     expected = greedy_tokens(model)
     assert greedy_tokens(model, pipeline_parallel_size=2, tensor_parallel_size=2,
                          enable_expert_parallel=True) == expected
+
+
+@pytest.mark.heavy
+def test_pp2_with_a_grammar_request_matches_pp1(tiny_model_factory) -> None:
+    """A request with a grammar runs its steps one at a time (the pipe emptied first) beside the others."""
+    from pp_cases import ENGINE_ARGS
+
+    from infercore import LLM, SamplingParams
+    from infercore.sampling_params import StructuredOutputsParams
+
+    model = tiny_model_factory("Qwen3ForCausalLM")
+    constrained = SamplingParams(temperature=0, max_tokens=20,
+                                 structured_outputs=StructuredOutputsParams(regex="(yes|no)[0-9]{3}"))
+    plain = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    results = []
+    for pp in (1, 2):
+        llm = LLM(model=str(model), pipeline_parallel_size=pp, **ENGINE_ARGS)
+        try:
+            outs = llm.generate(["hello world", "a b c", "The engine"], [constrained, plain, plain], use_tqdm=False)
+            results.append([(o.outputs[0].text, o.outputs[0].token_ids) for o in outs])
+        finally:
+            llm.llm_engine.engine_core.shutdown()
+    assert results[0] == results[1]
+    assert re.fullmatch("(yes|no)[0-9]{3}", results[1][0][0])

@@ -107,6 +107,8 @@ class ModelRunner:
         pp = get_pp_state()
         #: Pipeline stages: only the last samples; every stage takes sampled tokens from the scheduler's output.
         self.last_stage, self.pipelined = pp.is_last, pp.size > 1
+        if self.pipelined and self.pooling is not None:
+            raise ValueError("pooling models do not run with pipeline_parallel_size > 1; serve them with one stage")
         self._sampled_host = torch.zeros(self.max_num_reqs, dtype=torch.long, pin_memory=pin)
         self.kv_layout: KVCacheLayout | None = None
         self.kv_caches: list[torch.Tensor] = []
