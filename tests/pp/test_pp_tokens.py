@@ -9,8 +9,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from pp_cases import greedy_tokens
+from pp_cases import ENGINE_ARGS, greedy_tokens
 
+from infercore import LLM, SamplingParams
+from infercore.sampling_params import StructuredOutputsParams
 from infercore.tiny_models import TINY_ARCHITECTURES
 
 #: By default: uneven layers with hybrid KV groups (Gemma 3), and experts (Qwen3-MoE); the rest are heavy.
@@ -50,11 +52,6 @@ def test_pp2_tp2_expert_parallel_matches_pp1(tiny_model_factory) -> None:
 @pytest.mark.heavy
 def test_pp2_with_a_grammar_request_matches_pp1(tiny_model_factory) -> None:
     """A request with a grammar runs its steps one at a time (the pipe emptied first) beside the others."""
-    from pp_cases import ENGINE_ARGS
-
-    from infercore import LLM, SamplingParams
-    from infercore.sampling_params import StructuredOutputsParams
-
     model = tiny_model_factory("Qwen3ForCausalLM")
     constrained = SamplingParams(temperature=0, max_tokens=20,
                                  structured_outputs=StructuredOutputsParams(regex="(yes|no)[0-9]{3}"))
