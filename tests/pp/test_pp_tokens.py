@@ -66,3 +66,41 @@ def test_pp2_with_a_grammar_request_matches_pp1(tiny_model_factory) -> None:
             llm.llm_engine.engine_core.shutdown()
     assert results[0] == results[1]
     assert re.fullmatch("(yes|no)[0-9]{3}", results[1][0][0])
+
+
+def _outputs(model, pp: int, prompts: list[str], params, **engine_args) -> tuple[list, int]:
+    """Tokens, logprobs and prompt logprobs of each prompt, and the engine's preemptions."""
+    llm = LLM(model=str(model), pipeline_parallel_size=pp, **{**ENGINE_ARGS, **engine_args})
+    try:
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        found = [(o.outputs[0].token_ids, [sorted((k, v.logprob) for k, v in d.items()) for d in o.outputs[0].logprobs or []],
+                  [sorted((k, v.logprob) for k, v in d.items()) if d else None for d in o.prompt_logprobs or []])
+                 for o in outs]
+        return found, llm.llm_engine.engine_core.scheduler.num_preemptions
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+
+
+@pytest.mark.heavy
+def test_pp2_sampling_logprobs_and_penalties_match_pp1(tiny_model_factory) -> None:
+    model = tiny_model_factory("Qwen3ForCausalLM")
+    params = [SamplingParams(temperature=0.8, seed=7, max_tokens=10, ignore_eos=True, logprobs=2, prompt_logprobs=1),
+              SamplingParams(temperature=0, max_tokens=10, ignore_eos=True, repetition_penalty=1.3,
+                             presence_penalty=0.5),
+              SamplingParams(temperature=1.0, top_k=5, max_tokens=10, ignore_eos=True, seed=3),
+              SamplingParams(temperature=0, max_tokens=10, ignore_eos=True, frequency_penalty=1.0, logprobs=1)]
+    prompts = ["hello world", "a b c", "The engine cache block request server stream json tool", "x"]
+    assert _outputs(model, 2, prompts, params) == _outputs(model, 1, prompts, params)
+
+
+@pytest.mark.heavy
+def test_pp2_under_preemption_matches_pp1(tiny_model_factory) -> None:
+    """A KV cache too small for every request: requests are preempted (some while a step of theirs is in
+    the pipe) and resumed, with the tokens of one stage."""
+    model = tiny_model_factory("Qwen3ForCausalLM")
+    prompts = [f"request number {i} " + "word " * (3 + 2 * i) for i in range(8)]
+    params = SamplingParams(temperature=0, max_tokens=60, ignore_eos=True)
+    small = {"num_gpu_blocks_override": 14, "max_num_batched_tokens": 64}
+    two, preempted = _outputs(model, 2, prompts, params, **small)
+    assert preempted > 0
+    assert two == _outputs(model, 1, prompts, params, **small)[0]
