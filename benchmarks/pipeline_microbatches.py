@@ -7,8 +7,15 @@ prompts, their prompts split over steps by the token budget so that two groups o
 (each stage then has a step to run). The model is random weights of a config given by its sizes; on the
 CPU each stage is a process with one torch thread, so a machine with ``pp`` free cores shows the gain.
 
-Prints one JSON line per setting (``batches_in_flight``, output tokens, seconds, tok/s, the most steps
-that were in the pipe at once) and a last line with the ratio. Example (CPU, the figure of the issue):
+Prints one JSON line per setting (``batches_in_flight``, output tokens, seconds, output and total
+(prompt + output) tok/s, the most steps that were in the pipe at once, and with the ``mp`` executor the
+CPU seconds each stage's process used) and a last line with the ratio of total tok/s. The default
+workload is prompt-heavy (128-token prompts, 16 output tokens): on the CPU a prompt chunk is compute
+bound, while a decode step of 32 rows mostly streams the weights, whose cost a smaller step does not
+shrink. On a machine without ``pp`` free cores the stages share what there is and the ratio says
+nothing; the CPU seconds still show what each stage would take on a core of its own (``cpu_bound``:
+the sum over stages with one step in flight against the largest with ``pp``). Example (CPU, the figure
+of the issue):
 
     python benchmarks/pipeline_microbatches.py --num-requests 64 --pp 2
 
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import tempfile
 import time
@@ -45,7 +53,7 @@ def make_model(folder: Path, hidden_size: int, layers: int) -> Path:
 
 
 def run(llm: LLM, prompts: list[list[int]], output_len: int) -> tuple[int, float]:
-    """Output tokens and seconds of one pass over ``prompts``."""
+    """Output tokens and seconds of one pass over ``prompts`` (prompt tokens are ``prompts``' lengths)."""
     params = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
     started = time.perf_counter()
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
@@ -88,30 +96,46 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         depth = PipeDepth(core)
         try:
             run(llm, prompts[: args.pp * 2], 4)  # warm-up
-            results: dict[int, list[tuple[int, float, int]]] = {1: [], args.pp: []}
+            results: dict[int, list[tuple[int, float, int, list[float]]]] = {1: [], args.pp: []}
             for _ in range(args.repeats):
                 for batches in (1, args.pp):
                     core.max_batches = batches
                     depth.most = 0
+                    before = stage_cpu_seconds(core)
                     tokens, seconds = run(llm, prompts, args.output_len)
-                    results[batches].append((tokens, seconds, depth.most))
+                    used = [b - a for a, b in zip(before, stage_cpu_seconds(core), strict=True)]
+                    results[batches].append((tokens, seconds, depth.most, used))
         finally:
             core.shutdown()
+    prompt_tokens = len(prompts) * args.prompt_len
     lines = []
     for batches, runs in results.items():
         tokens = sum(r[0] for r in runs)
         seconds = sum(r[1] for r in runs)
+        cpu = [round(sum(r[3][i] for r in runs), 2) for i in range(len(runs[0][3]))]
         lines.append({"batches_in_flight": batches, "output_tokens": tokens, "seconds": round(seconds, 3),
-                      "tok_per_s": round(tokens / seconds, 1), "most_in_pipe": max(r[2] for r in runs)})
+                      "tok_per_s": round(tokens / seconds, 1),
+                      "total_tok_per_s": round((tokens + prompt_tokens * len(runs)) / seconds, 1),
+                      "most_in_pipe": max(r[2] for r in runs), "stage_cpu_s": cpu})
     return lines
+
+
+def stage_cpu_seconds(core: Any) -> list[float]:
+    """CPU seconds each worker process has used so far (``mp`` executor; empty otherwise)."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    procs = getattr(core.executor, "procs", [])
+    return [sum(psutil.Process(p.pid).cpu_times()[:2]) for p in procs]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--num-requests", type=int, default=64)
     parser.add_argument("--pp", type=int, default=2)
-    parser.add_argument("--prompt-len", type=int, default=16)
-    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=16)
     parser.add_argument("--hidden-size", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--dtype", default="float32")
@@ -120,11 +144,16 @@ def main() -> None:
     parser.add_argument("--device-threads", type=int, default=1,
                         help="torch threads per worker on the CPU (0: the platform's default)")
     args = parser.parse_args()
+    free_cores = (os.cpu_count() or 1) - os.getloadavg()[0]
     lines = measure(args)
     for line in lines:
         print(json.dumps(line), flush=True)
     one, many = lines[0], lines[1]
-    print(json.dumps({"speedup": round(many["tok_per_s"] / one["tok_per_s"], 3), "pp": args.pp}), flush=True)
+    summary: dict[str, Any] = {"speedup": round(many["total_tok_per_s"] / one["total_tok_per_s"], 3), "pp": args.pp,
+                               "free_cores_at_start": round(free_cores, 2)}
+    if one["stage_cpu_s"] and many["stage_cpu_s"]:
+        summary["cpu_bound"] = round(sum(one["stage_cpu_s"]) / max(many["stage_cpu_s"]), 3)
+    print(json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":
