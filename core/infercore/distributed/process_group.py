@@ -2,8 +2,8 @@
 
 Ranks are laid out stage by stage: world rank ``pp_rank * tp + tp_rank``. With one pipeline stage the
 world is the tensor-parallel group; with several, each stage's ranks form a tensor-parallel group and
-the ranks of one tensor-parallel rank across the stages a pipeline group (the stages' hand-over itself
-is point to point in the world group)."""
+the ranks of one tensor-parallel rank across the stages a pipeline group (the stages' hand-over is
+point to point in it)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ A model of ``L`` decoder layers over ``P`` stages gives each stage a contiguous 
 and the LM head. A stage other than the first receives the hidden states and the residual of the
 step's tokens from the stage before it, and every stage but the last sends its own on, point to point
 in the pipeline group (gloo on the CPU, NCCL on GPUs), rank ``pp_rank * tp + tp_rank`` to the rank
-of the same tensor-parallel rank in the next stage.
+of the same tensor-parallel rank in the next stage (ranks are world ranks; the group is the pipeline
+group of that tensor-parallel rank).
 
 A send is started without waiting for the receiver (``isend``); the stage waits for it before its
 next send, so a stage may run one step ahead of the next one: that is what lets the engine keep
@@ -67,8 +68,8 @@ class MissingLayer(nn.Identity):
 
 @dataclass
 class PipelineState:
-    """This process's stage, the number of stages, and the ranks (in the world group) it receives from
-    and sends to (None at the ends of the pipe)."""
+    """This process's stage, the number of stages, and the ranks it receives from and sends to (world
+    ranks, in its pipeline group; None at the ends of the pipe)."""
 
     rank: int = 0
     size: int = 1
@@ -98,7 +99,7 @@ class PipelineState:
         """The hidden states and the residual [num_tokens, hidden_size] of the step, from the stage before."""
         assert self.prev_rank is not None, "the first stage receives nothing"
         both = torch.empty((2, num_tokens, hidden_size), dtype=dtype, device=device)
-        dist.recv(both, src=self.prev_rank)
+        dist.recv(both, src=self.prev_rank, group=self.group)
         self.last_recv = time.monotonic()
         return both[0], both[1]
 
@@ -108,7 +109,7 @@ class PipelineState:
         assert self.next_rank is not None, "the last stage sends nothing"
         self.wait_sends()
         both = torch.stack((hidden, residual)).contiguous()
-        self._pending.append((dist.isend(both, dst=self.next_rank), both))
+        self._pending.append((dist.isend(both, dst=self.next_rank, group=self.group), both))
 
     def gather_objects(self, value: Any) -> list[Any]:
         """Every stage's ``value``, in stage order (collective over the pipeline group)."""
