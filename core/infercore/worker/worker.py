@@ -63,10 +63,10 @@ class Worker:
         self.platform = platform or platform_for(config)
         self.platform.set_device(device_index)
         self.device = self.platform.device(device_index)
-        par = config.parallel
-        init_parallel(rank, par.tensor_parallel_size if world_size > 1 else 1, par.pipeline_parallel_size,
-                      self.platform.dist_backend, init_method, self.device)
-        self.output_rank = output_rank(config) if world_size > 1 else 0
+        stages = config.parallel.pipeline_parallel_size if world_size > 1 else 1
+        init_parallel(rank, world_size // stages, stages, self.platform.dist_backend, init_method, self.device)
+        #: The rank that returns step outputs: tensor-parallel rank 0 of the last stage.
+        self.output_rank = (stages - 1) * (world_size // stages)
         self.runner = ModelRunner(config, self.platform, self.device, model_info.max_model_len,
                                   max_num_batched_tokens, model_info.eos_token_id)
         self.trace = StageTrace(rank)
