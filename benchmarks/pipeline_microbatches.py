@@ -3,9 +3,10 @@ when it keeps ``pp`` steps in the pipe and when it keeps one, in the same run.
 
 With one step in the pipe each stage idles while the others run; with ``pp`` steps each stage runs a
 step while the next stage runs the one before. The workload is ``--num-requests`` requests of random
-prompts, their prompts split over steps by the token budget so that two groups of requests take turns
-(each stage then has a step to run). The model is random weights of a config given by its sizes; on the
-CPU each stage is a process with one torch thread, so a machine with ``pp`` free cores shows the gain.
+prompts, split over several steps by the token budget so that the pipe fills, after which the
+requests take turns in groups (each stage then has a step to run). The model is random weights of a
+config given by its sizes; on the CPU each stage is a process with one torch thread, so a machine with
+``pp`` free cores shows the gain.
 
 Prints one JSON line per setting (``batches_in_flight``, output tokens, seconds, output and total
 (prompt + output) tok/s, the most steps that were in the pipe at once, and with the ``mp`` executor the
@@ -82,8 +83,10 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     prompts = [[rng.randrange(10, 400) for _ in range(args.prompt_len)] for _ in range(args.num_requests)]
     with tempfile.TemporaryDirectory() as tmp:
         model = make_model(Path(tmp), args.hidden_size, args.layers)
-        # The budget takes half of the prompts per step: two groups of requests then take turns in the pipe.
-        budget = max(args.prompt_len * args.num_requests // args.pp, args.prompt_len)
+        # The budget takes an eighth of the prompts per step: the prompts fill the pipe over several steps
+        # (with as many steps as stages, filling and draining the pipe would cost a stage's time in each)
+        # and the requests then take turns in groups.
+        budget = args.max_num_batched_tokens or max(args.prompt_len * args.num_requests // 8, args.prompt_len)
         engine_args: dict[str, Any] = {
             "pipeline_parallel_size": args.pp, "distributed_executor_backend": args.backend,
             "load_format": "dummy", "dtype": args.dtype, "max_model_len": args.prompt_len + args.output_len + 16,
@@ -139,6 +142,8 @@ def main() -> None:
     parser.add_argument("--hidden-size", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None,
+                        help="token budget per step (default: an eighth of the prompts' tokens)")
     parser.add_argument("--backend", default="mp", choices=["mp", "ray"])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--device-threads", type=int, default=1,

@@ -44,7 +44,8 @@ def test_pp2_micro_batches_throughput() -> None:
     assert spec.loader is not None
     spec.loader.exec_module(bench)
     args = argparse.Namespace(num_requests=256, pp=2, prompt_len=64, output_len=64, hidden_size=2048, layers=16,
-                              dtype="bfloat16", backend="mp", repeats=1, device_threads=0)
+                              dtype="bfloat16", backend="mp", repeats=1, device_threads=0,
+                              max_num_batched_tokens=None)
     one, two = bench.measure(args)
     print(json.dumps({"one_in_flight": one, "two_in_flight": two}))
     assert two["most_in_pipe"] == 2

@@ -51,18 +51,23 @@ def test_two_steps_run_on_the_two_stages_at_once(tiny_model_factory, tmp_path: P
 
 
 def free_cores() -> float:
-    return (os.cpu_count() or 1) - os.getloadavg()[0]
+    """Cores idle over the last second."""
+    import psutil
+
+    return (os.cpu_count() or 1) * (1 - psutil.cpu_percent(interval=1.0) / 100)
 
 
 @pytest.mark.heavy
-@pytest.mark.skipif(free_cores() < 2, reason="throughput of two stages needs two free cores")
 def test_two_steps_in_flight_beat_one() -> None:
+    if free_cores() < 1.8:
+        pytest.skip("throughput of two stages needs two free cores")
     spec = importlib.util.spec_from_file_location("pipeline_microbatches", BENCHMARK)
     bench = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     spec.loader.exec_module(bench)
     args = argparse.Namespace(num_requests=64, pp=2, prompt_len=128, output_len=16, hidden_size=1024, layers=8,
-                              dtype="float32", backend="mp", repeats=1, device_threads=1)
+                              dtype="float32", backend="mp", repeats=1, device_threads=1,
+                              max_num_batched_tokens=None)
     one, two = bench.measure(args)
     assert two["most_in_pipe"] == 2
     assert two["total_tok_per_s"] >= 1.5 * one["total_tok_per_s"], (one, two)
