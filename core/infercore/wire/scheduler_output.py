@@ -47,10 +47,10 @@ class CachedRequests:
 
     req_ids: list[str] = field(default_factory=list)
     num_computed_tokens: list[int] = field(default_factory=list)
-    new_token_ids: list[list[int]] = field(default_factory=list)
     new_block_req_indices: list[int] = field(default_factory=list)
     new_block_offsets: list[int] = field(default_factory=lambda: [0])
     new_block_ids: list[int] = field(default_factory=list)
+    new_token_ids: list[list[int]] = field(default_factory=list)
 
     def add_new_blocks(self, index: int, block_ids: list[int]) -> None:
         """Record blocks appended to the table of ``req_ids[index]`` (indices must come in ascending order)."""
