@@ -99,7 +99,9 @@ class ParallelConfig(BaseSettings):
     model_config = _SETTINGS
 
     tensor_parallel_size: int = Field(1, ge=1, description="devices each layer is split over (one worker each)")
-    pipeline_parallel_size: int = Field(1, ge=1, le=1, description="pipeline stages (only 1 today)")
+    pipeline_parallel_size: int = Field(
+        1, ge=1, description="pipeline stages: each holds a contiguous run of the decoder layers (and "
+        "tensor_parallel_size workers); several steps are in the pipe at once")
     data_parallel_size: int = Field(1, ge=1, description="engine copies behind one server, each with its own devices")
     data_parallel_rank: int = Field(0, ge=0, description="which data-parallel engine this is (set by the server)")
     data_parallel_master_ip: str = Field(
@@ -116,6 +118,9 @@ class ParallelConfig(BaseSettings):
     distributed_executor_backend: str | None = Field(
         None, description="how workers run: uni (in the engine process), mp (a process per device) or ray "
                           "(Ray actors; pip install infercore[ray]); default: uni for one device, mp otherwise")
+    pipeline_stage_placement: Literal["pack", "spread"] = Field(
+        "pack", description="ray executor: 'spread' puts each pipeline stage on a node of its own (the "
+        "bundles of its workers together there), 'pack' lets Ray pack the workers' bundles")
     worker_timeout: float = Field(300.0, gt=0, description="seconds a worker may take to answer one step before "
                                                            "the engine declares it hung and stops")
     cpu_threads: int | None = Field(None, ge=1, description="torch threads on the CPU platform (per worker)")
@@ -125,17 +130,22 @@ class ParallelConfig(BaseSettings):
         if self.data_parallel_rank >= self.data_parallel_size:
             raise ValueError(f"data_parallel_rank {self.data_parallel_rank} is outside data_parallel_size "
                              f"{self.data_parallel_size}")
-        if self.distributed_executor_backend in ("uni", "uniproc") and self.tensor_parallel_size > 1:
+        if self.distributed_executor_backend in ("uni", "uniproc") and self.world_size > 1:
             raise ValueError("the uni executor runs one device; use --distributed-executor-backend mp or ray "
-                             "for tensor_parallel_size > 1")
+                             "for tensor_parallel_size or pipeline_parallel_size > 1")
         return self
+
+    @property
+    def world_size(self) -> int:
+        """Workers of one engine: ``tensor_parallel_size * pipeline_parallel_size``."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     @property
     def executor_backend(self) -> str:
         """The executor to run: the configured one, else ``uni`` for one device and ``mp`` for more."""
         if self.distributed_executor_backend:
             return self.distributed_executor_backend
-        return "uni" if self.tensor_parallel_size == 1 else "mp"
+        return "uni" if self.world_size == 1 else "mp"
 
 
 class LoadConfig(BaseSettings):
@@ -326,10 +336,23 @@ class InfercoreConfig(BaseModel):
             # Data-parallel engines step together (each step one forward pass on every engine): one
             # step at a time, never one launched ahead.
             self.scheduler.async_scheduling = False
+            if par.pipeline_parallel_size > 1:
+                raise ValueError("expert parallelism across data-parallel engines does not run with pipeline "
+                                 "stages yet; use --pipeline-parallel-size 1 or drop --enable-expert-parallel")
             if self.speculative.speculative_config is not None:
                 # A proposer's own forward passes are not matched by the idle engines' dummy steps.
                 raise ValueError("speculative decoding is not supported with expert parallelism across "
                                  "data-parallel engines; drop --speculative-config or --enable-expert-parallel")
+        return self
+
+    @model_validator(mode="after")
+    def _pipeline_stages_supported(self) -> InfercoreConfig:
+        if self.parallel.pipeline_parallel_size == 1:
+            return self
+        if self.speculative.speculative_config is not None:
+            raise ValueError("speculative decoding does not run with pipeline_parallel_size > 1; turn one off")
+        if self.lora.enable_lora:
+            raise ValueError("LoRA adapters do not run with pipeline_parallel_size > 1; turn one off")
         return self
 
     def flat(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from infercore import LLM
-from infercore.worker import model_runner
+from infercore.worker import profile_forward
 
 
 @pytest.mark.parametrize("max_num_seqs", [1, 8])
@@ -14,16 +14,16 @@ def test_profile_batch_leads_with_a_decode_and_fits_the_step_limits(qwen3_folder
     llm = LLM(model=str(qwen3_folder), max_model_len=64, max_num_seqs=max_num_seqs)
     runner = llm.llm_engine.engine_core.executor.runner
     layouts: list[list[int]] = []
-    make_layout = model_runner.make_layout
+    make_layout = profile_forward.make_layout
 
     def spy(rows, lengths, computed):
         layouts.append(lengths.tolist())
         return make_layout(rows, lengths, computed)
 
-    monkeypatch.setattr(model_runner, "make_layout", spy)
+    monkeypatch.setattr(profile_forward, "make_layout", spy)
     with torch.inference_mode():
         for num_tokens in (1, 2, 130, 1000):  # 1000 is more than max_num_seqs * max_model_len
-            runner._dummy_forward(num_tokens)
+            profile_forward.profile_forward(runner, num_tokens)
     for lengths in layouts:
         assert len(lengths) <= max_num_seqs and max(lengths) <= 64
     if max_num_seqs == 1:

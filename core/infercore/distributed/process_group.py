@@ -1,4 +1,9 @@
-"""Joining a worker to its tensor-parallel process group, through the platform's collective backend."""
+"""Joining a worker to its process groups, through the platform's collective backend.
+
+Ranks are laid out stage by stage: world rank ``pp_rank * tp + tp_rank``. With one pipeline stage the
+world is the tensor-parallel group; with several, each stage's ranks form a tensor-parallel group and
+the ranks of one tensor-parallel rank across the stages a pipeline group (the stages' hand-over is
+point to point in it)."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import socket
 import torch
 import torch.distributed as dist
 
+from infercore.layers.pipeline_parallel import PipelineState, set_pp_state
 from infercore.layers.tensor_parallel import set_tp_state
 
 #: Longest a collective may wait for a peer before it fails (a dead peer must not hang the rest).
@@ -38,8 +44,34 @@ def init_tensor_parallel(rank: int, world_size: int, backend: str, init_method: 
         raise RuntimeError(f"the tensor-parallel group's first all-reduce gave {probe.item()}, not {world_size}")
 
 
+def init_parallel(rank: int, tp_size: int, pp_size: int, backend: str, init_method: str,
+                  device: torch.device) -> None:
+    """Join the world of ``tp_size * pp_size`` ranks; set this process's tensor-parallel rank (and group)
+    and its pipeline stage. One stage is :func:`init_tensor_parallel`."""
+    if pp_size == 1:
+        init_tensor_parallel(rank, tp_size, backend, init_method, device)
+        set_pp_state(PipelineState())
+        return
+    world = tp_size * pp_size
+    init_tensor_parallel(rank, world, backend, init_method, device)  # the world, and a probe of it
+    pp_rank, tp_rank = divmod(rank, tp_size)
+    tp_group = pp_group = None
+    for stage in range(pp_size):  # every rank creates every group, in the same order
+        group = dist.new_group(list(range(stage * tp_size, (stage + 1) * tp_size)))
+        if stage == pp_rank:
+            tp_group = group
+    for column in range(tp_size):
+        group = dist.new_group(list(range(column, world, tp_size)))
+        if column == tp_rank:
+            pp_group = group
+    set_tp_state(tp_rank, tp_size, tp_group if tp_size > 1 else None)
+    set_pp_state(PipelineState(pp_rank, pp_size, rank - tp_size if pp_rank > 0 else None,
+                               rank + tp_size if pp_rank < pp_size - 1 else None, group=pp_group))
+
+
 def destroy_tensor_parallel() -> None:
-    """Leave the process group (if joined) and go back to a single rank."""
+    """Leave the process group (if joined) and go back to a single rank and stage."""
     if dist.is_initialized():
         dist.destroy_process_group()
     set_tp_state(0, 1)
+    set_pp_state(PipelineState())

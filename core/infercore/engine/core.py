@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections import deque
 
 from infercore.config import InfercoreConfig
 from infercore.demo import resolve_demo_model
@@ -102,12 +103,19 @@ class EngineCore:
             # those of at least disable_by_batch_size requests (no drafts) overlap.
             logger.info("speculative decoding: async scheduling overlaps only steps without drafts (at least "
                         "%s running requests)", speculative.disable_by_batch_size)
+        #: Pipeline parallelism: steps are sent to the stages without waiting, up to ``max_batches`` in the
+        #: pipe (one per stage, so no stage idles).
+        self.pipelined = config.parallel.pipeline_parallel_size > 1
+        self.max_batches = config.parallel.pipeline_parallel_size
         self.scheduler = Scheduler(config.scheduler, config.cache, self.model_info.max_model_len, self.kv_layout,
                                    self.max_num_batched_tokens, speculative_config=speculative,
                                    max_loras=config.lora.max_loras if config.lora.enable_lora else None,
-                                   max_num_encoder_input_tokens=config.multimodal.max_num_encoder_input_tokens)
+                                   max_num_encoder_input_tokens=config.multimodal.max_num_encoder_input_tokens,
+                                   pipeline_stages=config.parallel.pipeline_parallel_size)
         #: The step launched last in overlapped mode and the future of its output.
         self._inflight: tuple[SchedulerOutput, StepFuture] | None = None
+        #: Pipeline parallelism: the steps in the pipe and their futures, oldest first.
+        self._batches: deque[tuple[SchedulerOutput, StepFuture]] = deque()
         self.grammars = GrammarGate(config, self.model_info.vocab_size, self.model_info.generation_stop_ids)
         # What start-up built (model, caches, registries, compiled kernels) lives as long as the engine.
         freeze_startup_heap()
@@ -138,7 +146,7 @@ class EngineCore:
 
     def has_unfinished_requests(self) -> bool:
         return (bool(self.grammars.pending) or self.scheduler.has_unfinished_requests()
-                or self._inflight is not None)
+                or self._inflight is not None or bool(self._batches))
 
     def step(self) -> EngineCoreOutputs:
         """One engine iteration; outputs only for requests with something new."""
@@ -146,7 +154,11 @@ class EngineCore:
             # Only compiles are left: wait for one briefly rather than spin beside the compile threads.
             self.grammars.wait_for_compiles(_IDLE_COMPILE_WAIT_S)
         failed = self.grammars.admit_ready(self.scheduler) if self.grammars.pending else []
-        if self.async_mode and not self.grammars.has_requests() and not self.scheduler.drafts_allowed():
+        if self.pipelined and not self.grammars.has_requests():
+            outputs = self._step_pipelined()
+        elif self._batches:  # a grammar's steps run one at a time: empty the pipe first
+            outputs = self._fold_oldest_batch()
+        elif self.async_mode and not self.grammars.has_requests() and not self.scheduler.drafts_allowed():
             outputs = self._step_overlapped()
         else:
             outputs = self._step_synchronous()
@@ -204,6 +216,39 @@ class EngineCore:
         if previous is None or runner_output is None:
             return EngineCoreOutputs()
         return self.scheduler.update_from_output(previous[0], runner_output)
+
+    def _step_pipelined(self) -> EngineCoreOutputs:
+        """Pipeline parallelism: send a step while fewer than ``max_batches`` are in the pipe and the
+        scheduler has one (it leaves out requests whose sample is in the pipe); else fold in the oldest.
+        Each step call does one of the two, so outputs of a step come out as soon as it is folded."""
+        if len(self._batches) < self.max_batches and self.scheduler.has_unfinished_requests():
+            scheduler_output = self.scheduler.schedule()
+            if scheduler_output.total_num_scheduled_tokens:
+                try:
+                    self._batches.append((scheduler_output, self.executor.submit_step(scheduler_output)))
+                except Exception as exc:
+                    return self._fail_step(exc)
+                if len(self._batches) < self.max_batches:
+                    return EngineCoreOutputs()
+            else:
+                self.scheduler.keep_finished(scheduler_output)
+        if not self._batches:
+            return EngineCoreOutputs()
+        return self._fold_oldest_batch()
+
+    def _fold_oldest_batch(self) -> EngineCoreOutputs:
+        """Wait for the oldest step in the pipe and fold its output in."""
+        scheduler_output, future = self._batches.popleft()
+        try:
+            runner_output = future.result()
+        except Exception as exc:
+            self._batches.clear()  # their requests fail with this step's
+            return self._fail_step(exc)
+        if runner_output is None:
+            return EngineCoreOutputs()
+        outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
+        self.grammars.after_step(outputs)
+        return outputs
 
     def _finish_inflight(self) -> EngineCoreOutputs:
         previous, self._inflight = self._inflight, None

@@ -21,13 +21,18 @@ from infercore.wire.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
 
 def check_model_splits(config: InfercoreConfig) -> None:
-    """Raise, before any worker starts, if the model cannot be split over ``tensor_parallel_size`` ranks."""
+    """Raise, before any worker starts, if the model cannot be split over ``tensor_parallel_size`` ranks
+    or its layers over ``pipeline_parallel_size`` stages."""
+    from infercore.layers.pipeline_parallel import stage_layer_counts
     from infercore.layers.tensor_parallel import check_shardable
     from infercore.models.hf_config import get_hf_config
 
     hf_config = get_hf_config(config.model, config.load.download_dir)
-    check_shardable(hf_config.get_text_config(), config.parallel.tensor_parallel_size,
+    text_config = hf_config.get_text_config()
+    check_shardable(text_config, config.parallel.tensor_parallel_size,
                     expert_parallel=config.parallel.enable_expert_parallel)
+    if config.parallel.pipeline_parallel_size > 1:
+        stage_layer_counts(text_config.num_hidden_layers, config.parallel.pipeline_parallel_size)
 
 
 class ExecutorDeadError(RuntimeError):
@@ -41,6 +46,8 @@ class Executor(ABC):
     _in_flight: StepFuture | None = None
     #: Steps launched on the workers so far (each one forward pass on every rank).
     steps_launched: int = 0
+    #: The rank whose step outputs count: tensor-parallel rank 0 of the last pipeline stage.
+    output_rank: int = 0
 
     @abstractmethod
     def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
@@ -61,7 +68,7 @@ class Executor(ABC):
 
     def execute_model(self, scheduler_output: SchedulerOutput, grammar_bitmask: torch.Tensor | None = None,
                       non_block: bool = False) -> ModelRunnerOutput | StepFuture:
-        """Run one step on every worker; rank 0's output is returned.
+        """Run one step on every worker; the output rank's output is returned.
 
         With ``non_block`` the step is launched and a :class:`StepFuture` returned at once: EngineCore
         owns the overlap, scheduling step N+1 while step N runs and waiting for step N's tokens only
@@ -71,7 +78,7 @@ class Executor(ABC):
         """
         self.steps_launched += 1
         if not non_block:
-            return self.collective_rpc("execute_model", (scheduler_output, grammar_bitmask))[0]
+            return self.collective_rpc("execute_model", (scheduler_output, grammar_bitmask))[self.output_rank]
         if grammar_bitmask is not None:
             raise ValueError("a step with a grammar bitmask needs its previous tokens; run it with non_block=False")
         try:
@@ -91,14 +98,25 @@ class Executor(ABC):
         if future is not None:
             future.set_result(output)
 
+    def submit_step(self, scheduler_output: SchedulerOutput) -> StepFuture:
+        """Send one step to every worker and return at once; the future gives the output rank's output.
+
+        Pipeline parallelism keeps several steps in the pipe this way: each worker runs the steps it is
+        sent in order (each stage runs step N+1 while the next stage runs step N), and futures resolve in
+        the order of their steps. This default runs the step before it returns; the ``mp`` and ``ray``
+        executors send it and wait only when asked."""
+        future = StepFuture(lambda: None)
+        future.set_result(self.execute_model(scheduler_output))  # type: ignore[arg-type]
+        return future
+
     def execute_model_async(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
         """Launch a step on every worker; return the output of the step launched before it (None if
         none). The primitive under ``execute_model(non_block=True)``."""
-        return self.collective_rpc("execute_model_async", (scheduler_output,))[0]
+        return self.collective_rpc("execute_model_async", (scheduler_output,))[self.output_rank]
 
     def finish_pending(self) -> ModelRunnerOutput | None:
         """Wait for the step launched last and return its output."""
-        return self.collective_rpc("finish_pending")[0]
+        return self.collective_rpc("finish_pending")[self.output_rank]
 
     def shutdown(self) -> None:  # noqa: B027 - optional hook
         """Release workers. Default: nothing."""

@@ -15,7 +15,8 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
+from collections import deque
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -24,42 +25,51 @@ from infercore.distributed.process_group import free_port
 from infercore.distributed.rpc_codec import decode_reply, decode_value, encode_call
 from infercore.distributed.shm_queue import QueueTimeout, ShmQueue
 from infercore.executor.base import Executor, ExecutorDeadError, check_model_splits
+from infercore.executor.step_future import StepFuture
 from infercore.executor.worker_proc import SHUTDOWN, WorkerLaunch
 from infercore.platforms.interface import Platform
 from infercore.wire.model_info import ModelInfo
-from infercore.worker.worker import Worker
+from infercore.wire.scheduler_output import SchedulerOutput
+from infercore.worker.worker import Worker, output_rank
 
 logger = logging.getLogger(__name__)
 
 #: Longest a worker may take to load its shard and report ready.
 STARTUP_TIMEOUT_S = 600.0
 _CALL_SLOTS, _CALL_SLOT_BYTES = 8, 1 << 20
-_REPLY_SLOTS, _REPLY_SLOT_BYTES = 4, 1 << 18
+_REPLY_SLOTS, _REPLY_SLOT_BYTES = 8, 1 << 18
 
 
 def device_indices(config: InfercoreConfig, platform: Platform) -> list[int]:
-    """The device of each rank: data-parallel engine ``d`` takes devices ``d*tp .. d*tp + tp - 1``."""
+    """The device of each rank: with ``w = tp * pp`` ranks per engine, data-parallel engine ``d`` takes
+    devices ``d*w .. d*w + w - 1`` (rank ``pp_rank * tp + tp_rank`` the ``rank``-th of them)."""
     par = config.parallel
-    tp = par.tensor_parallel_size
+    tp, pp = par.tensor_parallel_size, par.pipeline_parallel_size
+    world = tp * pp
     if platform.device_type == "cpu":
-        return [0] * tp
-    first = par.data_parallel_rank * tp
-    needed = par.data_parallel_size * tp
+        return [0] * world
+    first = par.data_parallel_rank * world
+    needed = par.data_parallel_size * world
     available = platform.device_count()
     if needed > available:
-        raise ValueError(f"tensor_parallel_size {tp} x data_parallel_size {par.data_parallel_size} needs {needed} "
-                         f"{platform.name} devices but {available} are visible; lower the sizes or expose more devices")
-    return list(range(first, first + tp))
+        raise ValueError(f"tensor_parallel_size {tp} x pipeline_parallel_size {pp} x data_parallel_size "
+                         f"{par.data_parallel_size} needs {needed} {platform.name} devices but {available} are "
+                         "visible; lower the sizes or expose more devices")
+    return list(range(first, first + world))
 
 
 class MultiprocExecutor(Executor):
-    """Starts ``tensor_parallel_size`` worker processes and waits until each has loaded its shard."""
+    """Starts ``tensor_parallel_size * pipeline_parallel_size`` worker processes and waits until each has
+    loaded its shard."""
 
     def __init__(self, config: InfercoreConfig, platform: Platform, model_info: ModelInfo,
                  max_num_batched_tokens: int) -> None:
         check_model_splits(config)
-        self.world_size = config.parallel.tensor_parallel_size
+        self.world_size = config.parallel.world_size
+        self.output_rank = output_rank(config)
         self.timeout = config.parallel.worker_timeout
+        #: Steps sent (:meth:`submit_step`) whose replies are not read yet, oldest first.
+        self._pending: deque[StepFuture] = deque()
         self.dead_reason: str | None = None
         self.procs: list[subprocess.Popen[bytes]] = []
         self.calls = ShmQueue.create(self.world_size, _CALL_SLOTS, _CALL_SLOT_BYTES)
@@ -122,19 +132,53 @@ class MultiprocExecutor(Executor):
         return [p.pid for p in self.procs]
 
     def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        while self._pending:  # replies come in call order: those of steps sent before are read first
+            self._resolve(self._pending[0])
+        self._send(method, args)
+        return self._receive(method)
+
+    def submit_step(self, scheduler_output: SchedulerOutput) -> StepFuture:
+        self._send("execute_model", (scheduler_output, None))
+        future = StepFuture(lambda: self._resolve(future))
+        self._pending.append(future)
+        return future
+
+    def _resolve(self, target: StepFuture) -> None:
+        """Read the replies of the steps sent up to ``target``, resolving their futures in order; a
+        failure of ``target`` (or of a step before it) raises."""
+        while self._pending:
+            future = self._pending.popleft()
+            try:
+                output = self._receive("execute_model")[self.output_rank]
+            except ExecutorDeadError:
+                self._pending.clear()
+                raise
+            future.set_result(output)
+            if future is target:
+                return
+
+    def _send(self, method: str, args: tuple[Any, ...]) -> None:
         if self.dead_reason is not None:
             raise ExecutorDeadError(self.dead_reason)
         try:
             self.calls.write(encode_call(method, args), self.timeout, self._all_alive)
+        except QueueTimeout:
+            self._declare_dead(method)
+
+    def _receive(self, method: str) -> list[Any]:
+        try:
             replies = [decode_reply(q.read(self.timeout, self._all_alive)) for q in self.replies]
         except QueueTimeout:
-            self.dead_reason = f"a worker is gone or hung during {method}: {self._failure()}"
-            logger.error("%s", self.dead_reason)
-            raise ExecutorDeadError(self.dead_reason) from None
+            self._declare_dead(method)
         failed = next((r for r in replies if r.error), None)
         if failed is not None:
             raise RuntimeError(f"worker {failed.rank} failed in {method}: {failed.error}")
         return [decode_value(Worker, method, r) for r in replies]
+
+    def _declare_dead(self, method: str) -> NoReturn:
+        self.dead_reason = f"a worker is gone or hung during {method}: {self._failure()}"
+        logger.error("%s", self.dead_reason)
+        raise ExecutorDeadError(self.dead_reason) from None
 
     def shutdown(self) -> None:
         """Ask the workers to stop and give them a few seconds; terminate (then kill) the rest. After a

@@ -1,8 +1,12 @@
 """The ``ray`` executor: one worker per device as a Ray actor in a placement group.
 
-A tensor-parallel group can then span the hosts of a Ray cluster (``RAY_ADDRESS``, or the cluster
-this process already joined; without either, a local one is started). Calls are the same
-msgspec bytes the ``mp`` executor broadcasts; Ray only carries them. Ray is an optional extra:
+The workers can then span the hosts of a Ray cluster (``RAY_ADDRESS``, or the cluster this process
+already joined; without either, a local one is started): one placement-group bundle per worker, rank
+``pp_rank * tp + tp_rank``; with ``pipeline_stage_placement="spread"`` every pipeline stage's bundles
+are pinned to a node of its own (by the node-id label Ray gives each node), so stages meet over the
+network and tensor-parallel ranks stay on one host. Calls are the same msgspec bytes the ``mp``
+executor broadcasts; Ray only carries them, and an actor runs its calls in the order they were sent,
+which is what lets several pipelined steps be in flight. Ray is an optional extra:
 ``pip install infercore[ray]``.
 """
 
@@ -26,10 +30,12 @@ from infercore.distributed.rpc_codec import (
     encode_reply,
 )
 from infercore.executor.base import Executor, ExecutorDeadError, check_model_splits
+from infercore.executor.step_future import StepFuture
 from infercore.executor.worker_proc import WorkerLaunch
 from infercore.platforms.interface import Platform
 from infercore.wire.model_info import ModelInfo
-from infercore.worker.worker import Worker
+from infercore.wire.scheduler_output import SchedulerOutput
+from infercore.worker.worker import Worker, output_rank
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +51,24 @@ def _import_ray() -> Any:
     return ray
 
 
+#: The label Ray puts on every node: its node id.
+NODE_ID_LABEL = "ray.io/node-id"
+
+
+def stage_nodes(ray: Any, num_stages: int, workers_per_stage: int, bundle: dict[str, float]) -> list[str]:
+    """A distinct alive node for each pipeline stage, each with room for ``workers_per_stage`` bundles;
+    the node this process runs on first when it has room."""
+    here = ray.get_runtime_context().get_node_id()
+    fits = [node["NodeID"] for node in ray.nodes() if node.get("Alive") and all(
+        node.get("Resources", {}).get(key, 0) >= amount * workers_per_stage for key, amount in bundle.items())]
+    fits.sort(key=lambda node_id: node_id != here)
+    if len(fits) < num_stages:
+        raise RuntimeError(f"pipeline_stage_placement='spread' needs {num_stages} Ray nodes with room for "
+                           f"{workers_per_stage} workers of {bundle} each, but the cluster has {len(fits)}; add "
+                           "nodes (ray start --address=...) or use pipeline_stage_placement='pack'")
+    return fits[:num_stages]
+
+
 class RayWorkerActor:
     """Holds one :class:`Worker` inside a Ray actor; calls and replies are msgspec bytes."""
 
@@ -57,6 +81,12 @@ class RayWorkerActor:
         import ray
 
         return str(ray.util.get_node_ip_address())
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
 
     def free_port(self) -> int:
         """A port free on this actor's node (for the process group's rendezvous)."""
@@ -88,13 +118,15 @@ class RayWorkerActor:
 
 
 class RayExecutor(Executor):
-    """Places ``tensor_parallel_size`` worker actors (one device and one CPU each) and starts them."""
+    """Places ``tensor_parallel_size * pipeline_parallel_size`` worker actors (one device and one CPU each)
+    and starts them."""
 
     def __init__(self, config: InfercoreConfig, platform: Platform, model_info: ModelInfo,
                  max_num_batched_tokens: int) -> None:
         check_model_splits(config)
         self.ray = _import_ray()
-        self.world_size = config.parallel.tensor_parallel_size
+        self.world_size = config.parallel.world_size
+        self.output_rank = output_rank(config)
         self.timeout = config.parallel.worker_timeout
         self.dead_reason: str | None = None
         self.actors: list[Any] = []
@@ -115,12 +147,18 @@ class RayExecutor(Executor):
 
         on_device = platform.device_type != "cpu"
         bundle = {"CPU": 1, "GPU": 1} if on_device else {"CPU": 1}
-        self.placement_group = placement_group([bundle] * self.world_size, strategy="PACK")
+        par = config.parallel
+        selectors = None
+        if par.pipeline_stage_placement == "spread" and par.pipeline_parallel_size > 1:
+            nodes = stage_nodes(self.ray, par.pipeline_parallel_size, par.tensor_parallel_size, bundle)
+            selectors = [{NODE_ID_LABEL: nodes[rank // par.tensor_parallel_size]} for rank in range(self.world_size)]
+        self.placement_group = placement_group([bundle] * self.world_size, strategy="PACK",
+                                               bundle_label_selector=selectors)
         try:
             self.ray.get(self.placement_group.ready(), timeout=STARTUP_TIMEOUT_S)
         except self.ray.exceptions.GetTimeoutError:
             raise RuntimeError(f"the Ray cluster could not place {self.world_size} workers of {bundle}; "
-                               "add resources or lower --tensor-parallel-size") from None
+                               "add resources or lower --tensor-parallel-size / --pipeline-parallel-size") from None
         actor_cls = self.ray.remote(RayWorkerActor)
         for rank in range(self.world_size):
             strategy = PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=rank)
@@ -158,11 +196,22 @@ class RayExecutor(Executor):
         return [results[ref] for ref in refs]
 
     def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        return self._receive(self._send(method, args), method)
+
+    def submit_step(self, scheduler_output: SchedulerOutput) -> StepFuture:
+        refs = self._send("execute_model", (scheduler_output, None))
+        future = StepFuture(lambda: future.set_result(self._receive(refs, "execute_model")[self.output_rank]))
+        return future
+
+    def _send(self, method: str, args: tuple[Any, ...]) -> list[Any]:
         if self.dead_reason is not None:
             raise ExecutorDeadError(self.dead_reason)
         data = encode_call(method, args)
+        return [a.call.remote(data) for a in self.actors]
+
+    def _receive(self, refs: list[Any], method: str) -> list[Any]:
         try:
-            replies = self._gather([a.call.remote(data) for a in self.actors], self.timeout, method)
+            replies = self._gather(refs, self.timeout, method)
         except ExecutorDeadError as exc:
             self.dead_reason = str(exc)
             logger.error("%s", exc)

@@ -39,7 +39,8 @@ class ExpertParallelGroup:
         if self.size == 1:
             out.copy_(x)
         elif self.backend is None:
-            dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits)
+            # The tensor-parallel group: under pipeline parallelism the default group spans every stage.
+            dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=get_tp_state().group)
         else:
             self.backend.alltoall_base(out, x.contiguous(), out_splits, in_splits).wait()
 

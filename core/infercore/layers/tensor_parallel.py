@@ -10,16 +10,23 @@ import torch
 
 @dataclass(frozen=True)
 class TensorParallelState:
-    """Rank of this process within its tensor-parallel group, and the group's size."""
+    """Rank of this process within its tensor-parallel group, the group's size, and the process group
+    its collectives run in (None: the default group, which is the tensor-parallel group unless pipeline
+    stages share the world)."""
 
     rank: int = 0
     size: int = 1
+    group: Any = None
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum ``x`` over the group in place (nothing to do for one rank)."""
         if self.size > 1:
-            torch.distributed.all_reduce(x)
+            torch.distributed.all_reduce(x, group=self.group)
         return x
+
+    def all_gather(self, parts: list[torch.Tensor], x: torch.Tensor) -> None:
+        """Every rank's ``x`` into ``parts``, in rank order (collective)."""
+        torch.distributed.all_gather(parts, x, group=self.group)
 
 
 _state = TensorParallelState()
@@ -29,12 +36,13 @@ def get_tp_state() -> TensorParallelState:
     return _state
 
 
-def set_tp_state(rank: int, size: int) -> None:
-    """Set by a worker before it builds the model; layers built afterwards shard for this rank."""
+def set_tp_state(rank: int, size: int, group: Any = None) -> None:
+    """Set by a worker before it builds the model; layers built afterwards shard for this rank.
+    ``group`` is the tensor-parallel process group when it is not the default one (pipeline stages)."""
     global _state
     if not 0 <= rank < size:
         raise ValueError(f"tensor-parallel rank {rank} is outside a group of size {size}")
-    _state = TensorParallelState(rank, size)
+    _state = TensorParallelState(rank, size, group)
 
 
 def divide(numerator: int, denominator: int, what: str) -> int:

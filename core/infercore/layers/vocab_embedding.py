@@ -62,7 +62,7 @@ class ParallelLMHead(VocabParallelEmbedding):
         logits = self._linear(hidden, self.weight)
         if self.tp_size > 1:
             parts = [torch.empty_like(logits) for _ in range(self.tp_size)]
-            torch.distributed.all_gather(parts, logits)
+            get_tp_state().all_gather(parts, logits)
             logits = torch.cat(parts, dim=-1)
         return logits[:, :self.num_embeddings]
 

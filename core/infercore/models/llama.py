@@ -26,6 +26,7 @@ from infercore.layers import (
     VocabParallelEmbedding,
     get_rope,
 )
+from infercore.layers.pipeline_parallel import MissingLayer, get_pp_state
 from infercore.models.multimodal import MultiModalStepInputs
 from infercore.models.rope_params import rope_settings
 from infercore.models.weight_loading import StackedParam, load_checkpoint_weights
@@ -165,31 +166,51 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    """Embedding (scaled when the options say so), decoder layers and the final norm."""
+    """Embedding (scaled when the options say so), decoder layers and the final norm.
 
-    def __init__(self, config: PretrainedConfig, options: DecoderOptions, dtype: torch.dtype) -> None:
+    Under pipeline parallelism (:mod:`infercore.layers.pipeline_parallel`) it holds only its stage's
+    layers (the others are :class:`MissingLayer`), the embedding on the first stage (``keep_embedding``
+    keeps it on another: the last stage's tied LM head reads it) and the norm on the last; a stage after
+    the first starts from the hidden states and residual the stage before sent, and a stage before the
+    last sends its own on."""
+
+    def __init__(self, config: PretrainedConfig, options: DecoderOptions, dtype: torch.dtype,
+                 keep_embedding: bool = False) -> None:
         super().__init__()
-        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+        pp = get_pp_state()
+        self.hidden_size, self.dtype = config.hidden_size, dtype
+        self.embed_tokens = (VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+                             if pp.is_first or keep_embedding else MissingLayer())
         scale = options.embedding_scale
         self.embed_scale: torch.Tensor | None
         self.register_buffer("embed_scale", None if scale is None else torch.tensor(scale, dtype=dtype),
                              persistent=False)
         build = options.decoder_layer or LlamaDecoderLayer
-        self.layers = nn.ModuleList(build(config, options, i, dtype) for i in range(config.num_hidden_layers))
-        self.norm = options.norm(config.hidden_size, eps=config.rms_norm_eps)
+        self.start_layer, self.end_layer = pp.layer_range(config.num_hidden_layers)
+        self.layers = nn.ModuleList(build(config, options, i, dtype) if self.start_layer <= i < self.end_layer
+                                    else MissingLayer() for i in range(config.num_hidden_layers))
+        self.norm = options.norm(config.hidden_size, eps=config.rms_norm_eps) if pp.is_last else MissingLayer()
         #: A vision-language model's step image rows (:mod:`infercore.models.multimodal`), merged into the
         #: token embeddings; None for a text-only model.
         self.mm_inputs: MultiModalStepInputs | None = None
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        hidden = self.embed_tokens(input_ids)
-        if self.embed_scale is not None:
-            hidden = hidden * self.embed_scale
-        if self.mm_inputs is not None:
-            hidden = self.mm_inputs.merge(hidden)
-        residual = None
-        for layer in self.layers:
+        pp = get_pp_state()
+        residual: torch.Tensor | None = None
+        if pp.is_first:
+            hidden = self.embed_tokens(input_ids)
+            if self.embed_scale is not None:
+                hidden = hidden * self.embed_scale
+            if self.mm_inputs is not None:
+                hidden = self.mm_inputs.merge(hidden)
+        else:
+            hidden, residual = pp.recv(len(positions), self.hidden_size, self.dtype, positions.device)
+        for layer in self.layers[self.start_layer:self.end_layer]:
             hidden, residual = layer(positions, hidden, residual)
+        if not pp.is_last:
+            assert residual is not None
+            pp.send(hidden, residual)
+            return hidden
         hidden, _ = self.norm(hidden, residual)
         return hidden
 
@@ -197,6 +218,9 @@ class LlamaModel(nn.Module):
 class LlamaForCausalLM(nn.Module):
     """Llama 2/3 (rope scaling included). Families subclass it and change :meth:`decoder_options`
     (and, with experts, :meth:`load_weights`)."""
+
+    #: Pipeline stages build only their layers (see :class:`LlamaModel`).
+    supports_pipeline_parallel: ClassVar[bool] = True
 
     #: Whether the LM head shares the embedding when the config does not say.
     ties_embeddings_by_default: ClassVar[bool] = False
@@ -209,9 +233,11 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = hf_config
         self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", self.ties_embeddings_by_default))
-        self.model = LlamaModel(hf_config, self.decoder_options(hf_config), dtype)
-        self.lm_head = ParallelLMHead(hf_config.vocab_size, hf_config.hidden_size)
-        if self.tie_word_embeddings:
+        last = get_pp_state().is_last
+        self.model = LlamaModel(hf_config, self.decoder_options(hf_config), dtype,
+                                keep_embedding=last and self.tie_word_embeddings)
+        self.lm_head = ParallelLMHead(hf_config.vocab_size, hf_config.hidden_size) if last else MissingLayer()
+        if self.tie_word_embeddings and last:
             self.lm_head.weight = self.model.embed_tokens.weight
 
     @classmethod

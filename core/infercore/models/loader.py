@@ -8,6 +8,7 @@ from torch import nn
 from infercore.config import InfercoreConfig
 from infercore.layers import LayerNorm, RMSNorm
 from infercore.layers.fused_moe.expert_parallel import building_with_expert_parallel
+from infercore.layers.pipeline_parallel import get_pp_state
 from infercore.layers.tensor_parallel import get_tp_state
 from infercore.models.contract import ModelSpec
 from infercore.models.hf_config import get_hf_config, resolve_model_path
@@ -66,6 +67,9 @@ def load_model(config: InfercoreConfig, device: torch.device, dtype: torch.dtype
         raise ValueError(f"the config of {config.model.model!r} names no architecture (config.json lacks "
                          "'architectures'); add it, e.g. [\"LlamaForCausalLM\"]")
     cls = model_class(architectures[0])
+    if get_pp_state().size > 1 and not getattr(cls, "supports_pipeline_parallel", False):
+        raise ValueError(f"{cls.__name__} cannot be split into pipeline stages (it does not declare "
+                         "supports_pipeline_parallel); serve it with --pipeline-parallel-size 1")
     tp = get_tp_state()
     spec = ModelSpec(hf_config=hf_config, dtype=dtype, device=device, tp_rank=tp.rank, tp_size=tp.size)
     with building_with_expert_parallel(config.parallel.enable_expert_parallel):

@@ -9,6 +9,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from infercore.layers.pipeline_parallel import MissingLayer
 from infercore.models.kv_scales import KVScaleLoader
 
 
@@ -52,13 +53,20 @@ def _checkpoint_names(params: Iterable[str], stacked: list[StackedParam]) -> set
     return names
 
 
+def missing_prefixes(model: nn.Module) -> tuple[str, ...]:
+    """``"name."`` of each module of ``model`` that another pipeline stage holds."""
+    return tuple(f"{name}." for name, module in model.named_modules() if isinstance(module, MissingLayer))
+
+
 def load_checkpoint_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]],
                             stacked: list[StackedParam], ignore_prefixes: tuple[str, ...] = (),
                             extra: ExtraLoader | None = None) -> None:
     """Load every tensor of ``weights`` into ``model``; a tensor with no parameter, or a parameter
     no tensor fills, is an error naming it. Rotary ``inv_freq`` buffers and names starting with
-    ``ignore_prefixes`` are skipped; ``extra`` takes the tensors it recognises first; the attention
-    layers' KV cache scales (``self_attn.k_scale``…) set their fp8 cache's scales."""
+    ``ignore_prefixes`` are skipped, and so are those of modules another pipeline stage holds
+    (:class:`~infercore.layers.pipeline_parallel.MissingLayer`); ``extra`` takes the tensors it recognises
+    first; the attention layers' KV cache scales (``self_attn.k_scale``…) set their fp8 cache's scales."""
+    ignore_prefixes = ignore_prefixes + missing_prefixes(model)
     params = dict(model.named_parameters())
     expected = _checkpoint_names([p for p in params if extra is None or not extra.owns(p)], stacked)
     loaded: set[str] = set()

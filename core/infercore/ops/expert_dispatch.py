@@ -61,6 +61,10 @@ class ExpertDispatcher(ABC):
     expert ``ids[t, j]`` run on its owner rank.
     """
 
+    #: The process group of the exchange (None: the default group). The fused-MoE layer sets it to the
+    #: tensor-parallel group after construction, which differs from the default one under pipeline stages.
+    group: Any = None
+
     def __init__(self, rank: int, size: int) -> None:
         if not 0 <= rank < size:
             raise ValueError(f"expert-parallel rank {rank} is outside a group of size {size}")

@@ -54,11 +54,12 @@ class GpuPlatform(Platform):
 
     def update_config(self, config: InfercoreConfig) -> None:
         # KV cache sizing is the runner's (it profiles through free_memory/profile_peak_memory).
-        wanted = config.parallel.tensor_parallel_size
+        # (Ray places workers over the cluster's devices, not only this host's.)
+        wanted = config.parallel.world_size
         have = self.device_count()
-        if wanted > have:
-            raise ValueError(f"tensor_parallel_size is {wanted} but only {have} {self.name} device(s) are "
-                             f"visible; lower --tensor-parallel-size or make more devices visible")
+        if wanted > have and config.parallel.executor_backend != "ray":
+            raise ValueError(f"tensor_parallel_size x pipeline_parallel_size is {wanted} but only {have} "
+                             f"{self.name} device(s) are visible; lower the sizes or make more devices visible")
 
     def set_device(self, index: int) -> None:
         self._module().set_device(index)

@@ -53,7 +53,7 @@ class Request:
         "num_computed_tokens", "status", "stop_reason", "num_cached_tokens", "block_hashes",
         "max_tokens", "min_tokens", "stop_eos_token_id", "stop_token_ids", "num_preemptions",
         "prompt_logprobs_parts", "prompt_logprobs_sent", "num_output_placeholders", "lora_request", "lora_id",
-        "spec_token_ids", "mm_features",
+        "spec_token_ids", "mm_features", "num_tokens_sent",
     )
 
     def __init__(
@@ -93,6 +93,8 @@ class Request:
         #: Draft tokens the proposer made after the last step (speculative decoding); the next schedule
         #: takes them as scheduled tokens or drops them.
         self.spec_token_ids: list[int] = []
+        #: Tokens the workers were given (pipeline parallelism: they learn sampled tokens from the scheduler).
+        self.num_tokens_sent = 0
         self.status = RequestStatus.WAITING
         self.stop_reason: int | str | None = None
         #: Prefix-cache hit length at the first schedule; -1 until then.

@@ -68,6 +68,12 @@ class Scheduler:
     step comes back, ``num_computed_tokens`` goes back by the rejected drafts: their KV entries are
     written over by the next step, and no block is cached before its tokens are all accepted (blocks
     are hashed from ``all_token_ids``, which never holds a draft).
+
+    With ``pipeline_stages`` > 1 several steps are in the pipe at once and no worker samples for itself:
+    a request whose sample is still in the pipe is not scheduled again (the next prompt chunk of one
+    that samples nothing may be: every stage runs the steps in order), a preempted request is not
+    resumed while a step of it is in the pipe, and each cached request carries the tokens sampled since
+    its last step (``CachedRequests.new_token_ids``).
     """
 
     def __init__(
@@ -80,8 +86,11 @@ class Scheduler:
         max_loras: int | None = None,
         speculative_config: SpeculativeConfig | None = None,
         max_num_encoder_input_tokens: int | None = None,
+        pipeline_stages: int = 1,
     ) -> None:
         block_size = kv_layout.block_size
+        #: Whether steps carry sampled tokens to the workers and wait for a request's sample (pipeline stages).
+        self.pipelined = pipeline_stages > 1
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.max_num_seqs = scheduler_config.max_num_seqs
@@ -196,9 +205,13 @@ class Scheduler:
         lookahead = self.num_lookahead_tokens if drafts_allowed else 0
         encoder_budget = self.encoder_budget
         encoder_budget.start_step()
+        pipelined = self.pipelined
         while idx < len(running) and budget > 0:
             request = running[idx]
             placeholders = request.num_output_placeholders
+            if pipelined and placeholders:  # its sample is still in the pipe
+                idx += 1
+                continue
             computed = request.num_computed_tokens
             num_tokens = len(request.all_token_ids) + placeholders
             num_new = num_tokens - computed
@@ -248,6 +261,9 @@ class Scheduler:
             req_ids.append(rid)
             num_computed.append(computed)
             num_scheduled.append(num_new)
+            if pipelined:
+                cached.new_token_ids.append(request.all_token_ids[request.num_tokens_sent:])
+                request.num_tokens_sent = len(request.all_token_ids)
             # As _advance, inline: this loop runs once per running request per step.
             request.num_computed_tokens = computed + num_new
             if samples:
@@ -276,6 +292,10 @@ class Scheduler:
         if num_scheduled:
             self._unfolded.append((scheduler_output, cached_blocks))
         return scheduler_output
+
+    def keep_finished(self, scheduler_output: SchedulerOutput) -> None:
+        """A step that is not run hands its finished request ids back: the next step tells the workers."""
+        self._finished_req_ids |= scheduler_output.finished_req_ids
 
     def drafts_allowed(self) -> bool:
         """Whether the next step may schedule drafts at all (``disable_by_batch_size``); when not, the
@@ -359,10 +379,18 @@ class Scheduler:
         kv = self.kv_cache_manager
         waiting = self.waiting
         adapters = None if self.max_loras is None else {r.lora_id for r in self.running if r.lora_id}
-        #: Requests passed over because their adapter has no free slot; they keep their place in the queue.
+        #: Requests passed over because their adapter has no free slot (or, with pipeline stages, a step of
+        #: theirs from before their preemption is still in the pipe); they keep their place in the queue.
         deferred: list[Request] = []
+        in_pipe: set[str] | None = None
         while len(waiting) > 0 and budget > 0 and len(self.running) < self.max_num_seqs:
             request = waiting.peek()
+            if self.pipelined and request.num_preemptions:
+                if in_pipe is None:
+                    in_pipe = {rid for so, _ in self._unfolded for rid in so.req_ids}
+                if request.request_id in in_pipe:
+                    deferred.append(waiting.pop())
+                    continue
             if (adapters is not None and request.lora_id and request.lora_id not in adapters
                     and len(adapters) >= self.max_loras):
                 deferred.append(waiting.pop())
@@ -400,6 +428,7 @@ class Scheduler:
             ))
             if adapters is not None and request.lora_id:
                 adapters.add(request.lora_id)
+            request.num_tokens_sent = len(request.all_token_ids)
             self._advance(request, num_new)
         for request in reversed(deferred):
             waiting.add_preempted(request)

@@ -43,6 +43,9 @@ class CachedRequests:
     sparsely, since most decode steps append none: request ``req_ids[new_block_req_indices[k]]``
     gets ``new_block_ids[new_block_offsets[k]:new_block_offsets[k + 1]]``, with
     ``new_block_req_indices`` ascending.
+
+    Under pipeline parallelism no stage samples for itself: ``new_token_ids[i]`` then holds the tokens
+    request ``req_ids[i]`` was given since the runner last saw it (empty without pipeline stages).
     """
 
     req_ids: list[str] = field(default_factory=list)
@@ -50,6 +53,7 @@ class CachedRequests:
     new_block_req_indices: list[int] = field(default_factory=list)
     new_block_offsets: list[int] = field(default_factory=lambda: [0])
     new_block_ids: list[int] = field(default_factory=list)
+    new_token_ids: list[list[int]] = field(default_factory=list)
 
     def add_new_blocks(self, index: int, block_ids: list[int]) -> None:
         """Record blocks appended to the table of ``req_ids[index]`` (indices must come in ascending order)."""
@@ -62,6 +66,8 @@ class CachedRequests:
         runs = [(i - (i > index), ids) for i, ids in self.new_blocks() if i != index]
         del self.req_ids[index]
         del self.num_computed_tokens[index]
+        if self.new_token_ids:
+            del self.new_token_ids[index]
         self.new_block_req_indices = []
         self.new_block_offsets = [0]
         self.new_block_ids = []

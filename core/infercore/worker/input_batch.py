@@ -93,6 +93,8 @@ class InputBatch:
         rows = [requests[r].row for r in cached.req_ids]
         if rows:
             self.num_computed[rows] = cached.num_computed_tokens
+        if cached.new_token_ids:  # pipeline stages: the tokens sampled since the request's last step
+            self.append_verified([requests[r] for r in cached.req_ids], cached.new_token_ids)
         for i, block_ids in cached.new_blocks():
             state = requests[cached.req_ids[i]]
             n = len(block_ids)

@@ -18,6 +18,7 @@ from infercore.kv_cache.fp8 import kv_cache_dtype
 from infercore.kv_cache.groups import kv_cache_groups, kv_cache_layout, primary_blocks_for_budget
 from infercore.kv_cache.spec import KVCacheSpec
 from infercore.kv_cache.zeroed import zeroed
+from infercore.layers.pipeline_parallel import get_pp_state
 from infercore.platforms.interface import UNPROFILED_KV_FRACTION, Platform
 from infercore.wire.kv_layout import KVCacheLayout
 
@@ -51,15 +52,21 @@ class KVCacheSetup:
         self.num_layers = len(specs)
         #: Bidirectional layers (:mod:`infercore.attention.encoder_only`) keep no KV cache: no memory is given to it.
         self.encoder_only = all(s.attn_type == ENCODER_ONLY for s in specs)
-        self.groups = kv_cache_groups([s.sliding_window for s in specs],
+        # The groups are the whole model's (every pipeline stage has the same, so one block table serves
+        # all stages); this stage allocates the caches of its own layers only.
+        pp = get_pp_state()
+        stage_windows = pp.gather_objects([s.sliding_window for s in specs])
+        self.first_layer = sum(len(w) for w in stage_windows[:pp.rank])
+        self.groups = kv_cache_groups([w for stage in stage_windows for w in stage],
                                       hybrid=not config.cache.disable_hybrid_kv_cache_manager)
         #: A second cache in the same block tables (a speculative draft's), paid from the same budget.
         self.companion: KVCacheSetup | None = None
-        #: The group of each layer, by layer index.
+        #: The group of each of this stage's layers, in layer order.
         self.layer_groups = [0] * self.num_layers
         for g, group in enumerate(self.groups):
             for layer in group.layers:
-                self.layer_groups[layer] = g
+                if self.first_layer <= layer < self.first_layer + self.num_layers:
+                    self.layer_groups[layer - self.first_layer] = g
 
     def layout(self, num_blocks: int) -> KVCacheLayout:
         """The layout of the cache when the primary group has ``num_blocks`` blocks."""
@@ -89,10 +96,17 @@ class KVCacheSetup:
                 "raise --gpu-memory-utilization or --kv-cache-memory-bytes, or use a smaller model")
         return int(num_blocks)
 
+    def stage_bytes(self, num_blocks: int) -> int:
+        """Bytes of this stage's caches when the primary group has ``num_blocks`` blocks."""
+        if self.encoder_only:
+            return 0
+        pools = self.layout(num_blocks).pool_sizes
+        return sum(self.spec.page_size_bytes * pools[g] for g in self.layer_groups)
+
     def _total_bytes(self, num_blocks: int) -> int:
-        """The cache's bytes for ``num_blocks`` primary-group blocks, its companion's included."""
-        companion = self.companion.layout(num_blocks).total_bytes if self.companion is not None else 0
-        return self.layout(num_blocks).total_bytes + companion
+        """This stage's caches' bytes for ``num_blocks`` primary-group blocks, its companion's included."""
+        companion = self.companion.stage_bytes(num_blocks) if self.companion is not None else 0
+        return self.stage_bytes(num_blocks) + companion
 
     def _unprofiled_budget(self) -> int:
         """The documented rule for platforms that cannot profile: a fixed fraction of free memory."""

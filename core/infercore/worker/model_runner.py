@@ -14,6 +14,7 @@ import torch
 from infercore.attention.backend import CommonAttentionMetadata
 from infercore.config import InfercoreConfig
 from infercore.forward_context import ForwardContext, set_forward_context
+from infercore.layers.pipeline_parallel import get_pp_state
 from infercore.lora.setup import make_lora_manager
 from infercore.platforms.interface import Platform
 from infercore.startup_timeline import startup_phase
@@ -31,6 +32,7 @@ from infercore.worker.mixed_graphs import MixedGraphs
 from infercore.worker.mm_step import make_mm_step
 from infercore.worker.pending_sample import PendingSample
 from infercore.worker.pooling_step import pool_step, pooled_to_host, pooling_rows_for
+from infercore.worker.profile_forward import profile_forward
 from infercore.worker.spec_decode_step import SpeculativeStep, make_sampler_and_step
 from infercore.worker.step_buffers import StepBuffers
 from infercore.worker.step_logprobs import sampled_logprobs, step_prompt_logprobs
@@ -104,6 +106,11 @@ class ModelRunner:
                                self.hf_config.get_text_config().hidden_size, self.dtype, device)
         #: Whether decode graphs end with the LM head (not under TP, which gathers it, nor when pooling).
         self.logits_in_decode_graphs = config.parallel.tensor_parallel_size == 1 and self.pooling is None
+        pp = get_pp_state()
+        #: Pipeline stages: only the last samples; every stage takes sampled tokens from the scheduler's output.
+        self.last_stage, self.pipelined = pp.is_last, pp.size > 1
+        if self.pipelined and self.pooling is not None:
+            raise ValueError("pooling models do not run with pipeline_parallel_size > 1; serve them with one stage")
         self._sampled_host = torch.zeros(self.max_num_reqs, dtype=torch.long, pin_memory=pin)
         self.kv_layout: KVCacheLayout | None = None
         self.kv_caches: list[torch.Tensor] = []
@@ -115,38 +122,9 @@ class ModelRunner:
         def profile() -> None:  # the vision tower's peak (a step's encoder budget of images), then the decoder's
             if self.mm is not None:
                 self.mm.profile(self.config.multimodal.max_num_encoder_input_tokens or self.max_num_tokens)
-            self._dummy_forward(self.max_num_tokens)
+            profile_forward(self, self.max_num_tokens)
 
         return self.kv_setup.determine_num_blocks(profile)
-
-    def _dummy_forward(self, num_tokens: int) -> None:
-        """A forward pass of ``num_tokens`` prompt tokens into a scratch cache (for memory profiling).
-
-        The first request has a one-token query, so the batch is a mixed one and the backend's
-        kernels for decodes beside prefills are built here rather than during the first requests.
-        """
-        lead = 1 if num_tokens > 1 and self.max_num_reqs > 1 else 0
-        # No step holds more than max_num_reqs requests of at most max_model_len tokens.
-        prompt_tokens = min(num_tokens - lead, (self.max_num_reqs - lead) * self.max_model_len)
-        seq = min(prompt_tokens, self.max_model_len)
-        num_prompts = math.ceil(prompt_tokens / seq)
-        lengths = np.full(lead + num_prompts, seq)
-        lengths[:lead] = 1
-        lengths[-1] = prompt_tokens - seq * (num_prompts - 1)
-        n_req = len(lengths)
-        per_req = math.ceil(seq / self.block_size)
-        caches = self.kv_setup.allocate(self.backend, [n_req * per_req + 1] * len(self.kv_setup.groups))
-        self.kv_setup.bind(self.model, self.backend, caches, self.dtype)
-        builders = self._new_builders()
-        layout = make_layout(np.arange(n_req), lengths, np.zeros(n_req, dtype=np.int64))
-        table = 1 + np.arange(n_req * per_req, dtype=np.int32).reshape(n_req, per_req)
-        blocks = table[layout.token_rows, layout.positions // self.block_size].astype(np.int64)
-        slots = blocks * self.block_size + layout.positions % self.block_size
-        meta = self._fill(layout, np.zeros(layout.num_tokens, dtype=np.int64), slots, table)
-        with set_forward_context(self._context(meta, layout.num_tokens, builders)):
-            hidden = self.model(self.buffers.input_ids[: layout.num_tokens], self.buffers.positions[: layout.num_tokens])
-            self.model.compute_logits(hidden[-self.max_num_reqs:])
-        del caches
 
     def _new_builders(self) -> list[Any]:
         """A metadata builder per KV cache group (each may keep buffers of its own)."""
@@ -180,9 +158,11 @@ class ModelRunner:
         logger.info("KV cache: %s", layout.describe())
         with startup_phase("warm-up"):
             warm_up_sampler(self.sampler, self.vocab_size, self.dtype, self.device)
-            warm_up_logits(self.model, self.hf_config.get_text_config().hidden_size, self.max_num_reqs,
-                           self.dtype, self.device)
-        if self.platform.capabilities.graph_capture and not self.config.model.enforce_eager:
+            if self.last_stage:
+                warm_up_logits(self.model, self.hf_config.get_text_config().hidden_size, self.max_num_reqs,
+                               self.dtype, self.device)
+        # Pipeline stages run eagerly: their hand-over is not captured in graphs (yet).
+        if self.platform.capabilities.graph_capture and not self.config.model.enforce_eager and not self.pipelined:
             with startup_phase("graph capture"):
                 pool = self.platform.graph_pool_handle()
                 self.mixed_graphs = capture_mixed_graphs(self, pool)
@@ -369,8 +349,11 @@ class ModelRunner:
 
     def _sample(self, req_ids: list[str], layout: BatchLayout, forward: StepForward,
                 grammar_bitmask: torch.Tensor | None) -> PendingSample:
-        """Sample every request whose scheduled tokens reach the end of its known tokens."""
+        """Sample every request whose scheduled tokens reach the end of its known tokens (on the last
+        pipeline stage; the others only pass the step on)."""
         batch = self.input_batch
+        if not self.last_stage:
+            return PendingSample(req_ids, np.zeros(0, dtype=np.int64), [], None)
         prompt_logprobs = (step_prompt_logprobs(batch, req_ids, layout, forward.out, self._logits_of(forward),
                                                 self.device) if batch.prompt_logprob_reqs else None)
         sampled_idx = np.nonzero(layout.seq_lens >= batch.num_tokens[layout.rows])[0]
@@ -428,7 +411,7 @@ class ModelRunner:
                 sampled[i] = toks
             if verified is not None:
                 self.input_batch.append_verified(pending.states, per_row)
-            else:
+            elif not self.pipelined:  # pipeline stages get the tokens with the request's next step
                 self.input_batch.append_sampled(pending.states, tokens)
             if pending.logprobs is not None:
                 first = verified.first_position if verified is not None else range(len(per_row))

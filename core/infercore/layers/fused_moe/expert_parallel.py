@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-import torch.distributed as dist
 
 from infercore.layers.expert_parallel_group import get_ep_group
+from infercore.layers.tensor_parallel import get_tp_state
 
 _enabled = False
 
@@ -60,7 +60,7 @@ def gather_token_shares(own: torch.Tensor, num_tokens: int, rank: int, size: int
     padded = own.new_zeros((width, *own.shape[1:]))
     padded[:own.shape[0]] = own
     parts = [torch.empty_like(padded) for _ in range(size)]
-    dist.all_gather(parts, padded)
+    get_tp_state().all_gather(parts, padded)
     pieces = []
     for r, part in enumerate(parts):
         start, stop = token_range(num_tokens, r, size)
