@@ -39,6 +39,7 @@ from infercore.layers.vocab_embedding import ParallelLMHead
 from infercore.sample.row_state import SamplingRowState
 from infercore.sample.sampler import Sampler
 from infercore.scheduler.scheduler import Scheduler
+from infercore.worker import model_runner as model_runner_module
 from infercore.worker.input_batch import InputBatch
 from infercore.worker.model_runner import ModelRunner
 
@@ -49,7 +50,7 @@ PHASES = (
     ("update_from_output", Scheduler, "update_from_output"),
     ("runner.update_states", InputBatch, "update"),
     ("runner.prepare", ModelRunner, "_prepare"),
-    ("runner.patch_inflight", ModelRunner, "_patch_inflight_tokens"),
+    ("runner.patch_inflight", model_runner_module, "patch_inflight_tokens"),
     ("runner.forward_launch", ModelRunner, "_forward"),
     ("runner.sample_launch", ModelRunner, "_sample"),
     ("runner.collect", ModelRunner, "_collect"),
@@ -72,7 +73,7 @@ class Timeline:
         self.profiler: Any = None
         self.window_results: list[dict[str, Any]] = []
 
-    def wrap(self, key: str, cls: type, name: str) -> None:
+    def wrap(self, key: str, cls: Any, name: str) -> None:
         original = getattr(cls, name)
         timeline = self
 
