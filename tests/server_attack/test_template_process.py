@@ -11,14 +11,17 @@ import time
 import httpx
 import pytest
 
+from infercore.entrypoints.openai import template_process
 from infercore.entrypoints.openai.errors import APIError
 from infercore.entrypoints.openai.template_process import KILL_GRACE_S, TemplateProcessPool
 from infercore.tokenizer import ChatTemplateError
 
 _MESSAGES = [{"role": "user", "content": "hi"}]
-#: One filter call on 900,000 characters: seconds of work the sandbox can't interrupt.
+#: One filter call on 900,000 characters: ~0.5-1 s of work the sandbox can't interrupt (it would finish, and be
+#: refused for its size, if the worker were not killed first: the test's deadline and grace are far shorter).
 STUCK = '{{ ("ab " * 300000)|wordwrap(1)|length }}'
-TIMEOUT_S = 0.3
+TIMEOUT_S = 0.1
+TEST_KILL_GRACE_S = 0.05
 
 
 def _gone(pid: int) -> bool:
@@ -30,7 +33,9 @@ def _gone(pid: int) -> bool:
         return stat.read().split()[2] == "Z"
 
 
-def test_stuck_template_is_killed_at_its_deadline() -> None:
+def test_stuck_template_is_killed_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(template_process, "KILL_GRACE_S", TEST_KILL_GRACE_S)
+
     async def scenario() -> None:
         pool = TemplateProcessPool(num_workers=1)
         try:
