@@ -7,7 +7,6 @@ Its flags (one per configuration field) are built by :mod:`infercore.entrypoints
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import signal
@@ -21,7 +20,6 @@ import uvicorn
 from infercore.config import DEMO_MODEL, InfercoreConfig
 from infercore.demo import resolve_demo_model
 from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
-from infercore.entrypoints.serve_args import config_from_args
 from infercore.frontend.async_llm import AsyncLLM
 from infercore.frontend.core_client import EngineCoreClient, EngineStartupError
 from infercore.gc_heap import freeze_startup_heap
@@ -150,18 +148,6 @@ def event_loop_runner() -> Callable[[Coroutine[Any, Any, int]], int]:
     except ImportError:
         return asyncio.run
     return uvloop.run
-
-
-def run_serve(args: argparse.Namespace, engine_factory: str = DEFAULT_ENGINE_FACTORY) -> int:
-    """Entry of ``infercore serve`` for callers that hold parsed flags (the CLI itself starts the
-    engine first: :func:`infercore.entrypoints.serve_args.run_serve_command`)."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        config = config_from_args(args)
-    except ValueError as exc:  # ConfigError
-        print(f"infercore serve: {exc}", file=sys.stderr)
-        return 2
-    return run_serve_config(config, engine_factory)
 
 
 def run_serve_config(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
