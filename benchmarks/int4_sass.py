@@ -9,7 +9,8 @@ registers, spills and shared memory:
     TRITON_INTERPRET=0 python benchmarks/int4_sass.py --gemv 1:512:8:8 --gemm 16:64:128:4:4:1
 
 ``--gemv M_PAD:BLOCK_N:WORDS:WARPS`` settings are the multiply-add kernel's (one row: ``M_PAD`` 1);
-``--gemm BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:UNPACK_WORDS`` the tensor-core kernel's. bfloat16
+``--gemm BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:UNPACK_WORDS`` the tensor-core kernel's;
+``--skinny BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:SWAP:ASM`` the packed 16-bit kernel's (``int4_skinny``). bfloat16
 activations, group 128. Prints one JSON line per setting.
 """
 
@@ -27,6 +28,7 @@ from triton.backends.compiler import GPUTarget
 
 from infercore_triton.int4_gemm import _w4a16_kernel
 from infercore_triton.int4_gemv import _w4a16_gemv_kernel
+from infercore_triton.int4_skinny import _w4a16_skinny_kernel
 
 #: Integer arguments a launch passes as multiples of 16 (sizes of Qwen3-8B's projections, strides).
 ALIGNED_INTS = ("N", "K", "stride_xm", "stride_om", "k_per_split")
@@ -69,6 +71,15 @@ def gemm_report(setting: str) -> dict:
     return _report("gemm", setting, _compile(_w4a16_kernel, constants, warps, stages), warps, block_n * block_k)
 
 
+def skinny_report(setting: str) -> dict:
+    """The packed 16-bit tensor-core kernel at ``BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:SWAP:ASM``."""
+    block_m, block_n, block_k, warps, stages, swap, asm = map(int, setting.split(":"))
+    constants = {"GROUP": 128, "MAGIC": 0x4300, "ASM": bool(asm), "SWAP": bool(swap), "HAS_BIAS": False,
+                 "SPLIT": True, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
+    return _report("skinny", setting, _compile(_w4a16_skinny_kernel, constants, warps, stages), warps,
+                   block_n * block_k)
+
+
 def _report(kind: str, setting: str, compiled: triton.compiler.CompiledKernel, warps: int, weights: int) -> dict:
     ops = loop_instructions(compiled.asm["sass"])
     return {"benchmark": "int4_sass", "target": "sm_90", "kernel": kind, "setting": setting,
@@ -82,6 +93,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gemv", nargs="*", default=["1:512:8:8", "1:256:8:4", "2:256:8:4"])
     parser.add_argument("--gemm", nargs="*", default=["16:64:128:4:4:1", "16:64:128:4:4:0", "64:128:64:4:3:1"])
+    parser.add_argument("--skinny", nargs="*", default=["16:64:128:4:4:0:1", "16:128:128:4:4:1:1", "16:64:128:4:4:0:0"])
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         raise SystemExit("compiling for sm_90 needs TRITON_INTERPRET=0")
@@ -89,6 +101,8 @@ def main() -> None:
         print(json.dumps(gemv_report(setting)), flush=True)
     for setting in args.gemm:
         print(json.dumps(gemm_report(setting)), flush=True)
+    for setting in args.skinny:
+        print(json.dumps(skinny_report(setting)), flush=True)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,12 @@ int32 words of eight consecutive input rows ([K/8, N]), so a program's tile of w
 along N and every byte of weight is read once; the codes are unpacked, offset by their zero-point and
 scaled in registers (in 16-bit pairs, without integer-to-float conversions) and multiplied on the
 tensor cores with float32 accumulation. A tile of ``BLOCK_K`` rows never straddles two groups (``BLOCK_K`` divides the group
-size), so each step loads one row of scales and zeros. A single row goes to a kernel without tensor cores
-(:mod:`infercore_triton.int4_gemv`, fewer instructions per weight). Decode batches (M up to 256) take their
-tiles from :func:`config_for`, a launch table by M bucket; when the tiles alone are too few to fill the
-GPU, K is split over several programs whose float32 partials are summed afterwards. Large M (prefill)
-dequantizes the weight to the activations' dtype once and runs the dense GEMM, which is compute-bound
-there anyway.
+size), so each step loads one row of scales and zeros. This kernel takes what the others do not
+(act-order shards, whose rows carry their own groups) and what the launch table
+(:mod:`infercore_triton.int4_table`) gives it; :func:`int4_product` dispatches: decode batches to the packed
+16-bit kernel (:mod:`infercore_triton.int4_skinny`) or the multiply-add one (:mod:`infercore_triton.int4_gemv`),
+larger M to the weight dequantized into a 16-bit scratch and the dense GEMM. When the tiles alone are too few
+to fill the GPU, K is split over several programs whose float32 partials are summed afterwards.
 
 Nothing here syncs with the host: M is a runtime argument and the only allocations are the output, the
 partials and the prefill path's dense weight (caching allocator), so the op is safe in CUDA graphs.
@@ -27,12 +27,14 @@ import triton
 import triton.language as tl
 
 from infercore.plugin_api import int4_reference, op_reference
-from infercore_triton.int4_gemv import gemv_fits, sum_splits, w4a16_gemv
+from infercore_triton.int4_gemv import Int4GemvConfig, gemv_fits, sum_splits, w4a16_gemv
+from infercore_triton.int4_skinny import Int4SkinnyConfig, dequantize_skinny, skinny_fits, w4a16_skinny
+from infercore_triton.int4_table import TABLE
 
 Int4Weight = int4_reference.Int4Weight
 
-#: From this many rows on, :func:`int4_linear` dequantizes the weight and runs the dense GEMM
-#: (``benchmarks/int4_gemm.py`` times both paths at every M to place it).
+#: From this many rows on, whatever the launch table says, :func:`int4_linear` dequantizes the weight and runs
+#: the dense GEMM (compute-bound prefill); below, :data:`infercore_triton.int4_table.TABLE` places it.
 DENSE_MIN_M = 1024
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 #: Pipeline depth when each row loads its own scales and zeros (act-order shards, narrow groups): their
@@ -270,9 +272,43 @@ def uses_kernel(x: torch.Tensor, weight: Int4Weight) -> bool:
             and weight.qweight.device == x.device)
 
 
+def dequantize_for(weight: Int4Weight, x: torch.Tensor) -> torch.Tensor:
+    """The weight as dense [K, N] of ``x``'s dtype, by the packed 16-bit kernel where it applies."""
+    if skinny_fits(x, weight):
+        return dequantize_skinny(weight)
+    return dequantize_int4(weight, x.dtype)
+
+
+def _dense(x2: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None) -> torch.Tensor:
+    out = torch.matmul(x2, dequantize_for(weight, x2))
+    if bias is not None:
+        out += bias
+    return out
+
+
+def int4_product(x2: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x2 @ W + bias`` for ``x2`` [M, K] (contiguous rows, columns in ``weight.perm``'s order) by the path the
+    launch table (:mod:`infercore_triton.int4_table`) picks, falling back where a path does not take it."""
+    m, k = x2.shape
+    n = weight.out_features
+    choice = TABLE.choice(m, n, k)
+    kernel = "dense" if m >= DENSE_MIN_M else choice.kernel if choice else (
+        "dense" if m >= TABLE.dense_min_m else "skinny")
+    settings = choice.config if choice and choice.kernel == kernel else {}
+    if kernel == "dense":
+        return _dense(x2, weight, bias)
+    if kernel == "skinny" and skinny_fits(x2, weight):
+        return w4a16_skinny(x2, weight, bias, Int4SkinnyConfig(**settings) if settings else None)
+    if kernel == "gemv" and gemv_fits(x2, weight):
+        config = Int4GemvConfig(**settings) if settings else None
+        return w4a16_gemv(x2, weight, bias, split_for=2 * _num_sms(x2.device), config=config)
+    config = Int4GemmConfig(**settings) if kernel == "gemm" and settings else None
+    return w4a16_gemm(x2, weight, bias, config=config)
+
+
 def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Custom op ``int4_linear`` on NVIDIA GPUs: the W4A16 kernel up to :data:`DENSE_MIN_M` rows, the dense
-    GEMM of the dequantized weight from there; the reference for other devices and dtypes."""
+    """Custom op ``int4_linear`` on NVIDIA GPUs: the path :func:`int4_product` picks; the reference for other
+    devices and dtypes."""
     if not uses_kernel(x, weight):
         return op_reference.int4_linear(x, weight, bias)
     x2 = x.reshape(-1, x.shape[-1])
@@ -280,10 +316,4 @@ def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None =
         x2 = x2.index_select(1, weight.perm)
     elif x2.stride(1) != 1:
         x2 = x2.contiguous()
-    if x2.shape[0] >= DENSE_MIN_M:
-        out = torch.matmul(x2, dequantize_int4(weight, x.dtype))
-        if bias is not None:
-            out += bias
-    else:
-        out = w4a16_gemm(x2, weight, bias)
-    return out.reshape(*x.shape[:-1], weight.out_features)
+    return int4_product(x2, weight, bias).reshape(*x.shape[:-1], weight.out_features)

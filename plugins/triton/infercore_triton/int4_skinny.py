@@ -1,0 +1,221 @@
+"""W4A16 product of decode batches (1 to a few dozen rows) on the tensor cores, dequantizing in packed 16-bit math.
+
+A decode step reads each 4-bit weight once to multiply a few rows, so the kernel is bound by how few
+instructions turn the codes into tensor-core operands. This one spends about 1.4 per weight: every
+int32 word of :class:`~infercore.ops.int4_math.Int4Weight` ([K/8, N], eight input rows per word) is
+shifted once per nibble pair, and one ``lop3`` turns nibbles ``r`` and ``r + 4`` into the two 16-bit
+halves ``0x4300 | q`` of a register, which read as bfloat16 are exactly ``128 + q`` (float16:
+``0x6400 | q`` is ``1024 + q``); one packed ``fma`` subtracts ``128 + zero`` from both, exactly, leaving
+the small integers ``q - zero`` as the dot's operand. The scale multiplies the float32 dot of each step
+(a step never straddles two groups), so no rounding happens before the float32 sums but the products'.
+
+A register's halves hold input rows ``r`` and ``r + 4`` of the word's eight; the tile puts them back in
+row order, so the activations load contiguously. ``SWAP`` computes ``(W^T x^T)^T`` instead, the weight tile as the
+dot's left operand (64 or more of its rows fill the tensor cores' M even for one row of activations). K is
+split over programs until the GPU is full; float32 partials are summed after. Under Triton's interpreter
+(no inline assembly) the same values come from plain integer and 16-bit operations.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from infercore.plugin_api import int4_reference
+from infercore_triton.int4_gemv import sum_splits
+
+Int4Weight = int4_reference.Int4Weight
+
+#: 16-bit patterns whose low nibble is free: bfloat16 128.0 and float16 1024.0.
+_MAGIC = {torch.bfloat16: 0x4300, torch.float16: 0x6400}
+
+
+@dataclass(frozen=True)
+class Int4SkinnyConfig:
+    """Launch settings: activation rows per tile (``block_m``, at least 16), output columns (``block_n``),
+    input rows per step (``block_k``, halved until it divides the group), warps, stages, ``split_k`` (0: as
+    many K splits as fill the GPU), ``swap`` (weight tile as the dot's left operand) and ``asm`` (the
+    inline-assembly dequantization; off under the interpreter)."""
+
+    block_m: int = 16
+    block_n: int = 64
+    block_k: int = 128
+    num_warps: int = 4
+    num_stages: int = 4
+    split_k: int = 0
+    swap: bool = False
+    asm: bool = True
+
+
+_BF16_ASM = tl.constexpr("""{
+.reg .b32 t, one;
+mov.b32 one, 0x3F803F80;
+lop3.b32 t, $2, 0x000F000F, 0x43004300, 0xea;
+fma.rn.bf16x2 t, t, one, $3;
+mov.b32 {$0, $1}, t;
+}""")
+_F16_ASM = tl.constexpr("""{
+.reg .b32 t, one;
+mov.b32 one, 0x3C003C00;
+lop3.b32 t, $2, 0x000F000F, 0x64006400, 0xea;
+fma.rn.f16x2 t, t, one, $3;
+mov.b32 {$0, $1}, t;
+}""")
+
+
+@triton.jit
+def _codes_minus_zeros(shifted, neg_zero, ASM: tl.constexpr, MAGIC: tl.constexpr, dtype: tl.constexpr):
+    """``(q_lo - z, q_hi - z)`` in ``dtype`` for the nibbles in bits 0-3 and 16-19 of ``shifted``; ``neg_zero``
+    holds the 16-bit pattern of ``-(MAGIC value + z)`` in both halves."""
+    if ASM:
+        if MAGIC == 0x4300:
+            lo, hi = tl.inline_asm_elementwise(_BF16_ASM, "=h,=h,r,r", [shifted, neg_zero],
+                                               dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=1)
+        else:
+            lo, hi = tl.inline_asm_elementwise(_F16_ASM, "=h,=h,r,r", [shifted, neg_zero],
+                                               dtype=(tl.float16, tl.float16), is_pure=True, pack=1)
+    else:
+        zero = (neg_zero & 0xFFFF) - (MAGIC | 0x8000)
+        lo = ((shifted & 0xF) - zero).to(tl.float32).to(dtype)
+        hi = (((shifted >> 16) & 0xF) - zero).to(tl.float32).to(dtype)
+    return lo, hi
+
+
+@triton.jit
+def _weight_tile(qw_ptr, z_ptr, k0, k_hi, cols, col_ok, N, GROUP: tl.constexpr, BLOCK_K: tl.constexpr,
+                 ASM: tl.constexpr, MAGIC: tl.constexpr, dtype: tl.constexpr):
+    """``q - zero`` of rows ``k0 .. k0 + BLOCK_K`` and columns ``cols`` as [BLOCK_K, BLOCK_N] of ``dtype``."""
+    word_rows = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+    words = tl.load(qw_ptr + word_rows.to(tl.int64)[:, None] * N + cols[None, :],
+                    mask=(word_rows * 8 < k_hi)[:, None] & col_ok[None, :], other=0)
+    zeros = tl.load(z_ptr + (k0 // GROUP) * N + cols, mask=col_ok, other=0).to(tl.int32)
+    neg_zero = (MAGIC | 0x8000) + zeros
+    neg_zero = neg_zero | (neg_zero << 16)
+    shifts = 4 * tl.arange(0, 4)
+    shifted = words[:, None, :] >> shifts[None, :, None]
+    lo, hi = _codes_minus_zeros(shifted, neg_zero[None, None, :], ASM, MAGIC, dtype)
+    w = tl.permute(tl.join(lo, hi), (0, 3, 1, 2))  # [words, half, r, N]: input row 8 * word + 4 * half + r
+    return tl.reshape(w, (BLOCK_K, w.shape[3]))
+
+
+@triton.jit(do_not_specialize=["M"])
+def _w4a16_skinny_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_ptr, M, N, K, stride_xm, stride_om,
+                         k_per_split, GROUP: tl.constexpr, MAGIC: tl.constexpr, ASM: tl.constexpr,
+                         SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    k_lo = pid_k * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, K)
+    dtype = s_ptr.dtype.element_ty
+    x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
+    if SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & (k < k_hi)[None, :], other=0.0).to(dtype)
+        w = _weight_tile(qw_ptr, z_ptr, k0, k_hi, cols, col_ok, N, GROUP, BLOCK_K, ASM, MAGIC, dtype)
+        scales = tl.load(s_ptr + (k0 // GROUP) * N + cols, mask=col_ok, other=0.0).to(tl.float32)
+        if SWAP:
+            acc += tl.dot(tl.trans(w), tl.trans(x)) * scales[:, None]
+        else:
+            acc += tl.dot(x, w) * scales[None, :]
+    if SWAP:
+        result = tl.trans(acc)
+    else:
+        result = acc
+    mask = row_ok[:, None] & col_ok[None, :]
+    if SPLIT:
+        tl.store(part_ptr + (pid_k * M + rows[:, None]) * N + cols[None, :], result, mask=mask)
+    else:
+        if HAS_BIAS:
+            result += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], result.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _dequantize_kernel(qw_ptr, s_ptr, z_ptr, out_ptr, N, K, GROUP: tl.constexpr, MAGIC: tl.constexpr,
+                       ASM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    k0 = tl.program_id(0) * BLOCK_K
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    dtype = s_ptr.dtype.element_ty
+    w = _weight_tile(qw_ptr, z_ptr, k0, K, cols, col_ok, N, GROUP, BLOCK_K, ASM, MAGIC, dtype)
+    scales = tl.load(s_ptr + (k0 // GROUP) * N + cols, mask=col_ok, other=0.0)
+    k = k0 + tl.arange(0, BLOCK_K)
+    tl.store(out_ptr + k.to(tl.int64)[:, None] * N + cols[None, :], (w.to(tl.float32) * scales.to(tl.float32)[None, :])
+             .to(out_ptr.dtype.element_ty), mask=(k < K)[:, None] & col_ok[None, :])
+
+
+@functools.cache
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132
+
+
+def step_rows(group: int, block_k: int) -> int:
+    """The configured rows per step, halved until they divide the group (at least 16)."""
+    while block_k > 16 and group % block_k:
+        block_k //= 2
+    return block_k
+
+
+def skinny_fits(x: torch.Tensor, weight: Int4Weight) -> bool:
+    """Whether :func:`w4a16_skinny` takes this product: 16-bit activations with scales of their dtype, groups of
+    whole 16-row steps that are runs of rows (not an act-order shard's ``row_groups``)."""
+    return (x.dtype in _MAGIC and weight.scales.dtype == x.dtype and weight.row_groups is None
+            and weight.group_size % 16 == 0)
+
+
+def w4a16_skinny(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None,
+                 config: Int4SkinnyConfig | None = None) -> torch.Tensor:
+    """``x @ W + bias`` for ``x`` [M, K] (contiguous last dimension, columns in ``weight.perm``'s order); float32
+    accumulation, output in ``x``'s dtype. Needs :func:`skinny_fits`."""
+    cfg = config or Int4SkinnyConfig()
+    m, k = x.shape
+    n = weight.out_features
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    block_k = step_rows(weight.group_size, cfg.block_k)
+    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    split = cfg.split_k or 1
+    if not cfg.split_k:
+        while tiles * split < 2 * _num_sms(x.device) and k >= 4 * split * block_k:
+            split *= 2
+    k_per_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
+    split = triton.cdiv(k, k_per_split)
+    part = torch.empty((split, m, n), dtype=torch.float32, device=x.device) if split > 1 else out
+    grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n), split)
+    _w4a16_skinny_kernel[grid](
+        x, weight.qweight, weight.scales, weight.zeros, bias if bias is not None else out, out, part, m, n, k,
+        x.stride(0), out.stride(0), k_per_split, GROUP=weight.group_size, MAGIC=_MAGIC[x.dtype],
+        ASM=cfg.asm and x.device.type == "cuda", SWAP=cfg.swap, HAS_BIAS=bias is not None, SPLIT=split > 1,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages)
+    return sum_splits(part, bias, out) if split > 1 else out
+
+
+def dequantize_skinny(weight: Int4Weight, block_n: int = 128, block_k: int = 64, asm: bool = True) -> torch.Tensor:
+    """The weight as a dense [K, N] tensor of the scales' dtype (rows in ``weight.perm``'s order); needs
+    :func:`skinny_fits`' conditions on the weight."""
+    k, n = weight.in_features, weight.out_features
+    out = torch.empty((k, n), dtype=weight.scales.dtype, device=weight.qweight.device)
+    block_k = step_rows(weight.group_size, block_k)
+    grid = (triton.cdiv(k, block_k), triton.cdiv(n, block_n))
+    _dequantize_kernel[grid](weight.qweight, weight.scales, weight.zeros, out, n, k, GROUP=weight.group_size,
+                             MAGIC=_MAGIC[weight.scales.dtype], ASM=asm and out.device.type == "cuda",
+                             BLOCK_N=block_n, BLOCK_K=block_k)
+    return out
