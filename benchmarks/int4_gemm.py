@@ -71,7 +71,7 @@ def random_weight(shape: Shape, act_order: bool, seed: int = 0) -> Int4Weight:
         g_idx = torch.empty(shape.k, dtype=torch.int32, device="cuda")
         g_idx[torch.randperm(shape.k, generator=g, device="cuda")] = (
             torch.arange(shape.k, device="cuda") // GROUP).to(torch.int32)
-    return make_int4_weight(codes, scales, zeros, GROUP, g_idx)
+    return make_int4_weight(codes, scales, zeros, GROUP, g_idx, interleaved=True)
 
 
 def int4_bytes(weight: Int4Weight) -> int:

@@ -10,7 +10,7 @@ registers, spills and shared memory:
 
 ``--gemv M_PAD:BLOCK_N:WORDS:WARPS`` settings are the multiply-add kernel's (one row: ``M_PAD`` 1);
 ``--gemm BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:UNPACK_WORDS`` the tensor-core kernel's;
-``--skinny BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:SWAP:ASM`` the packed 16-bit kernel's (``int4_skinny``). bfloat16
+``--skinny BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:SWAP:ASM:K_MAJOR`` the packed 16-bit kernel's (``int4_skinny``). bfloat16
 activations, group 128. Prints one JSON line per setting.
 """
 
@@ -31,7 +31,7 @@ from infercore_triton.int4_gemv import _w4a16_gemv_kernel
 from infercore_triton.int4_skinny import _w4a16_skinny_kernel
 
 #: Integer arguments a launch passes as multiples of 16 (sizes of Qwen3-8B's projections, strides).
-ALIGNED_INTS = ("N", "K", "stride_xm", "stride_om", "k_per_split")
+ALIGNED_INTS = ("N", "K", "stride_xm", "stride_om", "k_per_split", "stride_qk", "stride_qn")
 
 
 def _compile(kernel: Any, constants: dict[str, Any], warps: int, stages: int) -> triton.compiler.CompiledKernel:
@@ -58,24 +58,27 @@ def _compile(kernel: Any, constants: dict[str, Any], warps: int, stages: int) ->
 def gemv_report(setting: str) -> dict:
     """The multiply-add kernel at ``M_PAD:BLOCK_N:WORDS:WARPS``."""
     m_pad, block_n, words, warps = map(int, setting.split(":"))
-    constants = {"GROUP": 128, "M_PAD": m_pad, "WORDS": words, "BLOCK_N": block_n, "HAS_BIAS": False, "SPLIT": True}
+    constants = {"GROUP": 128, "M_PAD": m_pad, "WORDS": words, "BLOCK_N": block_n, "HAS_BIAS": False, "SPLIT": True,
+                 "INTERLEAVED": True}
     return _report("gemv", setting, _compile(_w4a16_gemv_kernel, constants, warps, 1), warps, block_n * words * 8)
 
 
 def gemm_report(setting: str) -> dict:
     """The tensor-core kernel at ``BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:UNPACK_WORDS``."""
     block_m, block_n, block_k, warps, stages, words = map(int, setting.split(":"))
-    constants = {"GROUP": 128, "TILE_IN_GROUP": True, "ROW_GROUPS": False, "UNPACK_WORDS": bool(words),
+    constants = {"GROUP": 128, "TILE_IN_GROUP": True, "ROW_GROUPS": False, "UNPACK_WORDS": bool(words), "INTERLEAVED": True,
                  "HAS_BIAS": False, "SPLIT": True, "DOT_PRECISION": "tf32", "BLOCK_M": block_m, "BLOCK_N": block_n,
                  "BLOCK_K": block_k}
     return _report("gemm", setting, _compile(_w4a16_kernel, constants, warps, stages), warps, block_n * block_k)
 
 
 def skinny_report(setting: str) -> dict:
-    """The packed 16-bit tensor-core kernel at ``BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:SWAP:ASM``."""
-    block_m, block_n, block_k, warps, stages, swap, asm = map(int, setting.split(":"))
+    """The packed 16-bit tensor-core kernel at ``BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:SWAP:ASM:K_MAJOR``
+    (``K_MAJOR``: codes stored [N, K/8], each column's words contiguous)."""
+    block_m, block_n, block_k, warps, stages, swap, asm, k_major = map(int, setting.split(":"))
     constants = {"GROUP": 128, "MAGIC": 0x4300, "ASM": bool(asm), "SWAP": bool(swap), "HAS_BIAS": False,
-                 "SPLIT": True, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
+                 "SPLIT": True, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "INTERLEAVED": True,
+                 "stride_qk" if k_major else "stride_qn": 1}
     return _report("skinny", setting, _compile(_w4a16_skinny_kernel, constants, warps, stages), warps,
                    block_n * block_k)
 
@@ -93,7 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gemv", nargs="*", default=["1:512:8:8", "1:256:8:4", "2:256:8:4"])
     parser.add_argument("--gemm", nargs="*", default=["16:64:128:4:4:1", "16:64:128:4:4:0", "64:128:64:4:3:1"])
-    parser.add_argument("--skinny", nargs="*", default=["16:64:128:4:4:0:1", "16:128:128:4:4:1:1", "16:64:128:4:4:0:0"])
+    parser.add_argument("--skinny", nargs="*", default=["16:64:128:4:4:0:1:1", "16:128:128:4:4:1:1:1", "16:64:128:4:4:0:1:0"])
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         raise SystemExit("compiling for sm_90 needs TRITON_INTERPRET=0")

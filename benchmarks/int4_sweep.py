@@ -48,11 +48,13 @@ S = Int4SkinnyConfig
 def skinny_candidates(m: int) -> list[Int4SkinnyConfig]:
     """Settings of the packed 16-bit kernel worth timing at ``m`` rows."""
     if m <= 16:
-        return [S(16, 64, 128, 4, 4), S(16, 128, 128, 4, 4, swap=True), S(16, 128, 64, 4, 4), S(16, 256, 128, 8, 3, swap=True),
-                S(16, 64, 128, 4, 4, swap=True), S(16, 128, 128, 8, 4)]
+        return [S(16, 128, 128, 4, 4, swap=True), S(16, 256, 128, 8, 3, swap=True), S(16, 64, 128, 4, 4, swap=True),
+                S(16, 128, 128, 8, 4, swap=True), S(16, 128, 128, 4, 3, swap=True), S(16, 64, 128, 4, 4)]
     if m <= 32:
-        return [S(32, 64, 128, 4, 4), S(32, 128, 64, 4, 3), S(32, 128, 128, 4, 4, swap=True)]
-    return [S(64, 128, 64, 4, 3), S(64, 128, 128, 4, 3, swap=True), S(128, 128, 64, 8, 3)]
+        return [S(32, 128, 128, 4, 4, swap=True), S(32, 256, 128, 8, 3, swap=True), S(32, 64, 128, 4, 4)]
+    if m <= 64:
+        return [S(64, 128, 128, 4, 3, swap=True), S(64, 128, 64, 4, 3), S(64, 256, 64, 8, 3)]
+    return [S(64, 128, 64, 4, 3), S(128, 128, 64, 8, 3), S(128, 256, 64, 8, 3)]
 
 
 GEMV_CANDIDATES = [Int4GemvConfig(512, 8, 8), Int4GemvConfig(256, 8, 4), Int4GemvConfig(256, 16, 8)]
@@ -64,7 +66,7 @@ def random_weight(n: int, k: int, seed: int = 0) -> Int4Weight:
     codes = torch.randint(0, 16, (k, n), generator=g, device="cuda", dtype=torch.uint8)
     zeros = torch.randint(0, 16, (k // GROUP, n), generator=g, device="cuda", dtype=torch.uint8)
     scales = (torch.rand(k // GROUP, n, generator=g, device="cuda") * 0.01 + 0.002).bfloat16()
-    return make_int4_weight(codes, scales, zeros, GROUP)
+    return make_int4_weight(codes, scales, zeros, GROUP, interleaved=True)
 
 
 def int4_bytes(weight: Int4Weight) -> int:
@@ -118,7 +120,8 @@ def measure(sweep: Sweep, name: str, n: int, k: int, m: int, weight: Int4Weight,
     if m == 1:
         for cfg in GEMV_CANDIDATES:
             run("gemv", dataclasses.asdict(cfg), lambda c=cfg: w4a16_gemv(x, weight, None, 264, c), f"gemv {cfg}")
-    run("dense", {}, lambda: torch.matmul(x, dequantize_for(weight, x)), "dense")
+    for via in ("skinny", "tile"):
+        run("dense", {"via": via}, lambda v=via: torch.matmul(x, dequantize_for(weight, x, v)), f"dense {via}")
     skinny = [t for t in timed if t[1] == "skinny"]
     if skinny:
         best = S(**min(skinny, key=lambda t: t[0])[2])

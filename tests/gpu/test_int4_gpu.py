@@ -30,7 +30,7 @@ def _weight(n: int, k: int, dtype: torch.dtype, act_order: bool) -> Int4Weight:
     if act_order:
         g_idx = torch.empty(k, dtype=torch.int32, device="cuda")
         g_idx[torch.randperm(k, generator=g, device="cuda")] = (torch.arange(k, device="cuda") // 128).int()
-    return make_int4_weight(codes, scales, zeros, 128, g_idx)
+    return make_int4_weight(codes, scales, zeros, 128, g_idx, interleaved=True)
 
 
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)

@@ -8,7 +8,13 @@ import torch
 from int4_checkpoints import act_order, pack_awq, pack_gptq_columns, pack_gptq_rows, to_int32
 
 from infercore.ops.int4_math import dequantize, int4_linear, make_int4_weight
-from infercore.ops.int4_packing import pack_sequential, unpack_awq, unpack_sequential
+from infercore.ops.int4_packing import (
+    pack_interleaved,
+    pack_sequential,
+    unpack_awq,
+    unpack_interleaved,
+    unpack_sequential,
+)
 
 #: Codes 1..8 in columns (or rows) 0..7.
 ONE_TO_EIGHT = torch.arange(1, 9, dtype=torch.uint8)
@@ -80,3 +86,14 @@ def test_g_idx_outside_the_groups_is_refused() -> None:
     codes, zeros, scales = _codes(16, 8, seed=11), _codes(2, 8, seed=12), torch.ones(2, 8)
     with pytest.raises(ValueError, match="g_idx names groups 0..5 but the layer has 2 groups"):
         make_int4_weight(codes, scales, zeros, 8, torch.tensor([5] + [0] * 15, dtype=torch.int32))
+
+
+def test_interleaved_words_hold_rows_in_awq_order() -> None:
+    # Nibbles 0..7 hold rows 0, 2, 4, 6, 1, 3, 5, 7 (codes 1, 3, 5, 7, 2, 4, 6, 8): word >> 4r masked with
+    # 0x000F000F gives rows 2r and 2r + 1; the reference reads them back in row order.
+    assert pack_interleaved(ONE_TO_EIGHT.view(8, 1)).item() == to_int32(0x86427531)
+    codes = _codes(16, 24, seed=6)
+    assert torch.equal(unpack_interleaved(pack_interleaved(codes)), codes)
+    zeros, scales = _codes(1, 24, seed=7), torch.rand(1, 24) + 0.1
+    assert torch.equal(dequantize(make_int4_weight(codes, scales, zeros, 16, interleaved=True)),
+                       dequantize(make_int4_weight(codes, scales, zeros, 16)))

@@ -17,7 +17,7 @@ SMALL = Int4GemmConfig(16, 32, 32, split_k=1)
 
 
 def _weight(k: int, n: int, group: int, seed: int, act_order: bool = False, uneven: bool = False,
-            dtype: torch.dtype = torch.float32) -> Int4Weight:
+            dtype: torch.dtype = torch.float32, interleaved: bool = True) -> Int4Weight:
     g = torch.Generator().manual_seed(seed)
     group = k if group == -1 else group
     groups = k // group
@@ -30,7 +30,7 @@ def _weight(k: int, n: int, group: int, seed: int, act_order: bool = False, unev
     elif act_order:
         g_idx = torch.empty(k, dtype=torch.int32)
         g_idx[torch.randperm(k, generator=g)] = (torch.arange(k) // group).to(torch.int32)
-    return make_int4_weight(codes, scales, zeros, group, g_idx)
+    return make_int4_weight(codes, scales, zeros, group, g_idx, interleaved)
 
 
 def _x(m: int, k: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -41,14 +41,15 @@ def _permuted(x: torch.Tensor, weight: Int4Weight) -> torch.Tensor:
     return x.index_select(1, weight.perm) if weight.perm is not None else x
 
 
+@pytest.mark.parametrize("interleaved", [True, False], ids=["interleaved", "sequential"])
 @pytest.mark.parametrize("unpack_words", [True, False], ids=["words", "rows"])
 @pytest.mark.parametrize(("m", "n", "k", "group"), [(1, 32, 64, 32), (5, 48, 128, 32), (17, 40, 64, 16),
                                                     (3, 64, 96, -1), (2, 32, 64, 8), (2, 32, 80, 16)])
-def test_kernel_matches_reference(m: int, n: int, k: int, group: int, unpack_words: bool) -> None:
+def test_kernel_matches_reference(m: int, n: int, k: int, group: int, unpack_words: bool, interleaved: bool) -> None:
     # 48 and 40 columns leave a partial 32-column tile; 17 rows span two 16-row tiles; group -1 is one
     # group over all 96 rows (32-row steps inside it); groups of 8 are narrower than a step; 80 rows end
     # in half a step.
-    weight = _weight(k, n, group, seed=m)
+    weight = _weight(k, n, group, seed=m, interleaved=interleaved)
     x = _x(m, k)
     out = w4a16_gemm(x, weight, config=dataclasses.replace(SMALL, unpack_words=unpack_words))
     assert rel_err(out, int4_math.int4_linear(x, weight)) < 1e-5
@@ -100,8 +101,9 @@ def test_default_launch_table_on_decode_shapes(m: int) -> None:
 @pytest.mark.parametrize("unpack_words", [True, False], ids=["words", "rows"])
 @pytest.mark.parametrize("uneven", [False, True])
 def test_prefill_dequantizes_the_reference_weight(uneven: bool, unpack_words: bool) -> None:
-    weight = _weight(80, 48, 16, seed=8, act_order=True, uneven=uneven)
-    assert torch.equal(dequantize_int4(weight, torch.float32, unpack_words), int4_math.dequantize(weight))
+    for interleaved in (True, False):
+        weight = _weight(80, 48, 16, seed=8, act_order=True, uneven=uneven, interleaved=interleaved)
+        assert torch.equal(dequantize_int4(weight, torch.float32, unpack_words), int4_math.dequantize(weight))
 
 
 def test_op_off_the_gpu_is_the_reference() -> None:

@@ -16,10 +16,11 @@ SMALL = Int4GemvConfig(block_n=32, words=4, num_warps=1, split_k=1)
 
 @pytest.mark.parametrize(("m", "n", "k", "group"), [(1, 32, 64, 32), (1, 48, 128, 16), (2, 40, 96, -1),
                                                     (3, 32, 64, 8), (4, 64, 128, 128)])
-def test_gemv_matches_reference(m: int, n: int, k: int, group: int) -> None:
+@pytest.mark.parametrize("interleaved", [True, False], ids=["interleaved", "sequential"])
+def test_gemv_matches_reference(m: int, n: int, k: int, group: int, interleaved: bool) -> None:
     # 48 and 40 columns leave a partial tile; group -1 is one group over 96 rows (32-row steps); groups
     # of 8 take one word row per step; 3 rows pad to 4.
-    weight = _weight(k, n, group, seed=k + n)
+    weight = _weight(k, n, group, seed=k + n, interleaved=interleaved)
     x = _x(m, k)
     assert rel_err(w4a16_gemv(x, weight, None, split_for=1, config=SMALL), int4_math.int4_linear(x, weight)) < 1e-5
 

@@ -25,11 +25,12 @@ BOUND = 1e-2
 @pytest.mark.parametrize("swap", [False, True], ids=["x-left", "w-left"])
 @pytest.mark.parametrize(("m", "n", "k", "group", "split_k"), [(1, 32, 64, 32, 1), (3, 48, 128, 32, 2),
                                                                (17, 40, 96, -1, 3), (2, 32, 128, 64, 0)])
+@pytest.mark.parametrize("interleaved", [True, False], ids=["interleaved", "sequential"])
 def test_skinny_matches_reference(m: int, n: int, k: int, group: int, split_k: int, swap: bool,
-                                  dtype: torch.dtype) -> None:
+                                  dtype: torch.dtype, interleaved: bool) -> None:
     # 48 and 40 columns leave a partial tile; 17 rows span two 16-row tiles; group -1 is one group of 96
     # rows (32-row steps); split_k 0 splits until the (132-SM) GPU would be full.
-    weight = _weight(k, n, group, seed=m + n, dtype=dtype)
+    weight = _weight(k, n, group, seed=m + n, dtype=dtype, interleaved=interleaved)
     x, bias = _x(m, k, dtype), torch.randn(n).to(dtype)
     config = Int4SkinnyConfig(block_m=16, block_n=32, block_k=32, num_warps=1, split_k=split_k, swap=swap)
     out = w4a16_skinny(x, weight, bias, config)
@@ -54,9 +55,10 @@ def test_fits_and_step_rows() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
 def test_dequantize_matches_reference(dtype: torch.dtype) -> None:
-    weight = _weight(96, 40, 32, seed=6, dtype=dtype)
-    dense = dequantize_skinny(weight, block_n=32, block_k=32)
-    assert dense.dtype == dtype and rel_err(dense, int4_math.dequantize(weight)) < BOUND
+    for interleaved in (True, False):
+        weight = _weight(96, 40, 32, seed=6, dtype=dtype, interleaved=interleaved)
+        dense = dequantize_skinny(weight, block_n=32, block_k=32)
+        assert dense.dtype == dtype and rel_err(dense, int4_math.dequantize(weight)) < BOUND
 
 
 @pytest.mark.parametrize("kernel", ["skinny", "gemv", "gemm", "dense"])

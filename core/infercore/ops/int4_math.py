@@ -2,7 +2,8 @@
 
 Whatever the checkpoint (AWQ, GPTQ with or without act-order), a loaded layer holds one
 :class:`Int4Weight`: codes packed eight to an int32 along the input features ([K/8, N], so a kernel
-reads each tile's words contiguously along N), one scale and one zero-point per group of input rows
+reads each tile's words contiguously along N; loaded layers interleave each word's rows so that one mask
+of ``word >> 4r`` gives rows ``2r`` and ``2r + 1`` as a pair of 16-bit halves), one scale and one zero-point per group of input rows
 and output column, and the weight ``W[k, n] = (q[k, n] - zero[group(k), n]) * scale[group(k), n]``.
 
 Act-order (GPTQ ``desc_act``) checkpoints give each input row its group through ``g_idx``. Rows are
@@ -18,7 +19,13 @@ from dataclasses import dataclass
 
 import torch
 
-from infercore.ops.int4_packing import PACK, pack_sequential, unpack_sequential
+from infercore.ops.int4_packing import (
+    PACK,
+    pack_interleaved,
+    pack_sequential,
+    unpack_interleaved,
+    unpack_sequential,
+)
 
 
 @dataclass(frozen=True)
@@ -29,7 +36,8 @@ class Int4Weight:
     dtype; ``zeros`` uint8 [G, N] (1..16 for GPTQ v1 checkpoints, 0..15 for AWQ); ``group_size``
     rows share a group (row ``k`` is in group ``k // group_size`` unless ``row_groups`` int32 [K]
     says otherwise); ``perm`` int64 [K], when set, is the order of the activations' columns the rows
-    of ``qweight`` follow.
+    of ``qweight`` follow. ``interleaved``: nibble ``i`` of a word holds row ``AWQ_ORDER[i]`` of its eight
+    (:func:`~infercore.ops.int4_packing.pack_interleaved`), else row ``i``.
     """
 
     qweight: torch.Tensor
@@ -38,6 +46,7 @@ class Int4Weight:
     group_size: int
     perm: torch.Tensor | None = None
     row_groups: torch.Tensor | None = None
+    interleaved: bool = False
 
     @property
     def in_features(self) -> int:
@@ -53,9 +62,10 @@ def _groups_of_rows(k: int, group_size: int, device: torch.device) -> torch.Tens
 
 
 def make_int4_weight(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int,
-                     g_idx: torch.Tensor | None = None) -> Int4Weight:
+                     g_idx: torch.Tensor | None = None, interleaved: bool = False) -> Int4Weight:
     """The kernel layout of codes [K, N] with ``scales`` and ``zeros`` [G, N]; ``g_idx`` [K] (act-order)
-    gives each row's group, else row ``k`` is in group ``k // group_size``."""
+    gives each row's group, else row ``k`` is in group ``k // group_size``; ``interleaved`` packs each word's
+    rows in :data:`~infercore.ops.int4_packing.AWQ_ORDER`."""
     k = codes.shape[0]
     if group_size < 1:
         raise ValueError(f"group_size must be a positive number of rows, got {group_size}")
@@ -70,9 +80,10 @@ def make_int4_weight(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Ten
             codes, g_sorted = codes.index_select(0, perm), g_idx.index_select(0, perm)
             if not torch.equal(g_sorted, _groups_of_rows(k, group_size, g_idx.device)):
                 row_groups = g_sorted.to(torch.int32).contiguous()
-    return Int4Weight(qweight=pack_sequential(codes, dim=0).contiguous(), scales=scales.contiguous(),
+    packed = pack_interleaved(codes) if interleaved else pack_sequential(codes, dim=0)
+    return Int4Weight(qweight=packed.contiguous(), scales=scales.contiguous(),
                       zeros=zeros.to(torch.uint8).contiguous(), group_size=group_size, perm=perm,
-                      row_groups=row_groups)
+                      row_groups=row_groups, interleaved=interleaved)
 
 
 def row_group_index(weight: Int4Weight) -> torch.Tensor:
@@ -84,7 +95,8 @@ def row_group_index(weight: Int4Weight) -> torch.Tensor:
 
 def dequantize(weight: Int4Weight) -> torch.Tensor:
     """The float32 weight [K, N] in the row order of ``qweight`` (``perm``'s order when it is set)."""
-    codes = unpack_sequential(weight.qweight, dim=0).to(torch.float32)
+    packed = weight.qweight
+    codes = (unpack_interleaved(packed) if weight.interleaved else unpack_sequential(packed, dim=0)).to(torch.float32)
     groups = row_group_index(weight)
     zeros = weight.zeros.to(torch.float32).index_select(0, groups)
     return (codes - zeros) * weight.scales.to(torch.float32).index_select(0, groups)

@@ -59,6 +59,23 @@ def pack_sequential(codes: torch.Tensor, dim: int) -> torch.Tensor:
     return words.contiguous()
 
 
+def pack_interleaved(codes: torch.Tensor) -> torch.Tensor:
+    """Codes [R, C] packed eight rows to an int32 ([R/8, C]), nibble ``i`` holding row ``AWQ_ORDER[i]`` of the
+    eight: rows ``2r`` and ``2r + 1`` sit 16 bits apart, in the two halves of ``word >> 4r``."""
+    rows, cols = codes.shape
+    if rows % PACK:
+        raise ValueError(f"{rows} rows do not pack into whole int32s of {PACK}")
+    order = torch.tensor(AWQ_ORDER, device=codes.device)
+    return pack_sequential(codes.reshape(rows // PACK, PACK, cols).index_select(1, order).reshape(rows, cols), dim=0)
+
+
+def unpack_interleaved(packed: torch.Tensor) -> torch.Tensor:
+    """The codes [8R, C] of :func:`pack_interleaved`'s words [R, C], in row order."""
+    nibbles = unpack_sequential(packed, dim=0).view(packed.shape[0], PACK, packed.shape[1])
+    order = torch.tensor(AWQ_REVERSE_ORDER, device=packed.device)
+    return nibbles.index_select(1, order).reshape(packed.shape[0] * PACK, packed.shape[1])
+
+
 def unpack_awq(packed: torch.Tensor) -> torch.Tensor:
     """AWQ's ``qweight`` [in, out/8] or ``qzeros`` [groups, out/8] as uint8 codes [rows, out] in column order."""
     nibbles = unpack_sequential(packed, dim=1).view(packed.shape[0], packed.shape[1], PACK)

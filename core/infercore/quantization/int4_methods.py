@@ -82,7 +82,7 @@ class Int4LinearMethod(QuantizationMethod):
     def process_weights_after_loading(self, layer: nn.Module) -> None:
         codes, zeros, g_idx = self.checkpoint_codes(layer)
         scales = self.checkpoint_scales(layer)
-        weight = make_int4_weight(codes, scales, zeros, self._group(codes.shape[0]), g_idx)
+        weight = make_int4_weight(codes, scales, zeros, self._group(codes.shape[0]), g_idx, interleaved=True)
         for name, _ in list(layer.named_parameters(recurse=False)):
             if name != "bias":
                 delattr(layer, name)

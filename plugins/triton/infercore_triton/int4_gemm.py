@@ -101,20 +101,25 @@ def _split_to_fill(tiles: int, k: int, block_k: int, num_sms: int) -> int:
 
 
 @triton.jit
-def _tile_rows(k0, BLOCK_K: tl.constexpr, UNPACK_WORDS: tl.constexpr):
+def _tile_rows(k0, BLOCK_K: tl.constexpr, UNPACK_WORDS: tl.constexpr, INTERLEAVED: tl.constexpr):
     """The input row of each of a step's BLOCK_K rows. Unpacking words in registers puts nibble ``i`` of
-    every word before nibble ``i + 1`` (row ``r`` is nibble ``r // (BLOCK_K/8)`` of word ``r % (BLOCK_K/8)``):
-    a dot sums over K in any order, so the activations are gathered in the same order instead."""
+    every word before nibble ``i + 1`` (row ``r`` is nibble ``r // (BLOCK_K/8)`` of word ``r % (BLOCK_K/8)``,
+    which holds the word's row ``AWQ_ORDER[i]`` when ``INTERLEAVED``): a dot sums over K in any order, so the
+    activations are gathered in the same order instead."""
     r = tl.arange(0, BLOCK_K)
     if UNPACK_WORDS:
-        return k0 + 8 * (r % (BLOCK_K // 8)) + r // (BLOCK_K // 8)
+        nibble = r // (BLOCK_K // 8)
+        if INTERLEAVED:
+            nibble = 2 * (nibble % 4) + nibble // 4
+        return k0 + 8 * (r % (BLOCK_K // 8)) + nibble
     return k0 + r
 
 
 @triton.jit
 def _dequantized_tile(qw_ptr, s_ptr, z_ptr, rg_ptr, k, k0, k_hi, cols, col_ok, N, GROUP: tl.constexpr,
                       TILE_IN_GROUP: tl.constexpr, ROW_GROUPS: tl.constexpr, UNPACK_WORDS: tl.constexpr,
-                      BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, out_dtype: tl.constexpr):
+                      INTERLEAVED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+                      out_dtype: tl.constexpr):
     """W[k, cols] as [BLOCK_K, BLOCK_N] of ``out_dtype`` (the scales' dtype) for the rows ``k`` of
     :func:`_tile_rows`; eight rows share each int32 word, nibble ``k % 8``."""
     k_ok = k < k_hi
@@ -129,7 +134,10 @@ def _dequantized_tile(qw_ptr, s_ptr, z_ptr, rg_ptr, k, k0, k_hi, cols, col_ok, N
     else:
         # Each word is loaded by the eight rows it holds (the repeats hit L1).
         words = tl.load(qw_ptr + (k // 8).to(tl.int64)[:, None] * N + cols[None, :], mask=mask, other=0)
-        codes = (words >> ((k % 8) * 4)[:, None]) & 0xF
+        row_in_word = k % 8
+        if INTERLEAVED:
+            row_in_word = row_in_word // 2 + 4 * (row_in_word % 2)  # the nibble that holds it
+        codes = (words >> (row_in_word * 4)[:, None]) & 0xF
     if ROW_GROUPS:
         groups = tl.load(rg_ptr + k, mask=k_ok, other=0)
         offsets = groups[:, None] * N + cols[None, :]
@@ -162,7 +170,8 @@ def _dequantized_tile(qw_ptr, s_ptr, z_ptr, rg_ptr, k, k0, k_hi, cols, col_ok, N
 @triton.jit(do_not_specialize=["M"])
 def _w4a16_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, rg_ptr, bias_ptr, out_ptr, part_ptr, M, N, K, stride_xm,
                   stride_om, k_per_split, GROUP: tl.constexpr, TILE_IN_GROUP: tl.constexpr,
-                  ROW_GROUPS: tl.constexpr, UNPACK_WORDS: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  ROW_GROUPS: tl.constexpr, UNPACK_WORDS: tl.constexpr, INTERLEAVED: tl.constexpr,
+                  HAS_BIAS: tl.constexpr,
                   SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
@@ -177,10 +186,10 @@ def _w4a16_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, rg_ptr, bias_ptr, out_ptr, part_p
     x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        k = _tile_rows(k0, BLOCK_K, UNPACK_WORDS)
+        k = _tile_rows(k0, BLOCK_K, UNPACK_WORDS, INTERLEAVED)
         x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & (k < k_hi)[None, :], other=0.0)
         w = _dequantized_tile(qw_ptr, s_ptr, z_ptr, rg_ptr, k, k0, k_hi, cols, col_ok, N, GROUP, TILE_IN_GROUP,
-                              ROW_GROUPS, UNPACK_WORDS, BLOCK_K, BLOCK_N, s_ptr.dtype.element_ty)
+                              ROW_GROUPS, UNPACK_WORDS, INTERLEAVED, BLOCK_K, BLOCK_N, s_ptr.dtype.element_ty)
         acc += tl.dot(x, w.to(x.dtype), input_precision=DOT_PRECISION)
     mask = row_ok[:, None] & col_ok[None, :]
     if SPLIT:
@@ -194,13 +203,13 @@ def _w4a16_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, rg_ptr, bias_ptr, out_ptr, part_p
 @triton.jit
 def _dequantize_kernel(qw_ptr, s_ptr, z_ptr, rg_ptr, out_ptr, N, K, GROUP: tl.constexpr,
                        TILE_IN_GROUP: tl.constexpr, ROW_GROUPS: tl.constexpr, UNPACK_WORDS: tl.constexpr,
-                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                       INTERLEAVED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     k0 = tl.program_id(0) * BLOCK_K
-    k = _tile_rows(k0, BLOCK_K, UNPACK_WORDS)
+    k = _tile_rows(k0, BLOCK_K, UNPACK_WORDS, INTERLEAVED)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
     w = _dequantized_tile(qw_ptr, s_ptr, z_ptr, rg_ptr, k, k0, K, cols, col_ok, N, GROUP, TILE_IN_GROUP,
-                          ROW_GROUPS, UNPACK_WORDS, BLOCK_K, BLOCK_N, s_ptr.dtype.element_ty)
+                          ROW_GROUPS, UNPACK_WORDS, INTERLEAVED, BLOCK_K, BLOCK_N, s_ptr.dtype.element_ty)
     tl.store(out_ptr + k.to(tl.int64)[:, None] * N + cols[None, :], w.to(out_ptr.dtype.element_ty),
              mask=(k < K)[:, None] & col_ok[None, :])
 
@@ -217,7 +226,7 @@ def _block_k_for(group: int, block_k: int) -> tuple[int, bool]:
 def _group_args(weight: Int4Weight, block_k: int) -> tuple[int, dict[str, object]]:
     bk, in_group = _block_k_for(weight.group_size, block_k)
     return bk, {"GROUP": weight.group_size, "TILE_IN_GROUP": in_group and weight.row_groups is None,
-                "ROW_GROUPS": weight.row_groups is not None}
+                "ROW_GROUPS": weight.row_groups is not None, "INTERLEAVED": weight.interleaved}
 
 
 def w4a16_gemm(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None,
@@ -272,15 +281,16 @@ def uses_kernel(x: torch.Tensor, weight: Int4Weight) -> bool:
             and weight.qweight.device == x.device)
 
 
-def dequantize_for(weight: Int4Weight, x: torch.Tensor) -> torch.Tensor:
-    """The weight as dense [K, N] of ``x``'s dtype, by the packed 16-bit kernel where it applies."""
-    if skinny_fits(x, weight):
+def dequantize_for(weight: Int4Weight, x: torch.Tensor, via: str = "skinny") -> torch.Tensor:
+    """The weight as dense [K, N] of ``x``'s dtype, by the packed 16-bit kernel where it applies (``via``
+    "skinny"), else by the tile kernel's dequantization ("tile")."""
+    if via == "skinny" and skinny_fits(x, weight):
         return dequantize_skinny(weight)
     return dequantize_int4(weight, x.dtype)
 
 
-def _dense(x2: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None) -> torch.Tensor:
-    out = torch.matmul(x2, dequantize_for(weight, x2))
+def _dense(x2: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None, via: str = "skinny") -> torch.Tensor:
+    out = torch.matmul(x2, dequantize_for(weight, x2, via))
     if bias is not None:
         out += bias
     return out
@@ -296,7 +306,7 @@ def int4_product(x2: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None
         "dense" if m >= TABLE.dense_min_m else "skinny")
     settings = choice.config if choice and choice.kernel == kernel else {}
     if kernel == "dense":
-        return _dense(x2, weight, bias)
+        return _dense(x2, weight, bias, str(settings.get("via", "skinny")))
     if kernel == "skinny" and skinny_fits(x2, weight):
         return w4a16_skinny(x2, weight, bias, Int4SkinnyConfig(**settings) if settings else None)
     if kernel == "gemv" and gemv_fits(x2, weight):

@@ -57,7 +57,7 @@ def _codes_as_floats(words, NIBBLE: tl.constexpr):
 @triton.jit(do_not_specialize=["M"])
 def _w4a16_gemv_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_ptr, M, N, K, stride_xm, stride_om,
                        k_per_split, GROUP: tl.constexpr, M_PAD: tl.constexpr, WORDS: tl.constexpr,
-                       BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr):
+                       BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, INTERLEAVED: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -77,7 +77,8 @@ def _w4a16_gemv_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_ptr,
         step = tl.zeros((M_PAD, WORDS, BLOCK_N), dtype=tl.float32)
         x_sum = tl.zeros((M_PAD, WORDS, 1), dtype=tl.float32)
         for nibble in tl.static_range(8):
-            x = tl.load(x_rows + 8 * word_rows + nibble, mask=m_ok & w_ok, other=0.0).to(tl.float32)
+            row = 2 * (nibble % 4) + nibble // 4 if INTERLEAVED else nibble  # the word's row this nibble holds
+            x = tl.load(x_rows + 8 * word_rows + row, mask=m_ok & w_ok, other=0.0).to(tl.float32)
             step += x * _codes_as_floats(words, nibble)
             x_sum += x
         offsets = (k0 // GROUP) * N + cols
@@ -152,5 +153,6 @@ def w4a16_gemv(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None, s
     _w4a16_gemv_kernel[(tiles, split)](
         x, weight.qweight, weight.scales, weight.zeros, bias if bias is not None else out, out, part, m, n, k,
         x.stride(0), out.stride(0), k_per_split, GROUP=weight.group_size, M_PAD=triton.next_power_of_2(m),
-        WORDS=words, BLOCK_N=cfg.block_n, HAS_BIAS=bias is not None, SPLIT=split > 1, num_warps=cfg.num_warps)
+        WORDS=words, BLOCK_N=cfg.block_n, HAS_BIAS=bias is not None, SPLIT=split > 1, INTERLEAVED=weight.interleaved,
+        num_warps=cfg.num_warps)
     return sum_splits(part, bias, out) if split > 1 else out

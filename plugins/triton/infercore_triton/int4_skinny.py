@@ -1,19 +1,22 @@
 """W4A16 product of decode batches (1 to a few dozen rows) on the tensor cores, dequantizing in packed 16-bit math.
 
 A decode step reads each 4-bit weight once to multiply a few rows, so the kernel is bound by how few
-instructions turn the codes into tensor-core operands. This one spends about 1.4 per weight: every
-int32 word of :class:`~infercore.ops.int4_math.Int4Weight` ([K/8, N], eight input rows per word) is
-shifted once per nibble pair, and one ``lop3`` turns nibbles ``r`` and ``r + 4`` into the two 16-bit
-halves ``0x4300 | q`` of a register, which read as bfloat16 are exactly ``128 + q`` (float16:
-``0x6400 | q`` is ``1024 + q``); one packed ``fma`` subtracts ``128 + zero`` from both, exactly, leaving
-the small integers ``q - zero`` as the dot's operand. The scale multiplies the float32 dot of each step
-(a step never straddles two groups), so no rounding happens before the float32 sums but the products'.
+instructions turn the codes into tensor-core operands. Each int32 word of
+:class:`~infercore.ops.int4_math.Int4Weight` ([K/8, N], eight input rows per word) is shifted once per
+nibble pair, and one ``lop3`` turns nibbles ``r`` and ``r + 4`` into the two 16-bit halves ``0x4300 | q``
+of a register, which read as bfloat16 are exactly ``128 + q`` (float16: ``0x6400 | q`` is ``1024 + q``);
+one packed ``fma`` subtracts ``128 + zero`` from both, exactly, leaving the small integers ``q - zero`` as
+the dot's operand. The scale multiplies the float32 dot of each step (a step never straddles two groups),
+so nothing is rounded before the float32 sums but the products.
 
-A register's halves hold input rows ``r`` and ``r + 4`` of the word's eight; the tile puts them back in
-row order, so the activations load contiguously. ``SWAP`` computes ``(W^T x^T)^T`` instead, the weight tile as the
-dot's left operand (64 or more of its rows fill the tensor cores' M even for one row of activations). K is
-split over programs until the GPU is full; float32 partials are summed after. Under Triton's interpreter
-(no inline assembly) the same values come from plain integer and 16-bit operations.
+Loaded weights are ``interleaved``: nibbles ``r`` and ``r + 4`` are rows ``2r`` and ``2r + 1``, so each
+register already is the pair of consecutive rows the tensor cores take and the tile goes to shared memory
+in 16-byte stores (compiled for sm_90, 3.25 instructions a weight against 3.75 for sequential words:
+``benchmarks/int4_sass.py``). The tile is built as the weight's transpose [BLOCK_N, BLOCK_K], each word's
+eight values in the registers of the thread that loaded it. ``SWAP`` computes ``(W^T x^T)^T``, the weight
+tile as the dot's left operand (64 or more of its rows fill the tensor cores' M even for one row of
+activations); else ``x @ W``. K is split over programs until the GPU is full; float32 partials are summed
+after. Under Triton's interpreter (no inline assembly) the same values come from plain integer operations.
 """
 
 from __future__ import annotations
@@ -86,25 +89,38 @@ def _codes_minus_zeros(shifted, neg_zero, ASM: tl.constexpr, MAGIC: tl.constexpr
 
 
 @triton.jit
-def _weight_tile(qw_ptr, z_ptr, k0, k_hi, cols, col_ok, N, GROUP: tl.constexpr, BLOCK_K: tl.constexpr,
-                 ASM: tl.constexpr, MAGIC: tl.constexpr, dtype: tl.constexpr):
-    """``q - zero`` of rows ``k0 .. k0 + BLOCK_K`` and columns ``cols`` as [BLOCK_K, BLOCK_N] of ``dtype``."""
+def _weight_tile(qw_ptr, z_ptr, k0, k_hi, cols, col_ok, N, stride_qk, stride_qn, GROUP: tl.constexpr,
+                 BLOCK_K: tl.constexpr, INTERLEAVED: tl.constexpr, ASM: tl.constexpr, MAGIC: tl.constexpr,
+                 dtype: tl.constexpr):
+    """``q - zero`` of columns ``cols`` and rows ``k0 .. k0 + BLOCK_K`` as [BLOCK_N, BLOCK_K] of ``dtype`` (the
+    weight's transpose): each word's eight values stay in the registers of the thread that loaded it."""
     word_rows = k0 // 8 + tl.arange(0, BLOCK_K // 8)
-    words = tl.load(qw_ptr + word_rows.to(tl.int64)[:, None] * N + cols[None, :],
-                    mask=(word_rows * 8 < k_hi)[:, None] & col_ok[None, :], other=0)
+    words = tl.load(qw_ptr + cols.to(tl.int64)[:, None] * stride_qn + word_rows.to(tl.int64)[None, :] * stride_qk,
+                    mask=col_ok[:, None] & (word_rows * 8 < k_hi)[None, :], other=0)
     zeros = tl.load(z_ptr + (k0 // GROUP) * N + cols, mask=col_ok, other=0).to(tl.int32)
     neg_zero = (MAGIC | 0x8000) + zeros
-    neg_zero = neg_zero | (neg_zero << 16)
-    shifts = 4 * tl.arange(0, 4)
-    shifted = words[:, None, :] >> shifts[None, :, None]
-    lo, hi = _codes_minus_zeros(shifted, neg_zero[None, None, :], ASM, MAGIC, dtype)
-    w = tl.permute(tl.join(lo, hi), (0, 3, 1, 2))  # [words, half, r, N]: input row 8 * word + 4 * half + r
-    return tl.reshape(w, (BLOCK_K, w.shape[3]))
+    neg_zero = (neg_zero | (neg_zero << 16))[:, None]
+    # Register r = 2 * r1 + r0 of a word (``word >> 4r`` masked) holds its nibbles r and r + 4 as the halves h.
+    lo0, hi0 = _codes_minus_zeros(words, neg_zero, ASM, MAGIC, dtype)
+    lo1, hi1 = _codes_minus_zeros(words >> 4, neg_zero, ASM, MAGIC, dtype)
+    lo2, hi2 = _codes_minus_zeros(words >> 8, neg_zero, ASM, MAGIC, dtype)
+    lo3, hi3 = _codes_minus_zeros(words >> 12, neg_zero, ASM, MAGIC, dtype)
+    if INTERLEAVED:
+        # Nibbles r and r + 4 are rows 2r and 2r + 1: each register is a pair of consecutive rows, as the
+        # tensor cores' operands are; [N, words, h, r1, r0] -> row 4 * r1 + 2 * r0 + h.
+        w = tl.join(tl.join(tl.join(lo0, hi0), tl.join(lo2, hi2)), tl.join(tl.join(lo1, hi1), tl.join(lo3, hi3)))
+        w = tl.permute(w, (0, 1, 3, 4, 2))
+    else:
+        # Nibbles r and r + 4 are rows r and r + 4: [N, words, r0, r1, h] -> row 4 * h + 2 * r1 + r0.
+        w = tl.join(tl.join(tl.join(lo0, lo1), tl.join(lo2, lo3)), tl.join(tl.join(hi0, hi1), tl.join(hi2, hi3)))
+        w = tl.permute(w, (0, 1, 4, 3, 2))
+    return tl.reshape(w, (w.shape[0], BLOCK_K))
 
 
 @triton.jit(do_not_specialize=["M"])
 def _w4a16_skinny_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_ptr, M, N, K, stride_xm, stride_om,
-                         k_per_split, GROUP: tl.constexpr, MAGIC: tl.constexpr, ASM: tl.constexpr,
+                         stride_qk, stride_qn, k_per_split, GROUP: tl.constexpr, INTERLEAVED: tl.constexpr,
+                         MAGIC: tl.constexpr, ASM: tl.constexpr,
                          SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
@@ -125,12 +141,13 @@ def _w4a16_skinny_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_pt
     for k0 in range(k_lo, k_hi, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & (k < k_hi)[None, :], other=0.0).to(dtype)
-        w = _weight_tile(qw_ptr, z_ptr, k0, k_hi, cols, col_ok, N, GROUP, BLOCK_K, ASM, MAGIC, dtype)
+        w = _weight_tile(qw_ptr, z_ptr, k0, k_hi, cols, col_ok, N, stride_qk, stride_qn, GROUP, BLOCK_K,
+                         INTERLEAVED, ASM, MAGIC, dtype)
         scales = tl.load(s_ptr + (k0 // GROUP) * N + cols, mask=col_ok, other=0.0).to(tl.float32)
         if SWAP:
-            acc += tl.dot(tl.trans(w), tl.trans(x)) * scales[:, None]
+            acc += tl.dot(w, tl.trans(x)) * scales[:, None]
         else:
-            acc += tl.dot(x, w) * scales[None, :]
+            acc += tl.dot(x, tl.trans(w)) * scales[None, :]
     if SWAP:
         result = tl.trans(acc)
     else:
@@ -145,17 +162,19 @@ def _w4a16_skinny_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_pt
 
 
 @triton.jit
-def _dequantize_kernel(qw_ptr, s_ptr, z_ptr, out_ptr, N, K, GROUP: tl.constexpr, MAGIC: tl.constexpr,
+def _dequantize_kernel(qw_ptr, s_ptr, z_ptr, out_ptr, N, K, stride_qk, stride_qn, GROUP: tl.constexpr,
+                       INTERLEAVED: tl.constexpr, MAGIC: tl.constexpr,
                        ASM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     k0 = tl.program_id(0) * BLOCK_K
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
     dtype = s_ptr.dtype.element_ty
-    w = _weight_tile(qw_ptr, z_ptr, k0, K, cols, col_ok, N, GROUP, BLOCK_K, ASM, MAGIC, dtype)
+    w = _weight_tile(qw_ptr, z_ptr, k0, K, cols, col_ok, N, stride_qk, stride_qn, GROUP, BLOCK_K, INTERLEAVED, ASM,
+                     MAGIC, dtype)
     scales = tl.load(s_ptr + (k0 // GROUP) * N + cols, mask=col_ok, other=0.0)
     k = k0 + tl.arange(0, BLOCK_K)
-    tl.store(out_ptr + k.to(tl.int64)[:, None] * N + cols[None, :], (w.to(tl.float32) * scales.to(tl.float32)[None, :])
-             .to(out_ptr.dtype.element_ty), mask=(k < K)[:, None] & col_ok[None, :])
+    tl.store(out_ptr + k.to(tl.int64)[None, :] * N + cols[:, None], (w.to(tl.float32) * scales.to(tl.float32)[:, None])
+             .to(out_ptr.dtype.element_ty), mask=(k < K)[None, :] & col_ok[:, None])
 
 
 @functools.cache
@@ -201,7 +220,8 @@ def w4a16_skinny(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None 
     grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n), split)
     _w4a16_skinny_kernel[grid](
         x, weight.qweight, weight.scales, weight.zeros, bias if bias is not None else out, out, part, m, n, k,
-        x.stride(0), out.stride(0), k_per_split, GROUP=weight.group_size, MAGIC=_MAGIC[x.dtype],
+        x.stride(0), out.stride(0), weight.qweight.stride(0), weight.qweight.stride(1), k_per_split, GROUP=weight.group_size,
+        INTERLEAVED=weight.interleaved, MAGIC=_MAGIC[x.dtype],
         ASM=cfg.asm and x.device.type == "cuda", SWAP=cfg.swap, HAS_BIAS=bias is not None, SPLIT=split > 1,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages)
@@ -215,7 +235,8 @@ def dequantize_skinny(weight: Int4Weight, block_n: int = 128, block_k: int = 64,
     out = torch.empty((k, n), dtype=weight.scales.dtype, device=weight.qweight.device)
     block_k = step_rows(weight.group_size, block_k)
     grid = (triton.cdiv(k, block_k), triton.cdiv(n, block_n))
-    _dequantize_kernel[grid](weight.qweight, weight.scales, weight.zeros, out, n, k, GROUP=weight.group_size,
+    _dequantize_kernel[grid](weight.qweight, weight.scales, weight.zeros, out, n, k, weight.qweight.stride(0),
+                             weight.qweight.stride(1), GROUP=weight.group_size, INTERLEAVED=weight.interleaved,
                              MAGIC=_MAGIC[weight.scales.dtype], ASM=asm and out.device.type == "cuda",
                              BLOCK_N=block_n, BLOCK_K=block_k)
     return out
