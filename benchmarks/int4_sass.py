@@ -39,7 +39,7 @@ def _compile(kernel: Any, constants: dict[str, Any], warps: int, stages: int) ->
     for name in kernel.arg_names:
         if name in constants:
             signature[name] = "constexpr"
-        elif name in ("qw_ptr", "rg_ptr"):
+        elif name in ("qw_ptr", "rg_ptr", "lock_ptr"):
             signature[name] = "*i32"
         elif name == "z_ptr":
             signature[name] = "*u8"
@@ -77,7 +77,8 @@ def skinny_report(setting: str) -> dict:
     (``K_MAJOR``: codes stored [N, K/8], each column's words contiguous)."""
     block_m, block_n, block_k, warps, stages, swap, asm, k_major = map(int, setting.split(":"))
     constants = {"GROUP": 128, "MAGIC": 0x4300, "ASM": bool(asm), "SWAP": bool(swap), "HAS_BIAS": False,
-                 "SPLIT": True, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "INTERLEAVED": True,
+                 "SPLIT": True, "FUSED_REDUCE": True, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k,
+                 "INTERLEAVED": True,
                  "stride_qk" if k_major else "stride_qn": 1}
     return _report("skinny", setting, _compile(_w4a16_skinny_kernel, constants, warps, stages), warps,
                    block_n * block_k)

@@ -45,13 +45,15 @@ class Int4SkinnyConfig:
     inline-assembly dequantization; off under the interpreter)."""
 
     block_m: int = 16
-    block_n: int = 64
+    block_n: int = 128
     block_k: int = 128
     num_warps: int = 4
     num_stages: int = 4
     split_k: int = 0
-    swap: bool = False
+    swap: bool = True
     asm: bool = True
+    #: With K split, the last program of each tile sums the partials (no second launch).
+    fused_reduce: bool = False
 
 
 _BF16_ASM = tl.constexpr("""{
@@ -118,10 +120,10 @@ def _weight_tile(qw_ptr, z_ptr, k0, k_hi, cols, col_ok, N, stride_qk, stride_qn,
 
 
 @triton.jit(do_not_specialize=["M"])
-def _w4a16_skinny_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_ptr, M, N, K, stride_xm, stride_om,
-                         stride_qk, stride_qn, k_per_split, GROUP: tl.constexpr, INTERLEAVED: tl.constexpr,
-                         MAGIC: tl.constexpr, ASM: tl.constexpr,
-                         SWAP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+def _w4a16_skinny_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_ptr, lock_ptr, M, N, K, stride_xm,
+                         stride_om, stride_qk, stride_qn, k_per_split, GROUP: tl.constexpr, INTERLEAVED: tl.constexpr,
+                         MAGIC: tl.constexpr, ASM: tl.constexpr, SWAP: tl.constexpr, HAS_BIAS: tl.constexpr,
+                         SPLIT: tl.constexpr, FUSED_REDUCE: tl.constexpr, BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -153,9 +155,23 @@ def _w4a16_skinny_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_pt
     else:
         result = acc
     mask = row_ok[:, None] & col_ok[None, :]
+    last = True
     if SPLIT:
-        tl.store(part_ptr + (pid_k * M + rows[:, None]) * N + cols[None, :], result, mask=mask)
-    else:
+        parts = part_ptr + rows[:, None] * N + cols[None, :]
+        tl.store(parts + pid_k * M * N, result, mask=mask)
+        last = False
+        if FUSED_REDUCE:
+            # The tile's last split to finish sums the partials (read from L2) and resets the tile's counter.
+            tl.debug_barrier()
+            tile = pid_m * tl.num_programs(1) + pid_n
+            arrived = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            last = arrived == tl.num_programs(2) - 1
+            if last:
+                result = tl.zeros_like(result)
+                for split in range(0, tl.num_programs(2)):
+                    result += tl.load(parts + split * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+                tl.atomic_xchg(lock_ptr + tile, 0, sem="relaxed", scope="gpu")
+    if last:
         if HAS_BIAS:
             result += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], result.to(out_ptr.dtype.element_ty), mask=mask)
@@ -182,6 +198,18 @@ def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 132
+
+
+#: Output tiles a split-K launch can count arrivals for (one int32 counter each, back at zero after every launch).
+LOCKS = 1 << 16
+_LOCKS: dict[torch.device, torch.Tensor] = {}
+
+
+def _locks(device: torch.device) -> torch.Tensor:
+    """The device's tile counters (allocated once, so a CUDA graph may capture launches that use them)."""
+    if device not in _LOCKS:
+        _LOCKS[device] = torch.zeros(LOCKS, dtype=torch.int32, device=device)
+    return _LOCKS[device]
 
 
 def step_rows(group: int, block_k: int) -> int:
@@ -218,14 +246,16 @@ def w4a16_skinny(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None 
     split = triton.cdiv(k, k_per_split)
     part = torch.empty((split, m, n), dtype=torch.float32, device=x.device) if split > 1 else out
     grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n), split)
+    fused = cfg.fused_reduce and split > 1 and tiles <= LOCKS
+    locks = _locks(x.device) if fused else part
     _w4a16_skinny_kernel[grid](
-        x, weight.qweight, weight.scales, weight.zeros, bias if bias is not None else out, out, part, m, n, k,
+        x, weight.qweight, weight.scales, weight.zeros, bias if bias is not None else out, out, part, locks, m, n, k,
         x.stride(0), out.stride(0), weight.qweight.stride(0), weight.qweight.stride(1), k_per_split, GROUP=weight.group_size,
         INTERLEAVED=weight.interleaved, MAGIC=_MAGIC[x.dtype],
         ASM=cfg.asm and x.device.type == "cuda", SWAP=cfg.swap, HAS_BIAS=bias is not None, SPLIT=split > 1,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
+        FUSED_REDUCE=fused, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages)
-    return sum_splits(part, bias, out) if split > 1 else out
+    return sum_splits(part, bias, out) if split > 1 and not fused else out
 
 
 def dequantize_skinny(weight: Int4Weight, block_n: int = 128, block_k: int = 64, asm: bool = True) -> torch.Tensor:
