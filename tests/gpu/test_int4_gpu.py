@@ -61,3 +61,21 @@ def test_row_parallel_act_order_shard_keeps_a_group_per_row() -> None:
     for m in (1, 16, 2048):
         x = torch.randn(m, k, device="cuda").bfloat16()
         assert rel_err(int4_linear(x, weight), int4_math.int4_linear(x, weight)) < BOUND
+
+
+@pytest.mark.parametrize("swap", [False, True], ids=["x-left", "w-left"])
+@pytest.mark.parametrize("m", [1, 16])
+def test_skinny_split_k_reduced_by_the_last_program(m: int, swap: bool) -> None:
+    # The tile counters of the fused split-K reduction are shared by every launch: many launches in a row,
+    # each checked, and the counters back at zero.
+    from infercore_triton import int4_skinny
+
+    weight = _weight(6144, 4096, torch.bfloat16, act_order=False)
+    x = torch.randn(m, 4096, device="cuda").bfloat16()
+    ref = int4_math.int4_linear(x, weight)
+    for split in (2, 8, 32):
+        config = int4_skinny.Int4SkinnyConfig(16, 128, 128, split_k=split, swap=swap, fused_reduce=True)
+        for _ in range(20):
+            assert rel_err(int4_skinny.w4a16_skinny(x, weight, None, config), ref) < BOUND
+    torch.cuda.synchronize()
+    assert not int4_skinny._locks(x.device).any()
