@@ -73,11 +73,11 @@ def gemm_report(setting: str) -> dict:
 
 
 def skinny_report(setting: str) -> dict:
-    """The packed 16-bit tensor-core kernel at ``BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:SWAP:ASM:K_MAJOR``
+    """The packed 16-bit tensor-core kernel at ``BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:SWAP:ASM:K_MAJOR[:SCALE_WEIGHTS]``
     (``K_MAJOR``: codes stored [N, K/8], each column's words contiguous)."""
-    block_m, block_n, block_k, warps, stages, swap, asm, k_major = map(int, setting.split(":"))
+    block_m, block_n, block_k, warps, stages, swap, asm, k_major, *scale = map(int, setting.split(":"))
     constants = {"GROUP": 128, "MAGIC": 0x4300, "ASM": bool(asm), "SWAP": bool(swap), "HAS_BIAS": False,
-                 "SPLIT": True, "FUSED_REDUCE": True, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k,
+                 "SPLIT": True, "FUSED_REDUCE": True, "SCALE_WEIGHTS": bool(scale and scale[0]), "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k,
                  "INTERLEAVED": True,
                  "stride_qk" if k_major else "stride_qn": 1}
     return _report("skinny", setting, _compile(_w4a16_skinny_kernel, constants, warps, stages), warps,

@@ -53,10 +53,11 @@ def skinny_candidates(m: int) -> list[Int4SkinnyConfig]:
         return [S(16, 128, 128, 4, 4, swap=True), S(16, 256, 128, 8, 3, swap=True), S(16, 64, 128, 4, 4, swap=True),
                 S(16, 64, 128, 4, 4, swap=False)]
     if m <= 32:
-        return [S(32, 128, 128, 4, 4, swap=True), S(32, 64, 128, 4, 4, swap=False)]
+        return [S(32, 128, 128, 4, 4, swap=True), S(32, 64, 128, 4, 4, swap=False, scale_weights=True)]
     if m <= 64:
-        return [S(64, 128, 128, 4, 3, swap=True), S(64, 128, 64, 4, 3, swap=False)]
-    return [S(64, 128, 64, 4, 3, swap=False), S(128, 128, 64, 8, 3, swap=False)]
+        return [S(64, 128, 128, 4, 3, swap=True), S(64, 128, 64, 4, 3, swap=False, scale_weights=True)]
+    return [S(64, 128, 64, 4, 3, swap=False, scale_weights=True), S(128, 128, 64, 8, 3, swap=False, scale_weights=True),
+            S(128, 128, 128, 8, 3, swap=True, scale_weights=True)]
 
 
 GEMV_CANDIDATES = [Int4GemvConfig(512, 8, 8), Int4GemvConfig(256, 8, 4)]

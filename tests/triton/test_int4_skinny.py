@@ -37,6 +37,16 @@ def test_skinny_matches_reference(m: int, n: int, k: int, group: int, split_k: i
     assert out.dtype == dtype and rel_err(out, int4_math.int4_linear(x, weight, bias)) < BOUND
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("swap", [False, True], ids=["x-left", "w-left"])
+def test_scaled_weights_match_reference(swap: bool, dtype: torch.dtype) -> None:
+    # Scales applied to the 16-bit weights before the dot (one rounding each, as the dense path does).
+    weight = _weight(128, 48, 64, seed=10, dtype=dtype)
+    x, bias = _x(5, 128, dtype), torch.randn(48).to(dtype)
+    config = Int4SkinnyConfig(16, 32, 32, num_warps=1, split_k=2, swap=swap, scale_weights=True)
+    assert rel_err(w4a16_skinny(x, weight, bias, config), int4_math.int4_linear(x, weight, bias)) < BOUND
+
+
 @pytest.mark.parametrize("swap", [False, True], ids=["x-left", "w-left"])
 def test_fused_split_reduce_and_counters_reset(swap: bool) -> None:
     # The last split of each tile sums the partials; the counters are back at zero for the next launch.

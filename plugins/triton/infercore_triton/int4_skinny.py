@@ -54,6 +54,9 @@ class Int4SkinnyConfig:
     asm: bool = True
     #: With K split, the last program of each tile sums the partials (no second launch).
     fused_reduce: bool = False
+    #: Scale the 16-bit weights before the dot (rounding each once, as the dense path does) rather than the
+    #: float32 dot of each step.
+    scale_weights: bool = False
 
 
 _BF16_ASM = tl.constexpr("""{
@@ -61,6 +64,25 @@ _BF16_ASM = tl.constexpr("""{
 mov.b32 one, 0x3F803F80;
 lop3.b32 t, $2, 0x000F000F, 0x43004300, 0xea;
 fma.rn.bf16x2 t, t, one, $3;
+mov.b32 {$0, $1}, t;
+}""")
+#: The same, then times the scale pair in $4 (plus -0.0: one rounding of the exact product).
+_BF16_SCALED_ASM = tl.constexpr("""{
+.reg .b32 t, one, nz;
+mov.b32 one, 0x3F803F80;
+mov.b32 nz, 0x80008000;
+lop3.b32 t, $2, 0x000F000F, 0x43004300, 0xea;
+fma.rn.bf16x2 t, t, one, $3;
+fma.rn.bf16x2 t, t, $4, nz;
+mov.b32 {$0, $1}, t;
+}""")
+_F16_SCALED_ASM = tl.constexpr("""{
+.reg .b32 t, one, nz;
+mov.b32 one, 0x3C003C00;
+mov.b32 nz, 0x80008000;
+lop3.b32 t, $2, 0x000F000F, 0x64006400, 0xea;
+fma.rn.f16x2 t, t, one, $3;
+fma.rn.f16x2 t, t, $4, nz;
 mov.b32 {$0, $1}, t;
 }""")
 _F16_ASM = tl.constexpr("""{
@@ -73,10 +95,19 @@ mov.b32 {$0, $1}, t;
 
 
 @triton.jit
-def _codes_minus_zeros(shifted, neg_zero, ASM: tl.constexpr, MAGIC: tl.constexpr, dtype: tl.constexpr):
+def _codes_minus_zeros(shifted, neg_zero, scale_pair, SCALED: tl.constexpr, ASM: tl.constexpr, MAGIC: tl.constexpr,
+                       dtype: tl.constexpr):
     """``(q_lo - z, q_hi - z)`` in ``dtype`` for the nibbles in bits 0-3 and 16-19 of ``shifted``; ``neg_zero``
-    holds the 16-bit pattern of ``-(MAGIC value + z)`` in both halves."""
-    if ASM:
+    holds the 16-bit pattern of ``-(MAGIC value + z)`` in both halves. ``SCALED``: times the scale whose
+    16-bit pattern ``scale_pair`` holds in both halves, rounded once."""
+    if ASM and SCALED:
+        if MAGIC == 0x4300:
+            lo, hi = tl.inline_asm_elementwise(_BF16_SCALED_ASM, "=h,=h,r,r,r", [shifted, neg_zero, scale_pair],
+                                               dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=1)
+        else:
+            lo, hi = tl.inline_asm_elementwise(_F16_SCALED_ASM, "=h,=h,r,r,r", [shifted, neg_zero, scale_pair],
+                                               dtype=(tl.float16, tl.float16), is_pure=True, pack=1)
+    elif ASM:
         if MAGIC == 0x4300:
             lo, hi = tl.inline_asm_elementwise(_BF16_ASM, "=h,=h,r,r", [shifted, neg_zero],
                                                dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=1)
@@ -85,28 +116,35 @@ def _codes_minus_zeros(shifted, neg_zero, ASM: tl.constexpr, MAGIC: tl.constexpr
                                                dtype=(tl.float16, tl.float16), is_pure=True, pack=1)
     else:
         zero = (neg_zero & 0xFFFF) - (MAGIC | 0x8000)
-        lo = ((shifted & 0xF) - zero).to(tl.float32).to(dtype)
-        hi = (((shifted >> 16) & 0xF) - zero).to(tl.float32).to(dtype)
+        lo = ((shifted & 0xF) - zero).to(tl.float32)
+        hi = (((shifted >> 16) & 0xF) - zero).to(tl.float32)
+        if SCALED:
+            scale = (scale_pair & 0xFFFF).to(tl.int16).to(dtype, bitcast=True).to(tl.float32)
+            lo, hi = lo * scale, hi * scale
+        lo, hi = lo.to(dtype), hi.to(dtype)
     return lo, hi
 
 
 @triton.jit
-def _weight_tile(qw_ptr, z_ptr, k0, k_hi, cols, col_ok, N, stride_qk, stride_qn, GROUP: tl.constexpr,
-                 BLOCK_K: tl.constexpr, INTERLEAVED: tl.constexpr, ASM: tl.constexpr, MAGIC: tl.constexpr,
-                 dtype: tl.constexpr):
-    """``q - zero`` of columns ``cols`` and rows ``k0 .. k0 + BLOCK_K`` as [BLOCK_N, BLOCK_K] of ``dtype`` (the
-    weight's transpose): each word's eight values stay in the registers of the thread that loaded it."""
+def _weight_tile(qw_ptr, z_ptr, scales, k0, k_hi, cols, col_ok, N, stride_qk, stride_qn, GROUP: tl.constexpr,
+                 BLOCK_K: tl.constexpr, INTERLEAVED: tl.constexpr, SCALED: tl.constexpr, ASM: tl.constexpr,
+                 MAGIC: tl.constexpr, dtype: tl.constexpr):
+    """``q - zero`` (times ``scales`` [BLOCK_N] when ``SCALED``) of columns ``cols`` and rows ``k0 .. k0 + BLOCK_K``
+    as [BLOCK_N, BLOCK_K] of ``dtype`` (the weight's transpose): each word's eight values stay in the registers
+    of the thread that loaded it."""
     word_rows = k0 // 8 + tl.arange(0, BLOCK_K // 8)
     words = tl.load(qw_ptr + cols.to(tl.int64)[:, None] * stride_qn + word_rows.to(tl.int64)[None, :] * stride_qk,
                     mask=col_ok[:, None] & (word_rows * 8 < k_hi)[None, :], other=0)
     zeros = tl.load(z_ptr + (k0 // GROUP) * N + cols, mask=col_ok, other=0).to(tl.int32)
     neg_zero = (MAGIC | 0x8000) + zeros
     neg_zero = (neg_zero | (neg_zero << 16))[:, None]
+    scale_pair = scales.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    scale_pair = (scale_pair | (scale_pair << 16))[:, None]
     # Register r = 2 * r1 + r0 of a word (``word >> 4r`` masked) holds its nibbles r and r + 4 as the halves h.
-    lo0, hi0 = _codes_minus_zeros(words, neg_zero, ASM, MAGIC, dtype)
-    lo1, hi1 = _codes_minus_zeros(words >> 4, neg_zero, ASM, MAGIC, dtype)
-    lo2, hi2 = _codes_minus_zeros(words >> 8, neg_zero, ASM, MAGIC, dtype)
-    lo3, hi3 = _codes_minus_zeros(words >> 12, neg_zero, ASM, MAGIC, dtype)
+    lo0, hi0 = _codes_minus_zeros(words, neg_zero, scale_pair, SCALED, ASM, MAGIC, dtype)
+    lo1, hi1 = _codes_minus_zeros(words >> 4, neg_zero, scale_pair, SCALED, ASM, MAGIC, dtype)
+    lo2, hi2 = _codes_minus_zeros(words >> 8, neg_zero, scale_pair, SCALED, ASM, MAGIC, dtype)
+    lo3, hi3 = _codes_minus_zeros(words >> 12, neg_zero, scale_pair, SCALED, ASM, MAGIC, dtype)
     if INTERLEAVED:
         # Nibbles r and r + 4 are rows 2r and 2r + 1: each register is a pair of consecutive rows, as the
         # tensor cores' operands are; [N, words, h, r1, r0] -> row 4 * r1 + 2 * r0 + h.
@@ -123,7 +161,8 @@ def _weight_tile(qw_ptr, z_ptr, k0, k_hi, cols, col_ok, N, stride_qk, stride_qn,
 def _w4a16_skinny_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_ptr, lock_ptr, M, N, K, stride_xm,
                          stride_om, stride_qk, stride_qn, k_per_split, GROUP: tl.constexpr, INTERLEAVED: tl.constexpr,
                          MAGIC: tl.constexpr, ASM: tl.constexpr, SWAP: tl.constexpr, HAS_BIAS: tl.constexpr,
-                         SPLIT: tl.constexpr, FUSED_REDUCE: tl.constexpr, BLOCK_M: tl.constexpr,
+                         SPLIT: tl.constexpr, FUSED_REDUCE: tl.constexpr, SCALE_WEIGHTS: tl.constexpr,
+                         BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -143,13 +182,20 @@ def _w4a16_skinny_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_pt
     for k0 in range(k_lo, k_hi, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & (k < k_hi)[None, :], other=0.0).to(dtype)
-        w = _weight_tile(qw_ptr, z_ptr, k0, k_hi, cols, col_ok, N, stride_qk, stride_qn, GROUP, BLOCK_K,
-                         INTERLEAVED, ASM, MAGIC, dtype)
-        scales = tl.load(s_ptr + (k0 // GROUP) * N + cols, mask=col_ok, other=0.0).to(tl.float32)
-        if SWAP:
-            acc += tl.dot(w, tl.trans(x)) * scales[:, None]
+        scales = tl.load(s_ptr + (k0 // GROUP) * N + cols, mask=col_ok, other=0.0)
+        # SCALE_WEIGHTS: one packed multiply a pair of weights (rounded once, to the weight's 16 bits) instead of
+        # one float32 multiply-add per output per step, cheaper when many rows share each weight.
+        w = _weight_tile(qw_ptr, z_ptr, scales, k0, k_hi, cols, col_ok, N, stride_qk, stride_qn, GROUP, BLOCK_K,
+                         INTERLEAVED, SCALE_WEIGHTS, ASM, MAGIC, dtype)
+        if SCALE_WEIGHTS:
+            if SWAP:
+                acc = tl.dot(w, tl.trans(x), acc)
+            else:
+                acc = tl.dot(x, tl.trans(w), acc)
+        elif SWAP:
+            acc += tl.dot(w, tl.trans(x)) * scales.to(tl.float32)[:, None]
         else:
-            acc += tl.dot(x, tl.trans(w)) * scales[None, :]
+            acc += tl.dot(x, tl.trans(w)) * scales.to(tl.float32)[None, :]
     if SWAP:
         result = tl.trans(acc)
     else:
@@ -185,12 +231,12 @@ def _dequantize_kernel(qw_ptr, s_ptr, z_ptr, out_ptr, N, K, stride_qk, stride_qn
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
     dtype = s_ptr.dtype.element_ty
-    w = _weight_tile(qw_ptr, z_ptr, k0, K, cols, col_ok, N, stride_qk, stride_qn, GROUP, BLOCK_K, INTERLEAVED, ASM,
-                     MAGIC, dtype)
     scales = tl.load(s_ptr + (k0 // GROUP) * N + cols, mask=col_ok, other=0.0)
+    w = _weight_tile(qw_ptr, z_ptr, scales, k0, K, cols, col_ok, N, stride_qk, stride_qn, GROUP, BLOCK_K, INTERLEAVED,
+                     True, ASM, MAGIC, dtype)
     k = k0 + tl.arange(0, BLOCK_K)
-    tl.store(out_ptr + k.to(tl.int64)[None, :] * N + cols[:, None], (w.to(tl.float32) * scales.to(tl.float32)[:, None])
-             .to(out_ptr.dtype.element_ty), mask=(k < K)[None, :] & col_ok[:, None])
+    tl.store(out_ptr + k.to(tl.int64)[None, :] * N + cols[:, None], w.to(out_ptr.dtype.element_ty),
+             mask=(k < K)[None, :] & col_ok[:, None])
 
 
 @functools.cache
@@ -253,7 +299,7 @@ def w4a16_skinny(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None 
         x.stride(0), out.stride(0), weight.qweight.stride(0), weight.qweight.stride(1), k_per_split, GROUP=weight.group_size,
         INTERLEAVED=weight.interleaved, MAGIC=_MAGIC[x.dtype],
         ASM=cfg.asm and x.device.type == "cuda", SWAP=cfg.swap, HAS_BIAS=bias is not None, SPLIT=split > 1,
-        FUSED_REDUCE=fused, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
+        FUSED_REDUCE=fused, SCALE_WEIGHTS=cfg.scale_weights, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages)
     return sum_splits(part, bias, out) if split > 1 and not fused else out
 
