@@ -4,14 +4,15 @@
 #   sweep        benchmarks/int4_sweep.py: the W4A16 paths' settings at the 8B shape's projections, M 1..256,
 #                against cuBLAS bf16 (µs, GB/s); writes the table and the dense threshold, which every later
 #                part reads through INFERCORE_INT4_TABLE
-#   latency      `infercore bench latency` on w-gpu-8b, w-gpu-8b-awq, w-gpu-8b-gptq (target INT4 >= 2.5x bf16)
+#   latency      `infercore bench latency` on w-gpu-8b then w-gpu-8b-awq (target INT4 >= 2.5x bf16)
 #   throughput   `infercore bench throughput` on w-gpu-8b-awq then w-gpu-8b, W-GPU's 256 requests or NUM_REQUESTS
 #                (target >= 1.0x)
+#   gptq         `infercore bench latency` on w-gpu-8b-gptq (last: the same kernels as AWQ's, other zeros)
 #   tests        tests/gpu/test_int4_gpu.py (the op against the reference at the 8B shapes; not in the default)
 # Each step runs under `timeout` (at most STEP_S, and what is left of TOTAL_S); a failed or skipped step
 # prints a JSON line saying so and the rest still run. The last lines are the ratios.
 #   GPU: bash scripts/device_run.sh bash scripts/gpu_int4.sh        (about 4 minutes)
-# Knobs (environment): PARTS, TOTAL_S (230), STEP_S (90), SWEEP_BUDGET_S (60), ROWS, OUTPUT_LEN (128),
+# Knobs (environment): PARTS, TOTAL_S (220), STEP_S (90), SWEEP_BUDGET_S (60), ROWS, OUTPUT_LEN (128),
 # REPEATS (2), NUM_REQUESTS (the workload's 256).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,9 +21,9 @@ mkdir -p "$OUT"
 RES="$OUT/int4.jsonl"
 LOG="$OUT/int4.log"
 : >"$RES"
-PARTS=${PARTS:-"sweep latency throughput"}
+PARTS=${PARTS:-"sweep latency throughput gptq"}
 PARTS=${PARTS//,/ }
-TOTAL_S=${TOTAL_S:-230}
+TOTAL_S=${TOTAL_S:-220}
 STEP_S=${STEP_S:-90}
 SWEEP_BUDGET_S=${SWEEP_BUDGET_S:-60}
 ROWS=${ROWS:-1,2,4,8,16,32,64,128,256}
@@ -72,9 +73,12 @@ for part in $PARTS; do
                 echo "{\"part\": \"sweep\", \"table\": null, \"note\": \"defaults used\"}" | tee -a "$RES"
             fi ;;
         latency)
-            for w in w-gpu-8b w-gpu-8b-awq w-gpu-8b-gptq; do
+            for w in w-gpu-8b w-gpu-8b-awq; do
                 step "latency-$w" infercore bench latency --workload "$w" --output-len "$OUTPUT_LEN" --repeats "$REPEATS"
             done ;;
+        gptq)
+            step latency-w-gpu-8b-gptq infercore bench latency --workload w-gpu-8b-gptq --output-len "$OUTPUT_LEN" \
+                --repeats "$REPEATS" ;;
         throughput)
             for w in w-gpu-8b-awq w-gpu-8b; do
                 step "throughput-$w" infercore bench throughput --workload "$w" "${REQ[@]}" --no-progress
@@ -87,7 +91,7 @@ for part in $PARTS; do
 done
 if [[ " $PARTS " == *" latency "* ]]; then
     ratio latency-awq decode_ms_per_token latency-w-gpu-8b latency-w-gpu-8b-awq
-    ratio latency-gptq decode_ms_per_token latency-w-gpu-8b latency-w-gpu-8b-gptq
+    [[ " $PARTS " == *" gptq "* ]] && ratio latency-gptq decode_ms_per_token latency-w-gpu-8b latency-w-gpu-8b-gptq
 fi
 if [[ " $PARTS " == *" throughput "* ]]; then
     ratio throughput-awq output_tok_s throughput-w-gpu-8b throughput-w-gpu-8b-awq
