@@ -15,7 +15,8 @@ rows (``int4_gemv``), else the tensor-core one, whose time at single rows is ``i
 the op does). ``--sweep`` also times candidate launch settings per (projection, M) and prints the fastest
 as a ``tuned`` entry (for ``infercore_triton.int4_gemm.TUNED``, or the multiply-add kernel's defaults).
 
-Run on one GPU: ``python benchmarks/int4_gemm.py [--act-order] [--sweep]``.
+Run on one GPU: ``python benchmarks/int4_gemm.py [--act-order] [--sweep]``. The packed 16-bit kernel and
+the launch table ``int4_linear`` dispatches by are swept by ``benchmarks/int4_sweep.py``.
 """
 
 from __future__ import annotations
