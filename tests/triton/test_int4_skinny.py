@@ -117,7 +117,9 @@ def test_table_round_trips_and_buckets(tmp_path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(int4_table.TABLE_ENV, str(path))
     table = int4_table.load_table()
     assert table.dense_min_m == 32 and table.choice(7, 64, 128) == int4_table.Int4Choice("gemv", {"words": 4})
-    assert table.choice(9, 64, 128) is None and table.to_json()["choices"][0]["m"] == 8
+    assert table.choice(9, 64, 128) == table.choice(300, 64, 128) == table.choice(7, 64, 128)
+    assert table.choice(4, 64, 128) is None and table.choice(8, 64, 256) is None
+    assert table.to_json()["choices"][0]["m"] == 8
     assert [int4_table.bucket(m) for m in (1, 2, 3, 16, 17)] == [1, 2, 4, 16, 32]
     with pytest.raises(ValueError, match="kernel"):
         int4_table.parse_table({"choices": [{"m": 1, "n": 1, "k": 1, "kernel": "marlin"}]})

@@ -301,9 +301,13 @@ def int4_product(x2: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None
     launch table (:mod:`infercore_triton.int4_table`) picks, falling back where a path does not take it."""
     m, k = x2.shape
     n = weight.out_features
-    choice = TABLE.choice(m, n, k)
-    kernel = "dense" if m >= DENSE_MIN_M else choice.kernel if choice else (
-        "dense" if m >= TABLE.dense_min_m else "skinny")
+    choice = TABLE.choice(m, n, k, exact=True)
+    if m >= DENSE_MIN_M or (choice is None and m >= TABLE.dense_min_m):
+        kernel = "dense"
+    else:
+        # Rows past the sweep's buckets (and below its dense threshold) take the largest measured bucket's.
+        choice = choice or TABLE.choice(m, n, k)
+        kernel = choice.kernel if choice else "skinny"
     settings = choice.config if choice and choice.kernel == kernel else {}
     if kernel == "dense":
         return _dense(x2, weight, bias, str(settings.get("via", "skinny")))

@@ -12,7 +12,8 @@ the environment variable :data:`TABLE_ENV` is read at import::
     {"dense_min_m": 32,
      "choices": [{"m": 1, "n": 6144, "k": 4096, "kernel": "skinny", "config": {"block_n": 128, ...}}, ...]}
 
-``m`` is a bucket: the next power of two of the rows (a product of 5 rows takes the entry of 8).
+``m`` is a bucket: the next power of two of the rows (a product of 5 rows takes the entry of 8, one of 300
+rows that of 512 or, not measured, of 256).
 """
 
 from __future__ import annotations
@@ -45,9 +46,18 @@ class Int4Table:
     dense_min_m: int = DEFAULT_DENSE_MIN_M
     choices: dict[tuple[int, int, int], Int4Choice] = field(default_factory=dict)
 
-    def choice(self, m: int, n: int, k: int) -> Int4Choice | None:
-        """The measured choice of this product, if any."""
-        return self.choices.get((bucket(m), n, k))
+    def choice(self, m: int, n: int, k: int, exact: bool = False) -> Int4Choice | None:
+        """The measured choice of this product's bucket, else (unless ``exact``) of the largest smaller bucket
+        measured at this shape, if any."""
+        b = bucket(m)
+        if exact:
+            return self.choices.get((b, n, k))
+        while b >= 1:
+            found = self.choices.get((b, n, k))
+            if found is not None:
+                return found
+            b //= 2
+        return None
 
     def to_json(self) -> dict[str, Any]:
         return {"dense_min_m": self.dense_min_m,
