@@ -3,8 +3,9 @@
 Whatever the checkpoint (AWQ, GPTQ with or without act-order), a loaded layer holds one
 :class:`Int4Weight`: codes packed eight to an int32 along the input features ([K/8, N], so a kernel
 reads each tile's words contiguously along N; loaded layers interleave each word's rows so that one mask
-of ``word >> 4r`` gives rows ``2r`` and ``2r + 1`` as a pair of 16-bit halves), one scale and one zero-point per group of input rows
-and output column, and the weight ``W[k, n] = (q[k, n] - zero[group(k), n]) * scale[group(k), n]``.
+of ``word >> 4r`` gives rows ``2r`` and ``2r + 1`` as a pair of 16-bit halves), one scale and one
+zero-point per group of input rows and output column, and the weight
+``W[k, n] = (q[k, n] - zero[group(k), n]) * scale[group(k), n]``.
 
 Act-order (GPTQ ``desc_act``) checkpoints give each input row its group through ``g_idx``. Rows are
 sorted by group when loading, so that groups are runs of consecutive rows again, and the activations'
@@ -96,7 +97,8 @@ def row_group_index(weight: Int4Weight) -> torch.Tensor:
 def dequantize(weight: Int4Weight) -> torch.Tensor:
     """The float32 weight [K, N] in the row order of ``qweight`` (``perm``'s order when it is set)."""
     packed = weight.qweight
-    codes = (unpack_interleaved(packed) if weight.interleaved else unpack_sequential(packed, dim=0)).to(torch.float32)
+    codes = unpack_interleaved(packed) if weight.interleaved else unpack_sequential(packed, dim=0)
+    codes = codes.to(torch.float32)
     groups = row_group_index(weight)
     zeros = weight.zeros.to(torch.float32).index_select(0, groups)
     return (codes - zeros) * weight.scales.to(torch.float32).index_select(0, groups)
