@@ -1,7 +1,7 @@
 """Sweep of the W4A16 paths at Qwen3-8B's projections; writes the launch table ``int4_linear`` reads.
 
-For each projection (qkv 6144x4096, o 4096x4096, gate_up 24576x4096, down 4096x12288) and M in 1, 2, 4, 8,
-16, 32, 64, 128, 256 rows (bf16, group 128, random codes), times bf16 ``F.linear`` (cuBLAS) and the
+For M in 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048 rows and each projection (qkv 6144x4096, o 4096x4096,
+gate_up 24576x4096, down 4096x12288) (bf16, group 128, random codes), times bf16 ``F.linear`` (cuBLAS) and the
 candidate settings of each INT4 path (``infercore_triton.int4_table``: ``skinny``, ``gemv`` at one row,
 ``dense`` = dequantize into a bf16 scratch + cuBLAS), each replayed from CUDA graphs with L2 flushed before
 every call. Every candidate's output is first checked against the float32 reference (largest error relative
@@ -11,7 +11,7 @@ or by each tile's last program (``fused_reduce``); outputs are checked again aft
 
 Prints one JSON line per (projection, M): bf16 µs and GB/s (2 bytes a weight), the chosen path, its settings,
 µs, GB/s of the bytes it must read (4-bit codes plus scales and zeros) and speedup; then a decode step's
-sum (36 layers) per M, and writes the table (``--table``) with ``dense_min_m`` the smallest swept M from
+sum (36 layers) per M (over the projections measured), and writes the table (``--table``) with ``dense_min_m`` the smallest swept M from
 which ``dense`` wins at every projection and every larger M. Point ``INFERCORE_INT4_TABLE`` at it.
 
     python benchmarks/int4_sweep.py --table $OUT/int4_table.json [--budget-s 90] [--rows 1,2,4]
@@ -37,7 +37,7 @@ from infercore_triton.int4_gemv import Int4GemvConfig, w4a16_gemv
 from infercore_triton.int4_skinny import Int4SkinnyConfig, w4a16_skinny
 from infercore_triton.int4_table import Int4Choice, Int4Table, bucket
 
-ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048)
 GROUP = 128
 LAYERS = 36
 BOUND = 1e-2
@@ -113,6 +113,8 @@ class Sweep:
 def measure(sweep: Sweep, name: str, n: int, k: int, m: int, weight: Int4Weight, dense_nk: torch.Tensor,
             ref_weight: torch.Tensor) -> tuple[dict[str, Any], Int4Choice | None, float]:
     """One (projection, M): bf16's time, the candidates', the fastest."""
+    if sweep.out_of_time():
+        return {"benchmark": "int4_sweep", "shape": name, "m": m, "skipped": "budget spent"}, None, 0.0
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     ref = x.float() @ ref_weight
     bf16_us = graph_median_us(lambda: F.linear(x, dense_nk), calls=10, repeats=5)
@@ -131,7 +133,7 @@ def measure(sweep: Sweep, name: str, n: int, k: int, m: int, weight: Int4Weight,
     for via in ("skinny", "tile"):
         run("dense", {"via": via}, lambda v=via: torch.matmul(x, dequantize_for(weight, x, v)), f"dense {via}")
     skinny = [t for t in timed if t[1] == "skinny"]
-    if skinny:
+    if skinny and m <= 256:  # more rows make tiles enough to fill the GPU
         best = S(**min(skinny, key=lambda t: t[0])[2])
         for split, fused in itertools.product((0, 2, 4, 8, 16), (False, True)):
             cfg = dataclasses.replace(best, split_k=split, fused_reduce=fused)
@@ -170,27 +172,29 @@ def main() -> int:
     rows = [int(r) for r in args.rows.split(",")]
     sweep = Sweep(args.budget_s)
     table = Int4Table()
-    step = {m: [0.0, 0.0] for m in rows}
+    step = {m: [0.0, 0.0, 0] for m in rows}
+    weights = []
     for index, (name, n, k) in enumerate(SHAPES):
         weight = random_weight(n, k, seed=index)
         dense = dequantize_for(weight, weight.scales)
-        dense_nk = dense.t().contiguous()
-        ref_weight = dense.float()
-        for m in rows:
+        weights.append((name, n, k, weight, dense.t().contiguous(), dense.float()))
+        del dense
+    # Rows outermost: when the budget runs out, the largest M (prefill, the dense path's) go unmeasured first.
+    for m in rows:
+        for name, n, k, weight, dense_nk, ref_weight in weights:
             record, choice, us = measure(sweep, name, n, k, m, weight, dense_nk, ref_weight)
             print(json.dumps(record), flush=True)
             if choice is not None:
                 table.choices[(bucket(m), n, k)] = choice
                 step[m][0] += LAYERS * record["bf16_us"]
                 step[m][1] += LAYERS * us
-        del weight, dense, dense_nk, ref_weight
-        torch.cuda.empty_cache()
+                step[m][2] += 1
     table.dense_min_m = dense_threshold(table.choices, rows)
     with open(args.table, "w", encoding="utf-8") as f:
         json.dump(table.to_json(), f, indent=1)
-    for m, (bf16_us, int4_us) in step.items():
+    for m, (bf16_us, int4_us, shapes) in step.items():
         if int4_us:
-            print(json.dumps({"benchmark": "int4_sweep_decode_step", "m": m, "layers": LAYERS,
+            print(json.dumps({"benchmark": "int4_sweep_decode_step", "m": m, "layers": LAYERS, "projections": shapes,
                               "bf16_us": round(bf16_us, 1), "int4_us": round(int4_us, 1),
                               "speedup_vs_bf16": round(bf16_us / int4_us, 3)}), flush=True)
     print(json.dumps({"benchmark": "int4_sweep_table", "path": args.table, "dense_min_m": table.dense_min_m,

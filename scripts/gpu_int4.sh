@@ -2,8 +2,8 @@
 # INT4 (W4A16, group 128) speed on one H200 in one call, dummy weights. JSON lines on stdout and in
 # $OUT/int4.jsonl; the launch table in $OUT/int4_table.json; logs in $OUT/int4.log.
 #   sweep        benchmarks/int4_sweep.py: the W4A16 paths' settings at the 8B shape's projections, M 1..256,
-#                against cuBLAS bf16 (µs, GB/s); writes the table and the dense threshold, which every later
-#                part reads through INFERCORE_INT4_TABLE
+#                512 and 2048, against cuBLAS bf16 (µs, GB/s); writes the table and the dense threshold, which
+#                every later part reads through INFERCORE_INT4_TABLE
 #   latency      `infercore bench latency` on w-gpu-8b then w-gpu-8b-awq (target INT4 >= 2.5x bf16)
 #   throughput   `infercore bench throughput` on w-gpu-8b-awq then w-gpu-8b, W-GPU's 256 requests or NUM_REQUESTS
 #                (target >= 1.0x)
@@ -12,7 +12,7 @@
 # Each step runs under `timeout` (at most STEP_S, and what is left of TOTAL_S); a failed or skipped step
 # prints a JSON line saying so and the rest still run. The last lines are the ratios.
 #   GPU: bash scripts/device_run.sh bash scripts/gpu_int4.sh        (about 4 minutes)
-# Knobs (environment): PARTS, TOTAL_S (220), STEP_S (90), SWEEP_BUDGET_S (60), ROWS, OUTPUT_LEN (128),
+# Knobs (environment): PARTS, TOTAL_S (220), STEP_S (90), SWEEP_BUDGET_S (65), ROWS, OUTPUT_LEN (128),
 # REPEATS (2), NUM_REQUESTS (the workload's 256).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,8 +25,8 @@ PARTS=${PARTS:-"sweep latency throughput gptq"}
 PARTS=${PARTS//,/ }
 TOTAL_S=${TOTAL_S:-220}
 STEP_S=${STEP_S:-90}
-SWEEP_BUDGET_S=${SWEEP_BUDGET_S:-60}
-ROWS=${ROWS:-1,2,4,8,16,32,64,128,256}
+SWEEP_BUDGET_S=${SWEEP_BUDGET_S:-65}
+ROWS=${ROWS:-1,2,4,8,16,32,64,128,256,512,2048}
 OUTPUT_LEN=${OUTPUT_LEN:-128}
 REPEATS=${REPEATS:-2}
 NUM_REQUESTS=${NUM_REQUESTS:-}

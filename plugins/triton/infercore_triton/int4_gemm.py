@@ -33,8 +33,8 @@ from infercore_triton.int4_table import TABLE
 
 Int4Weight = int4_reference.Int4Weight
 
-#: From this many rows on, whatever the launch table says, :func:`int4_linear` dequantizes the weight and runs
-#: the dense GEMM (compute-bound prefill); below, :data:`infercore_triton.int4_table.TABLE` places it.
+#: From this many rows on, unless the launch table (:data:`infercore_triton.int4_table.TABLE`) measured this
+#: bucket, :func:`int4_linear` dequantizes the weight and runs the dense GEMM (compute-bound prefill).
 DENSE_MIN_M = 1024
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 #: Pipeline depth when each row loads its own scales and zeros (act-order shards, narrow groups): their
@@ -302,7 +302,7 @@ def int4_product(x2: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None
     m, k = x2.shape
     n = weight.out_features
     choice = TABLE.choice(m, n, k, exact=True)
-    if m >= DENSE_MIN_M or (choice is None and m >= TABLE.dense_min_m):
+    if choice is None and m >= min(DENSE_MIN_M, TABLE.dense_min_m):
         kernel = "dense"
     else:
         # Rows past the sweep's buckets (and below its dense threshold) take the largest measured bucket's.
