@@ -10,7 +10,8 @@ registers, spills and shared memory:
 
 ``--gemv M_PAD:BLOCK_N:WORDS:WARPS`` settings are the multiply-add kernel's (one row: ``M_PAD`` 1);
 ``--gemm BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:UNPACK_WORDS`` the tensor-core kernel's;
-``--skinny BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:SWAP:ASM:K_MAJOR`` the packed 16-bit kernel's (``int4_skinny``). bfloat16
+``--skinny BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:SWAP:ASM:K_MAJOR[:SCALE_WEIGHTS[:FLOAT16]]`` the packed
+16-bit kernel's (``int4_skinny``). bfloat16
 activations, group 128. Prints one JSON line per setting.
 """
 
@@ -34,7 +35,8 @@ from infercore_triton.int4_skinny import _w4a16_skinny_kernel
 ALIGNED_INTS = ("N", "K", "stride_xm", "stride_om", "k_per_split", "stride_qk", "stride_qn")
 
 
-def _compile(kernel: Any, constants: dict[str, Any], warps: int, stages: int) -> triton.compiler.CompiledKernel:
+def _compile(kernel: Any, constants: dict[str, Any], warps: int, stages: int,
+             float_type: str = "*bf16") -> triton.compiler.CompiledKernel:
     signature = {}
     for name in kernel.arg_names:
         if name in constants:
@@ -46,7 +48,7 @@ def _compile(kernel: Any, constants: dict[str, Any], warps: int, stages: int) ->
         elif name == "part_ptr":
             signature[name] = "*fp32"
         elif name.endswith("_ptr"):
-            signature[name] = "*bf16"
+            signature[name] = float_type
         else:
             signature[name] = "i32"
     aligned = [i for i, name in enumerate(kernel.arg_names) if name.endswith("_ptr") or name in ALIGNED_INTS]
@@ -73,15 +75,18 @@ def gemm_report(setting: str) -> dict:
 
 
 def skinny_report(setting: str) -> dict:
-    """The packed 16-bit tensor-core kernel at ``BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:SWAP:ASM:K_MAJOR[:SCALE_WEIGHTS]``
-    (``K_MAJOR``: codes stored [N, K/8], each column's words contiguous)."""
-    block_m, block_n, block_k, warps, stages, swap, asm, k_major, *scale = map(int, setting.split(":"))
-    constants = {"GROUP": 128, "MAGIC": 0x4300, "ASM": bool(asm), "SWAP": bool(swap), "HAS_BIAS": False,
-                 "SPLIT": True, "FUSED_REDUCE": True, "SCALE_WEIGHTS": bool(scale and scale[0]), "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k,
+    """The packed 16-bit tensor-core kernel at
+    ``BLOCK_M:BLOCK_N:BLOCK_K:WARPS:STAGES:SWAP:ASM:K_MAJOR[:SCALE_WEIGHTS[:FLOAT16]]`` (``K_MAJOR``: codes
+    stored [N, K/8], each column's words contiguous; ``FLOAT16``: float16 activations, else bfloat16)."""
+    block_m, block_n, block_k, warps, stages, swap, asm, k_major, *extra = map(int, setting.split(":"))
+    scale, half = (extra + [0, 0])[:2]
+    constants = {"GROUP": 128, "MAGIC": 0x6400 if half else 0x4300, "ASM": bool(asm), "SWAP": bool(swap),
+                 "HAS_BIAS": False, "SPLIT": True, "FUSED_REDUCE": True, "SCALE_WEIGHTS": bool(scale),
+                 "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k,
                  "INTERLEAVED": True,
                  "stride_qk" if k_major else "stride_qn": 1}
-    return _report("skinny", setting, _compile(_w4a16_skinny_kernel, constants, warps, stages), warps,
-                   block_n * block_k)
+    compiled = _compile(_w4a16_skinny_kernel, constants, warps, stages, "*fp16" if half else "*bf16")
+    return _report("skinny", setting, compiled, warps, block_n * block_k)
 
 
 def _report(kind: str, setting: str, compiled: triton.compiler.CompiledKernel, warps: int, weights: int) -> dict:
@@ -97,7 +102,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gemv", nargs="*", default=["1:512:8:8", "1:256:8:4", "2:256:8:4"])
     parser.add_argument("--gemm", nargs="*", default=["16:64:128:4:4:1", "16:64:128:4:4:0", "64:128:64:4:3:1"])
-    parser.add_argument("--skinny", nargs="*", default=["16:64:128:4:4:0:1:1", "16:128:128:4:4:1:1:1", "16:64:128:4:4:0:1:0"])
+    parser.add_argument("--skinny", nargs="*", default=["16:128:128:4:4:1:1:0", "16:256:128:8:3:1:1:0",
+                                                        "64:128:64:4:3:0:1:0:1"])
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         raise SystemExit("compiling for sm_90 needs TRITON_INTERPRET=0")
