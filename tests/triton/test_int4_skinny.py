@@ -123,3 +123,42 @@ def test_table_round_trips_and_buckets(tmp_path, monkeypatch: pytest.MonkeyPatch
     assert [int4_table.bucket(m) for m in (1, 2, 3, 16, 17)] == [1, 2, 4, 16, 32]
     with pytest.raises(ValueError, match="kernel"):
         int4_table.parse_table({"choices": [{"m": 1, "n": 1, "k": 1, "kernel": "marlin"}]})
+
+
+@pytest.mark.parametrize("act_order", [False, True], ids=["plain", "act-order"])
+def test_tensor_parallel_shards_sum_to_the_whole_product(act_order: bool) -> None:
+    # Two ranks' shards as the loaders cut them: column-parallel (output features) and row-parallel (input
+    # features, whose act-order shard keeps every group's scales and a group per row); the op on each
+    # shard, gathered or summed, is the whole layer's product.
+    from infercore_triton.int4_gemm import int4_product
+
+    k, n, group = 128, 64, 32
+    g = torch.Generator().manual_seed(11)
+    codes = torch.randint(0, 16, (k, n), generator=g, dtype=torch.uint8)
+    zeros = torch.randint(0, 17, (k // group, n), generator=g, dtype=torch.uint8)
+    scales = (torch.rand(k // group, n, generator=g) * 0.02 + 0.001).to(torch.float16)
+    g_idx = None
+    if act_order:
+        g_idx = torch.empty(k, dtype=torch.int32)
+        g_idx[torch.randperm(k, generator=g)] = (torch.arange(k) // group).to(torch.int32)
+    whole = int4_math.make_int4_weight(codes, scales, zeros, group, g_idx, interleaved=True)
+    x = _x(3, k, torch.float16)
+    ref = int4_math.int4_linear(x, whole)
+
+    def run(weight: int4_math.Int4Weight, xs: torch.Tensor) -> torch.Tensor:
+        return int4_product(_permuted(xs, weight), weight)
+
+    columns = [int4_math.make_int4_weight(codes[:, r * n // 2:(r + 1) * n // 2], scales[:, r * n // 2:(r + 1) * n // 2],
+                                          zeros[:, r * n // 2:(r + 1) * n // 2], group, g_idx, interleaved=True)
+               for r in range(2)]
+    assert rel_err(torch.cat([run(w, x) for w in columns], dim=1), ref) < BOUND
+    rows = []
+    for r in range(2):
+        lo, hi = r * k // 2, (r + 1) * k // 2
+        if act_order:  # every group's scales on every rank, each row's group from g_idx
+            shard = int4_math.make_int4_weight(codes[lo:hi], scales, zeros, group, g_idx[lo:hi], interleaved=True)
+        else:
+            shard = int4_math.make_int4_weight(codes[lo:hi], scales[lo // group:hi // group],
+                                               zeros[lo // group:hi // group], group, interleaved=True)
+        rows.append(run(shard, x[:, lo:hi]).float())
+    assert rel_err(rows[0] + rows[1], ref) < BOUND
