@@ -56,3 +56,24 @@ def test_an_unreadable_table_is_ignored(table_env, tmp_path: Path, caplog: pytes
     assert "ignoring" in caplog.text
     table_env(tmp_path / "missing.json")
     assert configs.load_table() == {}
+
+
+def test_the_sweep_candidates_fit_128_blocks_and_compile_once_each() -> None:
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "fp8_gemm.py"
+    spec = importlib.util.spec_from_file_location("fp8_gemm_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    buckets = bench._buckets(bench.ROWS)
+    assert buckets == {16: 16, 32: 32, 64: 64, 128: 128, 256: 256, 512: 512}
+    for bucket in buckets:
+        cands = bench.candidates(bucket)
+        assert cands and all(128 % c.tile_n == 0 and c.block_m <= max(64, bucket) for c in cands)
+    # Large batches try 128-row tiles over 8 warps with up to 5 stages.
+    assert BlockGemmConfig(128, 128, 1, 8, 5) in bench.candidates(256)
+    jobs = bench._compile_jobs(list(bench.ROWS))
+    keys = {(c.block_m, c.tile_n, c.split_k > 1, c.num_warps, c.num_stages) for *_, c in jobs}
+    assert len(keys) == len(jobs) < 80

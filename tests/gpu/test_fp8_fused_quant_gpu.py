@@ -1,0 +1,62 @@
+"""The norm and SiLU kernels that quantize for the FP8 block-scaled linear, on the GPU at Qwen3-8B's widths,
+against core's references (skipped without a GPU with FP8 tensor cores)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gpu_marks import requires_gpu
+from triton_cases import rel_err
+
+from infercore.ops import fp8_fused, fp8_math
+
+
+def _has_fp8_tensor_cores() -> bool:
+    return torch.cuda.is_available() and torch.version.hip is None and torch.cuda.get_device_capability() >= (8, 9)
+
+
+pytestmark = [*requires_gpu, pytest.mark.skipif(not _has_fp8_tensor_cores(),
+                                                reason="needs an NVIDIA GPU of compute capability 8.9+ (FP8 tensor cores)")]
+
+
+def _close(ours: tuple[torch.Tensor, ...], ref: tuple[torch.Tensor, ...], group: int) -> None:
+    # The kernels sum the squares in another order than torch: a value at a rounding edge may move one
+    # bf16 ulp, and so one fp8 step. Everything else is the reference's, bit for bit.
+    (q, scale), (ref_q, ref_scale) = ours[:2], ref[:2]
+    assert q.dtype == fp8_math.FP8_DTYPE and q.shape == ref_q.shape and scale.shape == ref_scale.shape
+    assert torch.allclose(scale, ref_scale, rtol=1e-2, atol=0)
+    same = (q.float() == ref_q.float()).float().mean().item()
+    assert same > 0.99, f"only {same:.4f} of the fp8 values are the reference's"
+    k = q.shape[-1]
+    assert rel_err(q.float() * scale.repeat_interleave(group, -1)[..., :k],
+                   ref_q.float() * ref_scale.repeat_interleave(group, -1)[..., :k]) < 1e-2
+
+
+@pytest.mark.parametrize("m", [1, 7, 300])
+def test_norm_quant_at_8b_width(m: int) -> None:
+    from infercore_triton.fp8_fused_quant import fused_add_rms_norm_quant, rms_norm_quant
+
+    x, res = (torch.randn(m, 4096, device="cuda").bfloat16() for _ in range(2))
+    w = torch.rand(4096, device="cuda").bfloat16() + 0.5
+    _close(rms_norm_quant(x, w, 1e-6, 128), fp8_fused.rms_norm_quant(x, w, 1e-6, 128), 128)
+    ours = fused_add_rms_norm_quant(x, res, w, 1e-6, 128)
+    ref = fp8_fused.fused_add_rms_norm_quant(x, res, w, 1e-6, 128)
+    assert torch.equal(ours[2], ref[2])
+    _close(ours, ref, 128)
+
+
+@pytest.mark.parametrize("m", [1, 300])
+def test_silu_quant_at_8b_width(m: int) -> None:
+    from infercore_triton.fp8_fused_quant import silu_and_mul_quant
+
+    x = torch.randn(m, 2 * 12288, device="cuda").bfloat16() * 3
+    _close(silu_and_mul_quant(x, 128), fp8_fused.silu_and_mul_quant(x, 128), 128)
+
+
+def test_the_cuda_platform_runs_the_fused_kernels() -> None:
+    from infercore.ops import get_op
+    from infercore_triton import fp8_block_gemm, fp8_fused_quant
+
+    assert get_op("rms_norm_quant") is fp8_fused_quant.rms_norm_quant
+    assert get_op("silu_and_mul_quant") is fp8_fused_quant.silu_and_mul_quant
+    assert get_op("fp8_block_linear_quantized") is fp8_block_gemm.fp8_block_linear_quantized
