@@ -53,10 +53,29 @@ def test_silu_quant_at_8b_width(m: int) -> None:
     _close(silu_and_mul_quant(x, 128), fp8_fused.silu_and_mul_quant(x, 128), 128)
 
 
+def test_per_token_groups_for_the_channel_path() -> None:
+    # A norm quantizing whole 4096-wide rows in its one program; SiLU over 12288 columns per token falls
+    # back to SiLU then the quantizer. Then the row-wise scaled GEMM on the result.
+    from infercore_triton.fp8_fused_quant import rms_norm_quant, silu_and_mul_quant
+    from infercore_triton.fp8_scaled_mm import fp8_linear_quantized
+
+    x = torch.randn(9, 4096, device="cuda").bfloat16()
+    w = torch.rand(4096, device="cuda").bfloat16() + 0.5
+    q, scale = rms_norm_quant(x, w, 1e-6, 4096)
+    _close((q, scale), fp8_fused.rms_norm_quant(x, w, 1e-6, 4096), 4096)
+    g = torch.randn(9, 2 * 12288, device="cuda").bfloat16()
+    _close(silu_and_mul_quant(g, 12288), fp8_fused.silu_and_mul_quant(g, 12288), 12288)
+    wq, ws = fp8_math.quantize_per_token(torch.randn(6144, 4096, device="cuda") * 0.02)
+    out = fp8_linear_quantized(q, scale, wq, ws.reshape(-1), None, torch.bfloat16)
+    ref = fp8_fused.fp8_linear_quantized(q, scale, wq, ws.reshape(-1), None, torch.bfloat16)
+    assert out.dtype == torch.bfloat16 and rel_err(out, ref) < 1e-2
+
+
 def test_the_cuda_platform_runs_the_fused_kernels() -> None:
     from infercore.ops import get_op
-    from infercore_triton import fp8_block_gemm, fp8_fused_quant
+    from infercore_triton import fp8_block_gemm, fp8_fused_quant, fp8_scaled_mm
 
     assert get_op("rms_norm_quant") is fp8_fused_quant.rms_norm_quant
     assert get_op("silu_and_mul_quant") is fp8_fused_quant.silu_and_mul_quant
     assert get_op("fp8_block_linear_quantized") is fp8_block_gemm.fp8_block_linear_quantized
+    assert get_op("fp8_linear_quantized") is fp8_scaled_mm.fp8_linear_quantized

@@ -10,7 +10,7 @@ from infercore import LLM, SamplingParams
 from infercore.layers import RMSNorm, SiluAndMul
 from infercore.ops import fp8_fused, fp8_math, reference
 from infercore.quantization.activation import ActivationQuant, QuantizedActivation, input_quant_of
-from infercore.quantization.fp8_methods import Fp8BlockLinearMethod
+from infercore.quantization.fp8_methods import Fp8BlockLinearMethod, Fp8ChannelLinearMethod
 from infercore.quantization.unquantized import UnquantizedLinearMethod
 
 ENGINE = {"dtype": "float32", "max_model_len": 256, "num_gpu_blocks_override": 64, "max_num_seqs": 8,
@@ -43,6 +43,10 @@ def test_fused_references_are_the_unfused_ops_in_turn(dtype: torch.dtype) -> Non
     q, s = fp8_math.quantize_per_group(y, 32)
     ours = fp8_fused.fp8_block_linear_quantized(q, s, wq, ws, 32, 32, bias, dtype)
     assert torch.equal(ours, fp8_math.fp8_block_linear(y, wq, ws, 32, 32, bias))
+    wc, wcs = fp8_math.quantize_per_token(torch.randn(96, 64, generator=g))
+    q, s = fp8_math.quantize_per_token(y)
+    ours = fp8_fused.fp8_linear_quantized(q, s, wc, wcs.reshape(-1), bias, dtype)
+    assert torch.equal(ours, fp8_math.fp8_linear(y, wc, wcs.reshape(-1), bias))
 
 
 def test_layers_quantize_when_asked() -> None:
@@ -60,14 +64,21 @@ def test_layers_quantize_when_asked() -> None:
 def test_which_methods_take_quantized_input() -> None:
     block = Fp8BlockLinearMethod(128, 128)
     assert block.input_quantization(torch.nn.Module()) == ActivationQuant(128)
+    layer = torch.nn.Module()
+    layer.input_size = 4096
+    # Per token: one group over the layer's whole input; a static input scale is applied by the GEMM.
+    assert Fp8ChannelLinearMethod(True, static_input=False).input_quantization(layer) == ActivationQuant(4096)
+    assert Fp8ChannelLinearMethod(False, static_input=True).input_quantization(layer) is None
     assert UnquantizedLinearMethod().input_quantization(torch.nn.Module()) is None
     assert input_quant_of(torch.nn.Linear(2, 2)) is None  # no input_quant: takes the tensor
 
 
-def test_a_block_fp8_model_gives_the_same_numbers_fused_or_not(fp8_pair, monkeypatch: pytest.MonkeyPatch) -> None:
-    quantized, _ = fp8_pair("block")
+@pytest.mark.parametrize(("scheme", "method"), [("block", Fp8BlockLinearMethod), ("channel", Fp8ChannelLinearMethod)])
+def test_an_fp8_model_gives_the_same_numbers_fused_or_not(fp8_pair, monkeypatch: pytest.MonkeyPatch, scheme: str,
+                                                          method: type) -> None:
+    quantized, _ = fp8_pair(scheme)
     inputs: list[bool] = []
-    apply = Fp8BlockLinearMethod.apply
+    apply = method.apply
 
     def recording(self, layer, x, bias=None):  # noqa: ANN001, ANN202
         inputs.append(isinstance(x, QuantizedActivation))
@@ -78,11 +89,11 @@ def test_a_block_fp8_model_gives_the_same_numbers_fused_or_not(fp8_pair, monkeyp
         params = SamplingParams(temperature=0, ignore_eos=True, max_tokens=8, logprobs=3)
         return llm.generate(PROMPTS, params, use_tqdm=False)
 
-    monkeypatch.setattr(Fp8BlockLinearMethod, "apply", recording)
+    monkeypatch.setattr(method, "apply", recording)
     fused = generate()
     # qkv, gate/up and down take the norm's and the SiLU's quantized output; o_proj quantizes its own.
     assert inputs and 0.5 < sum(inputs) / len(inputs) < 1.0
-    monkeypatch.setattr(Fp8BlockLinearMethod, "input_quantization", lambda self, layer: None)
+    monkeypatch.setattr(method, "input_quantization", lambda self, layer: None)
     inputs.clear()
     unfused = generate()
     assert inputs and not any(inputs)

@@ -88,6 +88,22 @@ def test_silu_and_mul_quant(dtype: torch.dtype, inter: int, group: int) -> None:
     _check(silu_quant(x, group), fp8_fused.silu_and_mul_quant(x, group), group, dtype)
 
 
+def test_groups_the_kernels_cannot_tile_take_the_unfused_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A group of 96 columns is no power of two: the norm, then Triton's quantizer, as a GPU would run them.
+    from infercore_triton import fp8_fused_quant
+
+    monkeypatch.setattr(fp8_fused_quant, "has_fp8_dot", lambda device: True)
+    g = torch.Generator().manual_seed(3)
+    x, res, w = torch.randn(3, 192, generator=g), torch.randn(3, 192, generator=g), torch.randn(192, generator=g)
+    _check(fp8_fused_quant.rms_norm_quant(x, w, 1e-6, 96), fp8_fused.rms_norm_quant(x, w, 1e-6, 96), 96,
+           torch.float32)
+    ours = fp8_fused_quant.fused_add_rms_norm_quant(x, res, w, 1e-6, 96)
+    ref = fp8_fused.fused_add_rms_norm_quant(x, res, w, 1e-6, 96)
+    assert torch.allclose(ours[2], ref[2])
+    _check(ours[:2], ref[:2], 96, torch.float32)
+    _check(fp8_fused_quant.silu_and_mul_quant(x, 96), fp8_fused.silu_and_mul_quant(x, 96), 96, torch.float32)
+
+
 def test_groups_the_kernels_cannot_tile_run_the_reference() -> None:
     assert fused_group(128, 4096, 65536) == 128 and fused_group(4096, 4096, 65536) == 4096
     assert fused_group(96, 4096, 65536) is None and fused_group(12288, 12288, 1024) is None

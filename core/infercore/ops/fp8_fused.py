@@ -55,3 +55,14 @@ def fp8_block_linear_quantized(x_q: torch.Tensor, x_scale: torch.Tensor, weight:
     if bias is not None:
         out = out + bias.float()
     return out.to(out_dtype).reshape(*x_q.shape[:-1], weight.shape[0])
+
+
+def fp8_linear_quantized(x_q: torch.Tensor, x_scale: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+                         bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    """:func:`~infercore.ops.fp8_math.fp8_linear` on an activation already quantized per token (``x_q`` fp8
+    [..., K], ``x_scale`` float32 [..., 1]), in ``out_dtype``."""
+    q2, s2 = x_q.reshape(-1, x_q.shape[-1]), x_scale.reshape(-1, 1)
+    out = (q2.float() @ weight.float().t()) * s2.float() * weight_scale.float().reshape(1, -1)
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(out_dtype).reshape(*x_q.shape[:-1], weight.shape[0])

@@ -16,6 +16,7 @@ from infercore.ops.expert_dispatch import AllToAllExpertDispatcher as expert_dis
 # The fused-MoE op, the FP8 and INT4 GEMMs and the acceptance walk have files of their own; they are ops like the rest.
 from infercore.ops.fp8_fused import (  # noqa: F401
     fp8_block_linear_quantized,
+    fp8_linear_quantized,
     fused_add_rms_norm_quant,
     rms_norm_quant,
     silu_and_mul_quant,

@@ -44,6 +44,7 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("fp8_linear", "infercore.ops.reference:fp8_linear")
     register("fp8_block_linear", "infercore.ops.reference:fp8_block_linear")
     register("fp8_block_linear_quantized", "infercore.ops.reference:fp8_block_linear_quantized")
+    register("fp8_linear_quantized", "infercore.ops.reference:fp8_linear_quantized")
     register("rms_norm_quant", "infercore.ops.reference:rms_norm_quant")
     register("fused_add_rms_norm_quant", "infercore.ops.reference:fused_add_rms_norm_quant")
     register("silu_and_mul_quant", "infercore.ops.reference:silu_and_mul_quant")

@@ -79,12 +79,14 @@ class Fp8BlockLinearMethod(QuantizationMethod):
 class Fp8ChannelLinearMethod(QuantizationMethod):
     """FP8 weights with a float32 scale per output channel, or per tensor (then one per fused projection,
     spread over its rows after loading); activations quantized per token, or with the checkpoint's
-    static per-tensor ``input_scale`` (the largest of the fused projections')."""
+    static per-tensor ``input_scale`` (the largest of the fused projections'). Dynamic per-token
+    quantization is left to the norm or activation in front when it can (:meth:`input_quantization`)."""
 
     def __init__(self, per_channel: bool, static_input: bool) -> None:
         self.per_channel = per_channel
         self.static_input = static_input
         self._gemm = get_op("fp8_linear")
+        self._gemm_quantized = get_op("fp8_linear_quantized")
 
     def create_weights(self, layer: nn.Module, spec: LinearWeightSpec) -> None:
         n, shards = spec.output_size, len(spec.output_sizes)
@@ -111,5 +113,12 @@ class Fp8ChannelLinearMethod(QuantizationMethod):
         if self.static_input:
             _replace(layer, "input_scale", layer.input_scale.data.amax().reshape(1))
 
-    def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def input_quantization(self, layer: nn.Module) -> ActivationQuant | None:
+        # Per token: one group as wide as the layer's input on this rank.
+        return None if self.static_input else ActivationQuant(layer.input_size)
+
+    def apply(self, layer: nn.Module, x: torch.Tensor | QuantizedActivation,
+              bias: torch.Tensor | None = None) -> torch.Tensor:
+        if isinstance(x, QuantizedActivation):
+            return self._gemm_quantized(x.values, x.scales, layer.weight, layer.weight_scale, bias, x.dtype)
         return self._gemm(x, layer.weight, layer.weight_scale, bias, getattr(layer, "input_scale", None))

@@ -14,7 +14,10 @@ import triton
 import triton.language as tl
 
 from infercore.plugin_api import fp8_reference, op_reference
+from infercore_triton.activation import silu_and_mul
+from infercore_triton.fp8_quant import quantize_groups
 from infercore_triton.fp8_support import has_fp8_dot
+from infercore_triton.rms_norm import fused_add_rms_norm, rms_norm
 
 #: Widest chunk of a row one SiLU program quantizes (whole groups).
 SILU_BLOCK = 1024
@@ -137,16 +140,21 @@ def _checked(kernel_group: int | None, group: int) -> int:
     return kernel_group
 
 
-def _fused(group: int, width: int, max_block: int, device: torch.device) -> bool:
-    return fused_group(group, width, max_block) is not None and has_fp8_dot(device)
+def _unfused(y: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton's quantizer on an op's output: groups the fused kernels cannot tile (per token over a row
+    wider than one program holds), as fast as the linear quantizing its own input."""
+    q, scale = quantize_groups(y.reshape(-1, y.shape[-1]), group)
+    return q.view(y.shape), scale.view(*y.shape[:-1], scale.shape[-1])
 
 
 def rms_norm_quant(x: torch.Tensor, weight: torch.Tensor, eps: float,
                    group: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Custom op ``rms_norm_quant``: RMSNorm of ``x`` as fp8 values and float32 scales per token and
-    ``group`` columns, in one launch (the reference on GPUs without FP8 or for groups it cannot tile)."""
-    if not _fused(group, x.shape[-1], NORM_MAX_BLOCK, x.device):
+    ``group`` columns, in one launch (the reference on GPUs without FP8 tensor cores)."""
+    if not has_fp8_dot(x.device):
         return op_reference.rms_norm_quant(x, weight, eps, group)
+    if fused_group(group, x.shape[-1], NORM_MAX_BLOCK) is None:
+        return _unfused(rms_norm(x, weight, eps), group)
     q, scale, _ = norm_quant(x, None, weight, eps, group)
     return q, scale
 
@@ -155,8 +163,11 @@ def fused_add_rms_norm_quant(x: torch.Tensor, residual: torch.Tensor, weight: to
                              group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Custom op ``fused_add_rms_norm_quant``: ``residual = x + residual``, then :func:`rms_norm_quant` of
     it, in one launch; returns ``(values, scales, residual)``."""
-    if not _fused(group, x.shape[-1], NORM_MAX_BLOCK, x.device):
+    if not has_fp8_dot(x.device):
         return op_reference.fused_add_rms_norm_quant(x, residual, weight, eps, group)
+    if fused_group(group, x.shape[-1], NORM_MAX_BLOCK) is None:
+        normed, new_residual = fused_add_rms_norm(x, residual, weight, eps)
+        return (*_unfused(normed, group), new_residual)
     q, scale, new_residual = norm_quant(x, residual, weight, eps, group)
     assert new_residual is not None
     return q, scale, new_residual
@@ -164,7 +175,10 @@ def fused_add_rms_norm_quant(x: torch.Tensor, residual: torch.Tensor, weight: to
 
 def silu_and_mul_quant(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Custom op ``silu_and_mul_quant``: ``silu(gate) * up`` as fp8 values and float32 scales per token and
-    ``group`` columns, in one launch (groups wider than :data:`SILU_BLOCK` columns: the reference)."""
-    if not _fused(group, x.shape[-1] // 2, SILU_BLOCK, x.device):
+    ``group`` columns, in one launch (groups wider than :data:`SILU_BLOCK` columns, per token over the
+    8B shape's 12288 say: SiLU, then the quantizer)."""
+    if not has_fp8_dot(x.device):
         return op_reference.silu_and_mul_quant(x, group)
+    if fused_group(group, x.shape[-1] // 2, SILU_BLOCK) is None:
+        return _unfused(silu_and_mul(x), group)
     return silu_quant(x, group)

@@ -9,10 +9,10 @@ from infercore_triton.fp8_quant import quantize_groups
 from infercore_triton.fp8_support import has_rowwise_scaled_mm
 
 
-def _fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
+def _fits(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | None = None) -> bool:
     # cuBLASLt's FP8 GEMM wants K and N in multiples of 16 and, with row-wise scales, bf16 output.
     n, k = weight.shape
-    return (x.dtype == torch.bfloat16 and k % 16 == 0 and n % 16 == 0 and x.numel() > 0
+    return ((out_dtype or x.dtype) == torch.bfloat16 and k % 16 == 0 and n % 16 == 0 and x.numel() > 0
             and has_rowwise_scaled_mm(x.device))
 
 
@@ -32,3 +32,17 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor
     if bias is not None:
         out = out + bias
     return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def fp8_linear_quantized(x_q: torch.Tensor, x_scale: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+                         bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    """Custom op ``fp8_linear_quantized``: the row-wise scaled GEMM on an activation quantized per token by
+    the kernel before it; elsewhere the reference."""
+    if not _fits(x_q, weight, out_dtype):
+        return op_reference.fp8_linear_quantized(x_q, x_scale, weight, weight_scale, bias, out_dtype)
+    q2, s2 = x_q.reshape(-1, x_q.shape[-1]), x_scale.reshape(-1, 1)
+    out = torch._scaled_mm(q2, weight.t(), scale_a=s2.contiguous(), scale_b=weight_scale.float().reshape(1, -1),
+                           out_dtype=out_dtype)
+    if bias is not None:
+        out = out + bias
+    return out.reshape(*x_q.shape[:-1], weight.shape[0])

@@ -35,6 +35,7 @@ def register_attention_backends(register: RegisterFn) -> None:
 #: compute capability and falls back to the reference without FP8 tensor cores).
 FP8_OPS = {
     "fp8_linear": "infercore_triton.fp8_scaled_mm:fp8_linear",
+    "fp8_linear_quantized": "infercore_triton.fp8_scaled_mm:fp8_linear_quantized",
     "fp8_block_linear": "infercore_triton.fp8_block_gemm:fp8_block_linear",
     "fp8_block_linear_quantized": "infercore_triton.fp8_block_gemm:fp8_block_linear_quantized",
     "rms_norm_quant": "infercore_triton.fp8_fused_quant:rms_norm_quant",
