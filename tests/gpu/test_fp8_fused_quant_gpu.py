@@ -79,3 +79,19 @@ def test_the_cuda_platform_runs_the_fused_kernels() -> None:
     assert get_op("silu_and_mul_quant") is fp8_fused_quant.silu_and_mul_quant
     assert get_op("fp8_block_linear_quantized") is fp8_block_gemm.fp8_block_linear_quantized
     assert get_op("fp8_linear_quantized") is fp8_scaled_mm.fp8_linear_quantized
+
+
+@pytest.mark.parametrize(("m", "n", "k", "split"), [(1, 4096, 12288, 8), (16, 6144, 4096, 4), (64, 4096, 12288, 4)])
+def test_split_k_summed_by_the_last_split_is_the_same_every_run(m: int, n: int, k: int, split: int) -> None:
+    # The last split of each tile sums the partials in split order: any race shows as a run that differs.
+    from infercore_triton.fp8_block_gemm import BlockGemmConfig, fp8_block_gemm
+    from infercore_triton.fp8_quant import quantize_groups
+
+    wq, ws = fp8_math.quantize_blockwise(torch.randn(n, k, device="cuda") * 0.02, 128, 128)
+    xq, xs = quantize_groups(torch.randn(m, k, device="cuda").bfloat16(), 128)
+    config = BlockGemmConfig(block_m=16 if m <= 16 else 64, tile_n=32, split_k=split)
+    first = fp8_block_gemm(xq, xs, wq, ws, 128, 128, None, torch.bfloat16, config)
+    runs = torch.stack([fp8_block_gemm(xq, xs, wq, ws, 128, 128, None, torch.bfloat16, config) for _ in range(200)])
+    assert bool((runs == first).all()), "a split-K run differs from the first"
+    ref = fp8_math.fp8_block_linear((xq.float() * xs.repeat_interleave(128, 1)).bfloat16(), wq, ws, 128, 128)
+    assert rel_err(first, ref) < 2e-2

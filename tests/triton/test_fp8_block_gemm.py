@@ -85,3 +85,20 @@ def test_default_config_fills_the_machine_at_decode_sizes() -> None:
         x, wq, ws, _ = _case(2, 64, 64, 32)
         xq, xs = fp8_math.quantize_per_group(x, 32)
         fp8_block_gemm(xq, xs, wq, ws, 32, 32, None, torch.float32, BlockGemmConfig(block_m=16, tile_n=64))
+
+
+def test_the_last_split_of_a_tile_sums_the_partials_and_resets_its_counter(monkeypatch: pytest.MonkeyPatch) -> None:
+    from infercore_triton import split_k_counters
+
+    x, wq, ws, bias = _case(3, 96, 160, 32)
+    xq, xs = fp8_math.quantize_per_group(x, 32)
+    config = BlockGemmConfig(block_m=16, tile_n=16, split_k=4)
+    ref = fp8_math.fp8_block_linear(x, wq, ws, 32, 32, bias)
+    in_kernel = fp8_block_gemm(xq, xs, wq, ws, 32, 32, bias, torch.float32, config)
+    counters = split_k_counters.tile_counters(x.device, 6)
+    assert counters is not None and not counters.any()
+    # Without counters (too many tiles), a second launch sums the partials: the same numbers.
+    monkeypatch.setattr(split_k_counters, "MAX_TILES", 0)
+    assert split_k_counters.tile_counters(x.device, 6) is None
+    launched = fp8_block_gemm(xq, xs, wq, ws, 32, 32, bias, torch.float32, config)
+    assert rel_err(in_kernel, ref) < 1e-5 and torch.allclose(in_kernel, launched, rtol=1e-6, atol=1e-6)

@@ -4,7 +4,9 @@ columns, weights with one scale per ``block_n`` x ``block_k`` block, float32 acc
 One program computes a ``block_m`` x ``tile_n`` tile of the output over a range of K's scale groups.
 At decode sizes (a few rows against a wide weight) tiles alone are too few to keep every multiprocessor
 reading the weight, so narrower tiles and a split of K fill the machine: each split writes float32
-partials that a second launch sums (and adds the bias to). Launch settings come from
+partials, and the split of a tile that finishes last sums them (and adds the bias), counted in by an
+atomic per tile (:mod:`infercore_triton.split_k_counters`; a second launch sums them where no counters
+are at hand). Launch settings come from
 :mod:`infercore_triton.fp8_block_configs` (a measured table, one a sweep wrote, or the default). No host
 sync and no per-M compile: the op is safe to capture in CUDA graphs.
 
@@ -31,6 +33,7 @@ from infercore_triton.fp8_block_configs import (  # noqa: F401 - the settings' n
 from infercore_triton.fp8_quant import quantize_groups
 from infercore_triton.fp8_support import has_fp8_dot
 from infercore_triton.skinny_gemm import split_k_reduce
+from infercore_triton.split_k_counters import tile_counters
 
 
 @functools.cache
@@ -41,11 +44,12 @@ def _num_sms(device: torch.device) -> int:
 
 
 @triton.jit(do_not_specialize=["M"])
-def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_ptr, bias_ptr, M, N, K,
+def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_ptr, bias_ptr, counter_ptr, M, N, K,
                            stride_am, stride_ak, stride_asm, stride_ask, stride_bn, stride_bk,
                            stride_bsn, stride_bsk, stride_cm, stride_cn, steps_per_split,
                            GROUP_N: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                           LAST_REDUCES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_K: tl.constexpr):
     # BLOCK_K is the scale group along K, so each step's partial product takes one activation scale
     # per row and one weight scale per column.
     pid_m = tl.program_id(0)
@@ -73,8 +77,26 @@ def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_p
         acc += tl.dot(a, b) * (a_scale * b_scale)[:, None]
     mask = row_ok[:, None] & col_ok[None, :]
     if SPLIT:
-        # Partials [SPLIT_K, M, N] in float32; the reduce kernel adds the bias and rounds once.
-        tl.store(part_ptr + (pid_k * M + rows[:, None]) * N + cols[None, :], acc, mask=mask)
+        # Partials [SPLIT_K, M, N] in float32; the reduce kernel (or the tile's last split) adds the bias
+        # and rounds once.
+        tiles = part_ptr + rows[:, None] * N + cols[None, :]
+        tl.store(tiles + pid_k * M * N, acc, mask=mask)
+        if LAST_REDUCES:
+            # Every thread's partial is stored before one thread counts the split in (barrier, then a
+            # release at GPU scope); the split counted last reads the others' after its acquire.
+            tl.debug_barrier()
+            counter = counter_ptr + pid_m * tl.num_programs(1) + pid_n
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == tl.num_programs(2) - 1:
+                tl.debug_barrier()
+                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for split in range(0, tl.num_programs(2)):
+                    total += tl.load(tiles + split * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+                if HAS_BIAS:
+                    total += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+                tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
+                         total.to(c_ptr.dtype.element_ty), mask=mask)
+                tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
     else:
         if HAS_BIAS:
             acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
@@ -102,14 +124,16 @@ def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_sc
     part = torch.empty((split_k, m, n), dtype=torch.float32, device=a.device) if split_k > 1 else out
     bias_arg = bias if bias is not None else out
     grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.tile_n), split_k)
+    counters = tile_counters(a.device, grid[0] * grid[1]) if split_k > 1 else None
     _fp8_block_gemm_kernel[grid](
-        a, a_scale, b, b_scale, out, part, bias_arg, m, n, k,
+        a, a_scale, b, b_scale, out, part, bias_arg, counters if counters is not None else out, m, n, k,
         a.stride(0), a.stride(1), a_scale.stride(0), a_scale.stride(1), b.stride(0), b.stride(1),
         b_scale.stride(0), b_scale.stride(1), out.stride(0), out.stride(1), steps_per_split,
-        GROUP_N=block_n, HAS_BIAS=bias is not None, SPLIT=split_k > 1, BLOCK_M=cfg.block_m, BLOCK_N=cfg.tile_n,
-        BLOCK_K=block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        GROUP_N=block_n, HAS_BIAS=bias is not None, SPLIT=split_k > 1, LAST_REDUCES=counters is not None,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.tile_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
-    if split_k > 1:
+    if split_k > 1 and counters is None:
         split_k_reduce(part, bias, out)
     return out
 
