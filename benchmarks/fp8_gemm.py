@@ -5,7 +5,9 @@ For each projection and M in :data:`ROWS` it prints one JSON line: bf16 µs; the
 activation quantized by the kernel before it (``fp8_gemm_us``, what qkv, gate/up and down pay in the
 engine), the op that quantizes its input first (``fp8_op_us``, what o_proj pays), the per-channel path
 through ``torch._scaled_mm`` (``fp8_channel_us``, quantization included), FP8's speedups over bf16, the
-settings used and the largest relative difference from core's W8A8 reference.
+settings used and the largest relative difference from core's W8A8 reference. The per-channel GEMM alone,
+through ``_scaled_mm`` and through the Triton kernel with per-column scales, gives the switch-over written to
+the table (``channel_triton_max_m``).
 
 ``--sweep`` first times every candidate setting (:func:`candidates`: 16-64-row tiles with K split for
 decode batches, 128-row tiles over 8 warps and up to 5 stages for large ones) per projection and M bucket
@@ -183,11 +185,17 @@ def _bench_shape(name: str, n: int, k: int, rows: list[int]) -> Iterable[dict[st
         gemm_us = _time(lambda xq=xq, xs=xs: fbg.fp8_block_gemm(xq, xs, wq, ws, BLOCK, BLOCK, None, torch.bfloat16))
         op_us = _time(lambda x=x: fbg.fp8_block_linear(x, wq, ws, BLOCK, BLOCK))
         channel_us = _time(lambda x=x: fp8_linear(x, wc, wcs))
+        xcq, xcs = quantize_groups(x, k)
+        scaled_mm_us = _time(lambda xcq=xcq, xcs=xcs: torch._scaled_mm(
+            xcq, wc.t(), scale_a=xcs, scale_b=wcs.reshape(1, -1), out_dtype=torch.bfloat16))
+        channel_triton_us = _time(lambda xcq=xcq, xcs=xcs: fbg.fp8_block_gemm(
+            xcq, xcs, wc, wcs, BLOCK, BLOCK, None, torch.bfloat16, per_channel=True))
         out = fbg.fp8_block_linear(x, wq, ws, BLOCK, BLOCK)
         ref = fp8_math.fp8_block_linear(x, wq, ws, BLOCK, BLOCK)
         yield {"bench": "fp8_block_gemm", "shape": name, "m": m, "n": n, "k": k, "bf16_us": round(bf16_us, 2),
                "fp8_gemm_us": round(gemm_us, 2), "fp8_op_us": round(op_us, 2),
-               "fp8_channel_us": round(channel_us, 2), "speedup_fused": round(bf16_us / gemm_us, 3),
+               "fp8_channel_us": round(channel_us, 2), "channel_scaled_mm_us": round(scaled_mm_us, 2),
+               "channel_triton_us": round(channel_triton_us, 2), "speedup_fused": round(bf16_us / gemm_us, 3),
                "speedup_op": round(bf16_us / op_us, 3), "speedup_channel": round(bf16_us / channel_us, 3),
                "fp8_tbps": round(wq.numel() / gemm_us / 1e6, 3), "bf16_tbps": round(wb.numel() * 2 / bf16_us / 1e6, 3),
                "config": repr(cfg), "rel_err": round(_rel(out, ref), 5)}
@@ -237,8 +245,28 @@ def main() -> None:
         _emit({"bench": "fp8_block_gemm_tuned", "seconds": round(time.monotonic() - start, 1),
                "table": args.write_table, "tuned": {str(key): repr(cfg) for key, cfg in sorted(swept.items())}})
     if not args.no_bench:
+        lines = []
         for line in bench(rows):
+            lines.append(line)
             _emit(line)
+        switch = channel_switch(lines)
+        if args.sweep and args.write_table:
+            fbc.write_table(args.write_table, {**fbc.TUNED}, channel_triton_max_m=switch,
+                            device=torch.cuda.get_device_name(), swept=sorted(f"{b},{n},{k}" for b, n, k in swept))
+        _emit({"bench": "fp8_channel_switch", "channel_triton_max_m": switch, "table": args.write_table})
+
+
+def channel_switch(lines: list[dict[str, object]]) -> int:
+    """The most rows up to which the Triton kernel on per-channel weights beats ``torch._scaled_mm`` at every
+    row count (summed over the projections), 0 when it loses at the first."""
+    switch = 0
+    for m in sorted({int(line["m"]) for line in lines}):
+        at_m = [line for line in lines if line["m"] == m]
+        if sum(float(line["channel_triton_us"]) for line in at_m) > sum(float(line["channel_scaled_mm_us"])
+                                                                          for line in at_m):
+            break
+        switch = m
+    return switch
 
 
 if __name__ == "__main__":

@@ -107,9 +107,15 @@ if gemm:
     out["gemm_speedup_fused_by_m"] = {m: round(sum(l["bf16_us"] for l in gemm if l["m"] == m)
                                                / sum(l["fp8_gemm_us"] for l in gemm if l["m"] == m), 3)
                                       for m in sorted({l["m"] for l in gemm})}
-    out["channel_vs_block_by_m"] = {m: round(sum(l["fp8_op_us"] for l in gemm if l["m"] == m)
-                                             / sum(l["fp8_channel_us"] for l in gemm if l["m"] == m), 3)
-                                    for m in sorted({l["m"] for l in gemm})}
+    # GEMMs alone (the norm or SiLU in front quantizes): block vs the faster per-channel path; > 1: channel
+    # is faster. The switch line says which per-channel path the table picks at each size.
+    out["channel_speed_vs_block_by_m"] = {
+        m: round(sum(l["fp8_gemm_us"] for l in gemm if l["m"] == m)
+                 / sum(min(l["channel_scaled_mm_us"], l["channel_triton_us"]) for l in gemm if l["m"] == m), 3)
+        for m in sorted({l["m"] for l in gemm})}
+    switch = [l for l in lines if l.get("bench") == "fp8_channel_switch"]
+    if switch:
+        out["channel_triton_max_m"] = switch[-1]["channel_triton_max_m"]
 print(json.dumps(out))
 EOF
             ;;

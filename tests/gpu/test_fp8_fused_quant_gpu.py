@@ -95,3 +95,15 @@ def test_split_k_summed_by_the_last_split_is_the_same_every_run(m: int, n: int, 
     assert bool((runs == first).all()), "a split-K run differs from the first"
     ref = fp8_math.fp8_block_linear((xq.float() * xs.repeat_interleave(128, 1)).bfloat16(), wq, ws, 128, 128)
     assert rel_err(first, ref) < 2e-2
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 6144, 4096), (16, 4096, 12288), (64, 24576, 4096)])
+def test_per_channel_weights_through_the_triton_kernel(m: int, n: int, k: int) -> None:
+    from infercore_triton.fp8_block_gemm import fp8_block_gemm
+    from infercore_triton.fp8_quant import quantize_groups
+
+    wq, ws = fp8_math.quantize_per_token(torch.randn(n, k, device="cuda") * 0.02)
+    x = torch.randn(m, k, device="cuda").bfloat16()
+    xq, xs = quantize_groups(x, k)
+    out = fp8_block_gemm(xq, xs, wq, ws.reshape(-1), 128, 128, None, torch.bfloat16, per_channel=True)
+    assert rel_err(out, fp8_math.fp8_linear(x, wq, ws.reshape(-1))) < 1e-2

@@ -19,10 +19,10 @@ def table_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
             monkeypatch.delenv(configs.TABLE_ENV, raising=False)
         else:
             monkeypatch.setenv(configs.TABLE_ENV, str(path))
-        configs.load_table.cache_clear()
+        configs.reload_table()
 
     yield use
-    configs.load_table.cache_clear()
+    configs.reload_table()
 
 
 def test_large_batches_take_128_row_tiles_over_8_warps() -> None:

@@ -102,3 +102,27 @@ def test_the_last_split_of_a_tile_sums_the_partials_and_resets_its_counter(monke
     assert split_k_counters.tile_counters(x.device, 6) is None
     launched = fp8_block_gemm(xq, xs, wq, ws, 32, 32, bias, torch.float32, config)
     assert rel_err(in_kernel, ref) < 1e-5 and torch.allclose(in_kernel, launched, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("static_input", [False, True])
+def test_per_channel_weights_through_the_block_kernel(monkeypatch: pytest.MonkeyPatch, static_input: bool) -> None:
+    # Small batches of per-channel (and per-tensor) FP8 weights may take the Triton kernel instead of
+    # torch._scaled_mm: one scale per weight row, one per token (or one for all, static).
+    from infercore_triton import fp8_scaled_mm
+
+    g = torch.Generator().manual_seed(5)
+    x, bias = torch.randn(5, 160, generator=g), torch.randn(48, generator=g)
+    wq, ws = fp8_math.quantize_per_token(torch.randn(48, 160, generator=g) * 0.1)
+    input_scale = torch.tensor([x.abs().max() / fp8_math.FP8_MAX]) if static_input else None
+    if static_input:
+        xs = input_scale.reshape(1, 1).expand(5, 1)
+        xq = (x / xs).clamp(-fp8_math.FP8_MAX, fp8_math.FP8_MAX).to(fp8_math.FP8_DTYPE)
+    else:
+        xq, xs = fp8_math.quantize_per_token(x)
+    ref = fp8_math.fp8_linear(x, wq, ws.reshape(-1), bias, input_scale)
+    config = BlockGemmConfig(block_m=16, tile_n=32, split_k=2)
+    out = fp8_block_gemm(xq, xs, wq, ws.reshape(-1), 128, 32, bias, torch.float32, config, per_channel=True)
+    assert rel_err(out, ref) < 1e-5
+    monkeypatch.setattr(fp8_scaled_mm, "has_fp8_dot", lambda device: True)
+    monkeypatch.setattr(fp8_scaled_mm, "channel_triton_max_m", lambda: 8)
+    assert rel_err(fp8_scaled_mm._gemm(xq, xs, wq, ws.reshape(-1), bias, torch.float32), ref) < 1e-5

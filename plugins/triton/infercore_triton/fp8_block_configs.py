@@ -95,36 +95,65 @@ def table_entries(table: dict[tuple[int, int, int], BlockGemmConfig]) -> list[di
     return [{"m": m, "n": n, "k": k, **asdict(cfg)} for (m, n, k), cfg in sorted(table.items())]
 
 
-def write_table(path: str | Path, table: dict[tuple[int, int, int], BlockGemmConfig], **about: Any) -> None:
-    """Write ``table`` (keyed by ``(m_bucket, N, K)``) where ``INFERCORE_FP8_BLOCK_TABLE`` can name it;
-    ``about`` (the device, say) is stored alongside."""
-    Path(path).write_text(json.dumps({"format": TABLE_FORMAT, **about, "entries": table_entries(table)}, indent=1))
+def write_table(path: str | Path, table: dict[tuple[int, int, int], BlockGemmConfig],
+                channel_triton_max_m: int | None = None, **about: Any) -> None:
+    """Write ``table`` (keyed by ``(m_bucket, N, K)``) where ``INFERCORE_FP8_BLOCK_TABLE`` can name it, with
+    the per-channel path's switch-over (:func:`channel_triton_max_m`) when given; ``about`` (the device,
+    say) is stored alongside."""
+    data: dict[str, Any] = {"format": TABLE_FORMAT, **about, "entries": table_entries(table)}
+    if channel_triton_max_m is not None:
+        data["channel_triton_max_m"] = channel_triton_max_m
+    Path(path).write_text(json.dumps(data, indent=1))
 
 
-def read_table(path: str | Path) -> dict[tuple[int, int, int], BlockGemmConfig]:
-    """The entries of a table :func:`write_table` wrote; raises ``ValueError`` for another file."""
-    data = json.loads(Path(path).read_text())
+def _parse(data: Any, path: str | Path) -> tuple[dict[tuple[int, int, int], BlockGemmConfig], int | None]:
     if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT:
         raise ValueError(f"{path} is not an FP8 block GEMM launch table (format {TABLE_FORMAT!r})")
     table = {}
     for entry in data["entries"]:
         fields = {key: int(entry[key]) for key in ("block_m", "tile_n", "split_k", "num_warps", "num_stages")}
         table[(int(entry["m"]), int(entry["n"]), int(entry["k"]))] = BlockGemmConfig(**fields)
-    return table
+    switch = data.get("channel_triton_max_m")
+    return table, None if switch is None else int(switch)
+
+
+def read_table(path: str | Path) -> dict[tuple[int, int, int], BlockGemmConfig]:
+    """The entries of a table :func:`write_table` wrote; raises ``ValueError`` for another file."""
+    return _parse(json.loads(Path(path).read_text()), path)[0]
 
 
 @functools.cache
+def _table_file() -> tuple[dict[tuple[int, int, int], BlockGemmConfig], int | None]:
+    path = os.environ.get(TABLE_ENV)
+    if not path:
+        return {}, None
+    try:
+        return _parse(json.loads(Path(path).read_text()), path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        logger.warning("ignoring %s=%s: %s", TABLE_ENV, path, exc)
+        return {}, None
+
+
 def load_table() -> dict[tuple[int, int, int], BlockGemmConfig]:
     """The entries of the file ``INFERCORE_FP8_BLOCK_TABLE`` names, read once (empty without one; a file
     that cannot be read is reported and ignored)."""
-    path = os.environ.get(TABLE_ENV)
-    if not path:
-        return {}
-    try:
-        return read_table(path)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        logger.warning("ignoring %s=%s: %s", TABLE_ENV, path, exc)
-        return {}
+    return _table_file()[0]
+
+
+def reload_table() -> None:
+    """Read ``INFERCORE_FP8_BLOCK_TABLE`` again at the next GEMM (after the variable or the file changed)."""
+    _table_file.cache_clear()
+
+#: Rows up to which per-channel (and per-tensor) FP8 GEMMs run this kernel with per-column weight scales
+#: rather than ``torch._scaled_mm``, unless the table says otherwise (0: ``_scaled_mm`` at every size).
+CHANNEL_TRITON_MAX_M = 0
+
+
+def channel_triton_max_m() -> int:
+    """The table's ``channel_triton_max_m`` (the sweep's measured switch-over), else
+    :data:`CHANNEL_TRITON_MAX_M`."""
+    switch = _table_file()[1]
+    return CHANNEL_TRITON_MAX_M if switch is None else switch
 
 
 def config_for(m: int, n: int, k: int, block_n: int, block_k: int, num_sms: int = 132) -> BlockGemmConfig:

@@ -47,9 +47,9 @@ def _num_sms(device: torch.device) -> int:
 def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_ptr, bias_ptr, counter_ptr, M, N, K,
                            stride_am, stride_ak, stride_asm, stride_ask, stride_bn, stride_bk,
                            stride_bsn, stride_bsk, stride_cm, stride_cn, steps_per_split,
-                           GROUP_N: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
-                           LAST_REDUCES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_K: tl.constexpr):
+                           GROUP_N: tl.constexpr, PER_COLUMN: tl.constexpr, HAS_BIAS: tl.constexpr,
+                           SPLIT: tl.constexpr, LAST_REDUCES: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # BLOCK_K is the scale group along K, so each step's partial product takes one activation scale
     # per row and one weight scale per column.
     pid_m = tl.program_id(0)
@@ -72,9 +72,13 @@ def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_p
         b = tl.load(b_ptr + cols[None, :].to(tl.int64) * stride_bn + k[:, None] * stride_bk,
                     mask=col_ok[None, :] & k_ok[:, None], other=0.0)
         a_scale = tl.load(a_scale_ptr + rows * stride_asm + step * stride_ask, mask=row_ok, other=0.0)
-        # The tile lies inside one block of weight rows (BLOCK_N divides GROUP_N): one weight scale per step.
-        b_scale = tl.load(b_scale_ptr + block_row * stride_bsn + step * stride_bsk)
-        acc += tl.dot(a, b) * (a_scale * b_scale)[:, None]
+        if PER_COLUMN:
+            b_scales = tl.load(b_scale_ptr + cols * stride_bsn + step * stride_bsk, mask=col_ok, other=0.0)
+            acc += tl.dot(a, b) * a_scale[:, None] * b_scales[None, :]
+        else:
+            # The tile lies inside one block of weight rows (BLOCK_N divides GROUP_N): one weight scale a step.
+            b_scale = tl.load(b_scale_ptr + block_row * stride_bsn + step * stride_bsk)
+            acc += tl.dot(a, b) * (a_scale * b_scale)[:, None]
     mask = row_ok[:, None] & col_ok[None, :]
     if SPLIT:
         # Partials [SPLIT_K, M, N] in float32; the reduce kernel (or the tile's last split) adds the bias
@@ -106,18 +110,23 @@ def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_p
 
 def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
                    block_n: int, block_k: int, bias: torch.Tensor | None, out_dtype: torch.dtype,
-                   config: BlockGemmConfig | None = None) -> torch.Tensor:
+                   config: BlockGemmConfig | None = None, per_channel: bool = False) -> torch.Tensor:
     """``(a * a_scale) @ (b * b_scale)^T`` for fp8 ``a`` [M, K] with ``a_scale`` [M, K/block_k] and fp8 ``b``
     [N, K] with ``b_scale`` [N/block_n, K/block_k] (rounded up), in ``out_dtype``. ``config`` overrides the
-    launch settings (:func:`config_for`)."""
+    launch settings (:func:`config_for`). ``per_channel``: ``a_scale`` is one per row [M, 1] (or [1, 1]
+    expanded) and ``b_scale`` one per weight row [N]; ``block_k`` is then only the K step."""
     m, k = a.shape
     n = b.shape[0]
     out = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if m == 0:
         return out
     cfg = config or config_for(m, n, k, block_n, block_k, _num_sms(a.device))
-    if block_n % cfg.tile_n:
+    if block_n % cfg.tile_n and not per_channel:
         raise ValueError(f"tile_n {cfg.tile_n} must divide the weight's scale block of {block_n} rows")
+    a_scale_strides = (a_scale.stride(0), 0) if per_channel else a_scale.stride()
+    if per_channel:
+        b_scale = b_scale.reshape(-1, 1)
+    b_scale_strides = (b_scale.stride(0), 0) if per_channel else b_scale.stride()
     groups = triton.cdiv(k, block_k)
     steps_per_split = triton.cdiv(groups, cfg.split_k)
     split_k = triton.cdiv(groups, steps_per_split)
@@ -127,9 +136,9 @@ def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_sc
     counters = tile_counters(a.device, grid[0] * grid[1]) if split_k > 1 else None
     _fp8_block_gemm_kernel[grid](
         a, a_scale, b, b_scale, out, part, bias_arg, counters if counters is not None else out, m, n, k,
-        a.stride(0), a.stride(1), a_scale.stride(0), a_scale.stride(1), b.stride(0), b.stride(1),
-        b_scale.stride(0), b_scale.stride(1), out.stride(0), out.stride(1), steps_per_split,
-        GROUP_N=block_n, HAS_BIAS=bias is not None, SPLIT=split_k > 1, LAST_REDUCES=counters is not None,
+        a.stride(0), a.stride(1), *a_scale_strides, b.stride(0), b.stride(1), *b_scale_strides,
+        out.stride(0), out.stride(1), steps_per_split, GROUP_N=1 if per_channel else block_n,
+        PER_COLUMN=per_channel, HAS_BIAS=bias is not None, SPLIT=split_k > 1, LAST_REDUCES=counters is not None,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.tile_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
