@@ -48,7 +48,7 @@ Config = fbc.BlockGemmConfig
 def candidates(bucket: int) -> list[Config]:
     """The settings tried for an M bucket (tiles whose columns divide the 128-row weight blocks)."""
     if bucket <= 32:
-        return [Config(bucket, tn, sk, 4, st) for tn in (16, 32, 64) for sk in (1, 2, 4, 8) for st in (3, 4)]
+        return [Config(bucket, tn, sk, 4, st) for tn in (16, 32, 64) for sk in (1, 2, 4, 8, 16) for st in (3, 4, 6)]
     if bucket == 64:
         return ([Config(64, tn, sk, 4, st) for tn in (32, 64, 128) for sk in (1, 2, 4) for st in (3, 4)]
                 + [Config(64, 128, sk, 8, st) for sk in (1, 2) for st in (3, 4)])
