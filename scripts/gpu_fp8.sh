@@ -13,6 +13,9 @@
 #   throughput  `infercore bench throughput --workload w-gpu-8b,w-gpu-8b-fp8` (one call, FP8 reported as a
 #               fraction of bf16), NUM_REQUESTS requests
 #   summary     one line: FP8/bf16 latency speedup (target >= 1.6) and throughput ratio (target >= 1.15)
+#   latency_launch_reduce  (only when named in PARTS) FP8 latency with INFERCORE_FP8_SPLIT_REDUCE=launch: split-K
+#               partials summed by a second launch instead of by each tile's last split (its line's
+#               "workload" is w-gpu-8b-fp8 too: it follows the latency lines)
 # Every step runs under `timeout` with at most what is left of TOTAL_S (caps: tests 40 s, sweep 100, each
 # latency 50, throughput 300); a failed or skipped step prints {"part": ..., "exit"|"skipped": ...} and the
 # next one runs. Throughput gets what is left: with TOTAL_S=240 that may cut it short; TOTAL_S=540 (one
@@ -88,6 +91,9 @@ sys.exit(r.returncode)' ;;
                 step "latency-$w" 50 env "$(table_env)" infercore bench latency --workload "$w" \
                     --output-len "$OUTPUT_LEN" --repeats "$REPEATS"
             done ;;
+        latency_launch_reduce)  # not in the default PARTS: FP8 with split-K summed by a launch of its own
+            step "$part" 50 env "$(table_env)" INFERCORE_FP8_SPLIT_REDUCE=launch infercore bench latency \
+                --workload w-gpu-8b-fp8 --output-len "$OUTPUT_LEN" --repeats "$REPEATS" ;;
         throughput)
             step throughput 300 env "$(table_env)" infercore bench throughput --workload w-gpu-8b,w-gpu-8b-fp8 \
                 --num-requests "$NUM_REQUESTS" --no-progress ;;
@@ -95,7 +101,10 @@ sys.exit(r.returncode)' ;;
             python3 - "$RES" <<'EOF' | tee -a "$RES"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-lat = {l["workload"]: l["decode_ms_per_token"] for l in lines if l.get("benchmark") == "latency"}
+lat = {}
+for l in lines:  # the first line per workload: latency_launch_reduce's comes after
+    if l.get("benchmark") == "latency":
+        lat.setdefault(l["workload"], l["decode_ms_per_token"])
 tput = {l["workload"]: l.get("output_tok_s") for l in lines if "output_tok_s" in l}
 gemm = [l for l in lines if l.get("bench") == "fp8_block_gemm"]
 out = {"part": "summary", "latency_ms_per_token": lat, "throughput_tok_s": tput}

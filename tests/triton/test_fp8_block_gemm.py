@@ -97,7 +97,10 @@ def test_the_last_split_of_a_tile_sums_the_partials_and_resets_its_counter(monke
     in_kernel = fp8_block_gemm(xq, xs, wq, ws, 32, 32, bias, torch.float32, config)
     counters = split_k_counters.tile_counters(x.device, 6)
     assert counters is not None and not counters.any()
-    # Without counters (too many tiles), a second launch sums the partials: the same numbers.
+    # Without counters (too many tiles, or asked to), a second launch sums the partials: the same numbers.
+    monkeypatch.setenv(split_k_counters.REDUCE_ENV, "launch")
+    assert split_k_counters.tile_counters(x.device, 6) is None
+    monkeypatch.delenv(split_k_counters.REDUCE_ENV)
     monkeypatch.setattr(split_k_counters, "MAX_TILES", 0)
     assert split_k_counters.tile_counters(x.device, 6) is None
     launched = fp8_block_gemm(xq, xs, wq, ws, 32, 32, bias, torch.float32, config)
