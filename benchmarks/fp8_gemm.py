@@ -1,114 +1,272 @@
 """Block-scaled FP8 GEMMs (W8A8, 128 x 128 weight blocks) against bf16 ``F.linear`` (cuBLAS) at Qwen3-8B's
 projections, as the engine runs them: device time from CUDA-graph replays with L2 flushed before each call.
 
-For each projection and M in :data:`ROWS` it prints one JSON line: bf16 µs, the FP8 op's µs (activation
-quantization plus the GEMM, in the engine's settings), the GEMM alone, the TB/s of weight bytes, FP8's
-speedup over bf16, the settings used and the largest relative difference from core's W8A8 reference.
-``--sweep`` first times candidate settings per (shape, M) in two rounds (tiles, then K split, warps and
-stages around the best tile) and prints ``tuned`` entries ready for ``infercore_triton.fp8_block_gemm.TUNED``;
-the timed lines then use them. (``torch._scaled_mm`` with 128 x 128 block scales is refused on an H200 with torch 2.11: "Invalid scaling
-configuration".)
+For each projection and M in :data:`ROWS` it prints one JSON line: bf16 µs; the block GEMM alone on an
+activation quantized by the kernel before it (``fp8_gemm_us``, what qkv, gate/up and down pay in the
+engine), the op that quantizes its input first (``fp8_op_us``, what o_proj pays), the per-channel path
+through ``torch._scaled_mm`` (``fp8_channel_us``, quantization included), FP8's speedups over bf16, the
+settings used and the largest relative difference from core's W8A8 reference. The per-channel GEMM alone,
+through ``_scaled_mm`` and through the Triton kernel with per-column scales, gives the switch-over written to
+the table (``channel_triton_max_m``).
+
+``--sweep`` first times every candidate setting (:func:`candidates`: 16-64-row tiles with K split for
+decode batches, 128-row tiles over 8 warps and up to 5 stages for large ones) per projection and M bucket
+and keeps those beating the default by 3% or more (the default otherwise); ``--write-table PATH`` writes them where
+``INFERCORE_FP8_BLOCK_TABLE`` makes the kernel (and an engine started afterwards) use them. Candidates
+compile in parallel processes first (``--compile-workers``), and ``--budget-s`` bounds the sweep: buckets
+not reached keep the default. (``torch._scaled_mm`` with 128 x 128 block scales is refused on an H200 with
+torch 2.11: "Invalid scaling configuration".)
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import os
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import torch
 import torch.nn.functional as F
 
 from infercore.benchmarks.kernel_timing import graph_median_us
 from infercore.ops import fp8_math
+from infercore_triton import fp8_block_configs as fbc
 from infercore_triton import fp8_block_gemm as fbg
 from infercore_triton.fp8_quant import quantize_groups
+from infercore_triton.fp8_scaled_mm import fp8_linear
 
-ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 #: Qwen3-8B's projections: (name, N, K).
 SHAPES = (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 24576, 4096), ("down", 4096, 12288))
 BLOCK = 128
+Config = fbc.BlockGemmConfig
+
+
+def candidates(bucket: int) -> list[Config]:
+    """The settings tried for an M bucket (tiles whose columns divide the 128-row weight blocks)."""
+    if bucket <= 32:
+        return [Config(bucket, tn, sk, 4, st) for tn in (16, 32, 64) for sk in (1, 2, 4, 8, 16) for st in (3, 4, 6)]
+    if bucket == 64:
+        return ([Config(64, tn, sk, 4, st) for tn in (32, 64, 128) for sk in (1, 2, 4) for st in (3, 4)]
+                + [Config(64, 128, sk, 8, st) for sk in (1, 2) for st in (3, 4)])
+    tiles = ((64, 64, 4), (64, 128, 4), (64, 128, 8), (128, 64, 8), (128, 128, 8))
+    return [Config(bm, tn, sk, w, st) for bm, tn, w in tiles for sk in (1, 2) for st in (3, 4, 5)]
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
 
 
-def _time(fn: Callable[[], object]) -> float:
-    return graph_median_us(fn, calls=10, repeats=9)
+def _time(fn: Callable[[], object], repeats: int = 9) -> float:
+    return graph_median_us(fn, calls=10, repeats=repeats)
 
 
-def _candidates_round1(m: int) -> list[fbg.BlockGemmConfig]:
-    block_ms = [bm for bm in (16, 32, 64, 128) if bm <= max(16, fbg.m_bucket(m))]
-    warps = (4, 8) if m >= 64 else (4,)
-    return [fbg.BlockGemmConfig(block_m=bm, tile_n=tn, num_warps=w)
-            for bm in block_ms for tn in (32, 64, 128) for w in warps]
+def _weights(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(n * 7 + k)
+    return fp8_math.quantize_blockwise(torch.randn(n, k, device="cuda") * 0.02, BLOCK, BLOCK)
 
 
-def _candidates_round2(best: fbg.BlockGemmConfig) -> list[fbg.BlockGemmConfig]:
-    return [dataclasses.replace(best, split_k=s, num_stages=st) for s in (1, 2, 4, 8, 16) for st in (3, 4, 5)]
+def _buckets(rows: Iterable[int]) -> dict[int, int]:
+    """Each M bucket of ``rows`` and the M it is swept at (its largest row count)."""
+    out: dict[int, int] = {}
+    for m in rows:
+        out[fbc.m_bucket(m)] = max(out.get(fbc.m_bucket(m), 0), m)
+    return out
 
 
-def _best(configs: list[fbg.BlockGemmConfig], run: Callable[[fbg.BlockGemmConfig], object]
-          ) -> tuple[fbg.BlockGemmConfig, float]:
+def _compile_jobs(rows: list[int]) -> list[tuple[int, int, int, Config]]:
+    """One (N, K, M, settings) per kernel variant the sweep compiles: shapes and M are run-time arguments
+    (all of them multiples of 16, the one property Triton specializes on), the settings are not."""
+    jobs: dict[tuple[int, int, bool, int, int], tuple[int, int, int, Config]] = {}
+    for _, n, k in SHAPES:
+        for bucket, m in _buckets(rows).items():
+            for cfg in candidates(bucket):
+                key = (cfg.block_m, cfg.tile_n, cfg.split_k > 1, cfg.num_warps, cfg.num_stages)
+                jobs.setdefault(key, (n, k, m, cfg))
+    return list(jobs.values())
+
+
+def _compile(jobs: list[tuple[int, int, int, Config]]) -> int:
+    """Run each (N, K, M, settings) once, so that Triton's disk cache holds its kernel (a worker process)."""
+    done, weights = 0, {}
+    for n, k, m, cfg in jobs:
+        if (n, k) not in weights:
+            weights[(n, k)] = _weights(n, k)
+        wq, ws = weights[(n, k)]
+        xq, xs = quantize_groups(torch.randn(m, k, device="cuda").bfloat16(), BLOCK)
+        try:
+            fbg.fp8_block_gemm(xq, xs, wq, ws, BLOCK, BLOCK, None, torch.bfloat16, cfg)
+            done += 1
+        except Exception:  # noqa: BLE001 - a setting that does not compile is skipped when timed too
+            pass
+    torch.cuda.synchronize()
+    return done
+
+
+def precompile(rows: list[int], workers: int) -> dict[str, object]:
+    """Compile every candidate in ``workers`` processes (Triton compiles one kernel at a time per process)."""
+    jobs = _compile_jobs(rows)
+    start = time.perf_counter()
+    chunks = [jobs[i::workers] for i in range(workers)]
+    compiled = 0
+    with ProcessPoolExecutor(max_workers=workers, mp_context=torch.multiprocessing.get_context("spawn")) as pool:
+        for future in as_completed([pool.submit(_compile, chunk) for chunk in chunks if chunk]):
+            compiled += future.result()
+    return {"bench": "fp8_block_gemm_precompile", "jobs": len(jobs), "compiled": compiled, "workers": workers,
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def _best(configs: list[Config], run: Callable[[Config], object]) -> tuple[Config | None, float]:
     timed = []
     for cfg in configs:
         try:
-            timed.append((_time(lambda cfg=cfg: run(cfg)), cfg))
-        except Exception as exc:  # a setting that does not compile (shared memory) is skipped
+            timed.append((_time(lambda cfg=cfg: run(cfg), repeats=5), cfg))
+        except Exception as exc:  # noqa: BLE001 - a setting that does not compile (shared memory) is skipped
             print(f"skip {cfg}: {type(exc).__name__}", file=sys.stderr)
+    if not timed:
+        return None, float("inf")
     us, cfg = min(timed, key=lambda t: t[0])
     return cfg, us
 
 
-def _bench_shape(name: str, n: int, k: int, rows: list[int], sweep: bool, tuned: dict[str, str]) -> None:
-    w = torch.randn(n, k, device="cuda") * 0.02
-    wq, ws = fp8_math.quantize_blockwise(w, BLOCK, BLOCK)
-    wb = w.bfloat16()
-    del w
+def _sweep_shape(n: int, k: int, buckets: dict[int, int], deadline: float,
+                 table: dict[tuple[int, int, int], Config]) -> Iterable[dict[str, object]]:
+    wq, ws = _weights(n, k)
+    sms = fbg._num_sms(wq.device)
+    for bucket, m in buckets.items():
+        if time.monotonic() > deadline:
+            yield {"bucket": bucket, "skipped": "budget"}
+            continue
+        xq, xs = quantize_groups(torch.randn(m, k, device="cuda").bfloat16(), BLOCK)
+
+        def gemm(cfg: Config | None, xq: torch.Tensor = xq, xs: torch.Tensor = xs) -> torch.Tensor:
+            return fbg.fp8_block_gemm(xq, xs, wq, ws, BLOCK, BLOCK, None, torch.bfloat16, cfg)
+
+        current = fbc.config_for(m, n, k, BLOCK, BLOCK, sms)
+        tried = candidates(bucket)
+        best, best_us = _best(tried + ([current] if current not in tried else []), gemm)
+        default = fbc.default_config(m, n, k, BLOCK, BLOCK, sms)
+        default_us = _time(lambda default=default: gemm(default), repeats=5)
+        # Every bucket swept gets an entry, the default when nothing beats it by 3%, so that the table
+        # overrides the measured one of another machine.
+        table[(bucket, n, k)] = best if best is not None and best_us < default_us * 0.97 else default
+        yield {"bucket": bucket, "m": m, "best_us": round(best_us, 2), "default_us": round(default_us, 2),
+               "best": repr(best), "default": repr(default), "chosen": repr(table[(bucket, n, k)]),
+               "was": repr(current)}
+
+
+def sweep(rows: list[int], deadline: float,
+          after_shape: Callable[[dict[tuple[int, int, int], Config]], None] = lambda table: None,
+          ) -> Iterable[dict[str, object]]:
+    """Time the candidates (and the settings in use) per projection and M bucket until ``deadline``
+    (``time.monotonic()``), one line per bucket; each bucket's choice (the best when it beats the default
+    by 3% or more, else the default) goes into the table handed to ``after_shape`` after each projection."""
+    table: dict[tuple[int, int, int], Config] = {}
+    for name, n, k in SHAPES:
+        for line in _sweep_shape(n, k, _buckets(rows), deadline, table):
+            yield {"bench": "fp8_block_gemm_sweep", "shape": name, **line}
+        torch.cuda.empty_cache()
+        after_shape(table)
+
+
+def _bench_shape(name: str, n: int, k: int, rows: list[int]) -> Iterable[dict[str, object]]:
+    wq, ws = _weights(n, k)
+    wb = (wq.float() * fp8_math.expand_blocks(ws, n, k, BLOCK, BLOCK)).bfloat16()
+    wc, wcs = fp8_math.quantize_per_token(wb)
+    wcs = wcs.reshape(-1)
     for m in rows:
         x = torch.randn(m, k, device="cuda").bfloat16()
         xq, xs = quantize_groups(x, BLOCK)
-
-        def gemm(cfg: fbg.BlockGemmConfig | None, xq: torch.Tensor = xq, xs: torch.Tensor = xs) -> torch.Tensor:
-            return fbg.fp8_block_gemm(xq, xs, wq, ws, BLOCK, BLOCK, None, torch.bfloat16, cfg)
-
-        line: dict[str, object] = {"bench": "fp8_block_gemm", "shape": name, "m": m, "n": n, "k": k}
-        if sweep:
-            best, _ = _best(_candidates_round1(m), gemm)
-            best, best_us = _best(_candidates_round2(best), gemm)
-            default_us = _time(lambda: gemm(None))
-            if best_us < default_us * 0.97:
-                fbg.TUNED[(fbg.m_bucket(m), n, k)] = best
-                tuned[f"({fbg.m_bucket(m)}, {n}, {k})"] = repr(best)
-            line["sweep"] = {"best_us": round(best_us, 2), "default_us": round(default_us, 2), "best": repr(best)}
-        cfg = fbg.config_for(m, n, k, BLOCK, BLOCK)
+        cfg = fbc.config_for(m, n, k, BLOCK, BLOCK, fbg._num_sms(x.device))
         bf16_us = _time(lambda x=x: F.linear(x, wb))
+        gemm_us = _time(lambda xq=xq, xs=xs: fbg.fp8_block_gemm(xq, xs, wq, ws, BLOCK, BLOCK, None, torch.bfloat16))
         op_us = _time(lambda x=x: fbg.fp8_block_linear(x, wq, ws, BLOCK, BLOCK))
-        gemm_us = _time(lambda: gemm(None))
+        channel_us = _time(lambda x=x: fp8_linear(x, wc, wcs))
+        xcq, xcs = quantize_groups(x, k)
+        scaled_mm_us = _time(lambda xcq=xcq, xcs=xcs: torch._scaled_mm(
+            xcq, wc.t(), scale_a=xcs, scale_b=wcs.reshape(1, -1), out_dtype=torch.bfloat16))
+        channel_triton_us = _time(lambda xcq=xcq, xcs=xcs: fbg.fp8_block_gemm(
+            xcq, xcs, wc, wcs, BLOCK, BLOCK, None, torch.bfloat16, per_channel=True))
         out = fbg.fp8_block_linear(x, wq, ws, BLOCK, BLOCK)
         ref = fp8_math.fp8_block_linear(x, wq, ws, BLOCK, BLOCK)
-        line.update(bf16_us=round(bf16_us, 2), fp8_op_us=round(op_us, 2), fp8_gemm_us=round(gemm_us, 2),
-                    fp8_tbps=round(wq.numel() / op_us / 1e6, 3), bf16_tbps=round(wb.numel() * 2 / bf16_us / 1e6, 3),
-                    speedup=round(bf16_us / op_us, 3), config=repr(cfg), rel_err=round(_rel(out, ref), 5))
-        print(json.dumps(line), flush=True)
+        yield {"bench": "fp8_block_gemm", "shape": name, "m": m, "n": n, "k": k, "bf16_us": round(bf16_us, 2),
+               "fp8_gemm_us": round(gemm_us, 2), "fp8_op_us": round(op_us, 2),
+               "fp8_channel_us": round(channel_us, 2), "channel_scaled_mm_us": round(scaled_mm_us, 2),
+               "channel_triton_us": round(channel_triton_us, 2), "speedup_fused": round(bf16_us / gemm_us, 3),
+               "speedup_op": round(bf16_us / op_us, 3), "speedup_channel": round(bf16_us / channel_us, 3),
+               "fp8_tbps": round(wq.numel() / gemm_us / 1e6, 3), "bf16_tbps": round(wb.numel() * 2 / bf16_us / 1e6, 3),
+               "config": repr(cfg), "rel_err": round(_rel(out, ref), 5)}
+
+
+def bench(rows: list[int]) -> Iterable[dict[str, object]]:
+    """One line per projection and M: bf16, the block GEMM (fused quantization), the op, the channel path."""
+    for name, n, k in SHAPES:
+        yield from _bench_shape(name, n, k, rows)
+        torch.cuda.empty_cache()
+
+
+def _emit(line: dict[str, object]) -> None:
+    print(json.dumps(line), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sweep", action="store_true", help="tune the settings per (shape, M) first")
+    parser.add_argument("--sweep", action="store_true", help="tune the settings per (shape, M bucket) first")
     parser.add_argument("--rows", default=",".join(map(str, ROWS)))
+    parser.add_argument("--write-table", metavar="PATH", help="write the swept table for INFERCORE_FP8_BLOCK_TABLE")
+    parser.add_argument("--budget-s", type=float, default=600.0, help="stop sweeping after this many seconds")
+    parser.add_argument("--compile-workers", type=int, default=min(8, os.cpu_count() or 1),
+                        help="processes compiling the candidates before the sweep (0: compile as timed)")
+    parser.add_argument("--no-bench", action="store_true", help="sweep (and write the table) only")
     args = parser.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
-    torch.manual_seed(0)
-    tuned: dict[str, str] = {}
-    for name, n, k in SHAPES:
-        _bench_shape(name, n, k, rows, args.sweep, tuned)
-        torch.cuda.empty_cache()
+    start = time.monotonic()
     if args.sweep:
-        print(json.dumps({"bench": "fp8_block_gemm_tuned", "tuned": tuned}), flush=True)
+        if args.compile_workers > 0:
+            try:
+                _emit(precompile(rows, args.compile_workers))
+            except Exception as exc:  # noqa: BLE001 - the sweep then compiles as it times
+                _emit({"bench": "fp8_block_gemm_precompile", "error": f"{type(exc).__name__}: {exc}"})
+        swept: dict[tuple[int, int, int], Config] = {}
+
+        def keep(table: dict[tuple[int, int, int], Config]) -> None:
+            # The table so far is written after each projection: a sweep cut short still leaves one.
+            swept.update(table)
+            fbc.TUNED.update(table)
+            if args.write_table:
+                fbc.write_table(args.write_table, {**fbc.TUNED}, device=torch.cuda.get_device_name(),
+                                swept=sorted(f"{b},{n},{k}" for b, n, k in swept))
+
+        for line in sweep(rows, start + args.budget_s, keep):
+            _emit(line)
+        _emit({"bench": "fp8_block_gemm_tuned", "seconds": round(time.monotonic() - start, 1),
+               "table": args.write_table, "tuned": {str(key): repr(cfg) for key, cfg in sorted(swept.items())}})
+    if not args.no_bench:
+        lines = []
+        for line in bench(rows):
+            lines.append(line)
+            _emit(line)
+        switch = channel_switch(lines)
+        if args.sweep and args.write_table:
+            fbc.write_table(args.write_table, {**fbc.TUNED}, channel_triton_max_m=switch,
+                            device=torch.cuda.get_device_name(), swept=sorted(f"{b},{n},{k}" for b, n, k in swept))
+        _emit({"bench": "fp8_channel_switch", "channel_triton_max_m": switch, "table": args.write_table})
+
+
+def channel_switch(lines: list[dict[str, object]]) -> int:
+    """The most rows up to which the Triton kernel on per-channel weights beats ``torch._scaled_mm`` at every
+    row count (summed over the projections), 0 when it loses at the first."""
+    switch = 0
+    for m in sorted({int(line["m"]) for line in lines}):
+        at_m = [line for line in lines if line["m"] == m]
+        if sum(float(line["channel_triton_us"]) for line in at_m) > sum(float(line["channel_scaled_mm_us"])
+                                                                          for line in at_m):
+            break
+        switch = m
+    return switch
 
 
 if __name__ == "__main__":

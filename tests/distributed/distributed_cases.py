@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+from server_faults import free_port, start_server
 
 from infercore import LLM, SamplingParams
 
@@ -30,27 +26,4 @@ def greedy_tokens(model: Path, **engine_args: Any) -> list[list[int]]:
         llm.llm_engine.engine_core.shutdown()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(model: Path, log: Path, *flags: str) -> tuple[subprocess.Popen, str]:
-    """``infercore serve MODEL FLAGS`` on a free port, once /health answers 200; (process, base URL)."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "infercore.entrypoints.cli", "serve", str(model), "--port", str(port), *flags]
-    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError(f"server did not start:\n{log.read_text()}")
+__all__ = ["ENGINE_ARGS", "GREEDY", "PROMPTS", "free_port", "greedy_tokens", "start_server"]

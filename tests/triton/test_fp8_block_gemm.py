@@ -85,3 +85,47 @@ def test_default_config_fills_the_machine_at_decode_sizes() -> None:
         x, wq, ws, _ = _case(2, 64, 64, 32)
         xq, xs = fp8_math.quantize_per_group(x, 32)
         fp8_block_gemm(xq, xs, wq, ws, 32, 32, None, torch.float32, BlockGemmConfig(block_m=16, tile_n=64))
+
+
+def test_the_last_split_of_a_tile_sums_the_partials_and_resets_its_counter(monkeypatch: pytest.MonkeyPatch) -> None:
+    from infercore_triton import split_k_counters
+
+    x, wq, ws, bias = _case(3, 96, 160, 32)
+    xq, xs = fp8_math.quantize_per_group(x, 32)
+    config = BlockGemmConfig(block_m=16, tile_n=16, split_k=4)
+    ref = fp8_math.fp8_block_linear(x, wq, ws, 32, 32, bias)
+    in_kernel = fp8_block_gemm(xq, xs, wq, ws, 32, 32, bias, torch.float32, config)
+    counters = split_k_counters.tile_counters(x.device, 6)
+    assert counters is not None and not counters.any()
+    # Without counters (too many tiles, or asked to), a second launch sums the partials: the same numbers.
+    monkeypatch.setenv(split_k_counters.REDUCE_ENV, "launch")
+    assert split_k_counters.tile_counters(x.device, 6) is None
+    monkeypatch.delenv(split_k_counters.REDUCE_ENV)
+    monkeypatch.setattr(split_k_counters, "MAX_TILES", 0)
+    assert split_k_counters.tile_counters(x.device, 6) is None
+    launched = fp8_block_gemm(xq, xs, wq, ws, 32, 32, bias, torch.float32, config)
+    assert rel_err(in_kernel, ref) < 1e-5 and torch.allclose(in_kernel, launched, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("static_input", [False, True])
+def test_per_channel_weights_through_the_block_kernel(monkeypatch: pytest.MonkeyPatch, static_input: bool) -> None:
+    # Small batches of per-channel (and per-tensor) FP8 weights may take the Triton kernel instead of
+    # torch._scaled_mm: one scale per weight row, one per token (or one for all, static).
+    from infercore_triton import fp8_scaled_mm
+
+    g = torch.Generator().manual_seed(5)
+    x, bias = torch.randn(5, 160, generator=g), torch.randn(48, generator=g)
+    wq, ws = fp8_math.quantize_per_token(torch.randn(48, 160, generator=g) * 0.1)
+    input_scale = torch.tensor([x.abs().max() / fp8_math.FP8_MAX]) if static_input else None
+    if static_input:
+        xs = input_scale.reshape(1, 1).expand(5, 1)
+        xq = (x / xs).clamp(-fp8_math.FP8_MAX, fp8_math.FP8_MAX).to(fp8_math.FP8_DTYPE)
+    else:
+        xq, xs = fp8_math.quantize_per_token(x)
+    ref = fp8_math.fp8_linear(x, wq, ws.reshape(-1), bias, input_scale)
+    config = BlockGemmConfig(block_m=16, tile_n=32, split_k=2)
+    out = fp8_block_gemm(xq, xs, wq, ws.reshape(-1), 128, 32, bias, torch.float32, config, per_channel=True)
+    assert rel_err(out, ref) < 1e-5
+    monkeypatch.setattr(fp8_scaled_mm, "has_fp8_dot", lambda device: True)
+    monkeypatch.setattr(fp8_scaled_mm, "channel_triton_max_m", lambda: 8)
+    assert rel_err(fp8_scaled_mm._gemm(xq, xs, wq, ws.reshape(-1), bias, torch.float32), ref) < 1e-5

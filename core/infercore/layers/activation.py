@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from infercore.ops import get_op
+from infercore.quantization.activation import ActivationQuant, QuantizedActivation
 
 #: GELU variants: exact (``x * Phi(x)``) and the tanh approximation (GPT-2's ``gelu_new``).
 GELU_VARIANTS = ("none", "tanh")
@@ -19,14 +20,19 @@ def _check_variant(approximate: str) -> str:
 
 
 class SiluAndMul(nn.Module):
-    """``silu(gate) * up`` where the input is ``cat(gate, up)`` on the last dimension."""
+    """``silu(gate) * up`` where the input is ``cat(gate, up)`` on the last dimension; given ``quant`` (what
+    the linear after it asks for), quantized in the same pass (the ``silu_and_mul_quant`` op)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._op = get_op("silu_and_mul")
+        self._op_quant = get_op("silu_and_mul_quant")
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._op(x)
+    def forward(self, x: torch.Tensor, quant: ActivationQuant | None = None) -> torch.Tensor | QuantizedActivation:
+        if quant is None:
+            return self._op(x)
+        q, scale = self._op_quant(x, quant.group)
+        return QuantizedActivation(q, scale, x.dtype)
 
 
 class GELU(nn.Module):

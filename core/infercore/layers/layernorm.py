@@ -6,13 +6,19 @@ import torch
 from torch import nn
 
 from infercore.ops import get_op
+from infercore.quantization.activation import ActivationQuant, QuantizedActivation
+
+#: The normed activation, or it quantized for the FP8 linear after the norm.
+Normed = torch.Tensor | QuantizedActivation
 
 
 class RMSNorm(nn.Module):
     """Root-mean-square norm over the last dimension with a learned scale.
 
     ``forward(x)`` returns the normed ``x``; ``forward(x, residual)`` adds ``x`` to ``residual``
-    first and returns ``(normed, new_residual)``, the pattern of pre-norm decoder layers.
+    first and returns ``(normed, new_residual)``, the pattern of pre-norm decoder layers. Given
+    ``quant`` (what the linear after the norm asks for), the normed activation comes quantized, in the
+    same pass (the ``rms_norm_quant`` / ``fused_add_rms_norm_quant`` ops).
     """
 
     def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
@@ -21,12 +27,24 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self._norm = get_op("rms_norm")
         self._add_norm = get_op("fused_add_rms_norm")
+        self._norm_quant = get_op("rms_norm_quant")
+        self._add_norm_quant = get_op("fused_add_rms_norm_quant")
 
-    def forward(self, x: torch.Tensor,
-                residual: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None,
+                quant: ActivationQuant | None = None) -> Normed | tuple[Normed, torch.Tensor]:
+        if quant is not None:
+            return self._forward_quantized(x, residual, quant)
         if residual is None:
             return self._norm(x, self.weight, self.eps)
         return self._add_norm(x, residual, self.weight, self.eps)
+
+    def _forward_quantized(self, x: torch.Tensor, residual: torch.Tensor | None,
+                           quant: ActivationQuant) -> QuantizedActivation | tuple[QuantizedActivation, torch.Tensor]:
+        if residual is None:
+            q, scale = self._norm_quant(x, self.weight, self.eps, quant.group)
+            return QuantizedActivation(q, scale, x.dtype)
+        q, scale, residual = self._add_norm_quant(x, residual, self.weight, self.eps, quant.group)
+        return QuantizedActivation(q, scale, x.dtype), residual
 
 
 class GemmaRMSNorm(RMSNorm):

@@ -14,6 +14,7 @@ from torch import nn
 
 from infercore.layers.tensor_parallel import divide, get_tp_state
 from infercore.quantization import LinearWeightSpec, QuantizationMethod, layout_of, linear_method_for
+from infercore.quantization.activation import ActivationQuant, QuantizedActivation
 from infercore.quantization.params import BIAS, set_layout
 
 
@@ -79,6 +80,12 @@ class LinearBase(nn.Module):
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
         _copy_checked(param, loaded)
 
+    def input_quant(self) -> ActivationQuant | None:
+        """How the kernel in front may quantize this layer's input (its method's
+        :meth:`~infercore.quantization.QuantizationMethod.input_quantization`); ``forward`` then takes the
+        :class:`~infercore.quantization.activation.QuantizedActivation`."""
+        return self.quant_method.input_quantization(self)
+
 
 class ColumnParallelLinear(LinearBase):
     """Output features split across ranks; each rank returns its slice (no communication).
@@ -101,7 +108,7 @@ class ColumnParallelLinear(LinearBase):
             return
         _copy_checked(param, _narrow(param, loaded, layout.output_dim, self.tp_rank))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         return self.quant_method.apply(self, x, self.bias)
 
 
@@ -123,7 +130,7 @@ class RowParallelLinear(LinearBase):
             return
         _copy_checked(param, _narrow(param, loaded, layout.input_dim, self.tp_rank))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         # The bias is added once, after the sum, not once per rank.
         out = get_tp_state().all_reduce(self.quant_method.apply(self, x))
         return out if self.bias is None else out + self.bias

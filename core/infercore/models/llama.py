@@ -30,6 +30,7 @@ from infercore.layers.pipeline_parallel import MissingLayer, get_pp_state
 from infercore.models.multimodal import MultiModalStepInputs
 from infercore.models.rope_params import rope_settings
 from infercore.models.weight_loading import StackedParam, load_checkpoint_weights
+from infercore.quantization.activation import ActivationQuant, QuantizedActivation, input_quant_of
 
 STACKED_PARAMS = [
     StackedParam("qkv_proj", "q_proj", "q"),
@@ -109,7 +110,11 @@ class LlamaAttention(nn.Module):
         self.attn = Attention(self.num_heads, head_dim, num_kv_heads=self.num_kv_heads, scale=head_dim**-0.5,
                               layer_index=layer_index, sliding_window=window)
 
-    def forward(self, positions: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    def input_quant(self) -> ActivationQuant | None:
+        """How the norm in front may quantize the input (the QKV projection's wish)."""
+        return input_quant_of(self.qkv_proj)
+
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         # q, k, v are row-strided column slices of the QKV output; the attention backends take them so.
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         if self.fused_qk_norm_rotary:
@@ -133,14 +138,20 @@ class LlamaMLP(nn.Module):
         self.act_fn = SiluAndMul()
         self.down_proj = RowParallelLinear(size, config.hidden_size, bias=options.mlp_bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+    def input_quant(self) -> ActivationQuant | None:
+        """How the norm in front may quantize the input (the gate/up projection's wish)."""
+        return input_quant_of(self.gate_up_proj)
+
+    def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
+        # The activation quantizes its output itself when the down projection takes FP8 input.
+        return self.down_proj(self.act_fn(self.gate_up_proj(x), quant=input_quant_of(self.down_proj)))
 
 
 class LlamaDecoderLayer(nn.Module):
     """Pre-norm attention, then the feed-forward block ``options.ffn_name``: the dense MLP unless
     ``options.feed_forward`` builds another (a mixture-of-experts block, say). The residual stream is
-    carried alongside so norms can fuse the add."""
+    carried alongside so norms can fuse the add, and quantize their output when the block after them
+    takes FP8 input (:func:`~infercore.quantization.activation.input_quant_of`)."""
 
     def __init__(self, config: PretrainedConfig, options: DecoderOptions, layer_index: int,
                  dtype: torch.dtype) -> None:
@@ -155,14 +166,16 @@ class LlamaDecoderLayer(nn.Module):
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor,
                 residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        ffn = getattr(self, self.ffn_name)
+        normed: torch.Tensor | QuantizedActivation
         if residual is None:
             residual = hidden
-            hidden = self.input_layernorm(hidden)
+            normed = self.input_layernorm(hidden, quant=self.self_attn.input_quant())
         else:
-            hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(positions, hidden)
-        hidden, residual = self.post_attention_layernorm(hidden, residual)
-        return getattr(self, self.ffn_name)(hidden), residual
+            normed, residual = self.input_layernorm(hidden, residual, quant=self.self_attn.input_quant())
+        hidden = self.self_attn(positions, normed)
+        normed, residual = self.post_attention_layernorm(hidden, residual, quant=input_quant_of(ffn))
+        return ffn(normed), residual
 
 
 class LlamaModel(nn.Module):

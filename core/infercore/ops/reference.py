@@ -14,6 +14,13 @@ from infercore.ops.encoder_attention import encoder_attention  # noqa: F401
 from infercore.ops.expert_dispatch import AllToAllExpertDispatcher as expert_dispatcher  # noqa: F401
 
 # The fused-MoE op, the FP8 and INT4 GEMMs and the acceptance walk have files of their own; they are ops like the rest.
+from infercore.ops.fp8_fused import (  # noqa: F401
+    fp8_block_linear_quantized,
+    fp8_linear_quantized,
+    fused_add_rms_norm_quant,
+    rms_norm_quant,
+    silu_and_mul_quant,
+)
 from infercore.ops.fp8_math import fp8_block_linear, fp8_linear  # noqa: F401
 from infercore.ops.int4_math import int4_linear  # noqa: F401
 from infercore.ops.lora_reference import lora_apply, lora_expand, lora_shrink  # noqa: F401

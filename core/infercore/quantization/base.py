@@ -17,6 +17,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from infercore.quantization.activation import ActivationQuant
+
 
 @dataclass(frozen=True)
 class LinearWeightSpec:
@@ -60,7 +62,14 @@ class QuantizationMethod(ABC):
 
     @abstractmethod
     def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """The layer's output for input ``x`` [..., input_size] (``bias`` added when given)."""
+        """The layer's output for input ``x`` [..., input_size] (``bias`` added when given); ``x`` may be a
+        :class:`~infercore.quantization.activation.QuantizedActivation` when :meth:`input_quantization`
+        asks for one."""
+
+    def input_quantization(self, layer: nn.Module) -> ActivationQuant | None:
+        """How the kernel in front of the layer (a norm, an activation) may quantize its input, so that
+        :meth:`apply` takes the quantized activation; None (the default): ``apply`` takes the tensor."""
+        return None
 
 
 class QuantizationConfig(ABC):

@@ -7,6 +7,7 @@ from torch import nn
 
 from infercore.ops import get_op
 from infercore.ops.fp8_math import FP8_DTYPE, quantize_blockwise
+from infercore.quantization.activation import ActivationQuant, QuantizedActivation
 from infercore.quantization.base import LinearWeightSpec, QuantizationMethod
 from infercore.quantization.params import WEIGHT, ParamLayout, set_layout
 
@@ -24,7 +25,8 @@ def _replace(layer: nn.Module, name: str, data: torch.Tensor) -> None:
 class Fp8BlockLinearMethod(QuantizationMethod):
     """FP8 weights with one float32 scale per ``block_n`` x ``block_k`` block (``weight_scale_inv`` in HF
     ``fp8`` checkpoints, ``weight_scale`` in compressed-tensors ones); activations quantized per token
-    and group of ``block_k`` columns. With ``quantize_on_load`` the checkpoint holds unquantized
+    and group of ``block_k`` columns, by the norm or activation in front when it can
+    (:meth:`input_quantization`), else here. With ``quantize_on_load`` the checkpoint holds unquantized
     weights and they are quantized after loading."""
 
     def __init__(self, block_n: int, block_k: int, scale_name: str = "weight_scale_inv",
@@ -33,6 +35,8 @@ class Fp8BlockLinearMethod(QuantizationMethod):
         self.scale_name = scale_name
         self.quantize_on_load = quantize_on_load
         self._gemm = get_op("fp8_block_linear")
+        self._gemm_quantized = get_op("fp8_block_linear_quantized")
+        self._input_quant = ActivationQuant(block_k)
 
     def _check_blocks(self, spec: LinearWeightSpec) -> None:
         fused = len(spec.output_sizes) > 1 or spec.tp_size > 1
@@ -60,19 +64,29 @@ class Fp8BlockLinearMethod(QuantizationMethod):
             _replace(layer, "weight", weight)
             layer.register_parameter(self.scale_name, nn.Parameter(scale, requires_grad=False))
 
-    def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return self._gemm(x, layer.weight, getattr(layer, self.scale_name), self.block_n, self.block_k, bias)
+    def input_quantization(self, layer: nn.Module) -> ActivationQuant | None:
+        return self._input_quant
+
+    def apply(self, layer: nn.Module, x: torch.Tensor | QuantizedActivation,
+              bias: torch.Tensor | None = None) -> torch.Tensor:
+        scale = getattr(layer, self.scale_name)
+        if isinstance(x, QuantizedActivation):
+            return self._gemm_quantized(x.values, x.scales, layer.weight, scale, self.block_n, self.block_k, bias,
+                                        x.dtype)
+        return self._gemm(x, layer.weight, scale, self.block_n, self.block_k, bias)
 
 
 class Fp8ChannelLinearMethod(QuantizationMethod):
     """FP8 weights with a float32 scale per output channel, or per tensor (then one per fused projection,
     spread over its rows after loading); activations quantized per token, or with the checkpoint's
-    static per-tensor ``input_scale`` (the largest of the fused projections')."""
+    static per-tensor ``input_scale`` (the largest of the fused projections'). Dynamic per-token
+    quantization is left to the norm or activation in front when it can (:meth:`input_quantization`)."""
 
     def __init__(self, per_channel: bool, static_input: bool) -> None:
         self.per_channel = per_channel
         self.static_input = static_input
         self._gemm = get_op("fp8_linear")
+        self._gemm_quantized = get_op("fp8_linear_quantized")
 
     def create_weights(self, layer: nn.Module, spec: LinearWeightSpec) -> None:
         n, shards = spec.output_size, len(spec.output_sizes)
@@ -99,5 +113,12 @@ class Fp8ChannelLinearMethod(QuantizationMethod):
         if self.static_input:
             _replace(layer, "input_scale", layer.input_scale.data.amax().reshape(1))
 
-    def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def input_quantization(self, layer: nn.Module) -> ActivationQuant | None:
+        # Per token: one group as wide as the layer's input on this rank.
+        return None if self.static_input else ActivationQuant(layer.input_size)
+
+    def apply(self, layer: nn.Module, x: torch.Tensor | QuantizedActivation,
+              bias: torch.Tensor | None = None) -> torch.Tensor:
+        if isinstance(x, QuantizedActivation):
+            return self._gemm_quantized(x.values, x.scales, layer.weight, layer.weight_scale, bias, x.dtype)
         return self._gemm(x, layer.weight, layer.weight_scale, bias, getattr(layer, "input_scale", None))

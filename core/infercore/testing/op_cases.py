@@ -53,6 +53,14 @@ def _fp8_weight(gen: torch.Generator, device: torch.device, n: int, k: int,
     return q.to(device), scale.to(device)
 
 
+def _fp8_activation(gen: torch.Generator, device: torch.device, dtype: torch.dtype, m: int, k: int,
+                    group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """An activation [m, k] quantized as the norm in front of an FP8 linear hands it over: fp8 values and
+    float32 scales per token and ``group`` columns."""
+    q, scale = fp8_math.quantize_per_group(torch.randn(m, k, generator=gen).to(dtype).float(), group)
+    return q.to(device), scale.to(device)
+
+
 def _accept_drafts_args(gen: torch.Generator, device: torch.device) -> tuple[torch.Tensor, ...]:
     """Drafts of 9 rows (greedy and sampled, some without drafts) and the per-draft target facts."""
     rows, width = 9, 4
@@ -105,6 +113,10 @@ OP_INPUTS: dict[str, Inputs] = {
     "fp8_linear": lambda d, t, g: (_rand(g, d, t, 5, 64), *_fp8_weight(g, d, 32, 64, None), _rand(g, d, t, 32)),
     "fp8_block_linear": lambda d, t, g: (_rand(g, d, t, 5, 256), *_fp8_weight(g, d, 256, 256, 128), 128, 128,
                                          _rand(g, d, t, 256)),
+    "fp8_linear_quantized": lambda d, t, g: (*_fp8_activation(g, d, t, 5, 64, 64), *_fp8_weight(g, d, 32, 64, None),
+                                             _rand(g, d, t, 32), t),
+    "fp8_block_linear_quantized": lambda d, t, g: (*_fp8_activation(g, d, t, 5, 256, 128),
+                                                   *_fp8_weight(g, d, 256, 256, 128), 128, 128, _rand(g, d, t, 256), t),
     "apply_penalties": lambda d, t, g: _penalty_args(g, d),
     "accept_drafts": lambda d, t, g: _accept_drafts_args(g, d),
     "lora_apply": lambda d, t, g: _lora_apply_args(g, d, t, 37),
@@ -121,6 +133,8 @@ OP_VARIANTS: dict[str, dict[str, dict[int, Any]]] = {
     "linear": {"no-bias": {2: None}},
     "fp8_linear": {"no-bias": {3: None}},
     "fp8_block_linear": {"no-bias": {5: None}},
+    "fp8_linear_quantized": {"no-bias": {4: None}},
+    "fp8_block_linear_quantized": {"no-bias": {6: None}},
 }
 
 

@@ -35,7 +35,12 @@ def register_attention_backends(register: RegisterFn) -> None:
 #: compute capability and falls back to the reference without FP8 tensor cores).
 FP8_OPS = {
     "fp8_linear": "infercore_triton.fp8_scaled_mm:fp8_linear",
+    "fp8_linear_quantized": "infercore_triton.fp8_scaled_mm:fp8_linear_quantized",
     "fp8_block_linear": "infercore_triton.fp8_block_gemm:fp8_block_linear",
+    "fp8_block_linear_quantized": "infercore_triton.fp8_block_gemm:fp8_block_linear_quantized",
+    "rms_norm_quant": "infercore_triton.fp8_fused_quant:rms_norm_quant",
+    "fused_add_rms_norm_quant": "infercore_triton.fp8_fused_quant:fused_add_rms_norm_quant",
+    "silu_and_mul_quant": "infercore_triton.fp8_fused_quant:silu_and_mul_quant",
 }
 
 #: Ops tuned for NVIDIA GPUs only: the skinny GEMM of decode batches (``F.linear`` for other shapes), and

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# FP8 block-scaled (W8A8, 128x128 weight blocks) against bf16 on one H200, dummy weights, in one call of
+# about 4 minutes. JSON lines on stdout and in $OUT/fp8.jsonl; the swept launch table in
+# $OUT/fp8_block_table.json; each step's stderr in $OUT/fp8.log.
+#   tests       tests/gpu/test_fp8_fused_quant_gpu.py (norm/SiLU + quantization kernels vs the references at
+#               8B widths) and tests/gpu/test_fp8_gpu.py's kernel tests (block GEMM, _scaled_mm, quantizer)
+#   sweep       benchmarks/fp8_gemm.py --sweep: every candidate launch setting of the block GEMM per Qwen3-8B
+#               projection and M bucket (M = 1..512), the chosen table written to $OUT/fp8_block_table.json,
+#               then one line per projection and M: cuBLAS bf16 µs vs the block GEMM on a pre-quantized
+#               activation (the engine's qkv/gate_up/down), the op quantizing its own input (o_proj) and the
+#               per-channel _scaled_mm path. Later steps run with INFERCORE_FP8_BLOCK_TABLE set to the table.
+#   latency     `infercore bench latency` at the 8B shape, bf16 (w-gpu-8b) then FP8 block (w-gpu-8b-fp8)
+#   throughput  `infercore bench throughput --workload w-gpu-8b,w-gpu-8b-fp8` (one call, FP8 reported as a
+#               fraction of bf16), NUM_REQUESTS requests
+#   summary     one line: FP8/bf16 latency speedup (target >= 1.6) and throughput ratio (target >= 1.15)
+#   latency_launch_reduce  (only when named in PARTS) FP8 latency with INFERCORE_FP8_SPLIT_REDUCE=launch: split-K
+#               partials summed by a second launch instead of by each tile's last split (its line's
+#               "workload" is w-gpu-8b-fp8 too: it follows the latency lines)
+# Every step runs under `timeout` with at most what is left of TOTAL_S (caps: tests 40 s, sweep 100, each
+# latency 50, throughput 300); a failed or skipped step prints {"part": ..., "exit"|"skipped": ...} and the
+# next one runs. Throughput gets what is left: with TOTAL_S=240 that may cut it short; TOTAL_S=540 (one
+# 10-minute call) leaves it room for NUM_REQUESTS=256, W-GPU-8B's own count.
+#   GPU: bash scripts/gpu_fp8.sh
+#   Knobs (environment): PARTS, TOTAL_S (240), SWEEP_BUDGET_S (50: seconds of compiling and timing in the
+#   sweep; buckets not reached keep their settings), NUM_REQUESTS (128; W-GPU-8B has 256), OUTPUT_LEN (128), REPEATS (2),
+#   TABLE (a launch table to use instead of sweeping: the sweep step is skipped).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/infercore-fp8}
+mkdir -p "$OUT"
+RES="$OUT/fp8.jsonl"
+LOG="$OUT/fp8.log"
+: > "$RES"
+: > "$LOG"
+PARTS=${PARTS:-"tests sweep latency throughput summary"}
+PARTS=${PARTS//,/ }
+TOTAL_S=${TOTAL_S:-240}
+SWEEP_BUDGET_S=${SWEEP_BUDGET_S:-50}
+NUM_REQUESTS=${NUM_REQUESTS:-128}
+OUTPUT_LEN=${OUTPUT_LEN:-128}
+REPEATS=${REPEATS:-2}
+if [[ -n "${TABLE:-}" ]]; then
+    PARTS=${PARTS//sweep/}
+else
+    TABLE="$OUT/fp8_block_table.json"
+    rm -f "$TABLE"
+fi
+START=$(date +%s)
+left() { echo $((TOTAL_S - ($(date +%s) - START))); }
+step() {  # step NAME CAP CMD...: CMD for at most min(CAP, what is left of TOTAL_S), its JSON lines to $RES
+    local name=$1 cap=$2; shift 2
+    local budget; budget=$(left)
+    (( budget > cap )) && budget=$cap
+    if (( budget < 15 )); then
+        echo "{\"part\": \"$name\", \"skipped\": \"TOTAL_S=$TOTAL_S spent\"}" | tee -a "$RES"
+        return
+    fi
+    echo "== $name ($budget s): $*" | tee -a "$LOG" >&2
+    local t0; t0=$(date +%s)
+    timeout -k 10 "$budget" "$@" 2>>"$LOG" | grep --line-buffered '^{' | tee -a "$RES"
+    local rc=${PIPESTATUS[0]}
+    echo "== $name exit $rc after $(( $(date +%s) - t0 )) s" | tee -a "$LOG" >&2
+    (( rc == 0 )) || echo "{\"part\": \"$name\", \"exit\": $rc, \"seconds\": $(( $(date +%s) - t0 )), \"log\": \"$LOG\"}" | tee -a "$RES"
+}
+table_env() {  # the launch table, once a sweep (or TABLE) gave one
+    if [[ -s "$TABLE" ]]; then
+        echo "INFERCORE_FP8_BLOCK_TABLE=$TABLE"
+    else
+        echo "INFERCORE_FP8_BLOCK_TABLE="
+    fi
+}
+gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)
+python3 -c "import json, sys; print(json.dumps({'part': 'device', 'gpu': sys.argv[1], 'parts': sys.argv[2]}))" \
+    "$gpu" "$PARTS" | tee -a "$RES"
+for part in $PARTS; do
+    case $part in
+        tests)
+            step tests 40 python3 -c 'import json, subprocess, sys
+r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                    "tests/gpu/test_fp8_fused_quant_gpu.py", "tests/gpu/test_fp8_gpu.py", "-k", "not checkpoint"],
+                   capture_output=True, text=True)
+tail = (r.stdout + r.stderr).strip().splitlines()
+sys.stderr.write(r.stdout + r.stderr)
+print(json.dumps({"part": "tests", "exit": r.returncode, "result": tail[-1] if tail else ""}))
+sys.exit(r.returncode)' ;;
+        sweep)
+            step sweep 100 python3 benchmarks/fp8_gemm.py --sweep --write-table "$TABLE" \
+                --budget-s "$SWEEP_BUDGET_S" ;;
+        latency)
+            for w in w-gpu-8b w-gpu-8b-fp8; do
+                step "latency-$w" 50 env "$(table_env)" infercore bench latency --workload "$w" \
+                    --output-len "$OUTPUT_LEN" --repeats "$REPEATS"
+            done ;;
+        latency_launch_reduce)  # not in the default PARTS: FP8 with split-K summed by a launch of its own
+            step "$part" 50 env "$(table_env)" INFERCORE_FP8_SPLIT_REDUCE=launch infercore bench latency \
+                --workload w-gpu-8b-fp8 --output-len "$OUTPUT_LEN" --repeats "$REPEATS" ;;
+        throughput)
+            step throughput 300 env "$(table_env)" infercore bench throughput --workload w-gpu-8b,w-gpu-8b-fp8 \
+                --num-requests "$NUM_REQUESTS" --no-progress ;;
+        summary)
+            python3 - "$RES" <<'EOF' | tee -a "$RES"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+lat = {}
+for l in lines:  # the first line per workload: latency_launch_reduce's comes after
+    if l.get("benchmark") == "latency":
+        lat.setdefault(l["workload"], l["decode_ms_per_token"])
+tput = {l["workload"]: l.get("output_tok_s") for l in lines if "output_tok_s" in l}
+gemm = [l for l in lines if l.get("bench") == "fp8_block_gemm"]
+out = {"part": "summary", "latency_ms_per_token": lat, "throughput_tok_s": tput}
+if "w-gpu-8b" in lat and "w-gpu-8b-fp8" in lat:
+    out["latency_speedup"] = round(lat["w-gpu-8b"] / lat["w-gpu-8b-fp8"], 3)
+    out["latency_target_1_6"] = out["latency_speedup"] >= 1.6
+if tput.get("w-gpu-8b") and tput.get("w-gpu-8b-fp8"):
+    out["throughput_ratio"] = round(tput["w-gpu-8b-fp8"] / tput["w-gpu-8b"], 3)
+    out["throughput_target_1_15"] = out["throughput_ratio"] >= 1.15
+if gemm:
+    out["gemm_speedup_fused_by_m"] = {m: round(sum(l["bf16_us"] for l in gemm if l["m"] == m)
+                                               / sum(l["fp8_gemm_us"] for l in gemm if l["m"] == m), 3)
+                                      for m in sorted({l["m"] for l in gemm})}
+    # GEMMs alone (the norm or SiLU in front quantizes): block vs the faster per-channel path; > 1: channel
+    # is faster. The switch line says which per-channel path the table picks at each size.
+    out["channel_speed_vs_block_by_m"] = {
+        m: round(sum(l["fp8_gemm_us"] for l in gemm if l["m"] == m)
+                 / sum(min(l["channel_scaled_mm_us"], l["channel_triton_us"]) for l in gemm if l["m"] == m), 3)
+        for m in sorted({l["m"] for l in gemm})}
+    switch = [l for l in lines if l.get("bench") == "fp8_channel_switch"]
+    if switch:
+        out["channel_triton_max_m"] = switch[-1]["channel_triton_max_m"]
+print(json.dumps(out))
+EOF
+            ;;
+        *)
+            echo "{\"part\": \"$part\", \"skipped\": \"unknown part\"}" | tee -a "$RES" ;;
+    esac
+done
+echo "== done after $(( $(date +%s) - START )) s; results in $RES" >&2
