@@ -68,7 +68,7 @@ def test_row_parallel_act_order_shard_keeps_a_group_per_row() -> None:
 def test_skinny_split_k_reduced_by_the_last_program(m: int, swap: bool) -> None:
     # The tile counters of the fused split-K reduction are shared by every launch: many launches in a row,
     # each checked, and the counters back at zero.
-    from infercore_triton import int4_skinny
+    from infercore_triton import int4_skinny, split_k_counters
 
     weight = _weight(6144, 4096, torch.bfloat16, act_order=False)
     x = torch.randn(m, 4096, device="cuda").bfloat16()
@@ -78,4 +78,4 @@ def test_skinny_split_k_reduced_by_the_last_program(m: int, swap: bool) -> None:
         for _ in range(20):
             assert rel_err(int4_skinny.w4a16_skinny(x, weight, None, config), ref) < BOUND
     torch.cuda.synchronize()
-    assert not int4_skinny._locks(x.device).any()
+    assert not split_k_counters.tile_counters(x.device, 1).any()

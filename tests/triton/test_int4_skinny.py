@@ -50,14 +50,14 @@ def test_scaled_weights_match_reference(swap: bool, dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("swap", [False, True], ids=["x-left", "w-left"])
 def test_fused_split_reduce_and_counters_reset(swap: bool) -> None:
     # The last split of each tile sums the partials; the counters are back at zero for the next launch.
-    from infercore_triton import int4_skinny
+    from infercore_triton import split_k_counters
 
     weight = _weight(128, 80, 32, seed=9, dtype=torch.float16)
     x, bias = _x(3, 128, torch.float16), torch.randn(80).to(torch.float16)
     config = Int4SkinnyConfig(16, 32, 32, num_warps=1, split_k=3, swap=swap, fused_reduce=True)
     for _ in range(2):
         assert rel_err(w4a16_skinny(x, weight, bias, config), int4_math.int4_linear(x, weight, bias)) < BOUND
-        assert not int4_skinny._locks(x.device).any()
+        assert not split_k_counters.tile_counters(x.device, 1).any()
 
 
 def test_skinny_act_order_in_gathered_columns() -> None:

@@ -30,6 +30,7 @@ import triton.language as tl
 
 from infercore.plugin_api import int4_reference
 from infercore_triton.int4_gemv import sum_splits
+from infercore_triton.split_k_counters import tile_counters
 
 Int4Weight = int4_reference.Int4Weight
 
@@ -52,7 +53,8 @@ class Int4SkinnyConfig:
     split_k: int = 0
     swap: bool = True
     asm: bool = True
-    #: With K split, the last program of each tile sums the partials (no second launch).
+    #: With K split, the last program of each tile sums the partials (no second launch;
+    #: :mod:`infercore_triton.split_k_counters`).
     fused_reduce: bool = False
     #: Scale the 16-bit weights before the dot (rounding each once, as the dense path does) rather than the
     #: float32 dot of each step.
@@ -246,18 +248,6 @@ def _num_sms(device: torch.device) -> int:
     return 132
 
 
-#: Output tiles a split-K launch can count arrivals for (one int32 counter each, back at zero after every launch).
-LOCKS = 1 << 16
-_LOCKS: dict[torch.device, torch.Tensor] = {}
-
-
-def _locks(device: torch.device) -> torch.Tensor:
-    """The device's tile counters (allocated once, so a CUDA graph may capture launches that use them)."""
-    if device not in _LOCKS:
-        _LOCKS[device] = torch.zeros(LOCKS, dtype=torch.int32, device=device)
-    return _LOCKS[device]
-
-
 def step_rows(group: int, block_k: int) -> int:
     """The configured rows per step, halved until they divide the group (at least 16)."""
     while block_k > 16 and group % block_k:
@@ -292,8 +282,9 @@ def w4a16_skinny(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None 
     split = triton.cdiv(k, k_per_split)
     part = torch.empty((split, m, n), dtype=torch.float32, device=x.device) if split > 1 else out
     grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n), split)
-    fused = cfg.fused_reduce and split > 1 and tiles <= LOCKS
-    locks = _locks(x.device) if fused else part
+    counters = tile_counters(x.device, tiles) if cfg.fused_reduce and split > 1 else None
+    fused = counters is not None
+    locks = counters if fused else part
     _w4a16_skinny_kernel[grid](
         x, weight.qweight, weight.scales, weight.zeros, bias if bias is not None else out, out, part, locks, m, n, k,
         x.stride(0), out.stride(0), weight.qweight.stride(0), weight.qweight.stride(1), k_per_split, GROUP=weight.group_size,
