@@ -11,9 +11,11 @@
 #   tests        tests/gpu/test_int4_gpu.py (the op against the reference at the 8B shapes; not in the default)
 # Each step runs under `timeout` (at most STEP_S, and what is left of TOTAL_S); a failed or skipped step
 # prints a JSON line saying so and the rest still run. The last lines are the ratios.
-#   GPU: bash scripts/device_run.sh bash scripts/gpu_int4.sh        (about 4 minutes)
+#   GPU: bash scripts/device_run.sh bash scripts/gpu_int4.sh        (about 4 minutes; if the engine runs
+#        leave parts skipped, a second call can reuse the first one's table, copied into the worktree:
+#        env TABLE_IN=int4_table.json PARTS="sweep throughput gptq" bash scripts/device_run.sh bash scripts/gpu_int4.sh)
 # Knobs (environment): PARTS, TOTAL_S (220), STEP_S (90), SWEEP_BUDGET_S (65), ROWS, OUTPUT_LEN (128),
-# REPEATS (2), NUM_REQUESTS (the workload's 256).
+# REPEATS (2), NUM_REQUESTS (the workload's 256), TABLE_IN (a launch table to use instead of sweeping).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/infercore-int4}
@@ -66,6 +68,12 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >>"$LOG" 2>&1 || 
 for part in $PARTS; do
     case $part in
         sweep)
+            if [[ -n ${TABLE_IN:-} && -s $TABLE_IN ]]; then  # a table an earlier call wrote: no sweep
+                cp "$TABLE_IN" "$TABLE"
+                export INFERCORE_INT4_TABLE=$TABLE
+                echo "{\"part\": \"sweep\", \"table\": \"$TABLE_IN\", \"note\": \"given, not swept\"}" | tee -a "$RES"
+                continue
+            fi
             step sweep python3 benchmarks/int4_sweep.py --table "$TABLE" --rows "$ROWS" --budget-s "$SWEEP_BUDGET_S"
             if [[ -s $TABLE ]]; then
                 export INFERCORE_INT4_TABLE=$TABLE
