@@ -164,8 +164,7 @@ def _w4a16_skinny_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_pt
                          stride_om, stride_qk, stride_qn, k_per_split, GROUP: tl.constexpr, INTERLEAVED: tl.constexpr,
                          MAGIC: tl.constexpr, ASM: tl.constexpr, SWAP: tl.constexpr, HAS_BIAS: tl.constexpr,
                          SPLIT: tl.constexpr, FUSED_REDUCE: tl.constexpr, SCALE_WEIGHTS: tl.constexpr,
-                         BLOCK_M: tl.constexpr,
-                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -227,8 +226,8 @@ def _w4a16_skinny_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, part_pt
 
 @triton.jit
 def _dequantize_kernel(qw_ptr, s_ptr, z_ptr, out_ptr, N, K, stride_qk, stride_qn, GROUP: tl.constexpr,
-                       INTERLEAVED: tl.constexpr, MAGIC: tl.constexpr,
-                       ASM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                       INTERLEAVED: tl.constexpr, MAGIC: tl.constexpr, ASM: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr):
     k0 = tl.program_id(0) * BLOCK_K
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
