@@ -57,17 +57,26 @@ class MultiModalStep:
         self._masked = 0
         #: Images run through the vision tower since start (tests and stats read it).
         self.num_encoded = 0
-        #: Visibility bounds (host and device buffers) of a model with bidirectional image spans, else None.
+        #: Visibility bounds of a model with bidirectional image spans (else None): the host buffer the step
+        #: fills and the device buffer attention reads. Off the CPU, two pinned host buffers take turns (as the
+        #: step buffers' host sets do), so a step's copy never reads a buffer the next step is filling.
         self.bounds: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._hosts: list[torch.Tensor] = []
         if needs_visible_bounds(model):
-            host = torch.zeros(max_tokens, dtype=torch.int32)
-            self.bounds = (host, host if device.type == "cpu" else torch.zeros(max_tokens, dtype=torch.int32,
-                                                                                   device=device))
+            on_cpu = device.type == "cpu"
+            self._hosts = [torch.zeros(max_tokens, dtype=torch.int32, pin_memory=device.type == "cuda")
+                           for _ in range(1 if on_cpu else 2)]
+            self.bounds = (self._hosts[0], self._hosts[0] if on_cpu else torch.zeros(max_tokens, dtype=torch.int32,
+                                                                                       device=device))
 
     def visible_until(self, num_tokens: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """The device and host views of the first ``num_tokens`` bounds (None, None: the model needs none)."""
+        """The device and host views of the first ``num_tokens`` bounds of the step being prepared (None, None:
+        the model needs none); the next :meth:`prepare` fills them."""
         if self.bounds is None:
             return None, None
+        if len(self._hosts) > 1:  # the other host buffer's turn
+            host = self._hosts[1] if self.bounds[0] is self._hosts[0] else self._hosts[0]
+            self.bounds = (host, self.bounds[1])
         return self.bounds[1][:num_tokens], self.bounds[0][:num_tokens]
 
     def update(self, so: SchedulerOutput) -> None:
