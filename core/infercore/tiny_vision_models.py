@@ -164,3 +164,31 @@ def build_gemma3_vl_folder(path: str | Path, seed: int = 0, image_size: int = 32
         cfg["eos_token_id"] = tokenizer.eos_token_id
         gen.write_text(json.dumps(cfg, indent=2))
     return path
+
+
+def gemma3_vl_config_folder(path: str | Path) -> Path:
+    """A config-only Gemma-3-4B-shaped folder (SigLIP so400m at 896 px, 34 text layers, five sliding to one
+    global, 256 image tokens) with Gemma 3's image processor and a tiny tokenizer, for ``load_format="dummy"``."""
+    from transformers import AutoTokenizer, Gemma3Config, Gemma3ImageProcessorPil, SiglipVisionConfig
+
+    path = Path(path)
+    build_tokenizer(path, added_tokens=[*DEFAULT_ADDED_TOKENS, BOI_TOKEN, EOI_TOKEN, IMAGE_SOFT_TOKEN],
+                    chat_template=GEMMA3_CHAT_TEMPLATE)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    ids = tokenizer.convert_tokens_to_ids([BOI_TOKEN, EOI_TOKEN, IMAGE_SOFT_TOKEN])
+    text = dict(vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=34,
+                num_attention_heads=8, num_key_value_heads=4, head_dim=256, sliding_window=1024,
+                query_pre_attn_scalar=256, max_position_embeddings=131072, rms_norm_eps=1e-6,
+                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+                rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                 "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}},
+                layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(34)])
+    vision = SiglipVisionConfig(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
+                                image_size=896, patch_size=14, vision_use_head=False, hidden_act="gelu_pytorch_tanh",
+                                layer_norm_eps=1e-6)
+    config = Gemma3Config(text_config=text, vision_config=vision.to_dict(), mm_tokens_per_image=256,
+                          boi_token_index=ids[0], eoi_token_index=ids[1], image_token_index=ids[2])
+    config.architectures = ["Gemma3ForConditionalGeneration"]
+    config.save_pretrained(str(path))
+    Gemma3ImageProcessorPil(size={"height": 896, "width": 896}).save_pretrained(str(path))
+    return path
