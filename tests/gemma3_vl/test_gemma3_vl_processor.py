@@ -69,3 +69,50 @@ def test_backends_without_visible_bounds_are_refused():
     assert visible_bounds_reasons(NoBounds, False) == []
     [reason] = visible_bounds_reasons(NoBounds, True)
     assert "supports_visible_bounds" in reason and "'no_bounds'" in reason
+
+
+class _NewlineRunTokenizer:
+    """A tokenizer with one token per run of newlines (as Gemma's has), one per special token, one per other
+    piece of text: what HF's one-pass tokenizing of the replaced text gives, to check the token-level merge."""
+
+    def __init__(self, specials: dict[str, int]) -> None:
+        self.ids = dict(specials)
+        self.texts = {i: t for t, i in specials.items()}
+
+    def _id(self, piece: str) -> int:
+        if piece not in self.ids:
+            self.ids[piece] = 1000 + len(self.ids)
+            self.texts[self.ids[piece]] = piece
+        return self.ids[piece]
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        import re
+
+        return [self._id(p) for p in re.findall(r"\n+|<start_of_image>|<end_of_image>|<image_soft_token>|[^\n<]+",
+                                                text)]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.texts[i] for i in ids)
+
+    def convert_ids_to_tokens(self, token_id: int) -> str:
+        return self.texts[token_id]
+
+
+@pytest.mark.parametrize("text", ["user\n<start_of_image>Describe", "<start_of_image>\nwhat",
+                                  "a\n\n<start_of_image><start_of_image>\n\n\nb", "<start_of_image>x<start_of_image>"])
+def test_blank_lines_merge_with_newlines_beside_the_image(gemma3_vl_folder, text):
+    from transformers import AutoConfig
+
+    from infercore.models.gemma3_vl_processor import Gemma3Processor
+    from infercore.models.multimodal import ProcessedImage
+
+    config = AutoConfig.from_pretrained(str(gemma3_vl_folder))
+    tokenizer = _NewlineRunTokenizer({"<start_of_image>": config.boi_token_index,
+                                      "<end_of_image>": config.eoi_token_index,
+                                      "<image_soft_token>": config.image_token_index})
+    processor = Gemma3Processor(config, str(gemma3_vl_folder), tokenizer)
+    count = text.count("<start_of_image>")
+    ids, offsets = processor.expand_prompt(tokenizer.encode(text), [ProcessedImage({}, 4)] * count)
+    image = "\n\n<start_of_image>" + "<image_soft_token>" * 4 + "<end_of_image>\n\n"
+    assert ids == tokenizer.encode(text.replace("<start_of_image>", image))  # HF's string-level expansion
+    assert all(ids[o - 1] == config.boi_token_index and ids[o + 4] == config.eoi_token_index for o in offsets)

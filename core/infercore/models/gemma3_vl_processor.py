@@ -3,10 +3,10 @@ processor (``Gemma3ImageProcessor``, PIL backend: resize to the tower's size, re
 ``<start_of_image>`` of the prompt expanded to ``"\\n\\n" <start_of_image> <image_soft_token> x N <end_of_image>
 "\\n\\n"`` (``N = mm_tokens_per_image``).
 
-HF replaces the text before tokenizing; here the prompt arrives as token ids, so the two ``"\\n\\n"`` are
-tokenized on their own. Where the text around the image ends or starts with newlines a tokenizer may merge
-them differently from HF's one-pass tokenization (the ids differ, the image and its span do not).
-Pan-and-scan crops (``do_pan_and_scan``) are not supported.
+HF replaces the text before tokenizing; here the prompt arrives as token ids, so the blank lines are tokenized
+here, merged with a newline-only token next to the placeholder (Gemma's tokenizer has one token per run of
+newlines: ``"user\\n<start_of_image>"`` becomes ``"user\\n\\n\\n<start_of_image>"``, whose ``"\\n\\n\\n"`` is one
+token in HF's ids too). Pan-and-scan crops (``do_pan_and_scan``) are not supported.
 """
 
 from __future__ import annotations
@@ -71,12 +71,31 @@ class Gemma3Processor(MultiModalProcessor):
         prev = 0
         for pos, image in zip(found, images, strict=True):
             out.extend(token_ids[prev:pos])
-            out.extend(self.newlines)
+            run = self._newline_run(out[-1]) if out else None
+            if run is not None:  # newlines before the placeholder join the blank line, as one text would
+                out.pop()
+            out.extend(self._newlines(run or "", ""))
             out.append(boi)
             offsets.append(len(out))
             out.extend([self.image_token_id] * image.num_tokens)
             out.append(self.eoi_token_id)
-            out.extend(self.newlines)
             prev = pos + 1
+            run = self._newline_run(token_ids[prev]) if prev < len(token_ids) else None
+            if run is not None:
+                prev += 1
+            out.extend(self._newlines("", run or ""))
         out.extend(token_ids[prev:])
         return out, offsets
+
+    def _newline_run(self, token_id: int) -> str | None:
+        """The token's text if it is newlines only (None otherwise, or without a tokenizer)."""
+        if self.tokenizer is None or token_id == self.placeholder_token_id:
+            return None
+        text = self.tokenizer.decode([token_id])
+        return text if text and text.strip("\n") == "" else None
+
+    def _newlines(self, before: str, after: str) -> list[int]:
+        """The ids of a blank line with ``before`` / ``after`` newlines joined to it."""
+        if not before and not after:
+            return self.newlines
+        return list(self.tokenizer.encode(before + "\n\n" + after, add_special_tokens=False))
