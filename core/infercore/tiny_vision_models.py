@@ -115,9 +115,9 @@ GEMMA3_CHAT_TEMPLATE = VISION_CHAT_TEMPLATE.replace(IMAGE_TOKEN, BOI_TOKEN)
 
 
 def build_gemma3_vl_folder(path: str | Path, seed: int = 0, image_size: int = 32, patch_size: int = 4,
-                           mm_tokens_per_image: int = 16) -> Path:
+                           mm_tokens_per_image: int = 16, sliding_window: int | None = None) -> Path:
     """Write a random-weight ``Gemma3ForConditionalGeneration`` folder (3-layer SigLIP tower, the tiny Gemma 3
-    text model: two sliding layers of window 8 and a global one) with Gemma 3's image processor (PIL backend)
+    text model: two sliding layers, their window as long as an image, and a global one) with Gemma 3's image processor (PIL backend)
     and a tokenizer naming its image tokens as Gemma's does; returns it."""
     import torch
     from transformers import (
@@ -136,7 +136,10 @@ def build_gemma3_vl_folder(path: str | Path, seed: int = 0, image_size: int = 32
     cfg["extra_special_tokens"] = {"boi_token": BOI_TOKEN, "eoi_token": EOI_TOKEN, "image_token": IMAGE_SOFT_TOKEN}
     cfg_path.write_text(json.dumps(cfg, indent=2))
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    text_config = tiny_config("Gemma3ForCausalLM", vocab_size=len(tokenizer), final_logit_softcapping=None)
+    # By default a window as long as an image: transformers versions differ on whether a sliding layer's window
+    # bounds what an image token sees of its own image (5.25: it does), which only a longer image shows.
+    text_config = tiny_config("Gemma3ForCausalLM", vocab_size=len(tokenizer), final_logit_softcapping=None,
+                              sliding_window=sliding_window or mm_tokens_per_image)
     text_config.eos_token_id = tokenizer.eos_token_id
     text_config.bos_token_id = None
     text_config.pad_token_id = tokenizer.pad_token_id

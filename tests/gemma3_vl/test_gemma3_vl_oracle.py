@@ -82,6 +82,25 @@ def test_gemma3_async_scheduling_and_preemption_match_hf(gemma3_vl_folder, oracl
         oracle.check(out, images, f"preempted {prompt['prompt']!r}")
 
 
+def test_gemma3_window_shorter_than_an_image_matches_hf(tmp_path):
+    """Sliding layers of window 8 under 16-token images: an image token sees its image only within the window
+    (HF's AND(window, OR(causal, same image)), which transformers names create_masks_for_vision_model)."""
+    from transformers.models.gemma3 import modeling_gemma3
+
+    if not hasattr(modeling_gemma3, "create_masks_for_vision_model"):
+        pytest.skip("this transformers composes Gemma 3's sliding mask with images otherwise")
+    from infercore.tiny_vision_models import build_gemma3_vl_folder
+
+    folder = build_gemma3_vl_folder(tmp_path, seed=1, sliding_window=8)
+    llm = LLM(str(folder), dtype="float32", max_model_len=256, max_num_batched_tokens=20, enforce_eager=True,
+              block_size=4)
+    requests = _requests()
+    outs = llm.generate([p for p, _ in requests], PARAMS, use_tqdm=False)
+    window = Gemma3Oracle(folder)
+    for (prompt, images), out in zip(requests, outs, strict=True):
+        window.check(out, images, f"window 8 {prompt['prompt']!r}")
+
+
 def test_gemma3_refuses_an_image_longer_than_the_step_budget(gemma3_vl_folder):
     llm = LLM(str(gemma3_vl_folder), dtype="float32", max_model_len=128, max_num_batched_tokens=12,
               enforce_eager=True)
