@@ -54,6 +54,10 @@ announced by a ``DeprecationWarning`` for one minor release and happens in the n
 * Encoder-only attention (1.6): a backend that sets ``supports_encoder_only`` runs layers whose spec
   says ``attn_type=ENCODER_ONLY`` bidirectionally within each sequence, with no KV cache
   (:func:`encoder_only_attention` is the reference).
+* Visibility bounds: a backend that sets ``supports_visible_bounds`` lets prefill query ``j`` see context
+  positions up to ``CommonAttentionMetadata.visible_until[j]`` (image tokens of models with
+  ``bidirectional_image_spans``, Gemma 3); ``attention_reference.paged_attention(..., visible_until=)`` is the
+  reference. Models that need it are refused on other backends.
 
 Importing this module is cheap (hook modules import :func:`hookimpl` from it): everything but the
 hook marker and the version is imported on first use.

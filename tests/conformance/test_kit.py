@@ -49,6 +49,15 @@ def test_kit_runs_the_whole_graph_case_for_backends_that_declare_it() -> None:
     assert proc.returncode == 0 and "1 passed" in proc.stdout, _summary(proc)
 
 
+def test_kit_runs_the_visible_bounds_cases_for_backends_that_declare_them() -> None:
+    """Backends that set supports_visible_bounds (Gemma 3's image spans) are checked against the reference:
+    the cpu one on its two cases, Triton (which also captures mixed steps whole) on the whole-graph one too."""
+    proc = run_kit("--infercore-platform", "cpu", "--infercore-attention-backend", "triton", "-k", "visible")
+    assert proc.returncode == 0 and "3 passed" in proc.stdout, _summary(proc)
+    proc = run_kit("--infercore-platform", "cpu", "-k", "visible")
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, _summary(proc)
+
+
 @pytest.fixture
 def broken_dir(tmp_path: Path) -> Path:
     shutil.copy(BROKEN_PLUGIN, tmp_path / "conftest.py")

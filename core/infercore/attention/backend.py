@@ -34,6 +34,9 @@ class AttentionRequest:
     alibi: bool = False
     #: Whether some layer is encoder-only (bidirectional, no KV cache); see ``supports_encoder_only``.
     encoder_only: bool = False
+    #: Whether steps carry per-token visibility bounds (image tokens seeing their whole span); see
+    #: ``supports_visible_bounds``.
+    visible_bounds: bool = False
 
 
 @dataclass
@@ -68,6 +71,10 @@ class CommonAttentionMetadata:
       ``seq_lens == 0``. Every launch must then depend only on those two counts and the tensors'
       contents, never on ``max_query_len``, ``max_seq_len`` or the ``*_cpu`` copies, which describe the
       step the graph was captured on.
+    * **Visibility bounds** (only for a model with bidirectional image spans, and only read by a backend
+      that sets :attr:`AttentionBackend.supports_visible_bounds`): ``visible_until[j]`` is the last context
+      position query token ``j`` may attend to, at least its own position (:mod:`infercore.attention.visible_bounds`).
+      None: every query is causal. The device tensor is a persistent buffer (graphs replay it).
     """
 
     num_reqs: int
@@ -81,6 +88,8 @@ class CommonAttentionMetadata:
     query_start_loc_cpu: torch.Tensor
     seq_lens_cpu: torch.Tensor
     padded_for_graph: bool = False
+    visible_until: torch.Tensor | None = None  # int32 [num_tokens]
+    visible_until_cpu: torch.Tensor | None = None
 
     @property
     def is_pure_decode(self) -> bool:
@@ -179,6 +188,10 @@ class AttentionBackend(ABC):
     #: Whether the impl runs layers whose spec says ``attn_type="encoder_only"`` (optional; default False,
     #: and the engine refuses such a model with this backend): see :mod:`infercore.attention.encoder_only`.
     supports_encoder_only: ClassVar[bool] = False
+    #: Whether prefill attention honours :attr:`CommonAttentionMetadata.visible_until` (optional; default
+    #: False, and the engine refuses models with bidirectional image spans, such as Gemma 3 with images):
+    #: see :mod:`infercore.attention.visible_bounds`.
+    supports_visible_bounds: ClassVar[bool] = False
 
     @classmethod
     def validate(cls, request: AttentionRequest) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from infercore.attention.visible_bounds import bounded_mask
 from infercore.kv_cache.fp8 import dequantize_kv, is_fp8_kv, quantize_kv
 from infercore.ops.reference import alibi_bias
 
@@ -84,13 +85,15 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: torch.Tensor,
                     seq_lens: torch.Tensor, block_table: torch.Tensor, scale: float, out: torch.Tensor,
                     sliding_window: int | None = None, alibi_slopes: torch.Tensor | None = None,
-                    num_reqs: int | None = None, k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
+                    num_reqs: int | None = None, k_scale: float = 1.0, v_scale: float = 1.0,
+                    visible_until: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of every request's query tokens over its cached context (this step's K/V written).
 
     ``q``/``out`` are [T, heads, head_size]; request ``i`` owns rows
     ``query_start_loc[i]:query_start_loc[i+1]`` and has ``seq_lens[i]`` context tokens. Only the
     first ``num_reqs`` requests are read (default: all of ``seq_lens``). An fp8 cache is read back with
-    ``k_scale`` / ``v_scale``.
+    ``k_scale`` / ``v_scale``. ``visible_until`` (host, [T]) lets query token ``j`` see context positions up
+    to ``visible_until[j]`` instead of its own (:mod:`infercore.attention.visible_bounds`).
     """
     n = len(seq_lens) if num_reqs is None else num_reqs
     starts = query_start_loc[: n + 1].tolist()
@@ -100,6 +103,9 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: to
         if end == start:
             continue
         k, v = gather_context(kv_cache, block_table[i], seq_len, k_scale, v_scale)
-        mask = causal_mask(end - start, seq_len, sliding_window, q.device)
+        if visible_until is None:
+            mask = causal_mask(end - start, seq_len, sliding_window, q.device)
+        else:
+            mask = bounded_mask(end - start, seq_len, sliding_window, visible_until[start:end], q.device)
         out[start:end] = attend(q[start:end], k, v, mask, scale, alibi_slopes)
     return out

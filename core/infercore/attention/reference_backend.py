@@ -1,7 +1,7 @@
 """The "reference" attention backend: the torch reference as a backend, for any platform.
 
 Slow (one SDPA per request, host-side loops) but complete: sliding windows, ALiBi, GQA, any
-dtype torch runs, fp8 caches. Conformance tests compare other backends with it, and a new platform may
+dtype torch runs, fp8 caches, visibility bounds. Conformance tests compare other backends with it, and a new platform may
 start on it before its own kernels exist.
 """
 
@@ -33,6 +33,7 @@ class ReferenceMetadata:
     seq_lens: torch.Tensor
     block_table: torch.Tensor
     slot_mapping: torch.Tensor
+    visible_until: torch.Tensor | None = None
 
 
 class ReferenceMetadataBuilder(AttentionMetadataBuilder):
@@ -41,7 +42,8 @@ class ReferenceMetadataBuilder(AttentionMetadataBuilder):
     def build(self, common: CommonAttentionMetadata) -> ReferenceMetadata:
         n = common.num_reqs
         return ReferenceMetadata(n, common.num_actual_tokens, common.query_start_loc_cpu[: n + 1],
-                                 common.seq_lens_cpu[:n], common.block_table, common.slot_mapping)
+                                 common.seq_lens_cpu[:n], common.block_table, common.slot_mapping,
+                                 common.visible_until_cpu)
 
 
 class ReferenceAttentionImpl(AttentionImpl):
@@ -61,7 +63,8 @@ class ReferenceAttentionImpl(AttentionImpl):
         write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping, spec.k_scale, spec.v_scale)
         slopes = self._slopes.to(q.device) if self._slopes is not None else None
         return paged_attention(q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_table, self.scale,
-                               out, self.sliding_window, slopes, meta.num_reqs, spec.k_scale, spec.v_scale)
+                               out, self.sliding_window, slopes, meta.num_reqs, spec.k_scale, spec.v_scale,
+                               meta.visible_until)
 
 
 class ReferenceAttentionBackend(AttentionBackend):
@@ -69,6 +72,7 @@ class ReferenceAttentionBackend(AttentionBackend):
 
     name = "reference"
     supports_encoder_only = True
+    supports_visible_bounds = True
 
     @staticmethod
     def get_builder_cls() -> type[AttentionMetadataBuilder]:

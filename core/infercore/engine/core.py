@@ -13,7 +13,7 @@ from infercore.engine.grammar_gate import GrammarGate
 from infercore.executor.base import Executor, ExecutorDeadError
 from infercore.executor.step_future import StepFuture
 from infercore.gc_heap import freeze_startup_heap
-from infercore.models.model_info import resolve_model_info
+from infercore.models.model_info import attends_images_whole, resolve_model_info
 from infercore.platforms.selection import current_platform
 from infercore.plugins.manager import get_plugin_manager
 from infercore.pooling.config import configure_pooling, pooling_model_info
@@ -111,7 +111,8 @@ class EngineCore:
                                    self.max_num_batched_tokens, speculative_config=speculative,
                                    max_loras=config.lora.max_loras if config.lora.enable_lora else None,
                                    max_num_encoder_input_tokens=config.multimodal.max_num_encoder_input_tokens,
-                                   pipeline_stages=config.parallel.pipeline_parallel_size)
+                                   pipeline_stages=config.parallel.pipeline_parallel_size,
+                                   whole_image_spans=attends_images_whole(config))
         #: The step launched last in overlapped mode and the future of its output.
         self._inflight: tuple[SchedulerOutput, StepFuture] | None = None
         #: Pipeline parallelism: the steps in the pipe and their futures, oldest first.

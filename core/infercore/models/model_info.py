@@ -54,3 +54,17 @@ def resolve_model_info(config: InfercoreConfig) -> ModelInfo:
         eos_token_id=eos_token_id,
         generation_stop_ids=sorted(set(stop_ids + eos)),
     )
+
+
+def attends_images_whole(config: InfercoreConfig) -> bool:
+    """Whether the served model's image tokens see their whole image (``bidirectional_image_spans``, Gemma 3):
+    the scheduler then never splits an image across steps (:mod:`infercore.scheduler.image_spans`)."""
+    from infercore.attention.visible_bounds import needs_visible_bounds
+    from infercore.models.loader import get_hf_config
+    from infercore.plugins import get_plugin_manager
+
+    architectures = getattr(get_hf_config(config.model), "architectures", None) or []
+    registry = get_plugin_manager().registry("model")
+    if not architectures or architectures[0] not in registry:
+        return False
+    return needs_visible_bounds(registry.load(architectures[0]))

@@ -2,7 +2,8 @@
 pre-norm encoder layers of bidirectional attention (every image one sequence, no KV cache) and an MLP.
 
 A tower runs only the layers its caller reads (LLaVA reads the penultimate layer's hidden states), and never
-the pooling head or the post-norm, which those hidden states skip. Linears and norms come from the layer
+the pooling head; the post-norm only for a caller that reads the last layer through it (Gemma 3, as HF's
+``last_hidden_state``). Linears and norms come from the layer
 catalogue (so they shard under tensor parallelism); attention is :class:`EncoderAttention`, through the
 platform's ``encoder_attention`` op.
 """
@@ -123,14 +124,16 @@ class VisionEmbeddings(nn.Module):
 
 class VisionTransformer(nn.Module):
     """CLIP's or SigLIP's ``vision_model``: embeddings, CLIP's pre-norm, the encoder. ``forward`` returns the
-    hidden states after each of ``layers`` (0: the embeddings; ``i``: after layer ``i``)."""
+    hidden states after each of ``layers`` (0: the embeddings; ``i``: after layer ``i``), the last of them
+    through the post-norm when ``post_norm``."""
 
-    def __init__(self, config: PretrainedConfig, num_layers: int) -> None:
+    def __init__(self, config: PretrainedConfig, num_layers: int, post_norm: bool = False) -> None:
         super().__init__()
         clip = config.model_type.startswith("clip")
         self.embeddings = VisionEmbeddings(config, class_token=clip)
         self.pre_layrnorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if clip else None
         self.encoder = VisionEncoder(config, num_layers)
+        self.post_layernorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if post_norm else None
 
     def forward(self, pixel_values: torch.Tensor, layers: list[int]) -> list[torch.Tensor]:
         hidden = self.embeddings(pixel_values)
@@ -144,21 +147,24 @@ class VisionTransformer(nn.Module):
             flat = layer(flat, cu_seqlens)
             if i in layers:
                 picked[i] = flat
+        if self.post_layernorm is not None:
+            picked[layers[-1]] = self.post_layernorm(picked[layers[-1]])
         return [picked[i].view(n, length, width) for i in layers]
 
 
 class VisionTower(nn.Module):
     """HF's ``CLIPVisionModel`` / ``SiglipVisionModel`` (its ViT is ``vision_model``, whose checkpoint names
-    are ``embeddings.…``, ``encoder.layers.…``), cut after the deepest layer read. ``feature_layers`` are HF ``hidden_states`` indices (negative from the end)."""
+    are ``embeddings.…``, ``encoder.layers.…``), cut after the deepest layer read. ``feature_layers`` are HF ``hidden_states`` indices (negative from the end). ``post_norm``: the last feature layer goes through
+    the post-norm (HF's ``last_hidden_state``, with ``feature_layers=[-1]``)."""
 
-    def __init__(self, config: PretrainedConfig, feature_layers: list[int]) -> None:
+    def __init__(self, config: PretrainedConfig, feature_layers: list[int], post_norm: bool = False) -> None:
         super().__init__()
         total = config.num_hidden_layers
         self.feature_layers = [i if i >= 0 else total + 1 + i for i in feature_layers]
         if not all(0 <= i <= total for i in self.feature_layers):
             raise ValueError(f"vision_feature_layer {feature_layers} is outside the tower's {total} layers")
         self.num_layers = max(self.feature_layers)
-        self.vision_model = VisionTransformer(config, self.num_layers)
+        self.vision_model = VisionTransformer(config, self.num_layers, post_norm)
 
     def forward(self, pixel_values: torch.Tensor) -> list[torch.Tensor]:
         """The hidden states [N, tokens, hidden] of each feature layer."""
@@ -166,7 +172,9 @@ class VisionTower(nn.Module):
 
     def skips_weight(self, name: str) -> bool:
         """Checkpoint tensors of the tower that nothing built reads (later layers, post-norm, head)."""
-        if name.startswith(("post_layernorm.", "head.")) or name.endswith("position_ids"):
+        if name.startswith("post_layernorm."):
+            return self.vision_model.post_layernorm is None
+        if name.startswith("head.") or name.endswith("position_ids"):
             return True
         marker = "encoder.layers."
         if marker in name:

@@ -19,6 +19,7 @@ def register_models(register: RegisterFn) -> None:
     register("Qwen3MoeForCausalLM", "infercore.models.qwen3_moe:Qwen3MoeForCausalLM")
     register("MixtralForCausalLM", "infercore.models.mixtral:MixtralForCausalLM")
     register("LlavaForConditionalGeneration", "infercore.models.llava:LlavaForConditionalGeneration")
+    register("Gemma3ForConditionalGeneration", "infercore.models.gemma3_vl:Gemma3ForConditionalGeneration")
     register("Qwen2_5_VLForConditionalGeneration", "infercore.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration")
     register("BertModel", "infercore.models.bert:BertModel")
     register("XLMRobertaModel", "infercore.models.bert:XLMRobertaModel")

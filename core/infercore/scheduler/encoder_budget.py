@@ -12,6 +12,9 @@ The worker encodes an image in a step when the step's tokens meet its placeholde
 request is new to the worker (first scheduled, or resumed after preemption: the worker holds
 nothing of it) or the image's first placeholder is among the step's tokens. The budget counts
 exactly those images, so the scheduler and the worker agree without exchanging anything.
+
+For a model whose images must be computed whole in one step (Gemma 3), :meth:`EncoderBudget.fit` also keeps
+every chunk boundary out of image spans (:mod:`infercore.scheduler.image_spans`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from infercore.scheduler.image_spans import ImageSpans
     from infercore.scheduler.request import Request
 
 
@@ -31,8 +35,10 @@ class EncoderBudget:
     whole budget still runs, alone, in a step that encodes nothing else (it would never run otherwise).
     """
 
-    def __init__(self, max_tokens: int | None) -> None:
+    def __init__(self, max_tokens: int | None, spans: ImageSpans | None = None) -> None:
         self.max_tokens = max_tokens
+        #: The whole-span rule, for models that attend over each image whole (None: spans may be split).
+        self.spans = spans
         self.left: float = math.inf
         self.encoded_any = False
 
@@ -46,6 +52,8 @@ class EncoderBudget:
         features = request.mm_features
         if not features or start >= request.num_prompt_tokens:
             return num_new
+        if self.spans is not None:
+            num_new = self.spans.fit(request, start, num_new)
         stop = start + num_new
         for feature in features:
             if feature.offset >= stop:

@@ -10,6 +10,7 @@ from typing import Any
 from infercore.config import CacheConfig, SchedulerConfig
 from infercore.pooling.scheduling import pooled_output
 from infercore.scheduler.encoder_budget import EncoderBudget
+from infercore.scheduler.image_spans import ImageSpans
 from infercore.scheduler.kv_cache_manager import KVCacheManager, make_kv_cache_manager
 from infercore.scheduler.request import Request, RequestStatus
 from infercore.scheduler.request_queue import create_request_queue
@@ -87,6 +88,7 @@ class Scheduler:
         speculative_config: SpeculativeConfig | None = None,
         max_num_encoder_input_tokens: int | None = None,
         pipeline_stages: int = 1,
+        whole_image_spans: bool = False,
     ) -> None:
         block_size = kv_layout.block_size
         #: Whether steps carry sampled tokens to the workers and wait for a request's sample (pipeline stages).
@@ -98,7 +100,8 @@ class Scheduler:
                                        or _DEFAULT_MAX_NUM_BATCHED_TOKENS)
         self.enable_chunked_prefill = scheduler_config.enable_chunked_prefill
         #: Image tokens the vision tower may encode per step (:mod:`infercore.scheduler.encoder_budget`).
-        self.encoder_budget = EncoderBudget(max_num_encoder_input_tokens or self.max_num_batched_tokens)
+        self.encoder_budget = EncoderBudget(max_num_encoder_input_tokens or self.max_num_batched_tokens,
+                                            ImageSpans(self.max_num_batched_tokens) if whole_image_spans else None)
         #: Most distinct LoRA adapters among the running requests (None: LoRA is off). The workers hold
         #: that many adapter slots, so every running request keeps its adapter on the device.
         self.max_loras = max_loras
@@ -158,6 +161,8 @@ class Scheduler:
             raise ValueError(
                 f"prompt has {request.num_prompt_tokens} tokens but max_model_len is {self.max_model_len}; "
                 "shorten the prompt or raise --max-model-len")
+        if self.encoder_budget.spans is not None:  # images computed whole in one step (Gemma 3)
+            self.encoder_budget.spans.check(request)
         self.requests[request.request_id] = request
         self.waiting.add(request)
 

@@ -43,6 +43,9 @@ class AttentionCase:
     #: Encoder-only layers (bidirectional within each request, no KV cache; ``seq_len == query_len``): the
     #: backend must attend over the step's own k/v and leave the cache untouched.
     encoder_only: bool = False
+    #: Image spans whose query tokens see the whole span (``visible_until``, for backends that set
+    #: ``supports_visible_bounds``): ``(request, first position, end position)``, inside the request's query.
+    spans: tuple[tuple[int, int, int], ...] = ()
 
     def kv_cache_dtype(self, dtype: torch.dtype) -> torch.dtype:
         """The cache dtype of this case when activations are ``dtype``."""
@@ -79,6 +82,17 @@ WHOLE_GRAPH_CASES: tuple[AttentionCase, ...] = (
 ENCODER_ONLY_CASES: tuple[AttentionCase, ...] = (
     AttentionCase("encoder-only sequences", ((5, 5), (17, 17), (70, 70), (1, 1), (33, 33)), encoder_only=True),
     AttentionCase("encoder-only, padded host lengths", ((12, 12), (40, 40)), encoder_only=True, padded=True),
+)
+
+#: Visibility-bound cases (image spans seen whole; Gemma 3), run for backends that set
+#: ``supports_visible_bounds``: spans at a query's start, middle and end, over cached prefixes and windows.
+VISIBLE_BOUNDS_CASES: tuple[AttentionCase, ...] = (
+    AttentionCase("visible bounds", ((30, 30), (17, 1), (64, 40), (5, 1), (40, 8)),
+                  spans=((0, 3, 20), (0, 22, 30), (2, 24, 60), (4, 32, 40))),
+    AttentionCase("visible bounds, sliding window", ((70, 70), (48, 16)), sliding_window=7,
+                  spans=((0, 10, 50), (1, 33, 48))),
+    AttentionCase("visible bounds, whole graph", ((30, 30), (17, 1), (48, 16)), whole_graph=True,
+                  spans=((0, 2, 29), (2, 40, 47))),
 )
 
 #: Cases over an fp8 cache, run for backends whose ``validate`` accepts one. K/V are N(0, 1): the
@@ -168,6 +182,7 @@ def _assemble(case, qs, ks, vs, slots, starts, table, cache, device):
         qsl_cpu = torch.cat([qsl, torch.full((4,), num_tokens, dtype=torch.int32)])
         lens_cpu = torch.cat([lens, torch.zeros(4, dtype=torch.int32)])
     q, k, v = torch.cat(qs), torch.cat(ks), torch.cat(vs)
+    visible = _visible_until(case, starts) if case.spans else None
     if case.padded or case.whole_graph:
         q, k, v = (torch.cat([t, torch.zeros(3, *t.shape[1:], dtype=t.dtype)]) for t in (q, k, v))
     num_reqs = n
@@ -183,7 +198,23 @@ def _assemble(case, qs, ks, vs, slots, starts, table, cache, device):
         max_seq_len=int(lens.max()), query_start_loc=qsl.to(device), seq_lens=lens.to(device),
         block_table=table.to(device), slot_mapping=slot_mapping.to(device), query_start_loc_cpu=qsl_cpu,
         seq_lens_cpu=lens_cpu, padded_for_graph=case.whole_graph)
+    if visible is not None:
+        visible = torch.cat([visible, torch.zeros(len(slot_mapping) - num_tokens, dtype=torch.int32)])
+        common.visible_until, common.visible_until_cpu = visible.to(device), visible
     return q.to(device), k.to(device), v.to(device), cache.to(device), common
+
+
+def _visible_until(case: AttentionCase, starts: list[int]) -> torch.Tensor:
+    """Each query token's last visible position: its own, or its span's last."""
+    bounds = []
+    for i, (seq_len, query_len) in enumerate(case.requests):
+        bounds.append(torch.arange(seq_len - query_len, seq_len, dtype=torch.int32))
+        for req, first, end in case.spans:
+            if req == i:
+                assert seq_len - query_len <= first < end <= seq_len, f"span {first}..{end} outside request {i}'s query"
+                bounds[-1][first - (seq_len - query_len): end - (seq_len - query_len)] = end - 1
+    assert sum(len(b) for b in bounds) == starts[-1]
+    return torch.cat(bounds)
 
 
 def layer_spec(case: AttentionCase, dtype: torch.dtype) -> AttentionLayerSpec:
@@ -199,7 +230,8 @@ def attention_request(case: AttentionCase, dtype: torch.dtype, device_type: str)
     """What the case asks of a backend (for its ``validate``)."""
     return AttentionRequest(num_heads=HEADS, num_kv_heads=KV_HEADS, head_size=HEAD, dtype=dtype,
                             kv_cache_dtype=case.kv_cache_dtype(dtype), block_size=BLOCK, device_type=device_type,
-                            sliding_window=case.sliding_window, alibi=case.alibi, encoder_only=case.encoder_only)
+                            sliding_window=case.sliding_window, alibi=case.alibi, encoder_only=case.encoder_only,
+                            visible_bounds=bool(case.spans))
 
 
 def default_layout(backend: type[AttentionBackend]) -> bool:
@@ -221,7 +253,7 @@ def run_case(backend: type[AttentionBackend], case: AttentionCase, device: torch
     slopes = torch.tensor(spec.alibi_slopes, device=device) if spec.alibi_slopes else None
     expected = expected if case.encoder_only else paged_attention(q, ref_cache, common.query_start_loc_cpu, common.seq_lens_cpu, common.block_table,
                                spec.scale, torch.zeros_like(q), case.sliding_window, slopes, len(case.requests),
-                               *case.scales)
+                               *case.scales, visible_until=common.visible_until_cpu)
     kv_spec = KVCacheSpec(BLOCK, KV_HEADS, HEAD, case.kv_cache_dtype(dtype))
     builder = backend.get_builder_cls()(kv_spec, device, 64, 512)
     impl = backend.get_impl_cls()(spec)

@@ -21,6 +21,7 @@ from infercore.testing.attention_cases import (
     CASES,
     ENCODER_ONLY_CASES,
     FP8_CASES,
+    VISIBLE_BOUNDS_CASES,
     WHOLE_GRAPH_CASES,
     AttentionCase,
     attention_request,
@@ -207,6 +208,18 @@ def _encoder_only_cases(config: pytest.Config, backend_name: str | None) -> tupl
     return ENCODER_ONLY_CASES if backend.supports_encoder_only and default_layout(backend) else ()
 
 
+def _visible_bounds_cases(config: pytest.Config, backend_name: str | None) -> tuple[AttentionCase, ...]:
+    """The visibility-bound cases, when the backend declares ``supports_visible_bounds`` (the whole-step
+    graph one only when it also captures such steps whole); one that does not is refused such models."""
+    platform = get_plugin_manager().registry("platform").load(_platform_name(config))()
+    request = attention_request(VISIBLE_BOUNDS_CASES[0], platform.capabilities.default_dtype, platform.device_type)
+    name = backend_name or platform.select_attention_backend(request)
+    backend = get_plugin_manager().registry("attention_backend").load(name)
+    if not (backend.supports_visible_bounds and default_layout(backend)):
+        return ()
+    return tuple(c for c in VISIBLE_BOUNDS_CASES if backend.captures_mixed_steps or not c.whole_graph)
+
+
 # -- custom ops ------------------------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Capability checks for the flags the platform sets; attention checks per backend asked for
@@ -220,7 +233,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             params = [pytest.param(b, case, id=f"{b or 'platform-choice'}-{case.name}")
                       for b in backends
                       for case in CASES + _fp8_cases(metafunc.config, b) + _whole_graph_cases(metafunc.config, b)
-                      + _encoder_only_cases(metafunc.config, b)]
+                      + _encoder_only_cases(metafunc.config, b) + _visible_bounds_cases(metafunc.config, b)]
             metafunc.parametrize(("backend_name", "case"), params)
         else:
             metafunc.parametrize("backend_name", backends, ids=[b or "platform-choice" for b in backends])

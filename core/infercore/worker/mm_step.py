@@ -7,6 +7,11 @@ image's output stays cached while a chunk boundary falls inside its placeholders
 the tower once per image; it is dropped when the request's tokens pass its last placeholder, or when the
 request leaves the runner (finished, aborted or preempted: a resumed request encodes again). The
 scheduler's encoder budget (:mod:`infercore.scheduler.encoder_budget`) counts the same images.
+
+A model whose image tokens see their whole image (``bidirectional_image_spans``, Gemma 3) also gets each
+step's per-token visibility bounds (:mod:`infercore.attention.visible_bounds`) in persistent buffers that the
+step's attention metadata views: every token's own position, raised to its image's last position inside an
+image span.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from infercore.attention.visible_bounds import needs_visible_bounds
 from infercore.models.multimodal import MultiModalStepInputs, is_multimodal, mrope_positions_of
 from infercore.wire.multimodal import MultiModalFeature
 from infercore.wire.scheduler_output import SchedulerOutput
@@ -51,6 +57,27 @@ class MultiModalStep:
         self._masked = 0
         #: Images run through the vision tower since start (tests and stats read it).
         self.num_encoded = 0
+        #: Visibility bounds of a model with bidirectional image spans (else None): the host buffer the step
+        #: fills and the device buffer attention reads. Off the CPU, two pinned host buffers take turns (as the
+        #: step buffers' host sets do), so a step's copy never reads a buffer the next step is filling.
+        self.bounds: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._hosts: list[torch.Tensor] = []
+        if needs_visible_bounds(model):
+            on_cpu = device.type == "cpu"
+            self._hosts = [torch.zeros(max_tokens, dtype=torch.int32, pin_memory=device.type == "cuda")
+                           for _ in range(1 if on_cpu else 2)]
+            self.bounds = (self._hosts[0], self._hosts[0] if on_cpu else torch.zeros(max_tokens, dtype=torch.int32,
+                                                                                       device=device))
+
+    def visible_until(self, num_tokens: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The device and host views of the first ``num_tokens`` bounds of the step being prepared (None, None:
+        the model needs none); the next :meth:`prepare` fills them."""
+        if self.bounds is None:
+            return None, None
+        if len(self._hosts) > 1:  # the other host buffer's turn
+            host = self._hosts[1] if self.bounds[0] is self._hosts[0] else self._hosts[0]
+            self.bounds = (host, self.bounds[1])
+        return self.bounds[1][:num_tokens], self.bounds[0][:num_tokens]
 
     def update(self, so: SchedulerOutput) -> None:
         """Forget requests that left the runner; take in the new ones' images."""
@@ -75,7 +102,12 @@ class MultiModalStep:
             self._masked = 0
         if self.mrope:
             self._fill_mrope(req_ids, layout)
+        bounds = None
+        if self.bounds is not None and layout.num_tokens > len(req_ids):  # one-token queries never read them
+            bounds = self.bounds[0].numpy()
+            bounds[: layout.num_tokens] = layout.positions
         if not self.requests:
+            self._upload_bounds(bounds, layout.num_tokens)
             return
         needed: list[tuple[RequestMedia, int]] = []
         spans: list[tuple[RequestMedia, int, int, int, int]] = []  # media, feature, lo, hi, first row
@@ -107,8 +139,19 @@ class MultiModalStep:
             self._masked = max(self._masked, base + hi)
             if hi == feature.end:
                 del media.outputs[k]
+            if bounds is not None:
+                if hi != feature.end:
+                    raise RuntimeError(f"a step computes tokens {lo}..{hi - 1} of an image spanning {feature.offset}.."
+                                       f"{feature.end - 1}: this model's images must be computed whole in one step")
+                bounds[base + lo: base + hi] = feature.end - 1
         for rid in done:
             del self.requests[rid]
+        self._upload_bounds(bounds, layout.num_tokens)
+
+    def _upload_bounds(self, bounds: np.ndarray | None, num_tokens: int) -> None:
+        """Copy the step's bounds to the device buffer (nothing to copy on a CPU device)."""
+        if bounds is not None and self.bounds is not None and self.bounds[1] is not self.bounds[0]:
+            self.bounds[1][:num_tokens].copy_(self.bounds[0][:num_tokens], non_blocking=True)
 
     def _encode(self, needed: list[tuple[RequestMedia, int]]) -> None:
         """Run the vision tower over the images in ``needed`` (one call; an image that several of them hold,

@@ -181,12 +181,14 @@ class ModelRunner:
     def _metadata(self, num_reqs: int, num_tokens: int, max_query_len: int, max_seq_len: int,
                   width: int, padded_tokens: int | None = None, padded_for_graph: bool = False) -> CommonAttentionMetadata:
         buf = self.buffers
+        # Image tokens that see their whole image (infercore.attention.visible_bounds): mm.prepare fills them.
+        bounds = self.mm.visible_until(padded_tokens or num_tokens) if self.mm is not None else (None, None)
         return CommonAttentionMetadata(
             num_reqs=num_reqs, num_actual_tokens=num_tokens, max_query_len=max_query_len, max_seq_len=max_seq_len,
             query_start_loc=buf.query_start_loc[: num_reqs + 1], seq_lens=buf.seq_lens[:num_reqs],
             block_table=buf.block_table[:num_reqs, :width], slot_mapping=buf.slot_mapping[: padded_tokens or num_tokens],
             query_start_loc_cpu=buf.query_start_loc_host[: num_reqs + 1], seq_lens_cpu=buf.seq_lens_host[:num_reqs],
-            padded_for_graph=padded_for_graph,
+            padded_for_graph=padded_for_graph, visible_until=bounds[0], visible_until_cpu=bounds[1],
         )
 
     def _fill(self, layout: BatchLayout, input_ids: np.ndarray, slots: np.ndarray, table: np.ndarray,

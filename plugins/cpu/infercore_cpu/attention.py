@@ -29,6 +29,7 @@ from infercore_cpu import thread_budget
 
 attend = attention_reference.attend
 causal_mask = attention_reference.causal_mask
+bounded_mask = attention_reference.bounded_mask
 gather_context = attention_reference.gather_context
 write_kv = attention_reference.write_kv
 
@@ -74,6 +75,8 @@ class TorchPagedMetadata:
     #: Request boundaries and count, for encoder-only (bidirectional) layers.
     query_start_loc_cpu: torch.Tensor | None = None
     num_reqs: int = 0
+    #: Per-token visibility bounds (image spans of Gemma 3), or None: every query causal.
+    visible_until: torch.Tensor | None = None
 
 
 class TorchPagedMetadataBuilder(AttentionMetadataBuilder):
@@ -96,7 +99,7 @@ class TorchPagedMetadataBuilder(AttentionMetadataBuilder):
         groups = self._decode_groups(common.block_table, decodes, starts, seq_lens) if decodes else []
         return TorchPagedMetadata(common.num_actual_tokens, common.slot_mapping[: common.num_actual_tokens],
                                   common.block_table, groups, prefills, self._scratch_for(groups),
-                                  common.query_start_loc_cpu, common.num_reqs)
+                                  common.query_start_loc_cpu, common.num_reqs, common.visible_until_cpu)
 
     def _decode_groups(self, block_table: torch.Tensor, decodes: list[int], starts: list[int],
                        seq_lens: list[int]) -> list[DecodeGroup]:
@@ -138,7 +141,7 @@ class TorchPagedAttentionImpl(AttentionImpl):
         for group in meta.decode_groups:
             out[group.rows] = self._decode(q[group.rows], kv_cache, group, meta.scratch)
         for req in meta.prefills:
-            out[req.start:req.end] = self._prefill(q, k, v, kv_cache, meta.block_table, req)
+            out[req.start:req.end] = self._prefill(q, k, v, kv_cache, meta.block_table, req, meta.visible_until)
         return out
 
     def _with_alibi(self, q: torch.Tensor, kv_cache: torch.Tensor, meta: TorchPagedMetadata,
@@ -191,9 +194,15 @@ class TorchPagedAttentionImpl(AttentionImpl):
         return out.squeeze(2)
 
     def _prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
-                 block_table: torch.Tensor, req: PrefillRequest) -> torch.Tensor:
+                 block_table: torch.Tensor, req: PrefillRequest, bounds: torch.Tensor | None) -> torch.Tensor:
         query_len = req.end - req.start
         qs = q[req.start:req.end]
+        if bounds is not None and bool((bounds[req.start:req.end] > torch.arange(req.seq_len - query_len,
+                                                                                 req.seq_len)).any()):
+            # Some of its tokens lie in an image span and see the whole span.
+            keys, values = gather_context(kv_cache, block_table[req.index], req.seq_len, self.k_scale, self.v_scale)
+            mask = bounded_mask(query_len, req.seq_len, self.sliding_window, bounds[req.start:req.end], q.device)
+            return attend(qs, keys, values, mask, self.scale)
         if req.seq_len == query_len and self.sliding_window is None:
             # Nothing cached before this step: attend over the fresh K/V with a plain causal mask.
             # Batched (4-D) inputs: torch's CPU flash kernel takes those, 3-D ones fall back to math.
@@ -214,6 +223,7 @@ class TorchPagedAttentionBackend(AttentionBackend):
 
     name = "torch_paged"
     supports_encoder_only = True
+    supports_visible_bounds = True
 
     @staticmethod
     def get_builder_cls() -> type[AttentionMetadataBuilder]:

@@ -126,6 +126,8 @@ class TritonAttentionMetadata:
     uniform: bool = False
     #: Whether the decode kernel takes ``num_splits`` at run time (mixed steps) rather than compiled in.
     runtime_splits: bool = False
+    #: Per-token visibility bounds for the prefill kernel (models with bidirectional image spans), or None.
+    visible_until: torch.Tensor | None = None
 
 
 class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
@@ -163,6 +165,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             seq_lens=common.seq_lens, block_table=common.block_table, slot_mapping=common.slot_mapping,
             num_decodes=num_decodes, num_splits=num_splits, decode_config=config,
             uniform=uniform, runtime_splits=not uniform and not common.is_pure_decode,
+            visible_until=common.visible_until,
         )
 
 
@@ -208,7 +211,7 @@ class TritonAttentionImpl(AttentionImpl):
                              v_scale=v_scale, query_start_loc=meta.query_start_loc)
             return prefill_attention(q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_table, self.scale,
                                      out, meta.max_query_len, sliding_window=self.sliding_window, k_scale=k_scale,
-                                     v_scale=v_scale, uniform_grid=True)
+                                     v_scale=v_scale, uniform_grid=True, visible_until=meta.visible_until)
         if d > 0:
             decode_attention(q[:d], kv_cache, meta.seq_lens[:d], meta.block_table[:d], self.scale, out[:d],
                              num_splits=meta.num_splits, sliding_window=self.sliding_window,
@@ -218,7 +221,7 @@ class TritonAttentionImpl(AttentionImpl):
             # Query rows are addressed through query_start_loc, which already counts the decodes' tokens.
             prefill_attention(q, kv_cache, meta.query_start_loc[d:n + 1], meta.seq_lens[d:n], meta.block_table[d:n],
                               self.scale, out, meta.max_query_len, sliding_window=self.sliding_window,
-                              k_scale=k_scale, v_scale=v_scale)
+                              k_scale=k_scale, v_scale=v_scale, visible_until=meta.visible_until)
         return out
 
 
@@ -228,6 +231,7 @@ class TritonAttentionBackend(AttentionBackend):
     name = "triton"
     captures_mixed_steps = True
     supports_encoder_only = True
+    supports_visible_bounds = True
 
     @classmethod
     def validate(cls, request: AttentionRequest) -> list[str]:

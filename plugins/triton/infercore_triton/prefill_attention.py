@@ -103,14 +103,15 @@ def default_config(group: int, head_size: int, device: torch.device) -> PrefillC
 
 
 @triton.jit
-def _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, acc, qk_scale, sliding_window,
+def _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, q_lim, m, denom, acc, qk_scale, sliding_window,
                  kv_offset, d, stride_cb, stride_cs,
                  HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
                  DOT_PRECISION: tl.constexpr, MASKED: tl.constexpr, WINDOWED: tl.constexpr):
     """One online-softmax step over key tile ``n0 .. n0 + BLOCK_N``; returns the new (m, denom, acc).
 
     An unmasked tile lies wholly before ``hi`` and inside every row's causal window, so it is read
-    and scored without a mask.
+    and scored without a mask. Row ``r`` sees keys up to ``q_lim[r]`` (its position, or past it with
+    visibility bounds), within the window of its position ``q_pos[r]``.
     """
     n = n0 + tl.arange(0, BLOCK_N)
     if MASKED:
@@ -132,9 +133,9 @@ def _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, ac
     # Scores stay unscaled until the exponent, where the scale and the shift make one fused multiply-add.
     s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION)
     if MASKED:
-        # Keys past ``hi`` read as zeros and lie after every real row's position, so the causal test
+        # Keys past ``hi`` read as zeros and lie after every real row's bound, so the causal test
         # alone hides them.
-        allowed = n[None, :] <= q_pos[:, None]
+        allowed = n[None, :] <= q_lim[:, None]
         if WINDOWED:
             allowed = allowed & (n[None, :] > q_pos[:, None] - sliding_window)
         s = tl.where(allowed, s, float("-inf"))
@@ -173,12 +174,15 @@ def key_ranges(first_pos, hi, sliding_window, BLOCK_N: tl.constexpr, WINDOWED: t
 
 
 @triton.jit
-def _attend_rows(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, table, q_start, context, r0, r1, head0, kv_offset,
-                 qk_scale, v_scale, sliding_window, stride_qt, stride_qh, stride_cb, stride_cs, stride_ot, stride_oh,
-                 PACK: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr):
+def _attend_rows(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, table, visible_ptr, q_start, context, r0, r1, head0,
+                 kv_offset, qk_scale, v_scale, sliding_window, stride_qt, stride_qh, stride_cb, stride_cs, stride_ot,
+                 stride_oh, PACK: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr,
+                 BOUNDED: tl.constexpr):
     """Query rows ``r0 .. r1 - 1`` (at most ``BLOCK_M // PACK``) of the request whose query starts at token
-    ``q_start`` after ``context`` cached tokens, for query heads ``head0 .. head0 + PACK - 1``."""
+    ``q_start`` after ``context`` cached tokens, for query heads ``head0 .. head0 + PACK - 1``. With
+    ``BOUNDED``, flat token ``t`` sees keys up to ``visible_ptr[t]`` (at least its own position): the
+    tiles past the block's last position up to the largest bound are scored under the mask too."""
     # Row r of the tile is query token r // PACK of the block, for query head head0 + r % PACK.
     r = tl.arange(0, BLOCK_M)
     rows = r0 + r // PACK
@@ -197,16 +201,26 @@ def _attend_rows(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, table, q_start, conte
     first_pos = context + r0
     hi = context + r1
     start, full_lo, full_hi = key_ranges(first_pos, hi, sliding_window, BLOCK_N, WINDOWED)
+    tail = full_hi
+    if BOUNDED:
+        q_lim = tl.maximum(tl.load(visible_ptr + tokens, mask=row_mask, other=0), q_pos)
+        keys_end = tl.maximum(tl.max(tl.where(row_mask, q_lim + 1, 0), axis=0), hi)
+        # The window's masked tiles may end past ``full_hi`` (when ``full_lo`` is ``hi``, unaligned): the keys
+        # past the block's positions start after the last tile read.
+        tail = tl.maximum(full_hi, start + tl.cdiv(full_lo - start, BLOCK_N) * BLOCK_N)
+    else:
+        q_lim = q_pos
+        keys_end = hi
     for n0 in range(start, full_lo, BLOCK_N):
-        m, denom, acc = _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, acc,
+        m, denom, acc = _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, keys_end, q_pos, q_lim, m, denom, acc,
                                      qk_scale, sliding_window, kv_offset, d, stride_cb, stride_cs,
                                      HEAD, HEAD_PAD, PAGE, BLOCK_N, DOT_PRECISION, True, WINDOWED)
     for n0 in range(full_lo, full_hi, BLOCK_N):
-        m, denom, acc = _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, acc,
+        m, denom, acc = _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, keys_end, q_pos, q_lim, m, denom, acc,
                                      qk_scale, sliding_window, kv_offset, d, stride_cb, stride_cs,
                                      HEAD, HEAD_PAD, PAGE, BLOCK_N, DOT_PRECISION, False, WINDOWED)
-    for n0 in range(full_hi, hi, BLOCK_N):
-        m, denom, acc = _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, hi, q_pos, m, denom, acc,
+    for n0 in range(tail, keys_end, BLOCK_N):
+        m, denom, acc = _attend_tile(q, k_cache_ptr, v_cache_ptr, table, n0, keys_end, q_pos, q_lim, m, denom, acc,
                                      qk_scale, sliding_window, kv_offset, d, stride_cb, stride_cs,
                                      HEAD, HEAD_PAD, PAGE, BLOCK_N, DOT_PRECISION, True, WINDOWED)
 
@@ -230,9 +244,10 @@ def _request_of(query_start_loc_ptr, num_reqs, token):
 
 
 # Step-varying arguments are not specialised on (see the decode kernel).
-@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_reqs"])
+@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "visible_ptr", "stride_bt",
+                               "num_reqs"])
 def _prefill_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
+    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, visible_ptr,
     scale, v_scale, sliding_window, num_reqs,
     stride_qt, stride_qh,
     stride_cb, stride_cs, stride_ch,
@@ -240,7 +255,7 @@ def _prefill_kernel(
     stride_ot, stride_oh,
     GROUP: tl.constexpr, PACK: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr,
-    M_BLOCKS_INNER: tl.constexpr, UNIFORM_GRID: tl.constexpr,
+    M_BLOCKS_INNER: tl.constexpr, UNIFORM_GRID: tl.constexpr, BOUNDED: tl.constexpr,
 ):
     TOKENS: tl.constexpr = BLOCK_M // PACK
     head0 = tl.program_id(1) * PACK
@@ -261,9 +276,9 @@ def _prefill_kernel(
             if q_end - q_start > 1:
                 context = tl.load(seq_lens_ptr + seq) - (q_end - q_start)
                 _attend_rows(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_table_ptr + seq.to(tl.int64) * stride_bt,
-                             q_start, context, token - q_start, segment_end - q_start, head0, kv_offset, qk_scale,
-                             v_scale, sliding_window, stride_qt, stride_qh, stride_cb, stride_cs, stride_ot, stride_oh,
-                             PACK, HEAD, HEAD_PAD, PAGE, BLOCK_M, BLOCK_N, DOT_PRECISION, WINDOWED)
+                             visible_ptr, q_start, context, token - q_start, segment_end - q_start, head0, kv_offset,
+                             qk_scale, v_scale, sliding_window, stride_qt, stride_qh, stride_cb, stride_cs, stride_ot,
+                             stride_oh, PACK, HEAD, HEAD_PAD, PAGE, BLOCK_M, BLOCK_N, DOT_PRECISION, WINDOWED, BOUNDED)
             token = segment_end
             seq += 1
             q_start = q_end
@@ -283,15 +298,16 @@ def _prefill_kernel(
             return
         context = tl.load(seq_lens_ptr + seq) - q_len
         _attend_rows(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_table_ptr + seq.to(tl.int64) * stride_bt,
-                     q_start, context, m_block * TOKENS, tl.minimum(m_block * TOKENS + TOKENS, q_len), head0, kv_offset,
-                     qk_scale, v_scale, sliding_window, stride_qt, stride_qh, stride_cb, stride_cs, stride_ot, stride_oh,
-                     PACK, HEAD, HEAD_PAD, PAGE, BLOCK_M, BLOCK_N, DOT_PRECISION, WINDOWED)
+                     visible_ptr, q_start, context, m_block * TOKENS, tl.minimum(m_block * TOKENS + TOKENS, q_len), head0,
+                     kv_offset, qk_scale, v_scale, sliding_window, stride_qt, stride_qh, stride_cb, stride_cs, stride_ot,
+                     stride_oh, PACK, HEAD, HEAD_PAD, PAGE, BLOCK_M, BLOCK_N, DOT_PRECISION, WINDOWED, BOUNDED)
 
 
 def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: torch.Tensor,
                       seq_lens: torch.Tensor, block_table: torch.Tensor, scale: float, out: torch.Tensor,
                       max_query_len: int, sliding_window: int | None = None, config: PrefillConfig | None = None,
-                      k_scale: float = 1.0, v_scale: float = 1.0, uniform_grid: bool = False) -> torch.Tensor:
+                      k_scale: float = 1.0, v_scale: float = 1.0, uniform_grid: bool = False,
+                      visible_until: torch.Tensor | None = None) -> torch.Tensor:
     """Causal attention of every request's query run over its paged context.
 
     ``q``/``out`` are [num_tokens, heads, head_size]; ``query_start_loc`` has ``num_reqs + 1`` entries;
@@ -303,6 +319,9 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
     is ignored) and leaves one-token queries out: run
     :func:`~infercore_triton.decode_attention.decode_attention` with ``query_start_loc`` for them. It is
     fastest with every prefill before every decode in the batch.
+
+    ``visible_until`` (int32, one entry per flat query token) lets token ``t`` see context positions up to
+    ``visible_until[t]`` instead of its own (:mod:`infercore.attention.visible_bounds`; Gemma 3's images).
     """
     num_reqs = seq_lens.shape[0]
     _, num_heads, head_size = q.shape
@@ -323,7 +342,7 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
         grid = (m_blocks, num_heads // pack, num_reqs) if config.m_blocks_inner else (num_reqs, num_heads // pack, m_blocks)
     _prefill_kernel[grid](
         q, k_cache, v_cache, out, block_table, seq_lens, query_start_loc,
-        scale * k_scale, float(v_scale), sliding_window or NO_WINDOW, num_reqs,
+        seq_lens if visible_until is None else visible_until, scale * k_scale, float(v_scale), sliding_window or NO_WINDOW, num_reqs,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_table.stride(0),
@@ -331,6 +350,7 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
         GROUP=group, PACK=pack, HEAD=head_size, HEAD_PAD=triton.next_power_of_2(head_size), PAGE=page,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, DOT_PRECISION=dot_precision(q.dtype),
         WINDOWED=bool(sliding_window), M_BLOCKS_INNER=config.m_blocks_inner, UNIFORM_GRID=uniform_grid,
+        BOUNDED=visible_until is not None,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
