@@ -85,4 +85,4 @@ def test_as_many_decodes_as_the_cap_leave_prompts_waiting_until_one_finishes() -
 
 
 def test_make_scheduler_default_has_no_cap() -> None:
-    assert make_scheduler().max_num_batched_tokens_while_decoding is None
+    assert make_scheduler().prefill_budget.max_num_batched_tokens_while_decoding is None

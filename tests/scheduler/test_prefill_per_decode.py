@@ -8,7 +8,7 @@ from __future__ import annotations
 from sched_fakes import FakeRunner, kv_layout, make_request, run_to_completion, scheduled
 
 from infercore.config import CacheConfig, SchedulerConfig
-from infercore.scheduler.scheduler import MIN_PREFILL_TOKENS_WHILE_DECODING as FLOOR
+from infercore.scheduler.prefill_budget import MIN_PREFILL_TOKENS_WHILE_DECODING as FLOOR
 from infercore.scheduler.scheduler import Scheduler
 
 BLOCK = 16

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -12,12 +11,14 @@ from infercore.pooling.scheduling import pooled_output
 from infercore.scheduler.encoder_budget import EncoderBudget
 from infercore.scheduler.image_spans import ImageSpans
 from infercore.scheduler.kv_cache_manager import KVCacheManager, make_kv_cache_manager
+from infercore.scheduler.prefill_budget import PrefillBudget
 from infercore.scheduler.request import Request, RequestStatus
 from infercore.scheduler.request_queue import create_request_queue
 from infercore.scheduler.spec_decode_stats import SpecDecodeCounters
+from infercore.scheduler.token_append import append_sampled, slice_logprobs, take_prompt_logprobs
 from infercore.speculative_config import SpeculativeConfig, method_needs_model
 from infercore.wire.kv_layout import KVCacheLayout
-from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs, Logprobs, SchedulerStats
+from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs, SchedulerStats
 from infercore.wire.scheduler_output import (
     CachedRequests,
     ModelRunnerOutput,
@@ -26,18 +27,9 @@ from infercore.wire.scheduler_output import (
 )
 
 _DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
-#: The fewest prompt tokens ``max_prefill_tokens_per_decode`` leaves a step beside decodes: a prompt of
-#: typical length still prefills in one step when few requests decode.
-MIN_PREFILL_TOKENS_WHILE_DECODING = 512
-#: The proportional bound never holds a step's prompt tokens under this fraction of the prompt tokens still
-#: to prefill (waiting and part-prefilled requests): a backlog of long prompts then drains in tens of steps
-#: rather than thousands of small ones, each re-reading long contexts, while the few short arrivals the
-#: bound is for stay under it.
-PREFILL_BACKLOG_SHARE = 1 / 32
 
 _RUNNING = RequestStatus.RUNNING
 _STOPPED = RequestStatus.FINISHED_STOPPED
-_LENGTH = RequestStatus.FINISHED_LENGTH
 
 
 class Scheduler:
@@ -105,12 +97,8 @@ class Scheduler:
         #: Most distinct LoRA adapters among the running requests (None: LoRA is off). The workers hold
         #: that many adapter slots, so every running request keeps its adapter on the device.
         self.max_loras = max_loras
-        #: Most prompt tokens a step takes while some request is decoding (None: the whole budget).
-        self.max_num_batched_tokens_while_decoding = scheduler_config.max_num_batched_tokens_while_decoding
-        #: Most prompt tokens a step takes per decoding request (None: no such bound).
-        self.max_prefill_tokens_per_decode = scheduler_config.max_prefill_tokens_per_decode
-        #: The per-decode bound applies while fewer requests than this are running or waiting.
-        self.per_decode_bound_load = math.ceil(scheduler_config.per_decode_bound_below_load * self.max_num_seqs)
+        #: Prompt tokens a step may take beside decodes (:mod:`infercore.scheduler.prefill_budget`).
+        self.prefill_budget = PrefillBudget(scheduler_config)
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
@@ -204,7 +192,7 @@ class Scheduler:
         req_ids, num_computed = cached.req_ids, cached.num_computed_tokens
         num_scheduled: list[int] = []
         idx = 0
-        prefill_left = self._prefill_tokens_allowed(budget) if chunked else budget
+        prefill_left = self.prefill_budget.allowed(budget, self.running, self.waiting) if chunked else budget
         spec_tokens: dict[str, list[int]] = {}
         drafts_allowed = self.drafts_allowed()
         lookahead = self.num_lookahead_tokens if drafts_allowed else 0
@@ -319,32 +307,6 @@ class Scheduler:
         room = min(budget, self.max_model_len - request.num_tokens - 1,
                    request.max_tokens - len(request.output_token_ids) - 1)
         return drafts[:max(room, 0)]
-
-    def _prefill_tokens_allowed(self, budget: int) -> int:
-        """Prompt tokens this step may take. While requests decode, a step may have a smaller budget (their
-        tokens count against ``max_num_batched_tokens_while_decoding`` and prompts get the rest) or a budget
-        in proportion to them (``max_prefill_tokens_per_decode``), so a decode never waits on a much longer
-        step: bounded inter-token latency. The proportional bound stands aside at high load
-        (``per_decode_bound_below_load``): there, holding prompts back leaves sequence slots idle and costs
-        throughput that a full engine cannot make up."""
-        cap, per_decode = self.max_num_batched_tokens_while_decoding, self.max_prefill_tokens_per_decode
-        if per_decode is not None and len(self.running) + len(self.waiting) >= self.per_decode_bound_load:
-            per_decode = None
-        if (cap is None or cap >= budget) and per_decode is None:
-            return budget
-        decoding = sum(1 for r in self.running if r.output_token_ids or r.num_output_placeholders)
-        if not decoding:
-            return budget
-        allowed = budget if cap is None else max(cap - decoding, 0)
-        if per_decode is not None:
-            floor = max(MIN_PREFILL_TOKENS_WHILE_DECODING, int(self._prompt_backlog() * PREFILL_BACKLOG_SHARE))
-            allowed = min(allowed, max(per_decode * decoding, floor))
-        return allowed
-
-    def _prompt_backlog(self) -> int:
-        """Prompt tokens not yet computed, over waiting and running requests."""
-        return sum(max(r.num_prompt_tokens - r.num_computed_tokens, 0) for queue in (self.running, self.waiting)
-                   for r in queue)
 
     def _preempt_for(self, request: Request, num_new: int, idx: int, cached: CachedRequests,
                      num_scheduled: list[int], spec_tokens: dict[str, list[int]]) -> tuple[list[int] | None, int, int]:
@@ -495,19 +457,19 @@ class Scheduler:
                 # The rejected drafts' KV entries are written over by the next step.
                 request.num_computed_tokens -= len(drafts) + 1 - len(sampled)
                 self.spec_counters.count(len(drafts), len(sampled) - 1)
-            new_tokens = self._append_tokens(request, sampled)
+            new_tokens = append_sampled(request, sampled, self.max_model_len)
             if new_drafts is not None and request.status == _RUNNING:
                 request.spec_token_ids = new_drafts[i]
             new_logprobs = logprobs.get(rid) if logprobs else None
             if new_logprobs is not None and len(new_tokens) < len(sampled):
-                new_logprobs = _slice_logprobs(new_logprobs, len(new_tokens))
+                new_logprobs = slice_logprobs(new_logprobs, len(new_tokens))
             status = request.status
             finished = status != _RUNNING
             outputs.append(EngineCoreOutput(
                 rid,
                 new_tokens,
                 new_logprobs,
-                None if request.prompt_logprobs_sent else self._take_prompt_logprobs(request),
+                None if request.prompt_logprobs_sent else take_prompt_logprobs(request),
                 RequestStatus.finish_reason(status) if finished else None,
                 request.stop_reason,
                 request.num_cached_tokens,
@@ -533,46 +495,6 @@ class Scheduler:
             while unfolded.popleft()[0] is not scheduler_output:
                 pass
 
-    def _append_tokens(self, request: Request, sampled: list[int]) -> list[int]:
-        """Append sampled tokens one by one, stopping at the first that ends the request."""
-        if request.max_tokens == 0:  # prompt only (scoring): the prompt is computed, the sample dropped
-            request.status = _LENGTH
-            return []
-        out = request.output_token_ids
-        all_ids = request.all_token_ids
-        for i, token in enumerate(sampled):
-            out.append(token)
-            all_ids.append(token)
-            num_output = len(out)
-            # A stop token may end the request only after min_tokens other tokens.
-            if num_output > request.min_tokens:
-                if token == request.stop_eos_token_id:
-                    request.status = _STOPPED
-                    return sampled[:i + 1]
-                if token in request.stop_token_ids:
-                    request.status = _STOPPED
-                    request.stop_reason = token
-                    return sampled[:i + 1]
-            if num_output >= request.max_tokens or len(all_ids) >= self.max_model_len:
-                request.status = _LENGTH
-                return sampled[:i + 1]
-        return sampled
-
-    @staticmethod
-    def _take_prompt_logprobs(request: Request) -> Logprobs | None:
-        parts = request.prompt_logprobs_parts
-        request.prompt_logprobs_sent = True
-        if not parts:
-            return None
-        request.prompt_logprobs_parts = []
-        if len(parts) == 1:
-            return parts[0]
-        return Logprobs(
-            token_ids=[row for p in parts for row in p.token_ids],
-            logprobs=[row for p in parts for row in p.logprobs],
-            ranks=[r for p in parts for r in p.ranks],
-        )
-
     def get_stats(self) -> SchedulerStats:
         """Gauges now and counters since the scheduler started."""
         kv = self.kv_cache_manager
@@ -588,6 +510,3 @@ class Scheduler:
             **self.spec_counters.as_stats(),
         )
 
-
-def _slice_logprobs(lp: Logprobs, n: int) -> Logprobs:
-    return Logprobs(token_ids=lp.token_ids[:n], logprobs=lp.logprobs[:n], ranks=lp.ranks[:n])
