@@ -12,7 +12,6 @@ into the causal mask of every layer, sliding layers keeping their window): the m
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from typing import ClassVar
 
 import torch
@@ -22,10 +21,8 @@ from transformers import PretrainedConfig
 from infercore.layers import GemmaRMSNorm
 from infercore.models.gemma3 import Gemma3ForCausalLM
 from infercore.models.gemma3_vl_processor import Gemma3Processor
-from infercore.models.llava import _split
-from infercore.models.multimodal import MultiModalStepInputs
-from infercore.models.vision_encoder import STACKED_PARAMS, VisionTower
-from infercore.models.weight_loading import load_checkpoint_weights
+from infercore.models.tower_and_decoder import TowerProjectorDecoder
+from infercore.models.vision_encoder import VisionTower
 
 
 class Gemma3MultiModalProjector(nn.Module):
@@ -54,11 +51,11 @@ class Gemma3MultiModalProjector(nn.Module):
         return torch.matmul(normed, self.mm_input_projection_weight)
 
 
-class Gemma3ForConditionalGeneration(nn.Module):
+class Gemma3ForConditionalGeneration(TowerProjectorDecoder):
     """``Gemma3ForConditionalGeneration`` checkpoints, in both HF layouts (``model.vision_tower.…`` /
     ``model.language_model.…`` and the older ``vision_tower.…`` / ``language_model.model.…``)."""
 
-    supports_multimodal: ClassVar[bool] = True
+    family: ClassVar[str] = "Gemma 3"
     multimodal_processor: ClassVar[type[Gemma3Processor]] = Gemma3Processor
     #: Image tokens see their whole image in prefill (:mod:`infercore.attention.visible_bounds`).
     bidirectional_image_spans: ClassVar[bool] = True
@@ -73,54 +70,8 @@ class Gemma3ForConditionalGeneration(nn.Module):
         self.multi_modal_projector = Gemma3MultiModalProjector(hf_config)
         self.language_model = Gemma3ForCausalLM(text_config, dtype)
 
-    @property
-    def mm_inputs(self) -> MultiModalStepInputs | None:
-        return self.language_model.model.mm_inputs
-
-    @mm_inputs.setter
-    def mm_inputs(self, value: MultiModalStepInputs | None) -> None:
-        self.language_model.model.mm_inputs = value
-
     def embed_multimodal(self, items: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
         """Each image's projected features [mm_tokens_per_image, text hidden]: one tower call for all."""
         pixels = torch.stack([item["pixel_values"].reshape(item["pixel_values"].shape[-3:]) for item in items])
         hidden = self.vision_tower(pixels)[0]
         return list(self.multi_modal_projector(hidden).unbind(0))
-
-    def dummy_multimodal_item(self) -> dict[str, torch.Tensor]:
-        """A blank image of the tower's size (memory profiling)."""
-        size = self.config.vision_config.image_size
-        weight = self.vision_tower.vision_model.embeddings.patch_embedding.weight
-        return {"pixel_values": torch.zeros(3, size, size, device=weight.device)}
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Flattened tokens [T] and positions [T] → hidden states [T, hidden]; the step's image rows come in
-        through ``mm_inputs``."""
-        return self.language_model(input_ids, positions)
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.language_model.compute_logits(hidden)
-
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Route each tensor to the tower, the projector or the text model (whose loader takes its own names)."""
-        tower: list[tuple[str, torch.Tensor]] = []
-        projector: list[tuple[str, torch.Tensor]] = []
-
-        def text() -> Iterator[tuple[str, torch.Tensor]]:
-            for name, tensor in weights:
-                part, rest = _split(name)
-                if part == "language_model":
-                    yield rest, tensor
-                elif part == "vision_tower":
-                    rest = rest.removeprefix("vision_model.")
-                    if not self.vision_tower.skips_weight(rest):
-                        tower.append((rest, tensor))
-                elif part == "multi_modal_projector":
-                    projector.append((rest, tensor))
-                else:
-                    raise ValueError(f"checkpoint tensor {name!r} belongs to no part of Gemma 3 (vision_tower, "
-                                     "multi_modal_projector, language_model)")
-
-        self.language_model.load_weights(text())
-        load_checkpoint_weights(self.vision_tower.vision_model, tower, STACKED_PARAMS)
-        load_checkpoint_weights(self.multi_modal_projector, projector, [])

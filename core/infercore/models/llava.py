@@ -4,7 +4,6 @@ tokens (:mod:`infercore.models.multimodal` has the contract)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from typing import ClassVar
 
 import torch
@@ -15,10 +14,9 @@ from infercore.layers import GELU, ColumnParallelLinear, RowParallelLinear
 from infercore.models.llama import LlamaForCausalLM
 from infercore.models.llava_processor import LlavaProcessor
 from infercore.models.mistral import MistralForCausalLM
-from infercore.models.multimodal import MultiModalStepInputs
 from infercore.models.qwen2 import Qwen2ForCausalLM
-from infercore.models.vision_encoder import STACKED_PARAMS, VisionTower, vision_activation
-from infercore.models.weight_loading import load_checkpoint_weights
+from infercore.models.tower_and_decoder import TowerProjectorDecoder
+from infercore.models.vision_encoder import VisionTower, vision_activation
 
 #: The decoders a LLaVA checkpoint may pair with its tower, by the text config's model_type.
 TEXT_MODELS: dict[str, type[LlamaForCausalLM]] = {
@@ -47,11 +45,11 @@ def _feature_layers(config: PretrainedConfig) -> list[int]:
     return [int(layer)] if isinstance(layer, int) else [int(i) for i in layer]
 
 
-class LlavaForConditionalGeneration(nn.Module):
+class LlavaForConditionalGeneration(TowerProjectorDecoder):
     """``LlavaForConditionalGeneration`` checkpoints, in both HF layouts (``model.vision_tower.…`` /
     ``model.language_model.…`` and the older ``vision_tower.…`` / ``language_model.model.…``)."""
 
-    supports_multimodal: ClassVar[bool] = True
+    family: ClassVar[str] = "LLaVA"
     multimodal_processor: ClassVar[type[LlavaProcessor]] = LlavaProcessor
 
     def __init__(self, hf_config: PretrainedConfig, dtype: torch.dtype) -> None:
@@ -68,14 +66,6 @@ class LlavaForConditionalGeneration(nn.Module):
         self.multi_modal_projector = LlavaProjector(hf_config, len(layers))
         self.language_model = text_cls(text_config, dtype)
 
-    @property
-    def mm_inputs(self) -> MultiModalStepInputs | None:
-        return self.language_model.model.mm_inputs
-
-    @mm_inputs.setter
-    def mm_inputs(self, value: MultiModalStepInputs | None) -> None:
-        self.language_model.model.mm_inputs = value
-
     def embed_multimodal(self, items: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
         """Each image's projected features [tokens, text hidden]: one tower call for all of them."""
         pixels = torch.stack([item["pixel_values"].reshape(item["pixel_values"].shape[-3:]) for item in items])
@@ -87,53 +77,3 @@ class LlavaForConditionalGeneration(nn.Module):
         projected = self.multi_modal_projector(features.reshape(n * tokens, width))
         return list(projected.view(n, tokens, -1).unbind(0))
 
-    def dummy_multimodal_item(self) -> dict[str, torch.Tensor]:
-        """A blank image of the tower's size (memory profiling)."""
-        size = self.config.vision_config.image_size
-        weight = self.vision_tower.vision_model.embeddings.patch_embedding.weight
-        return {"pixel_values": torch.zeros(3, size, size, device=weight.device)}
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Flattened tokens [T] and positions [T] → hidden states [T, hidden]; the step's image rows come in
-        through ``mm_inputs``."""
-        return self.language_model(input_ids, positions)
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.language_model.compute_logits(hidden)
-
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Route each tensor to the tower, the projector or the decoder (whose loader takes its own names)."""
-        tower: list[tuple[str, torch.Tensor]] = []
-        projector: list[tuple[str, torch.Tensor]] = []
-
-        def text() -> Iterator[tuple[str, torch.Tensor]]:
-            for name, tensor in weights:
-                part, rest = _split(name)
-                if part == "language_model":
-                    yield rest, tensor
-                elif part == "vision_tower":
-                    rest = rest.removeprefix("vision_model.")  # hub checkpoints nest the ViT one level deeper
-                    if not self.vision_tower.skips_weight(rest):
-                        tower.append((rest, tensor))
-                elif part == "multi_modal_projector":
-                    projector.append((rest, tensor))
-                else:
-                    raise ValueError(f"checkpoint tensor {name!r} belongs to no part of LLaVA (vision_tower, "
-                                     "multi_modal_projector, language_model)")
-
-        self.language_model.load_weights(text())
-        load_checkpoint_weights(self.vision_tower.vision_model, tower, STACKED_PARAMS)
-        load_checkpoint_weights(self.multi_modal_projector, projector, [])
-
-
-def _split(name: str) -> tuple[str, str]:
-    """``(part, name within the part)`` for both checkpoint layouts; the decoder's names keep its ``model.``
-    prefix and its ``lm_head``."""
-    if name.startswith("model."):
-        name = name[len("model."):]
-        if name.startswith("language_model."):
-            return "language_model", "model." + name[len("language_model."):]
-    elif name.startswith("lm_head."):
-        return "language_model", name
-    part, _, rest = name.partition(".")
-    return part, rest
