@@ -1,28 +1,31 @@
 #!/usr/bin/env bash
 # Issue 39 on two GPUs: tensor, data, pipeline and expert parallelism measured, JSON lines out.
-# PARTS picks what runs, in this order (default "tp8b latency tests"):
+# PARTS picks what runs, in the order given (default "tp8b latency tests"):
 #   tp8b      benchmarks/parallel_throughput.py, Qwen3-8B shape, W-GPU requests: LAYOUTS_8B (tp1,tp2,dp2)
 #   latency   infercore bench latency on w-gpu-8b at each of LATENCY_TP (1 2)
-#   tests     the two-GPU tests (TESTS: tp pp ep dpep -> tests/gpu/test_{tensor,pipeline,expert,dp_expert}_parallel_gpu.py)
+#   tests     the two-GPU tests, TESTS (tp pp ep dpep) naming
+#             tests/gpu/test_{tensor,pipeline,expert,dp_expert}_parallel_gpu.py
 #   moe       benchmarks/parallel_throughput.py, Qwen3-30B-A3B shape (w-gpu-moe): LAYOUTS_MOE (tp1,pp2,ep2)
 #   serve     scripts/gpu_serving.sh (LOADS=c256 only, 512 in / 256 out, SERVE_N requests) for each of
 #             SERVE_LAYOUTS (dp2 tp2): `infercore serve` against the same requests offline
 #   baselines the TP=1 runs alone (tp8b tp1, moe tp1, latency TP=1): what one GPU can do
 #   summary   (always last) the ratios against the issue's targets and a Markdown table
-# Two calls on nvidia-h200-x2 (each under 10 minutes; a step past TOTAL_S is skipped with a line saying so):
-#   bash scripts/device_run.sh env PARTS="tp8b latency tests" bash scripts/gpu_two.sh
-#   bash scripts/device_run.sh env PARTS="moe serve" bash scripts/gpu_two.sh
+# Two calls on nvidia-h200-x2 (each bounded by TOTAL_S; a step that no longer fits is skipped with a line
+# saying so, for a third call with PARTS/TESTS naming just those):
+#   bash scripts/device_run.sh env PARTS="tp8b latency tests" TESTS="tp ep" bash scripts/gpu_two.sh
+#   bash scripts/device_run.sh env PARTS="moe serve tests" TESTS="pp dpep" bash scripts/gpu_two.sh
 # One GPU: bash scripts/device_run.sh env PARTS=baselines bash scripts/gpu_two.sh
 # CPU dry run (tiny shapes, gloo, a few requests; GPU tests skip): CPU_DRY_RUN=1 bash scripts/gpu_two.sh
-# Every step runs under `timeout`, never past TOTAL_S (default 540 s); a failed or timed-out step is a
-# JSON line ("status": failed/timeout with its log's tail) and the next step still runs. Results:
+# Every step runs under `timeout`, never past TOTAL_S (default 520 s, so the install fits in a 10-minute
+# call); a failed or timed-out step is a JSON line ("status": failed/timeout with its log's tail) and the
+# next step still runs. Results:
 # $OUT/two.jsonl (every JSON line, each with its "step"), $OUT/two-logs.tar.gz (each step's log); stdout
 # gets the same lines. Knobs: PARTS, TOTAL_S, LAYOUTS_8B, LAYOUTS_MOE, LATENCY_TP, TESTS, SERVE_LAYOUTS,
 # SERVE_N, SERVE_WORKLOAD (w-gpu-8b), GPUS (devices; default: nvidia-smi's count, 2 in the dry run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$SECONDS
-TOTAL_S=${TOTAL_S:-540}
+TOTAL_S=${TOTAL_S:-520}
 END=$((START + TOTAL_S))
 OUT=${OUT:-/tmp/infercore-two}
 WORK=$(mktemp -d /tmp/infercore-two-work.XXXXXX)
@@ -120,7 +123,7 @@ tests() {
 }
 
 serve() {
-    local layout flags engine size
+    local layout flags engine size limit
     for layout in ${SERVE_LAYOUTS:-dp2 tp2}; do
         size=${layout#??}
         case $layout in
@@ -129,8 +132,11 @@ serve() {
             *) status "serve-$layout" skipped "\"reason\": \"serve layouts are tpN or dpN\""; continue ;;
         esac
         if ((size > GPUS)); then status "serve-$layout" skipped "\"reason\": \"needs $size GPUs, $GPUS here\""; continue; fi
-        # gpu_serving.sh stops its server within its own budget, inside this step's.
-        step "serve-$layout" 300 env "${SERVE_ENV[@]}" OUT= WORK="$WORK/serve-$layout" BUDGET_S=270 \
+        # gpu_serving.sh stops its server (a session of its own, out of timeout's reach) within its own
+        # budget, well inside this step's.
+        limit=$((END - SECONDS - 15)); ((limit > 300)) && limit=300
+        if ((limit < 100)); then status "serve-$layout" skipped "\"reason\": \"the ${TOTAL_S}s budget is spent\""; continue; fi
+        step "serve-$layout" 300 env "${SERVE_ENV[@]}" OUT= WORK="$WORK/serve-$layout" BUDGET_S=$((limit - 45)) \
             LOADS=c256 SWEEP=0 LATENCY=0 THROUGHPUT=0 VERDICT=0 PORT="${PORT:-8123}" \
             SERVE_EXTRA="${SERVE_BASE:+$SERVE_BASE }$flags" ENGINE_EXTRA="${ENGINE_BASE:+$ENGINE_BASE, }$engine" \
             bash scripts/gpu_serving.sh
