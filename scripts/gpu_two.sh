@@ -21,7 +21,7 @@
 # next step still runs. Results:
 # $OUT/two.jsonl (every JSON line, each with its "step"), $OUT/two-logs.tar.gz (each step's log); stdout
 # gets the same lines. Knobs: PARTS, TOTAL_S, LAYOUTS_8B, LAYOUTS_MOE, LATENCY_TP, TESTS, SERVE_LAYOUTS,
-# SERVE_N, SERVE_WORKLOAD (w-gpu-8b), GPUS (devices; default: nvidia-smi's count, 2 in the dry run).
+# SERVE_N, SERVE_WORKLOAD (w-gpu-8b), TEST_MIN_S, GPUS (devices; default: nvidia-smi's count, 2 in the dry run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$SECONDS
@@ -67,11 +67,15 @@ status() {
 }
 
 # step NAME LIMIT CMD...: CMD's JSON lines tagged with NAME into RES (and stdout), its other output into
-# logs/NAME.log; at most LIMIT seconds and never past TOTAL_S (less a reserve for the report).
+# logs/NAME.log; at most LIMIT seconds and never past TOTAL_S (less a reserve for the report). Skipped
+# with a line saying so when less than STEP_MIN seconds (default 20) are left.
 step() {
     local name=$1 limit=$2; shift 2
     local left=$((END - SECONDS - 15)) log="$WORK/logs/$name.log"
-    if ((left < 20)); then status "$name" skipped "\"reason\": \"the ${TOTAL_S}s budget is spent\""; return 0; fi
+    if ((left < ${STEP_MIN:-20})); then
+        status "$name" skipped "\"reason\": \"${left}s of the ${TOTAL_S}s budget left, ${STEP_MIN:-20}s needed\""
+        return 0
+    fi
     ((limit > left)) && limit=$left
     note "$name (at most ${limit}s): $*"
     local began=$SECONDS
@@ -106,7 +110,8 @@ latency() {  # latency TP...
 }
 
 tests() {
-    local name file
+    # A test file cut short tells nothing: one starts only with TEST_MIN_S (default 150) seconds left.
+    local name file STEP_MIN=${TEST_MIN_S:-150}
     needs_two tests || return 0
     for name in ${TESTS:-tp pp ep dpep}; do
         case $name in
