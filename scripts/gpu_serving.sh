@@ -14,7 +14,7 @@
 # (how many times the concurrency-64 load runs on the same server; the verdict takes the worst),
 # C64_WORKERS / C256_WORKERS (bench serve client processes), LATENCY_MAX_NUM_SEQS (bench latency's max_num_seqs,
 # a list; the last is the verdict's reference), PYSPY=1 (py-spy profiles of the server's processes under a concurrency-C256 load; PYSPY_SECONDS,
-# PYSPY_NATIVE=0 for Python frames only).
+# PYSPY_NATIVE=0 for Python frames only), VERDICT=0 (no serving_verdict.py line: a part of scripts/gpu_two.sh).
 # TRACE=1 runs only the latency trace instead (INFERCORE_TRACE_LATENCY=1, see
 # core/infercore/engine/latency_trace.py): for each count in TRACE_API_SERVERS (default "1 4") a traced
 # server takes N1 requests at concurrency 1 and N64 at C64; the per-stage p50/p99 of each (where the
@@ -193,6 +193,12 @@ if [[ "$PYSPY" == 1 ]]; then
         echo "== no py-spy profile was written; see $WORK/pyspy-*.log and any $WORK/pyspy-*.dump.txt" >&2
         tail -5 "$WORK"/pyspy-*.log >&2 2>/dev/null
     fi
+fi
+if [[ "${VERDICT:-1}" == 0 ]]; then
+    # A part of a larger run (scripts/gpu_two.sh): no verdict; success is a result line written.
+    echo "== done after ${SECONDS}s; results in $RES" >&2
+    [[ -s "$RES" ]]
+    exit $?
 fi
 python3 scripts/serving_verdict.py "$RES" | tee -a "$RES"
 verdict=${PIPESTATUS[0]}

@@ -21,8 +21,8 @@ def test_every_timed_run_prefills_its_prompt_in_full(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(LLM, "reset_prefix_cache", counting_reset)
     args = argparse.Namespace(workload="w-cpu", input_len=16, output_len=4, repeats=2, enforce_eager=False,
-                              max_num_seqs=8, speculative_config=None, benchmark_acceptance_rate=[None],
-                              prompt_period=None)
+                              max_num_seqs=8, tensor_parallel_size=1, speculative_config=None,
+                              benchmark_acceptance_rate=[None], prompt_period=None)
     assert latency.run(args) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["benchmark"] == "latency" and report["ttft_ms"] > 0

@@ -65,8 +65,8 @@ def test_bench_latency_runs_an_int4_workload(name: str, monkeypatch: pytest.Monk
     tiny = _tiny(name)
     monkeypatch.setitem(WORKLOADS, tiny.name, tiny)
     args = argparse.Namespace(workload=tiny.name, input_len=16, output_len=4, repeats=1, enforce_eager=False,
-                              max_num_seqs=8, speculative_config=None, benchmark_acceptance_rate=[None],
-                              prompt_period=None)
+                              max_num_seqs=8, tensor_parallel_size=1, speculative_config=None,
+                              benchmark_acceptance_rate=[None], prompt_period=None)
     assert latency.run(args) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["workload"] == tiny.name and report["decode_ms_per_token"] > 0

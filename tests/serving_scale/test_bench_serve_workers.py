@@ -87,6 +87,19 @@ def test_offline_run_uses_the_same_requests(server, tiny_folder) -> None:
     assert summary["label"] == "c4"
 
 
+def test_offline_run_over_two_data_parallel_engines(tiny_folder) -> None:
+    """``LLM`` drives one engine: with data_parallel_size 2 the offline side is both engines (AsyncLLM)."""
+    from infercore.benchmarks.serve_offline import run_offline
+
+    engine_args = json.dumps({"dtype": "float32", "max_model_len": 256, "num_gpu_blocks_override": 64,
+                              "cpu_threads": 1, "data_parallel_size": 2})
+    prompts = make_prompts(6, 12, True, 256, 0, None)
+    probes = make_prompts(2, 12, True, 256, PROBE_SEED_OFFSET, None)
+    result = run_offline(str(tiny_folder), engine_args, prompts, OUTPUT_LEN, probes)
+    assert result["offline_total_output_tokens"] == 6 * OUTPUT_LEN
+    assert result["offline_output_throughput_tok_s"] > 0 and result["offline_prefill_probes"] == 2
+
+
 def test_prefill_probes_share_no_prefix_with_the_run() -> None:
     run = make_prompts(50, 16, True, 10000, seed=0)
     probes = make_prompts(5, 16, True, 10000, seed=PROBE_SEED_OFFSET)

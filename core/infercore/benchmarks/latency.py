@@ -41,6 +41,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--max-num-seqs", type=int, default=8,
                    help="the engine's max_num_seqs (give a server's own to compare with its TPOT)")
+    p.add_argument("--tensor-parallel-size", type=int, default=1,
+                   help="devices each layer is split over (more than one: a worker process per device)")
     add_speculative_arguments(p)
     p.set_defaults(func=run)
 
@@ -53,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
         folder = workload.write_model_folder(Path(tmp) / workload.name)
         llm = LLM(model=str(folder), load_format="dummy", dtype=workload.dtype, max_model_len=workload.max_model_len,
                   skip_tokenizer_init=True, enforce_eager=args.enforce_eager,
-                  max_num_seqs=args.max_num_seqs, **engine_kwargs(args))
+                  max_num_seqs=args.max_num_seqs, tensor_parallel_size=args.tensor_parallel_size,
+                  **engine_kwargs(args))
         prompt = periodic(list(range(1, args.input_len + 1)), args.prompt_period)
         _timed_generate(llm, prompt, 8, 1)  # warm-up
         for rate in args.benchmark_acceptance_rate:
@@ -75,7 +78,7 @@ def _report(args: argparse.Namespace, workload: str, rate: float | None, first: 
     per_token_ms = (full - first) / (args.output_len - 1) * 1000
     print(json.dumps({"benchmark": "latency", "workload": workload, "input_len": args.input_len,
                       "output_len": args.output_len, "enforce_eager": args.enforce_eager,
-                      "max_num_seqs": args.max_num_seqs,
+                      "max_num_seqs": args.max_num_seqs, "tensor_parallel_size": args.tensor_parallel_size,
                       "speculative_config": args.speculative_config,
                       "benchmark_acceptance_rate": rate, "prompt_period": args.prompt_period,
                       "ttft_ms": round(first * 1000, 2), "decode_ms_per_token": round(per_token_ms, 3), **spec}),

@@ -57,8 +57,12 @@ def periodic(prompt: list[int], period: int | None) -> list[int]:
 
 def force_acceptance_rate(llm: Any, rate: float | None) -> None:
     """Set the benchmark acceptance rate on the in-process engine's runner (the uniprocess executor)."""
-    runner = llm.llm_engine.engine_core.executor.worker.runner
-    sampler = getattr(runner, "sampler", None)
+    worker = getattr(llm.llm_engine.engine_core.executor, "worker", None)
+    if worker is None:  # workers in processes of their own (tensor parallelism)
+        if rate is None:
+            return
+        raise SystemExit("--benchmark-acceptance-rate needs the in-process engine (--tensor-parallel-size 1)")
+    sampler = getattr(worker.runner, "sampler", None)
     if not hasattr(sampler, "benchmark_acceptance_rate"):
         if rate is None:
             return
