@@ -124,9 +124,9 @@ int infercore_paged_decode(const void *q, int q_dtype, int64_t q_row_stride, int
             const int64_t block = blocks[t0 / block_size];
             const int lo = (int)(t0 < start ? start - t0 : 0);
             const int hi = (int)(seq_len - t0 < block_size ? seq_len - t0 : block_size);
-            if (t0 + block_size < seq_len) { /* the next block, one cache line in four */
+            if (t0 + block_size < seq_len) { /* the next block, every cache line (its place is random) */
                 const int64_t next = blocks[t0 / block_size + 1] * block_elems * elem_size;
-                for (int64_t b = 0; b < block_elems * elem_size; b += 256) {
+                for (int64_t b = 0; b < block_elems * elem_size; b += 64) {
                     __builtin_prefetch((const char *)k_cache + next + b);
                     __builtin_prefetch((const char *)v_cache + next + b);
                 }
