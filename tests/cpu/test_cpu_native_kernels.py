@@ -74,17 +74,21 @@ def _random_decode_step(lens: list[int], block: int, heads: int, kv_heads: int, 
     return q, k, v, cache, common
 
 
+@pytest.mark.parametrize("window", [None, 21])
 @pytest.mark.parametrize(("dtype", "tol"), [(torch.float32, 2e-5), (torch.bfloat16, 2e-2)])
-@pytest.mark.parametrize(("heads", "kv_heads", "head", "block"), [(8, 2, 64, 16), (6, 6, 40, 32), (12, 1, 24, 8)])
+@pytest.mark.parametrize(("heads", "kv_heads", "head", "block"),
+                         [(8, 2, 64, 16), (4, 2, 128, 16), (6, 6, 40, 32), (12, 1, 24, 8)])
 def test_decode_kernel_gqa_dtypes_and_odd_lengths(dtype: torch.dtype, tol: float, heads: int, kv_heads: int,
-                                                  head: int, block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                  head: int, block: int, window: int | None,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Head sizes 64 and 128 take the kernel's inlined float32 loops, the others its general ones.
     lens = [1, 2, block - 1, block, block + 1, 3 * block + 5, 77, 130]
     q, k, v, cache, common = _random_decode_step(lens, block, heads, kv_heads, head, dtype)
     native_cache = cache.clone()
-    native_out = _attend(q, k, v, native_cache, common, heads, kv_heads, head, None)
+    native_out = _attend(q, k, v, native_cache, common, heads, kv_heads, head, window)
     monkeypatch.setenv("INFERCORE_CPU_KERNELS", "0")
     torch_cache = cache.clone()
-    torch_out = _attend(q, k, v, torch_cache, common, heads, kv_heads, head, None)
+    torch_out = _attend(q, k, v, torch_cache, common, heads, kv_heads, head, window)
     assert torch.equal(native_cache, torch_cache)  # the KV write is exact
     torch.testing.assert_close(native_out.float(), torch_out.float(), atol=tol, rtol=tol)
 

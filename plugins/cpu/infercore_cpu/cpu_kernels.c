@@ -77,6 +77,53 @@ static inline float exp_f32(float x) {
     return p * scale.f;
 }
 
+/* The inner loops of the decode kernel on a float32 cache, for the query heads h0 .. h0 + group of one KV
+ * head and the tokens lo .. hi of one block (rows ``token_stride`` apart from ``k`` / ``v``): each head's
+ * query, then its accumulator, stays in registers while the tokens stream by. ``d`` is a constant where
+ * they are inlined for the common head sizes. */
+static inline __attribute__((always_inline)) void block_scores_f32(const float *k, int64_t token_stride,
+                                                                   const float *qf, int h0, int group, int d,
+                                                                   int lo, int hi, float *scores,
+                                                                   int block_size) {
+    for (int h = h0; h < h0 + group; h++) {
+        const float *qh = qf + h * d;
+        for (int j = lo; j < hi; j++) {
+            const float *kj = k + j * token_stride;
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int e = 0; e < d; e++) s += qh[e] * kj[e];
+            scores[h * block_size + j] = s;
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void block_values_f32(const float *v, int64_t token_stride,
+                                                                   float *acc, int h0, int group, int d, int lo,
+                                                                   int hi, const float *scores, int block_size) {
+    for (int h = h0; h < h0 + group; h++) {
+        float a[MAX_D];
+        float *ah = acc + h * d;
+        const float *ph = scores + h * block_size;
+        for (int e = 0; e < d; e++) a[e] = ah[e];
+        for (int j = lo; j < hi; j++) {
+            const float *vj = v + j * token_stride;
+            const float p = ph[j];
+#pragma omp simd
+            for (int e = 0; e < d; e++) a[e] += p * vj[e];
+        }
+        for (int e = 0; e < d; e++) ah[e] = a[e];
+    }
+}
+
+#define BLOCK_LOOPS_F32(D)                                                                                   \
+    for (int kvh = 0; kvh < num_kv_heads; kvh++)                                                            \
+        block_scores_f32((const float *)k_cache + block * block_elems + (int64_t)kvh * (D), token_stride, qf, \
+                         kvh * group, group, (D), lo, hi, scores, block_size)
+#define VALUE_LOOPS_F32(D)                                                                                   \
+    for (int kvh = 0; kvh < num_kv_heads; kvh++)                                                            \
+        block_values_f32((const float *)v_cache + block * block_elems + (int64_t)kvh * (D), token_stride, acc, \
+                         kvh * group, group, (D), lo, hi, scores, block_size)
+
 /* Decode attention (one query token per request) straight from the paged cache.
  *
  * q/out: [rows, num_heads, head_size] with row and head strides (elements, last dim contiguous).
@@ -131,23 +178,29 @@ int infercore_paged_decode(const void *q, int q_dtype, int64_t q_row_stride, int
                     __builtin_prefetch((const char *)v_cache + next + b);
                 }
             }
-            for (int j = lo; j < hi; j++) {
-                for (int kvh = 0; kvh < num_kv_heads; kvh++) {
-                    const int64_t off = block * block_elems + j * token_stride + (int64_t)kvh * d;
-                    const float *k;
-                    if (cache_dtype == DT_F32) {
-                        k = (const float *)k_cache + off;
-                    } else {
-                        load_row(k_cache, cache_dtype, off, row, d);
-                        k = row;
-                    }
-                    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-                        const float *qh = qf + h * d;
-                        float s = 0.0f;
+            if (cache_dtype == DT_F32 && softcap <= 0.0f && d == 64) {
+                BLOCK_LOOPS_F32(64);
+            } else if (cache_dtype == DT_F32 && softcap <= 0.0f && d == 128) {
+                BLOCK_LOOPS_F32(128);
+            } else {
+                for (int j = lo; j < hi; j++) {
+                    for (int kvh = 0; kvh < num_kv_heads; kvh++) {
+                        const int64_t off = block * block_elems + j * token_stride + (int64_t)kvh * d;
+                        const float *k;
+                        if (cache_dtype == DT_F32) {
+                            k = (const float *)k_cache + off;
+                        } else {
+                            load_row(k_cache, cache_dtype, off, row, d);
+                            k = row;
+                        }
+                        for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                            const float *qh = qf + h * d;
+                            float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-                        for (int e = 0; e < d; e++) s += qh[e] * k[e];
-                        if (softcap > 0.0f) s = softcap * tanhf(s * scale / softcap);
-                        scores[h * block_size + j] = s;
+                            for (int e = 0; e < d; e++) s += qh[e] * k[e];
+                            if (softcap > 0.0f) s = softcap * tanhf(s * scale / softcap);
+                            scores[h * block_size + j] = s;
+                        }
                     }
                 }
             }
@@ -171,21 +224,27 @@ int infercore_paged_decode(const void *q, int q_dtype, int64_t q_row_stride, int
                     for (int e = 0; e < d; e++) ah[e] *= alpha;
                 }
             }
-            for (int j = lo; j < hi; j++) {
-                for (int kvh = 0; kvh < num_kv_heads; kvh++) {
-                    const int64_t off = block * block_elems + j * token_stride + (int64_t)kvh * d;
-                    const float *v;
-                    if (cache_dtype == DT_F32) {
-                        v = (const float *)v_cache + off;
-                    } else {
-                        load_row(v_cache, cache_dtype, off, row, d);
-                        v = row;
-                    }
-                    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-                        const float p = scores[h * block_size + j];
-                        float *ah = acc + h * d;
+            if (cache_dtype == DT_F32 && d == 64) {
+                VALUE_LOOPS_F32(64);
+            } else if (cache_dtype == DT_F32 && d == 128) {
+                VALUE_LOOPS_F32(128);
+            } else {
+                for (int j = lo; j < hi; j++) {
+                    for (int kvh = 0; kvh < num_kv_heads; kvh++) {
+                        const int64_t off = block * block_elems + j * token_stride + (int64_t)kvh * d;
+                        const float *v;
+                        if (cache_dtype == DT_F32) {
+                            v = (const float *)v_cache + off;
+                        } else {
+                            load_row(v_cache, cache_dtype, off, row, d);
+                            v = row;
+                        }
+                        for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                            const float p = scores[h * block_size + j];
+                            float *ah = acc + h * d;
 #pragma omp simd
-                        for (int e = 0; e < d; e++) ah[e] += p * v[e];
+                            for (int e = 0; e < d; e++) ah[e] += p * v[e];
+                        }
                     }
                 }
             }
