@@ -59,3 +59,20 @@ def test_layers_use_the_platform_gemm() -> None:
     y = row(col(x))
     ref = F.linear(F.linear(x, col.weight, col.bias), row.weight)
     assert torch.allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not cpu_linear._ONEDNN, reason="oneDNN's float32 linear is not available on this CPU")
+def test_packed_weights_give_the_plain_product_and_follow_updates(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = torch.Generator().manual_seed(4)
+    w, b = torch.randn(96, 64, generator=g), torch.randn(96, generator=g)
+    for rows in (1, 5, 64, 300):
+        x = torch.randn(rows, 64, generator=g)
+        ref = _float64_reference(x, w, b)
+        assert ((cpu_linear.linear(x, w, b).double() - ref).abs().max() / ref.abs().max()).item() < 1e-5
+    assert cpu_linear.packed_weight(w) is not w and cpu_linear.packed_weight(w).is_mkldnn
+    x = torch.randn(3, 64, generator=g)
+    w.mul_(2)  # an in-place update bumps the version: packed again
+    torch.testing.assert_close(cpu_linear.linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(cpu_linear, "PACKED_BUDGET_BYTES", 0)
+    other = torch.randn(16, 64, generator=g)
+    assert cpu_linear.packed_weight(other) is other  # over the budget: the plain weight

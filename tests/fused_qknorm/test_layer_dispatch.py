@@ -13,7 +13,7 @@ from infercore.attention.qk_norm_rotary import QKNormRotary
 from infercore.attention.spec import AttentionLayerSpec
 from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.layers import RMSNorm, get_rope
-from infercore.ops import reference
+from infercore.ops import get_op
 
 HEADS, KV_HEADS, HEAD = 4, 2, 16
 
@@ -94,7 +94,8 @@ def test_otherwise_the_layer_norms_and_rotates_first(impl_cls: type[AttentionImp
         with set_forward_context(ForwardContext("meta", 3)), pytest.raises(ValueError, match="full rotary"):
             layer.forward_qk_norm_rotary(positions, q, k, v, rope, q_norm, k_norm)
         return
-    expected_q, expected_k = reference.qk_norm_rotary(positions, q.clone(), k.clone(), q_norm.weight,
+    # The platform's op (its kernel or the reference) on copies: what the layer must have run.
+    expected_q, expected_k = get_op("qk_norm_rotary")(positions, q.clone(), k.clone(), q_norm.weight,
                                                       k_norm.weight, 1e-6, rope.cos_sin_cache, HEAD)
     with set_forward_context(ForwardContext("meta", 3)):
         layer.forward_qk_norm_rotary(positions, q, k, v, rope, q_norm, k_norm)

@@ -106,7 +106,7 @@ def test_unknown_rope_type_is_an_error() -> None:
         get_rope(8, 8, 16, 100.0, {"rope_type": "longrope"}, torch.float32)
 
 
-def fake_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def fake_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
     return torch.zeros_like(x)
 
 
@@ -117,21 +117,21 @@ def test_get_op_prefers_the_platforms_registration() -> None:
 
     @hookimpl
     def register_custom_ops(register) -> None:
-        register("rms_norm", f"{__name__}:fake_rms_norm", platform=platform)
-        register("silu_and_mul", f"{__name__}:fake_rms_norm", platform="some-other-platform")
+        register("layer_norm", f"{__name__}:fake_layer_norm", platform=platform)
+        register("gelu_and_mul", f"{__name__}:fake_layer_norm", platform="some-other-platform")
 
     plugin.register_custom_ops = register_custom_ops
     manager = PluginManager()
     manager.load_entry_points()
     manager.register_module(plugin, "throwaway")
-    assert get_op("rms_norm") is reference.rms_norm
+    assert get_op("layer_norm") is reference.layer_norm
     reset_plugin_manager(manager)
     try:
-        assert get_op("rms_norm") is fake_rms_norm
-        assert get_op("silu_and_mul") is reference.silu_and_mul
+        assert get_op("layer_norm") is fake_layer_norm
+        assert get_op("gelu_and_mul") is reference.gelu_and_mul
     finally:
         reset_plugin_manager(None)
-    assert get_op("rms_norm") is reference.rms_norm
+    assert get_op("layer_norm") is reference.layer_norm
 
 
 def test_op_lookup_never_falls_back_to_another_platforms_kernel() -> None:

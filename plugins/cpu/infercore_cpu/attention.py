@@ -1,15 +1,20 @@
-"""Paged attention on the CPU with torch ops.
+"""Paged attention on the CPU: a C kernel for decodes, torch ops for the rest.
 
-Decode requests (one query token each) are served in a few groups of similar context length: each
-group's K/V is gathered through the block table into a persistent scratch buffer (fresh large
-allocations cost page faults on every layer) and attended with one SDPA call under a length mask.
-Prefill requests run one SDPA each; a request with nothing cached uses its fresh K/V directly
-(rounded through the cache format when the cache is fp8, so it attends over what a later step reads).
+Decode requests (one query token each) take the C kernel of :mod:`infercore_cpu.native` when it is built
+and the cache is float32 or bfloat16 (no ALiBi): it reads K/V straight from the paged cache through
+the block table, all decodes of the step in one call. Otherwise they are served in a few groups of
+similar context length: each group's K/V is gathered through the block table into a persistent
+scratch buffer (fresh large allocations cost page faults on every layer) and attended with one SDPA
+call under a length mask. Prefill requests run one SDPA each; a request with nothing cached uses its
+fresh K/V directly (rounded through the cache format when the cache is fp8, so it attends over what a
+later step reads).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ctypes
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -25,7 +30,7 @@ from infercore.plugin_api import (
     encoder_only_attention,
     kv_cache_fp8,
 )
-from infercore_cpu import thread_budget
+from infercore_cpu import native, thread_budget
 
 attend = attention_reference.attend
 causal_mask = attention_reference.causal_mask
@@ -37,6 +42,17 @@ write_kv = attention_reference.write_kv
 #: least ``MIN_GROUP_SIZE`` each), so short contexts are not padded to the longest one.
 MAX_DECODE_GROUPS = 8
 MIN_GROUP_SIZE = 8
+#: dtype codes of the C kernels.
+_NATIVE_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+
+
+@dataclass
+class DecodeBatch:
+    """The step's decode requests, in batch order."""
+
+    rows: torch.Tensor  # int64 [n]: their query rows in the flattened batch
+    request_indices: torch.Tensor  # int64 [n]: their rows of the block table
+    seq_lens: torch.Tensor  # int64 [n]
 
 
 @dataclass
@@ -68,15 +84,31 @@ class TorchPagedMetadata:
     num_actual_tokens: int
     slot_mapping: torch.Tensor
     block_table: torch.Tensor
-    decode_groups: list[DecodeGroup]
+    decodes: DecodeBatch | None
     prefills: list[PrefillRequest]
-    #: Flat K and V scratch buffers (kv-cache dtype) that decode groups gather into.
-    scratch: tuple[torch.Tensor, torch.Tensor]
+    #: Builds the decode groups and their scratch (for the torch decode path), on first need.
+    make_groups: Callable[[], tuple[list[DecodeGroup], tuple[torch.Tensor, torch.Tensor]]]
     #: Request boundaries and count, for encoder-only (bidirectional) layers.
     query_start_loc_cpu: torch.Tensor | None = None
     num_reqs: int = 0
     #: Per-token visibility bounds (image spans of Gemma 3), or None: every query causal.
     visible_until: torch.Tensor | None = None
+    _groups: tuple[list[DecodeGroup], tuple[torch.Tensor, torch.Tensor]] | None = field(default=None, repr=False)
+
+    @property
+    def decode_groups(self) -> list[DecodeGroup]:
+        """Decode requests in groups of similar length (built on first use, then kept for the step)."""
+        return self._grouped()[0]
+
+    @property
+    def scratch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Flat K and V scratch buffers (kv-cache dtype) that decode groups gather into."""
+        return self._grouped()[1]
+
+    def _grouped(self) -> tuple[list[DecodeGroup], tuple[torch.Tensor, torch.Tensor]]:
+        if self._groups is None:
+            self._groups = self.make_groups()
+        return self._groups
 
 
 class TorchPagedMetadataBuilder(AttentionMetadataBuilder):
@@ -96,10 +128,19 @@ class TorchPagedMetadataBuilder(AttentionMetadataBuilder):
                 decodes.append(i)
             elif starts[i + 1] > starts[i]:
                 prefills.append(PrefillRequest(i, starts[i], starts[i + 1], seq_len))
-        groups = self._decode_groups(common.block_table, decodes, starts, seq_lens) if decodes else []
+        batch = None
+        if decodes:
+            batch = DecodeBatch(torch.tensor([starts[i] for i in decodes], dtype=torch.int64),
+                                torch.tensor(decodes, dtype=torch.int64),
+                                torch.tensor([seq_lens[i] for i in decodes], dtype=torch.int64))
+
+        def make_groups() -> tuple[list[DecodeGroup], tuple[torch.Tensor, torch.Tensor]]:
+            groups = self._decode_groups(common.block_table, list(decodes), starts, seq_lens) if decodes else []
+            return groups, self._scratch_for(groups)
+
         return TorchPagedMetadata(common.num_actual_tokens, common.slot_mapping[: common.num_actual_tokens],
-                                  common.block_table, groups, prefills, self._scratch_for(groups),
-                                  common.query_start_loc_cpu, common.num_reqs, common.visible_until_cpu)
+                                  common.block_table, batch, prefills, make_groups, common.query_start_loc_cpu,
+                                  common.num_reqs, common.visible_until_cpu)
 
     def _decode_groups(self, block_table: torch.Tensor, decodes: list[int], starts: list[int],
                        seq_lens: list[int]) -> list[DecodeGroup]:
@@ -135,11 +176,14 @@ class TorchPagedAttentionImpl(AttentionImpl):
         if self.spec.attn_type == ENCODER_ONLY:  # bidirectional, no KV cache
             return encoder_only_attention(q, k, v, meta.query_start_loc_cpu, meta.num_reqs, self.scale, out)
         n = meta.num_actual_tokens
-        write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
+        lib = self._native(q, k, v, kv_cache, meta.block_table, out)
+        if lib is None or not self._write_native(lib, k[:n], v[:n], kv_cache, meta.slot_mapping):
+            write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
         if self.alibi_slopes is not None:
             return self._with_alibi(q, kv_cache, meta, out)
-        for group in meta.decode_groups:
-            out[group.rows] = self._decode(q[group.rows], kv_cache, group, meta.scratch)
+        if meta.decodes is not None and not (lib is not None and self._decode_native(lib, q, kv_cache, meta, out)):
+            for group in meta.decode_groups:
+                out[group.rows] = self._decode(q[group.rows], kv_cache, group, meta.scratch)
         for req in meta.prefills:
             out[req.start:req.end] = self._prefill(q, k, v, kv_cache, meta.block_table, req, meta.visible_until)
         return out
@@ -148,9 +192,10 @@ class TorchPagedAttentionImpl(AttentionImpl):
                     out: torch.Tensor) -> torch.Tensor:
         """ALiBi models take the reference path, one request at a time (the cache is already written)."""
         slopes = torch.tensor(self.alibi_slopes, device=q.device)
-        for group in meta.decode_groups:
-            for row, seq_len, index in zip(group.rows.tolist(), group.seq_lens.tolist(),
-                                           group.request_indices.tolist(), strict=True):
+        if meta.decodes is not None:
+            decodes = meta.decodes
+            for row, seq_len, index in zip(decodes.rows.tolist(), decodes.seq_lens.tolist(),
+                                           decodes.request_indices.tolist(), strict=True):
                 keys, values = gather_context(kv_cache, meta.block_table[index], seq_len, self.k_scale,
                                               self.v_scale)
                 mask = causal_mask(1, seq_len, self.sliding_window, q.device)
@@ -161,6 +206,40 @@ class TorchPagedAttentionImpl(AttentionImpl):
             mask = causal_mask(req.end - req.start, req.seq_len, self.sliding_window, q.device)
             out[req.start:req.end] = attend(q[req.start:req.end], keys, values, mask, self.scale, slopes)
         return out
+
+    def _native(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
+                block_table: torch.Tensor, out: torch.Tensor) -> ctypes.CDLL | None:
+        """The C kernels, when built and the tensors are laid out as they read them (else None)."""
+        if (q.dtype not in _NATIVE_DTYPES or kv_cache.dtype not in _NATIVE_DTYPES or out.dtype != q.dtype
+                or k.dtype != q.dtype or v.dtype != q.dtype or not kv_cache.is_contiguous()
+                or block_table.dtype != torch.int32 or block_table.stride(-1) != 1
+                or q.stride(-1) != 1 or out.stride(-1) != 1 or q.device.type != "cpu"):
+            return None
+        return native.library()
+
+    def _write_native(self, lib: ctypes.CDLL, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
+                      slot_mapping: torch.Tensor) -> bool:
+        """Store this step's K/V with the C kernel; False (nothing written) when it does not take them."""
+        width = self.num_kv_heads * self.head_size
+        if (k.shape[0] == 0 or slot_mapping.dtype != torch.int64 or not slot_mapping.is_contiguous()
+                or slot_mapping.shape[0] < k.shape[0]
+                or any(t.stride(1) != self.head_size or t.stride(2) != 1 for t in (k, v))):
+            return k.shape[0] == 0
+        return lib.infercore_write_kv(k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0), _NATIVE_DTYPES[k.dtype],
+                                      kv_cache[0].data_ptr(), kv_cache[1].data_ptr(), _NATIVE_DTYPES[kv_cache.dtype],
+                                      slot_mapping.data_ptr(), k.shape[0], width) == 0
+
+    def _decode_native(self, lib: ctypes.CDLL, q: torch.Tensor, kv_cache: torch.Tensor, meta: TorchPagedMetadata,
+                       out: torch.Tensor) -> bool:
+        """Every decode request of the step in one call of the C kernel; False when it refuses the sizes."""
+        decodes, table = meta.decodes, meta.block_table
+        assert decodes is not None
+        return lib.infercore_paged_decode(
+            q.data_ptr(), _NATIVE_DTYPES[q.dtype], q.stride(0), q.stride(1), out.data_ptr(), out.stride(0),
+            out.stride(1), kv_cache[0].data_ptr(), kv_cache[1].data_ptr(), _NATIVE_DTYPES[kv_cache.dtype],
+            table.data_ptr(), table.stride(0), decodes.rows.data_ptr(), decodes.request_indices.data_ptr(),
+            decodes.seq_lens.data_ptr(), decodes.rows.numel(), self.num_heads, self.num_kv_heads, self.head_size,
+            kv_cache.shape[2], self.scale, self.sliding_window or 0, 0.0) == 0
 
     def _gather(self, cache: torch.Tensor, group: DecodeGroup, scratch: torch.Tensor) -> torch.Tensor:
         """[n, kv_heads, padded_len, head_size] view of the group's context, copied into ``scratch``."""

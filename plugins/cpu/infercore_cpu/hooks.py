@@ -20,3 +20,5 @@ def register_attention_backends(register: RegisterFn) -> None:
 @hookimpl
 def register_custom_ops(register: RegisterFn) -> None:
     register("linear", "infercore_cpu.linear:linear", platform="cpu")
+    for op in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "qk_norm_rotary"):
+        register(op, f"infercore_cpu.kernels:{op}", platform="cpu")

@@ -5,14 +5,23 @@ kernels, and oneDNN (also inside torch) runs the same float32 products about twi
 2-core AMD EPYC (AVX-512), 330-460 GFLOP/s against 135-200 at the shapes of a decode step, and
 470-490 against 220 at prefill shapes. The result is float32 arithmetic throughout (no reduced
 precision), with a different summation order than MKL's.
+
+Each weight is also kept in oneDNN's own blocked layout (packed once, on its first product): a product
+then skips oneDNN's per-call handling of the plain layout, 20-50% faster at decode shapes (64 rows:
+101 -> 151 GFLOP/s on one thread of an Intel Xeon with AVX-512). The packed copy costs the weight's
+size again, so it is made only while all packed copies stay under :data:`PACKED_BUDGET_BYTES`;
+it follows the weight's storage and version counter (an in-place update through ``.data`` after the
+first product is not seen: weights are constant while serving).
 """
 
 from __future__ import annotations
 
 import os
 
+import psutil
 import torch
 import torch.nn.functional as F
+from torch.utils.weak import WeakTensorKeyDictionary
 
 
 def _onednn_linear_available() -> bool:
@@ -28,6 +37,43 @@ _ONEDNN = _onednn_linear_available()
 #: take many token counts grow by hundreds of MB. With the row buckets below, a model's linears need
 #: about 60 entries each up to 4,096 rows.
 ONEDNN_CACHE_ENTRIES = 512
+
+
+#: Row count oneDNN chooses the packed layout for (the best of 1-2048 at 8-1024-row products).
+PACK_ROWS_HINT = 64
+#: Bytes of packed weight copies at most: an eighth of RAM, at most 8 GiB.
+PACKED_BUDGET_BYTES = min(8 << 30, psutil.virtual_memory().total // 8)
+_packed = WeakTensorKeyDictionary()  # weight -> (its version, its data pointer, the packed copy)
+_packed_bytes = 0
+
+
+def _version(weight: torch.Tensor) -> int:
+    """The weight's version counter (-1 for an inference tensor, which has none)."""
+    try:
+        return weight._version
+    except RuntimeError:
+        return -1
+
+
+def packed_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` in oneDNN's packed layout (made on first call, within the budget), else ``weight`` itself."""
+    global _packed_bytes
+    entry = _packed.get(weight)
+    if entry is not None and entry[0] == _version(weight) and entry[1] == weight.data_ptr():
+        return entry[2]
+    size = weight.numel() * weight.element_size()
+    if entry is None and _packed_bytes + size > PACKED_BUDGET_BYTES:
+        return weight
+    if weight.requires_grad and torch.is_grad_enabled():
+        return weight
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS_HINT)
+    except RuntimeError:
+        return weight
+    if entry is None:
+        _packed_bytes += size
+    _packed[weight] = (_version(weight), weight.data_ptr(), packed)
+    return packed
 
 
 def bound_onednn_caches(entries: int = ONEDNN_CACHE_ENTRIES) -> None:
@@ -56,6 +102,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return F.linear(x, weight, bias)
     rows = x.numel() // x.shape[-1]
     padded = row_bucket(rows)
+    weight = packed_weight(weight)
     if padded == rows:
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     flat = x.new_zeros(padded, x.shape[-1])
