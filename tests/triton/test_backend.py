@@ -95,6 +95,6 @@ def test_registered_for_every_triton_platform() -> None:
     for platform in ("cuda", "rocm", "xpu"):
         for name in ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "qk_norm_rotary", "silu_and_mul"):
             assert ops.get(name, platform).target.startswith("infercore_triton."), (name, platform)
-    assert ops.get("rms_norm", "cpu").target == "infercore.ops.reference:rms_norm"
+    assert not ops.get("rms_norm", "cpu").target.startswith("infercore_triton.")  # the CPU platform's own
     assert ops.get("int4_linear", "cuda").target == "infercore_triton.int4_gemm:int4_linear"
     assert ops.get("int4_linear", "cpu").target == "infercore.ops.reference:int4_linear"

@@ -1,7 +1,7 @@
 """Norms and activations that quantize their output for the FP8 linear after them, and that linear's GEMM
 on the quantized activation: the torch references of the fused ops.
 
-Each is the unfused ops run one after the other (``rms_norm`` then
+Each is the platform's unfused ops run one after the other (``get_op("rms_norm")`` then
 :func:`~infercore.ops.fp8_math.quantize_per_group`, ...), so a fused kernel is checked against exactly
 what the unfused path computes and a model gives the same numbers either way.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from infercore.ops import fp8_math
+from infercore.ops.dispatch import get_op
 
 
 def _quantize(y: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -22,24 +23,20 @@ def rms_norm_quant(x: torch.Tensor, weight: torch.Tensor, eps: float,
                    group: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``rms_norm(x, weight, eps)`` quantized to fp8 with a float32 scale per token and ``group`` columns:
     ``(values [..., K], scales [..., ceil(K/group)])``."""
-    from infercore.ops.reference import rms_norm  # reference re-exports this module's ops
-
-    return _quantize(rms_norm(x, weight, eps), group)
+    return _quantize(get_op("rms_norm")(x, weight, eps), group)
 
 
 def fused_add_rms_norm_quant(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
                              group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``residual = x + residual``, then :func:`rms_norm_quant` of it: ``(values, scales, residual)``."""
-    new_residual = x + residual
-    q, scale = rms_norm_quant(new_residual, weight, eps, group)
+    normed, new_residual = get_op("fused_add_rms_norm")(x, residual, weight, eps)
+    q, scale = _quantize(normed, group)
     return q, scale, new_residual
 
 
 def silu_and_mul_quant(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``silu(x[..., :I]) * x[..., I:]`` quantized to fp8 per token and ``group`` columns."""
-    from infercore.ops.reference import silu_and_mul
-
-    return _quantize(silu_and_mul(x), group)
+    return _quantize(get_op("silu_and_mul")(x), group)
 
 
 def fp8_block_linear_quantized(x_q: torch.Tensor, x_scale: torch.Tensor, weight: torch.Tensor,
