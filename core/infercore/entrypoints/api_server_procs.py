@@ -142,7 +142,8 @@ class _Launcher:
         sentinels = {process.sentinel: process for process in self.engines + self.servers}
         while self.stop_signal is None:
             ready = multiprocessing.connection.wait(list(sentinels), timeout=0.5)
-            if ready:
+            # A server ending after a stop signal arrived (during the wait) is the drain it asked for.
+            if ready and self.stop_signal is None:
                 return sentinels[ready[0]]  # type: ignore[index]
         return None
 
