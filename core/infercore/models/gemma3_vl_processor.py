@@ -62,10 +62,7 @@ class Gemma3Processor(MultiModalProcessor):
         """Each ``<start_of_image>`` → blank line, ``<start_of_image>``, the soft tokens, ``<end_of_image>``,
         blank line; the offsets are those of each image's first soft token (its embeddings' span)."""
         boi = self.placeholder_token_id
-        found = [i for i, t in enumerate(token_ids) if t == boi]
-        if len(found) != len(images):
-            raise ValueError(f"the prompt holds {len(found)} image placeholder(s) ({self.placeholder_text!r}) but "
-                             f"{len(images)} image(s) came with it; put one placeholder per image in the prompt")
+        found = self.placeholder_positions(token_ids, len(images))
         out: list[int] = []
         offsets: list[int] = []
         prev = 0

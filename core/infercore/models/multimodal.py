@@ -79,15 +79,21 @@ class MultiModalProcessor:
         """What besides the pixels decides the processed tensors (sizes, means): part of the content hash."""
         return type(self).__qualname__
 
+    def placeholder_positions(self, token_ids: list[int], num_images: int) -> list[int]:
+        """Where the prompt's image placeholder tokens stand; :class:`ValueError` (with the counts) unless there
+        is exactly one per image."""
+        found = [i for i, t in enumerate(token_ids) if t == self.placeholder_token_id]
+        if len(found) != num_images:
+            raise ValueError(f"the prompt holds {len(found)} image placeholder(s) ({self.placeholder_text!r}) but "
+                             f"{num_images} image(s) came with it; put one placeholder per image in the prompt")
+        return found
+
     def expand_prompt(self, token_ids: list[int], images: Sequence[ProcessedImage]) -> tuple[list[int], list[int]]:
         """The prompt with image ``i``'s placeholder token repeated ``images[i].num_tokens`` times, and the
         offset of each image's first placeholder. A prompt must hold exactly one placeholder per image
         (:class:`ValueError` otherwise, with the counts)."""
         pid = self.placeholder_token_id
-        found = [i for i, t in enumerate(token_ids) if t == pid]
-        if len(found) != len(images):
-            raise ValueError(f"the prompt holds {len(found)} image placeholder(s) ({self.placeholder_text!r}) but "
-                             f"{len(images)} image(s) came with it; put one placeholder per image in the prompt")
+        found = self.placeholder_positions(token_ids, len(images))
         out: list[int] = []
         offsets: list[int] = []
         prev = 0

@@ -17,7 +17,7 @@ from infercore.plugin_api import fp8_reference, op_reference
 from infercore_triton.activation import silu_and_mul
 from infercore_triton.fp8_quant import quantize_groups
 from infercore_triton.fp8_support import has_fp8_dot
-from infercore_triton.rms_norm import fused_add_rms_norm, rms_norm
+from infercore_triton.rms_norm import add_and_norm_row, fused_add_rms_norm, rms_norm
 
 #: Widest chunk of a row one SiLU program quantizes (whole groups).
 SILU_BLOCK = 1024
@@ -44,18 +44,9 @@ def _rms_norm_quant_kernel(x_ptr, residual_ptr, weight_ptr, q_ptr, scale_ptr, re
                            min_scale, HAS_RESIDUAL: tl.constexpr, GROUP: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
-    mask = cols < hidden
-    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
-    if HAS_RESIDUAL:
-        r = tl.load(residual_ptr + row * stride_r + cols, mask=mask, other=0.0)
-        # The sum is rounded to the activation dtype first, as the unfused ops do.
-        x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
-        tl.store(residual_out_ptr + row * stride_ro + cols, x, mask=mask)
-    xf = x.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(xf * xf, axis=0) / hidden + eps)
-    normed = (xf * rstd).to(x.dtype).to(tl.float32)
-    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    y = (normed * w).to(x.dtype).to(tl.float32)
+    y = add_and_norm_row(x_ptr, residual_ptr, weight_ptr, residual_out_ptr, row, cols, stride_x, stride_r,
+                         stride_ro, hidden, eps, HAS_RESIDUAL)
+    y = y.to(x_ptr.dtype.element_ty).to(tl.float32)
     _quantize_store(y, cols, hidden, q_ptr + row * stride_q, scale_ptr + row * stride_s, 0, n_groups,
                     fp8_max, min_scale, GROUP, BLOCK)
 

@@ -8,14 +8,10 @@ import triton.language as tl
 
 
 @triton.jit
-def _rms_norm_kernel(
-    x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
-    stride_x, stride_r, stride_o, stride_ro,
-    hidden, eps,
-    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
-):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
+def add_and_norm_row(x_ptr, residual_ptr, weight_ptr, residual_out_ptr, row, cols, stride_x, stride_r, stride_ro,
+                     hidden, eps, HAS_RESIDUAL: tl.constexpr):
+    """Row ``row`` of ``rms_norm(x [+ residual]) * weight`` in float32, rounded to the activation dtype at the
+    steps the unfused ops round; with ``HAS_RESIDUAL`` the sum is stored to ``residual_out_ptr`` first."""
     mask = cols < hidden
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
@@ -27,7 +23,21 @@ def _rms_norm_kernel(
     rstd = tl.rsqrt(tl.sum(xf * xf, axis=0) / hidden + eps)
     normed = (xf * rstd).to(x.dtype).to(tl.float32)
     w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * stride_o + cols, (normed * w).to(out_ptr.dtype.element_ty), mask=mask)
+    return normed * w
+
+
+@triton.jit
+def _rms_norm_kernel(
+    x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
+    stride_x, stride_r, stride_o, stride_ro,
+    hidden, eps,
+    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    y = add_and_norm_row(x_ptr, residual_ptr, weight_ptr, residual_out_ptr, row, cols, stride_x, stride_r,
+                         stride_ro, hidden, eps, HAS_RESIDUAL)
+    tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=cols < hidden)
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
