@@ -239,6 +239,7 @@ CUSTOM_OPS: tuple[str, ...] = (
     "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe", "accept_drafts", "lora_shrink", "lora_expand",
     "lora_apply", "expert_dispatcher", "encoder_attention",
     "fp8_block_linear_quantized", "fp8_linear_quantized", "rms_norm_quant", "fused_add_rms_norm_quant", "silu_and_mul_quant",
+    "fused_moe_fp8_block",
 )
 
 #: Where each lazily imported name lives (private: import the name from this module).

@@ -50,23 +50,25 @@ def quantize_per_group(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch
 
 
 def expand_blocks(scale: torch.Tensor, rows: int, cols: int, block_n: int, block_k: int) -> torch.Tensor:
-    """Per-block ``scale`` [ceil(rows/block_n), ceil(cols/block_k)] as one entry per element [rows, cols]."""
-    return scale.repeat_interleave(block_n, dim=0)[:rows].repeat_interleave(block_k, dim=1)[:, :cols]
+    """Per-block ``scale`` [..., ceil(rows/block_n), ceil(cols/block_k)] as one entry per element [..., rows, cols]
+    (leading dimensions, experts stacked say, are kept)."""
+    return scale.repeat_interleave(block_n, dim=-2)[..., :rows, :].repeat_interleave(block_k, dim=-1)[..., :cols]
 
 
 def quantize_blockwise(w: torch.Tensor, block_n: int, block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``w`` [N, K] as fp8 with one float32 scale per ``block_n`` x ``block_k`` block (HF ``weight_scale_inv``)."""
-    n, k = w.shape
+    """``w`` [..., N, K] as fp8 with one float32 scale per ``block_n`` x ``block_k`` block of each matrix (HF
+    ``weight_scale_inv``): [..., ceil(N/block_n), ceil(K/block_k)]."""
+    *lead, n, k = w.shape
     bn, bk = -(-n // block_n), -(-k // block_k)
     padded = torch.nn.functional.pad(w.float(), (0, bk * block_k - k, 0, bn * block_n - n))
-    blocks = padded.view(bn, block_n, bk, block_k)
-    scale = _scale_of(blocks.abs().amax(dim=(1, 3)))
+    blocks = padded.view(*lead, bn, block_n, bk, block_k)
+    scale = _scale_of(blocks.abs().amax(dim=(-3, -1)))
     return _to_fp8(w, expand_blocks(scale, n, k, block_n, block_k)), scale
 
 
 def dequantize_blockwise(q: torch.Tensor, scale: torch.Tensor, block_n: int, block_k: int) -> torch.Tensor:
-    """float32 ``q * scale`` with ``scale`` given per block."""
-    n, k = q.shape
+    """float32 ``q * scale`` with ``scale`` given per block (``q`` [..., N, K])."""
+    n, k = q.shape[-2:]
     return q.float() * expand_blocks(scale.float(), n, k, block_n, block_k)
 
 

@@ -63,6 +63,7 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("gumbel_argmax", "infercore.ops.reference:gumbel_argmax")
     register("apply_penalties", "infercore.ops.reference:apply_penalties")
     register("fused_moe", "infercore.ops.reference:fused_moe")
+    register("fused_moe_fp8_block", "infercore.ops.reference:fused_moe_fp8_block")
     register("expert_dispatcher", "infercore.ops.reference:expert_dispatcher")
     register("accept_drafts", "infercore.ops.reference:accept_drafts")
     register("encoder_attention", "infercore.ops.reference:encoder_attention")

@@ -6,6 +6,7 @@ from typing import Any
 
 from infercore.quantization.base import QuantizationConfig, QuantizationMethod
 from infercore.quantization.fp8_methods import Fp8BlockLinearMethod, Fp8ChannelLinearMethod
+from infercore.quantization.fp8_moe import Fp8BlockFusedMoEMethod
 
 #: The block of weights quantizing an unquantized checkpoint on load shares one scale over.
 ONLINE_BLOCK = (128, 128)
@@ -14,8 +15,9 @@ ONLINE_BLOCK = (128, 128)
 class Fp8Config(QuantizationConfig):
     """HF ``fp8`` checkpoints: e4m3 weights with ``weight_block_size`` block scales (``weight_scale_inv``)
     or one ``weight_scale`` per tensor; activations dynamic (per token / per group) or, per tensor,
-    static (``input_scale``). Given for a checkpoint without a ``quantization_config``
-    (``--quantization fp8``), weights are quantized blockwise (128x128) as they load."""
+    static (``input_scale``); block-scaled experts of fused-MoE layers too (:meth:`moe_method`). Given for a
+    checkpoint without a ``quantization_config`` (``--quantization fp8``), weights are quantized blockwise
+    (128x128) as they load."""
 
     name = "fp8"
 
@@ -50,6 +52,15 @@ class Fp8Config(QuantizationConfig):
         if self.block is not None:
             return Fp8BlockLinearMethod(*self.block, quantize_on_load=self.quantize_on_load)
         return Fp8ChannelLinearMethod(per_channel=False, static_input=self.static_input)
+
+    def moe_method(self, prefix: str) -> QuantizationMethod:
+        """Block-scaled experts (checkpoints with ``weight_block_size``, and ``--quantization fp8``, which
+        quantizes them blockwise as they load); per-tensor scales have no MoE method."""
+        if self.block is None:
+            raise ValueError("fp8 checkpoints with per-tensor scales (no weight_block_size) have no method for "
+                             "mixture-of-experts layers; use a block-scaled fp8 checkpoint (weight_block_size, as the "
+                             "Qwen3 -FP8 releases have), or --quantization fp8 on the unquantized checkpoint")
+        return Fp8BlockFusedMoEMethod(*self.block, quantize_on_load=self.quantize_on_load)
 
     def is_ignored(self, prefix: str) -> bool:
         return any(prefix == name or prefix.endswith("." + name) or prefix.startswith(name + ".")

@@ -41,6 +41,7 @@ FP8_OPS = {
     "rms_norm_quant": "infercore_triton.fp8_fused_quant:rms_norm_quant",
     "fused_add_rms_norm_quant": "infercore_triton.fp8_fused_quant:fused_add_rms_norm_quant",
     "silu_and_mul_quant": "infercore_triton.fp8_fused_quant:silu_and_mul_quant",
+    "fused_moe_fp8_block": "infercore_triton.fused_moe_fp8:fused_moe_fp8_block",
 }
 
 #: Ops tuned for NVIDIA GPUs only: the skinny GEMM of decode batches (``F.linear`` for other shapes), and
