@@ -16,6 +16,13 @@
 #   latency_launch_reduce  (only when named in PARTS) FP8 latency with INFERCORE_FP8_SPLIT_REDUCE=launch: split-K
 #               partials summed by a second launch instead of by each tile's last split (its line's
 #               "workload" is w-gpu-8b-fp8 too: it follows the latency lines)
+#   moe         (only when named in PARTS; PARTS=moe runs it alone) FP8 mixture of experts at Qwen3-30B-A3B's
+#               shape: tests/gpu/test_fused_moe_fp8_gpu.py (Triton fused_moe_fp8_block vs the reference, E=128,
+#               top-8, H=2048, I=768, M = 1/64/512; TP share; graph replay), then benchmarks/fp8_moe.py --sweep
+#               (launch settings per token bucket for MOE_SWEEP_BUDGET_S s, the table written to
+#               $OUT/fp8_moe_table.json, then bf16 fused_moe vs FP8 µs per token count), then `infercore bench
+#               throughput --workload w-gpu-moe,w-gpu-moe-fp8` with that table (MOE_NUM_REQUESTS requests), and
+#               a line {"part": "moe-summary", bf16 and FP8 tok/s, "ratio", "no_slower": ratio >= 1}
 # Every step runs under `timeout` with at most what is left of TOTAL_S (caps: tests 40 s, sweep 100, each
 # latency 50, throughput 300); a failed or skipped step prints {"part": ..., "exit"|"skipped": ...} and the
 # next one runs. Throughput gets what is left: with TOTAL_S=240 that may cut it short; TOTAL_S=540 (one
@@ -23,7 +30,8 @@
 #   GPU: bash scripts/gpu_fp8.sh
 #   Knobs (environment): PARTS, TOTAL_S (240), SWEEP_BUDGET_S (50: seconds of compiling and timing in the
 #   sweep; buckets not reached keep their settings), NUM_REQUESTS (128; W-GPU-8B has 256), OUTPUT_LEN (128), REPEATS (2),
-#   TABLE (a launch table to use instead of sweeping: the sweep step is skipped).
+#   TABLE (a launch table to use instead of sweeping: the sweep step is skipped); for moe: MOE_SWEEP_BUDGET_S (40),
+#   MOE_NUM_REQUESTS (256, w-gpu-moe's own count).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/infercore-fp8}
@@ -45,6 +53,9 @@ else
     TABLE="$OUT/fp8_block_table.json"
     rm -f "$TABLE"
 fi
+MOE_SWEEP_BUDGET_S=${MOE_SWEEP_BUDGET_S:-40}
+MOE_NUM_REQUESTS=${MOE_NUM_REQUESTS:-256}
+MOE_TABLE="$OUT/fp8_moe_table.json"
 START=$(date +%s)
 left() { echo $((TOTAL_S - ($(date +%s) - START))); }
 step() {  # step NAME CAP CMD...: CMD for at most min(CAP, what is left of TOTAL_S), its JSON lines to $RES
@@ -127,6 +138,34 @@ if gemm:
     switch = [l for l in lines if l.get("bench") == "fp8_channel_switch"]
     if switch:
         out["channel_triton_max_m"] = switch[-1]["channel_triton_max_m"]
+print(json.dumps(out))
+EOF
+            ;;
+        moe)
+            rm -f "$MOE_TABLE"
+            step moe-tests 60 python3 -c 'import json, subprocess, sys
+r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/gpu/test_fused_moe_fp8_gpu.py"],
+                   capture_output=True, text=True)
+tail = (r.stdout + r.stderr).strip().splitlines()
+sys.stderr.write(r.stdout + r.stderr)
+print(json.dumps({"part": "moe-tests", "exit": r.returncode, "result": tail[-1] if tail else ""}))
+sys.exit(r.returncode)'
+            step moe-kernels $((MOE_SWEEP_BUDGET_S + 60)) python3 benchmarks/fp8_moe.py --sweep --write-table "$MOE_TABLE" \
+                --budget-s "$MOE_SWEEP_BUDGET_S"
+            moe_env="INFERCORE_FP8_MOE_TABLE="
+            [[ -s "$MOE_TABLE" ]] && moe_env="INFERCORE_FP8_MOE_TABLE=$MOE_TABLE"
+            step moe-throughput 400 env "$(table_env)" "$moe_env" infercore bench throughput \
+                --workload w-gpu-moe,w-gpu-moe-fp8 --num-requests "$MOE_NUM_REQUESTS" --no-progress
+            python3 - "$RES" <<'EOF' | tee -a "$RES"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+tput = {l["workload"]: l.get("output_tok_s") for l in lines if "output_tok_s" in l}
+kernels = {l["tokens"]: l["fp8_speedup"] for l in lines if l.get("bench") == "fp8_moe"}
+out = {"part": "moe-summary", "bf16_tok_s": tput.get("w-gpu-moe"), "fp8_tok_s": tput.get("w-gpu-moe-fp8"),
+       "kernel_fp8_speedup_by_tokens": kernels}
+if out["bf16_tok_s"] and out["fp8_tok_s"]:
+    out["ratio"] = round(out["fp8_tok_s"] / out["bf16_tok_s"], 3)
+    out["no_slower"] = out["ratio"] >= 1.0
 print(json.dumps(out))
 EOF
             ;;

@@ -34,6 +34,15 @@ def test_w_gpu_8b_is_qwen3_8b_shaped_and_its_fp8_twin_differs_only_in_quantizati
     assert [w.name for w in _parse("--workload", "w-gpu-8b,w-gpu-8b-fp8").workload] == ["w-gpu-8b", "w-gpu-8b-fp8"]
 
 
+def test_w_gpu_moe_fp8_is_w_gpu_moe_as_its_fp8_block_release() -> None:
+    bf16, fp8 = WORKLOADS["w-gpu-moe"], WORKLOADS["w-gpu-moe-fp8"]
+    assert {k: v for k, v in fp8.model_config.items() if k != "quantization_config"} == bf16.model_config
+    assert fp8.model_config["quantization_config"]["weight_block_size"] == [128, 128]
+    assert fp8.requests(0) == bf16.requests(0) and fp8.variant_of == "w-gpu-moe"
+    assert [w.name for w in _parse("--workload", "w-gpu-moe,w-gpu-moe-fp8").workload] == ["w-gpu-moe",
+                                                                                         "w-gpu-moe-fp8"]
+
+
 def test_a_variant_of_another_shape_runs_in_its_own_engine_after_its_baseline(
         monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
     tiny = Workload(name="t", model_config=_qwen3(256, 32, 64, 2, 2, 1, 16, "float32", 256), dtype="float32",

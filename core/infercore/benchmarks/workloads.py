@@ -148,6 +148,11 @@ WORKLOADS: dict[str, Workload] = {
     "w-gpu-8b-fp8": dataclasses.replace(
         _W_GPU_8B, name="w-gpu-8b-fp8", variant_of="w-gpu-8b",
         model_config={**_W_GPU_8B.model_config, "quantization_config": _FP8_BLOCK}),
+    # w-gpu-moe as its FP8 block-scaled release (Qwen3-30B-A3B-FP8): attention and experts e4m3 with
+    # 128x128 block scales, the router and head in bf16.
+    "w-gpu-moe-fp8": dataclasses.replace(
+        _W_GPU_MOE, name="w-gpu-moe-fp8", variant_of="w-gpu-moe",
+        model_config={**_W_GPU_MOE.model_config, "quantization_config": _FP8_BLOCK}),
     "w-gpu-8b-awq": dataclasses.replace(
         _W_GPU_8B, name="w-gpu-8b-awq", variant_of="w-gpu-8b",
         model_config={**_W_GPU_8B.model_config, "quantization_config": _AWQ}),

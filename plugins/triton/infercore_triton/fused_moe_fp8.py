@@ -23,6 +23,7 @@ from infercore_triton.fp8_fused_quant import SILU_BLOCK, fused_group, silu_quant
 from infercore_triton.fp8_quant import quantize_groups
 from infercore_triton.fp8_support import has_fp8_dot
 from infercore_triton.fused_moe_align import ExpertAlignment, align_slots_to_experts
+from infercore_triton.fused_moe_fp8_configs import GemmLaunch, MoeFp8Config, config_for
 
 
 # The slot counts change with every batch; specializing on them would build kernels while serving.
@@ -75,26 +76,19 @@ def _fp8_grouped_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, weig
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=valid[:, None] & mask_n[None, :])
 
 
-def block_sizes(num_slots: int, num_experts: int, n: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N): small row blocks when experts see few rows each (decode)."""
-    block_m = 16 if num_slots <= 16 * num_experts else 64
-    block_n = max(16, min(128 if block_m == 64 else 64, triton.next_power_of_2(n)))
-    return block_m, block_n
-
-
 def fp8_grouped_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
                      align: ExpertAlignment, rows_per_a: int, block_n: int, block_k: int, out_dtype: torch.dtype,
-                     split_half: bool, weights: torch.Tensor | None = None) -> torch.Tensor:
+                     split_half: bool, launch: GemmLaunch, weights: torch.Tensor | None = None) -> torch.Tensor:
     """Slot rows ``(a * a_scale)[slot // rows_per_a] @ (b * b_scale)[expert(slot)]^T`` (times the slot's
     routing weight when ``weights`` is given): [num_slots, N] in ``out_dtype``. ``a`` fp8 [M, K] with
     ``a_scale`` [M, ceil(K/block_k)]; ``b`` fp8 [E, N, K] with ``b_scale`` [E, rows of blocks, ceil(K/block_k)],
-    whose two halves of N have block rows of their own when ``split_half`` (``w13``)."""
+    whose two halves of N have block rows of their own when ``split_half`` (``w13``); ``launch`` its tiles."""
     n, k = b.shape[1], b.shape[2]
     if b.stride(2) != 1 or a.stride(1) != 1 or a_scale.stride(1) != 1:
         raise ValueError("the FP8 grouped GEMM reads rows of contiguous columns (weights, activations and scales)")
     out = torch.empty((align.num_slots, n), dtype=out_dtype, device=a.device)
     capacity = align.sorted_slots.shape[0]
-    _, tile_n = block_sizes(align.num_slots, b.shape[0], n)
+    tile_n = launch.tile_n
     half_n, half_blocks = (n // 2, b_scale.shape[1] // 2) if split_half else (n, 0)
     grid = (triton.cdiv(capacity, align.block_m) * triton.cdiv(n, tile_n),)
     _fp8_grouped_gemm_kernel[grid](
@@ -102,8 +96,8 @@ def fp8_grouped_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_
         align.block_experts, align.num_padded, n, k, align.num_slots, capacity, half_n, half_blocks,
         a.stride(0), a_scale.stride(0), b.stride(0), b.stride(1), b_scale.stride(0), b_scale.stride(1),
         b_scale.stride(2), out.stride(0), ROWS_PER_A=rows_per_a, MUL_WEIGHT=weights is not None,
-        GROUP_N=block_n, BLOCK_M=align.block_m, BLOCK_N=tile_n, BLOCK_K=block_k, GROUP_M=8, num_warps=4,
-        num_stages=3,
+        GROUP_N=block_n, BLOCK_M=align.block_m, BLOCK_N=tile_n, BLOCK_K=block_k, GROUP_M=8,
+        num_warps=launch.num_warps, num_stages=launch.num_stages,
     )
     return out
 
@@ -122,21 +116,21 @@ def kernel_fits(block_k: int) -> bool:
 
 def fp8_fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor,
                       w2_scale: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, block_n: int,
-                      block_k: int) -> torch.Tensor:
+                      block_k: int, config: MoeFp8Config | None = None) -> torch.Tensor:
     """The kernels' computation of ``fused_moe_fp8_block`` on any device Triton runs on (its interpreter
-    included); the op checks the GPU first."""
+    included); the op checks the GPU first. ``config`` overrides the launch settings (:func:`config_for`)."""
     tokens, top_k = topk_ids.shape
-    num_experts, inter2, _ = w13.shape
+    num_experts, inter2, hidden_size = w13.shape
     if tokens == 0:
         return torch.zeros_like(hidden)
+    cfg = config or config_for(tokens, top_k, num_experts, inter2, hidden_size)
     x_q, x_scale = quantize_groups(hidden, block_k)
-    block_m, _ = block_sizes(tokens * top_k, num_experts, inter2)
-    align = align_slots_to_experts(topk_ids, num_experts, block_m)
+    align = align_slots_to_experts(topk_ids, num_experts, cfg.block_m)
     gate_up = fp8_grouped_gemm(x_q, x_scale, w13, w13_scale, align, top_k, block_n, block_k, hidden.dtype,
-                               split_half=True)
+                               split_half=True, launch=cfg.up)
     act_q, act_scale = _silu_and_mul_quantized(gate_up, block_k)
     down = fp8_grouped_gemm(act_q, act_scale, w2, w2_scale, align, 1, block_n, block_k, hidden.dtype,
-                            split_half=False, weights=topk_weights.reshape(-1).float().contiguous())
+                            split_half=False, launch=cfg.down, weights=topk_weights.reshape(-1).float().contiguous())
     return down.view(tokens, top_k, -1).sum(dim=1, dtype=torch.float32).to(hidden.dtype)
 
 
