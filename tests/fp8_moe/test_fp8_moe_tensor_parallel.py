@@ -1,6 +1,7 @@
-"""The FP8 MoE checkpoint over two tensor-parallel ranks (``mp`` executor, gloo on CPU), each holding half of
-every expert's intermediate features (one whole 32-row block of gate, of up, and 32 columns of down) with
-their block scales, gives the greedy tokens of one rank."""
+"""The FP8 MoE checkpoint over two ranks (``mp`` executor, gloo on CPU) gives the greedy tokens of one rank:
+tensor-parallel, each rank holding half of every expert's intermediate features (one whole 32-row block of
+gate, of up, and 32 columns of down) with their block scales; and expert-parallel, each rank holding half
+of the experts whole, which also serves experts whose halves would split a block (48 features)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,11 @@ def test_fp8_moe_tp2_matches_tp1(fp8_moe_pair) -> None:
     expected = _greedy_tokens(quantized)
     assert _greedy_tokens(quantized, tensor_parallel_size=2, distributed_executor_backend="mp") == expected
     assert all(len(tokens) == 12 for tokens in expected)
+
+
+def test_fp8_moe_expert_parallel_holds_whole_experts(fp8_moe_pair) -> None:
+    quantized, _ = fp8_moe_pair("inter48")
+    expected = _greedy_tokens(quantized)
+    got = _greedy_tokens(quantized, tensor_parallel_size=2, distributed_executor_backend="mp",
+                         enable_expert_parallel=True)
+    assert got == expected
