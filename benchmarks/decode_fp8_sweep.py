@@ -10,7 +10,8 @@ both batches (the bytes of the fp8 cache each reads), and its output's norm-rela
 baseline's (the query's rounding to e4m3 shows there). A setting whose difference passes
 :data:`MAX_REL_DIFF` or that fails to build is never chosen. The fastest setting (by the geometric mean of
 its two bandwidths) then has the programs per multiprocessor that split counts aim for timed on ragged
-batches of 32 and 256 sequences. A last line gives the choice against the baseline; ``--write-table`` writes
+batches of 32 and 256 sequences (the fewest in total wins; with none timed, the default 2 stays). Past
+``--budget-s`` the settings and counts not reached are skipped. A last line gives the choice against the baseline; ``--write-table`` writes
 it. Workload shapes as in ``decode_attention.py`` (16 query / 8 KV heads of 128, pages of 16).
 """
 
@@ -20,6 +21,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 import decode_attention as bench  # the sibling benchmark (this folder is on sys.path as a script)
@@ -99,6 +101,7 @@ def _score(record: dict) -> float:
 def sweep(args: argparse.Namespace) -> dict:
     """Times the baseline and each setting, then programs per multiprocessor for the fastest; prints JSON lines
     and returns the choice's record."""
+    deadline = time.monotonic() + args.budget_s if args.budget_s else math.inf
     uniform, ragged = _uniform(args), _ragged(args, args.batch)
     baseline = setting_name(_FP8_TILE)
     refs = {name: batch.call(_FP8_TILE, FP8_PROGRAMS_PER_SM).clone() for name, batch in
@@ -107,6 +110,9 @@ def sweep(args: argparse.Namespace) -> dict:
     for setting in dict.fromkeys([baseline, *args.settings]):
         record: dict = {"benchmark": "decode_attention_fp8_sweep", "setting": setting, "baseline": setting == baseline,
                         "programs_per_sm": FP8_PROGRAMS_PER_SM}
+        if records and time.monotonic() > deadline:
+            print(json.dumps({**record, "skipped": f"--budget-s {args.budget_s} spent"}), flush=True)
+            continue
         try:
             config = parse_setting(setting, _FP8_TILE)
             for name, batch in (("uniform", uniform), ("ragged", ragged)):
@@ -126,6 +132,8 @@ def sweep(args: argparse.Namespace) -> dict:
     per_sm_times = {}
     batches = [_ragged(args, b) for b in PER_SM_BATCHES]
     for per_sm in args.programs_per_sm:
+        if time.monotonic() > deadline:
+            break
         times = [batch.time(config, per_sm) for batch in batches]
         per_sm_times[per_sm] = sum(t["us"] for t in times)
         print(json.dumps({"benchmark": "decode_attention_fp8_programs_per_sm", "setting": best["setting"],
@@ -158,6 +166,8 @@ def main() -> None:
     parser.add_argument("--programs-per-sm", type=lambda s: [int(x) for x in s.split(",") if x], default=[2, 4, 8],
                         metavar="N,N,...", help="split targets tried with the fastest setting (empty: keep 2)")
     parser.add_argument("--write-table", default=None, metavar="PATH", help="write the choice as a launch table")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="seconds of timing after which settings and split targets not reached are skipped")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--context", type=int, default=1024)
     parser.add_argument("--heads", type=int, default=16)

@@ -107,7 +107,7 @@ def test_the_sweep_times_each_setting_and_writes_a_table_the_backend_reads(
         sweep_module, table_env, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
     path = tmp_path / "written.json"
     args = argparse.Namespace(settings=["64:4:3:q", "64:4:2:qp", "64:4:3:x"], programs_per_sm=[2, 4],
-                              write_table=str(path), batch=3, context=64, heads=4, kv_heads=2, head_size=32,
+                              write_table=str(path), budget_s=None, batch=3, context=64, heads=4, kv_heads=2, head_size=32,
                               block_size=16)
     choice = sweep_module.sweep(args)
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -126,3 +126,12 @@ def test_the_sweep_times_each_setting_and_writes_a_table_the_backend_reads(
     assert choice["setting"] == "128:4:3" and choice["programs_per_sm"] == 2
     table_env(json.loads(path.read_text()))
     assert choose_decode_config(8, fp8_cache=True) == _FP8_TILE and load_table().programs_per_sm == 2
+
+
+def test_past_its_budget_the_sweep_keeps_the_baseline(sweep_module, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+    args = argparse.Namespace(settings=["64:4:3:q"], programs_per_sm=[4], write_table=None, budget_s=1e-9, batch=2,
+                              context=32, heads=2, kv_heads=1, head_size=32, block_size=16)
+    choice = sweep_module.sweep(args)
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [("skipped" in r, r["setting"]) for r in records[:2]] == [(False, "128:4:3"), (True, "64:4:3:q")]
+    assert choice["setting"] == "128:4:3" and choice["programs_per_sm"] == 2 and "table" not in choice
