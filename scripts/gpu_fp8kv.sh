@@ -4,17 +4,19 @@
 # an fp8 cache run with the built-in setting and then with the table. JSON lines on stdout and in
 # $OUT/fp8kv.jsonl (each tagged with its "part"); the table in $OUT/decode_fp8_table.json; each step's
 # stderr in $OUT/fp8kv.log.
-#   tests            tests/gpu/test_kv_fp8_gpu.py -k fp8_dot: the FP8-dot decodes (q: Q·K in e4m3; qp: P·V too)
-#                    against the reference fed the same e4m3-rounded query, contexts to 8k, 1 and several splits
+#   tests            tests/gpu/test_kv_fp8_gpu.py -k fp8_dot: the FP8-dot decodes (q: Q·K in e4m3; qp: P·V too;
+#                    qv: V converted from words) against the reference fed the same e4m3-rounded query, contexts
+#                    to 8k, 1 and several splits
 #   sweep            benchmarks/decode_fp8_sweep.py: the built-in setting (128:4:3) and SETTINGS on batch
 #                    256 x 1,024 and on a W-GPU-like ragged batch (contexts 100-2,048, 4,096-token table), µs,
-#                    TB/s and fraction of 4.3 TB/s each; then programs per SM for the fastest; the choice
+#                    TB/s and fraction of 4.3 TB/s each (SETTINGS most promising first: settings not reached
+#                    after 45 s are skipped); then programs per SM for the fastest; the choice
 #                    written to $OUT/decode_fp8_table.json (INFERCORE_DECODE_FP8_TABLE for the later steps)
 #   throughput_base  `python -m infercore bench throughput --workload w-gpu-fp8kv`, the built-in setting
 #   throughput_table the same with INFERCORE_DECODE_FP8_TABLE set to the sweep's table
 #   summary          one line: the microbenchmark's fractions of 4.3 TB/s (target 0.85) and the tok/s of both
 #                    throughput runs (target 36,000), the table's against the built-in's
-# Every step runs under `timeout` with at most what is left of TOTAL_S (caps: tests 40 s, sweep 60, each
+# Every step runs under `timeout` with at most what is left of TOTAL_S (caps: tests 35 s, sweep 65, each
 # throughput run 70); a failed or skipped step prints {"part": ..., "exit"|"skipped": ...} and the next runs.
 #   GPU: bash scripts/gpu_fp8kv.sh
 #   Knobs (environment): PARTS, TOTAL_S (240), SETTINGS (see below), PROGRAMS_PER_SM (2,4,8),
@@ -30,7 +32,7 @@ LOG="$OUT/fp8kv.log"
 PARTS=${PARTS:-"tests sweep throughput_base throughput_table summary"}
 PARTS=${PARTS//,/ }
 TOTAL_S=${TOTAL_S:-240}
-SETTINGS=${SETTINGS:-"128:4:3:q 128:4:2:q 128:4:3:qp 128:4:2:qp 128:4:4:qp 128:8:3:qp 256:4:3:qp 256:4:2:qp 256:8:3:qp 64:4:3:qp"}
+SETTINGS=${SETTINGS:-"128:4:3:qv 128:4:1:qv 128:4:2:qv 64:4:2:qv 128:4:3:qp 128:4:3:q 64:4:3:qv 128:8:3:qv 128:4:2:qp 256:4:3:qp 64:4:3:qp 128:8:3:qp"}
 PROGRAMS_PER_SM=${PROGRAMS_PER_SM:-2,4,8}
 NUM_REQUESTS=${NUM_REQUESTS:-256}
 if [[ -n "${TABLE:-}" ]]; then
@@ -63,7 +65,7 @@ python3 -c "import json, sys; print(json.dumps({'part': 'device', 'gpu': sys.arg
 for part in $PARTS; do
     case $part in
         tests)
-            step tests 40 python3 -c 'import json, subprocess, sys, time
+            step tests 35 python3 -c 'import json, subprocess, sys, time
 t0 = time.time()
 r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/gpu/test_kv_fp8_gpu.py",
                     "-k", "fp8_dot"], capture_output=True, text=True)
@@ -73,8 +75,8 @@ print(json.dumps({"exit": r.returncode, "result": tail[-1] if tail else "", "sec
 sys.exit(r.returncode)' ;;
         sweep)
             # shellcheck disable=SC2086  # SETTINGS is a list
-            step sweep 60 python3 benchmarks/decode_fp8_sweep.py --settings $SETTINGS \
-                --programs-per-sm "$PROGRAMS_PER_SM" --write-table "$TABLE" --budget-s 40 ;;
+            step sweep 65 python3 benchmarks/decode_fp8_sweep.py --settings $SETTINGS \
+                --programs-per-sm "$PROGRAMS_PER_SM" --write-table "$TABLE" --budget-s 45 ;;
         throughput_base)
             step throughput_base 70 env INFERCORE_DECODE_FP8_TABLE= python3 -m infercore bench throughput \
                 --workload w-gpu-fp8kv --num-requests "$NUM_REQUESTS" --no-progress ;;

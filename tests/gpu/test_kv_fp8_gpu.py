@@ -107,13 +107,14 @@ FP8_DOTS_UNQUANTIZED_BOUND = 0.09
 
 
 @pytest.mark.parametrize(("setting", "group", "head_size"), [
-    ("128:4:3:q", 2, 128), ("128:4:3:q", 8, 128), ("128:4:3:qp", 2, 128), ("128:4:3:qp", 8, 128),
-    ("128:4:3:qp", 1, 64), ("256:4:3:qp", 2, 128)])
+    ("128:4:3:q", 2, 128), ("128:4:3:qv", 2, 128), ("128:4:1:qv", 8, 128), ("64:4:2:qv", 1, 64),
+    ("128:4:3:qp", 2, 128), ("128:4:3:qp", 8, 128), ("64:4:3:qp", 1, 64), ("256:4:3:qp", 2, 128)])
 def test_fp8_dot_decode_long_contexts(setting: str, group: int, head_size: int) -> None:
-    """Q·K (and P·V) on the FP8 tensor cores: the attention of the e4m3-rounded query, at every split count."""
+    """Q·K (and P·V) on the FP8 tensor cores, V converted from bytes or words (v): the attention of the
+    e4m3-rounded query, at every split count."""
     block_n, warps, stages, letters = setting.split(":")
     config = DecodeConfig(block_n=int(block_n), num_warps=int(warps), num_stages=int(stages),
-                          fp8_qk_dot="q" in letters, fp8_pv_dot="p" in letters)
+                          fp8_qk_dot="q" in letters, fp8_pv_dot="p" in letters, fp8_v_words="v" in letters)
     seq_lens = [1, 77, 1024, 3001, 8192, 513]
     case = make_case(seq_lens, [1] * len(seq_lens), 4 * group, 4, head_size, 16, torch.bfloat16, "cuda",
                      seed=group + head_size)

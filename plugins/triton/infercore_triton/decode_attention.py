@@ -67,11 +67,14 @@ class DecodeConfig:
     #: warpgroup MMA with K as stored (copied asynchronously to shared memory, never converted), then multiplied
     #: back by the row's scale. Costs the query's rounding to 3 mantissa bits (a few percent per score). Needs
     #: heads of 32 or more and an NVIDIA GPU of capability 8.9+ (or the interpreter); ignored otherwise.
-    #: sm_90 loop (``benchmarks/decode_sass.py``, Triton 3.9, 128-token tile): see ``fp8_pv_dot``.
     fp8_qk_dot: bool = False
     #: With ``fp8_qk_dot``, run P·V (as Vᵀ·Pᵀ) on the FP8 tensor cores too: the probabilities (at most 1) are
     #: multiplied by 448 and rounded to e4m3, V meets the dot as stored, and 1/448 joins V's scale on the
-    #: output; the denominator sums the unrounded probabilities. Without it P·V runs in fp16, V converted.
+    #: output; the denominator sums the unrounded probabilities. Without it P·V runs in fp16, V converted (from
+    #: 32-bit words with ``fp8_v_words``). On sm_90 (``benchmarks/decode_sass.py``, 128-token tiles, 4 warps,
+    #: Triton 3.6) the loop issues per warp and tile 1,410 instructions by default, 967 with ``fp8_qk_dot``,
+    #: 840 with ``fp8_pv_dot`` too (V's bytes transposed through shared memory for the e4m3 operand) and 614
+    #: with ``fp8_qk_dot`` and ``fp8_v_words`` (88 KB of shared memory at three stages, though).
     fp8_pv_dot: bool = False
 
 
@@ -194,7 +197,8 @@ def _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, 
 def _attend_range_fp8_dots(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
                            stride_qt, stride_qh, stride_cs, stride_cb, stride_ch,
                            GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-                           PAGE: tl.constexpr, BLOCK_N: tl.constexpr, FP8_PTX: tl.constexpr, FP8_PV: tl.constexpr):
+                           PAGE: tl.constexpr, BLOCK_N: tl.constexpr, FP8_PTX: tl.constexpr, FP8_PV: tl.constexpr,
+                           FP8_V_WORDS: tl.constexpr):
     """:func:`_attend_range` over an fp8 cache with Q·K on the FP8 tensor cores, every tile held transposed
     (tokens by query heads).
 
@@ -227,15 +231,15 @@ def _attend_range_fp8_dots(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, 
         alpha = tl.exp2(m - m_new)
         p_t = tl.exp2(s_t - m_new[None, :])
         denom = denom * alpha + tl.sum(p_t, axis=0)
-        v8 = _load_fp8_tile(v_cache_ptr, offs, valid, HEAD, HEAD_PAD)
         if FP8_PV:
             # p <= 1: times 448 it spans e4m3's range.
+            v8 = _load_fp8_tile(v_cache_ptr, offs, valid, HEAD, HEAD_PAD)
             pv_t = tl.dot(tl.trans(v8), (p_t * 448.0).to(tl.float8e4nv))
         else:
             if FP8_PTX:
-                v = _e4m3_ptx_to_fp16(v8.to(tl.uint8, bitcast=True))
+                v = _load_e4m3_tile(v_cache_ptr, offs, valid, HEAD, HEAD_PAD, BLOCK_N, FP8_V_WORDS)
             else:
-                v = v8.to(tl.float16)
+                v = _load_fp8_tile(v_cache_ptr, offs, valid, HEAD, HEAD_PAD).to(tl.float16)
             pv_t = tl.dot(tl.trans(v), p_t.to(tl.float16))
         acc_t = acc_t * alpha[None, :] + pv_t
         m = m_new
@@ -265,7 +269,8 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
     if FP8_QK:
         acc, m, denom = _attend_range_fp8_dots(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
                                                stride_qt, stride_qh, stride_cs, stride_cb, stride_ch,
-                                               GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, FP8_PTX, FP8_PV)
+                                               GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, FP8_PTX, FP8_PV,
+                                               FP8_V_WORDS)
     else:
         acc, m, denom = _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
                                       stride_qt, stride_qh, stride_cs, stride_cb, stride_ch,
