@@ -82,12 +82,28 @@ def engine_splits(num_reqs: int, num_kv_heads: int, width: int, kv_cache_dtype: 
     return choose_num_splits(num_reqs, num_kv_heads, width, _num_sms(), kv_cache_dtype == "fp8")
 
 
+#: Letters of a setting's fourth field: the fp8 choices each turns on.
+SETTING_FLAGS = {"v": "fp8_v_words", "k": "fp8_k_words", "q": "fp8_qk_dot", "p": "fp8_pv_dot"}
+
+
 def parse_setting(text: str, base: DecodeConfig | None = None) -> DecodeConfig:
-    """``BLOCK_N:WARPS:STAGES`` then ``:v``, ``:k`` or ``:kv`` (fp8 V, K or both loaded as words), over ``base``."""
+    """``BLOCK_N:WARPS:STAGES`` then optionally letters over ``base``: ``v``/``k`` (fp8 V/K loaded as words),
+    ``q`` (Q·K on FP8 tensor cores, the query quantized per head), ``p`` (P·V on FP8 tensor cores); e.g.
+    ``128:4:3:qp``. Flags not named are off."""
     parts = text.split(":")
-    words = parts[3] if len(parts) > 3 else ""
+    letters = parts[3] if len(parts) > 3 else ""
+    unknown = set(letters) - set(SETTING_FLAGS)
+    if unknown or len(parts) > 4:
+        raise ValueError(f"setting {text!r}: BLOCK_N:WARPS:STAGES[:LETTERS], letters from {''.join(SETTING_FLAGS)}")
+    flags = {field: letter in letters for letter, field in SETTING_FLAGS.items()}
     return dataclasses.replace(base or DecodeConfig(), block_n=int(parts[0]), num_warps=int(parts[1]),
-                               num_stages=int(parts[2]), fp8_v_words="v" in words, fp8_k_words="k" in words)
+                               num_stages=int(parts[2]), **flags)
+
+
+def setting_name(config: DecodeConfig) -> str:
+    """The ``BLOCK_N:WARPS:STAGES[:LETTERS]`` text of ``config`` (the inverse of :func:`parse_setting`)."""
+    letters = "".join(letter for letter, field in SETTING_FLAGS.items() if getattr(config, field))
+    return f"{config.block_n}:{config.num_warps}:{config.num_stages}" + (f":{letters}" if letters else "")
 
 
 #: How calls are timed (``--timer``): "graph", the device's time from CUDA-graph replays; or "do_bench", per call

@@ -8,8 +8,8 @@ time is spent: over an fp8 cache, the default setting's loop gathers V byte by b
 
     TRITON_INTERPRET=0 python benchmarks/decode_sass.py --kv-cache-dtype fp8 --settings 128:4:3 128:4:2:v 128:4:1:kv
 
-Settings are ``BLOCK_N:WARPS:STAGES``, then ``:v``, ``:k`` or ``:kv`` to load V, K or both as words
-(``fp8_v_words``, ``fp8_k_words``). The shape is W-GPU's (groups of
+Settings are ``BLOCK_N:WARPS:STAGES``, then letters: ``v``/``k`` to load V/K as words (``fp8_v_words``,
+``fp8_k_words``), ``q`` for Q·K on the FP8 tensor cores, ``p`` for P·V there too (``fp8_qk_dot``, ``fp8_pv_dot``). The shape is W-GPU's (groups of
 2 query heads, heads of 128, pages of 16). Prints one JSON line per setting.
 """
 
@@ -35,16 +35,20 @@ STEP_VARYING = ("block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "strid
 INT_POINTERS = ("block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr")
 #: Instruction kinds always reported (zero when absent), besides the ten most frequent.
 WATCHED = ("LDS.U8", "PRMT", "IMAD.MOV.U32", "LDS.64", "LDS.128", "LDSM.16.M88.4", "LDSM.16.MT88.4", "STS.128",
-           "F2FP.F16.E4M3.UNPACK_B", "HMMA.16816.F32")
+           "STS.U8", "F2FP.F16.E4M3.UNPACK_B", "HMMA.16816.F32", "LDGSTS.E.BYPASS.128")
+#: Opcode prefixes of sm_90's warpgroup MMAs (HGMMA: 16-bit operands, QGMMA: fp8), counted in the loop as "gmma".
+GMMA_PREFIXES = ("HGMMA", "QGMMA")
 
 
 def compile_sm90(fp8: bool, block_n: int, warps: int, stages: int, v_words: bool, k_words: bool = False,
-                 group: int = 2, head: int = 128, page: int = 16) -> triton.compiler.CompiledKernel:
-    """The decode kernel over an fp8 (as bytes, converted in PTX) or bf16 cache, one split, for sm_90."""
+                 group: int = 2, head: int = 128, page: int = 16, qk_dot: bool = False,
+                 pv_dot: bool = False) -> triton.compiler.CompiledKernel:
+    """The decode kernel over an fp8 (as bytes, converted in PTX) or bf16 cache, one split, for sm_90; over fp8,
+    ``qk_dot``/``pv_dot`` put Q·K/P·V on the FP8 tensor cores."""
     constants = {"GROUP": group, "GROUP_PAD": max(16, triton.next_power_of_2(group)), "HEAD": head,
                  "HEAD_PAD": triton.next_power_of_2(head), "PAGE": page, "BLOCK_N": block_n, "NUM_SPLITS": 1,
                  "DOT_PRECISION": "ieee", "FP16_MATH": fp8, "FP8_PTX": fp8, "FP8_K_WORDS": fp8 and k_words,
-                 "FP8_V_WORDS": fp8 and v_words,
+                 "FP8_V_WORDS": fp8 and v_words, "FP8_QK": fp8 and qk_dot, "FP8_PV": fp8 and pv_dot,
                  "QUERY_STARTS": False}
     signature = {}
     for name in _decode_split_kernel.arg_names:
@@ -105,16 +109,19 @@ def report(fp8: bool, setting: str) -> dict:
     config = parse_setting(setting)
     block_n, warps, stages = config.block_n, config.num_warps, config.num_stages
     v_words, k_words = config.fp8_v_words, config.fp8_k_words
-    compiled = compile_sm90(fp8, block_n, warps, stages, v_words, k_words)
+    compiled = compile_sm90(fp8, block_n, warps, stages, v_words, k_words, qk_dot=config.fp8_qk_dot,
+                            pv_dot=config.fp8_pv_dot)
     ops = loop_instructions(compiled.asm["sass"])
     kinds = Counter(ops)
     return {"benchmark": "decode_sass", "target": "sm_90", "kv_cache_dtype": "fp8" if fp8 else "bfloat16",
             "block_n": block_n, "num_warps": warps, "num_stages": stages,
             "fp8_v_words": v_words and fp8, "fp8_k_words": k_words and fp8,
+            "fp8_qk_dot": config.fp8_qk_dot and fp8, "fp8_pv_dot": config.fp8_pv_dot and fp8,
             "loop_instructions_per_warp": len(ops),
             "instructions_per_128_tokens": round(len(ops) * warps * 128 / block_n),
             **resource_usage(compiled), "shared_bytes": compiled.metadata.shared,
             "watched": {k: kinds.get(k, 0) for k in WATCHED}, "most_frequent": dict(kinds.most_common(10)),
+            "gmma": {k: v for k, v in sorted(kinds.items()) if k.startswith(GMMA_PREFIXES)},
             "triton": triton.__version__}
 
 

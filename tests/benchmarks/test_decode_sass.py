@@ -38,3 +38,26 @@ def test_a_bf16_cache_has_no_conversions(tmp_path: Path) -> None:
     (bf16,) = _run("--kv-cache-dtype", "bfloat16", "--settings", "128:4:3", tmp_path=tmp_path)
     assert bf16["loop_instructions_per_warp"] > 0
     assert bf16["watched"]["F2FP.F16.E4M3.UNPACK_B"] == 0 and bf16["watched"]["LDS.U8"] == 0
+
+
+def test_fp8_dots_run_on_the_warpgroup_fp8_tensor_cores(tmp_path: Path) -> None:
+    """Q·K as K·Qᵀ takes sm_90's FP8 warpgroup MMA (64 tokens by the group's 16 padded rows, 32 values deep),
+    K never converted; with P·V in e4m3 too, no fp16 MMA is left and the loop issues fewer instructions."""
+    default, qk, both, wide, words = _run("--kv-cache-dtype", "fp8", "--settings", "128:4:3", "128:4:3:q",
+                                          "128:4:3:qp", "256:4:3:qp", "128:4:3:qv", tmp_path=tmp_path)
+    assert qk["fp8_qk_dot"] and not qk["fp8_pv_dot"] and both["fp8_qk_dot"] and both["fp8_pv_dot"]
+    assert default["gmma"] == {}
+    fp8_mma = "QGMMA.64x16x32.F32.E4M3.E4M3"
+    # A 128-token tile: K·Qᵀ is 2 x 4 of them; Vᵀ·Pᵀ 2 x 4 more in e4m3, or 2 x 8 fp16 ones (64x16x16).
+    assert qk["gmma"] == {fp8_mma: 8, "HGMMA.64x16x16.F32": 16}
+    assert both["gmma"] == {fp8_mma: 16} and wide["gmma"] == {fp8_mma: 32}
+    for record in (qk, both, wide):
+        assert record["watched"]["HMMA.16816.F32"] == 0 and record["watched"]["LDS.U8"] == 0
+        assert record["stack_bytes"] == 0 and 0 < record["registers"] <= 255
+        assert 0 < record["shared_bytes"] <= 227 * 1024
+    assert both["watched"]["F2FP.F16.E4M3.UNPACK_B"] == 0  # nothing converted to fp16
+    assert both["instructions_per_128_tokens"] < 0.8 * default["instructions_per_128_tokens"]
+    assert qk["instructions_per_128_tokens"] < default["instructions_per_128_tokens"]
+    # V converted from words before Vᵀ·Pᵀ: no byte permutes left, the fewest instructions of all.
+    assert words["fp8_v_words"] and words["gmma"] == qk["gmma"] and words["watched"]["PRMT"] < 8
+    assert words["instructions_per_128_tokens"] < 0.6 * default["instructions_per_128_tokens"]

@@ -99,3 +99,49 @@ def test_backend_accepts_an_fp8_cache_and_names_what_it_refuses() -> None:
     on_xpu = AttentionRequest(num_heads=4, num_kv_heads=2, head_size=32, dtype=torch.bfloat16,
                               kv_cache_dtype=FP8_KV_DTYPE, block_size=16, device_type="xpu")
     assert any("compute capability 8.9" in reason for reason in TritonAttentionBackend.validate(on_xpu))
+
+
+def quantize_query_rows(q: torch.Tensor) -> torch.Tensor:
+    """``q`` [tokens, heads, head] as the FP8-dot decode kernel sees it: each (token, head) row rounded to e4m3
+    with its own scale (its largest magnitude maps to 448), then multiplied back."""
+    amax = q.float().abs().amax(dim=-1, keepdim=True)
+    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    return ((q.float() / scale).clamp(-448.0, 448.0).to(FP8_KV_DTYPE).float() * scale).to(q.dtype)
+
+
+#: The FP8-dot decode against the reference fed the same e4m3-rounded query: P·V in fp16 rounds P to 11 bits
+#: (7.7e-5 here); P in e4m3 (3 bits, times 448) moves outputs by 1.1%.
+FP8_QK_TIGHT, FP8_QK_PV_BOUND = 5e-4, 3e-2
+#: Against the reference fed the unrounded query: the query's own e4m3 rounding (1.0%; 1.4-1.5% with P in e4m3).
+FP8_QUERY_BOUND = 4e-2
+
+
+@pytest.mark.parametrize("pv_dot", [False, True])
+@pytest.mark.parametrize(("splits", "block_n"), [(1, 64), (3, 32)])
+def test_fp8_dot_decode_is_attention_of_the_rounded_query(splits: int, block_n: int, pv_dot: bool) -> None:
+    q, k, v, cache, common = build_step(DECODES, torch.device("cpu"), torch.float32)
+    write_kv(k, v, cache, common.slot_mapping, *DECODES.scales)
+    q[1, 0].zero_()  # an all-zero query row keeps scale 1 (no 0/0)
+    q[2, 3].mul_(1e3)  # and an outsized one saturates to 448, not past it
+    out = torch.full_like(q, float("nan"))
+    config = DecodeConfig(block_n=block_n, fp8_qk_dot=True, fp8_pv_dot=pv_dot)
+    decode_attention(q, cache, common.seq_lens, common.block_table, SCALE, out, num_splits=splits,
+                     k_scale=DECODES.scales[0], v_scale=DECODES.scales[1], config=config)
+    rounded = _reference(DECODES, quantize_query_rows(q), cache, common)
+    assert relative_error(out, rounded) < (FP8_QK_PV_BOUND if pv_dot else FP8_QK_TIGHT)
+    assert 1e-4 < relative_error(out, _reference(DECODES, q, cache, common)) < FP8_QUERY_BOUND
+
+
+def test_fp8_dot_decode_through_query_starts_and_in_bfloat16() -> None:
+    """The decodes of a mixed step (located through the query starts) with bf16 activations, as on a GPU."""
+    q, k, v, cache, common = build_step(MIXED, torch.device("cpu"), torch.bfloat16)
+    write_kv(k, v, cache, common.slot_mapping, *MIXED.scales)
+    out = torch.zeros_like(q)
+    decode_attention(q, cache, common.seq_lens, common.block_table, SCALE, out, k_scale=MIXED.scales[0],
+                     v_scale=MIXED.scales[1], query_start_loc=common.query_start_loc,
+                     config=DecodeConfig(block_n=32, fp8_qk_dot=True, fp8_pv_dot=True))
+    expected = _reference(MIXED, quantize_query_rows(q).float(), cache, common)
+    decodes = (common.query_start_loc[1:] - common.query_start_loc[:-1] == 1).nonzero().flatten()
+    rows = common.query_start_loc[decodes]
+    assert len(rows) == 2
+    assert relative_error(out[rows].float(), expected[rows]) < FP8_QK_PV_BOUND

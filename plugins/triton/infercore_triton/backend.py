@@ -23,6 +23,7 @@ from infercore.plugin_api import (
     kv_cache_fp8,
 )
 from infercore_triton.decode_attention import DecodeConfig, decode_attention, multiprocessor_count
+from infercore_triton.decode_fp8_table import load_table as load_fp8_decode_table
 from infercore_triton.encoder_attention import encoder_attention
 from infercore_triton.fp8_support import has_fp8_dot
 from infercore_triton.kv_cache_write import write_kv
@@ -50,16 +51,19 @@ FP8_PROGRAMS_PER_SM = 2
 
 
 def choose_num_splits(num_reqs: int, num_kv_heads: int, max_context: int, num_sms: int,
-                      fp8_cache: bool = False) -> int:
+                      fp8_cache: bool = False, programs_per_sm: int | None = None) -> int:
     """Splits per (sequence, KV head) so that a decode launch has about :data:`PROGRAMS_PER_SM` programs per
-    multiprocessor (:data:`FP8_PROGRAMS_PER_SM` over an fp8 cache), each split at least
-    :data:`MIN_TOKENS_PER_SPLIT` of the table wide.
+    multiprocessor (over an fp8 cache, the fp8 decode table's count, else :data:`FP8_PROGRAMS_PER_SM`; or
+    ``programs_per_sm``), each split at least :data:`MIN_TOKENS_PER_SPLIT` of the table wide.
 
     Depends only on the batch size and the block table's width, never on this step's lengths, so
     a step replayed from a captured graph keeps the split count it was captured with.
     """
     programs = max(1, num_reqs * num_kv_heads)
-    per_sm = FP8_PROGRAMS_PER_SM if fp8_cache else PROGRAMS_PER_SM
+    per_sm = programs_per_sm or PROGRAMS_PER_SM
+    if fp8_cache and programs_per_sm is None:
+        table = load_fp8_decode_table()
+        per_sm = (table.programs_per_sm if table else None) or FP8_PROGRAMS_PER_SM
     wanted = triton.cdiv(per_sm * num_sms, programs)
     by_context = max(1, triton.cdiv(max_context, MIN_TOKENS_PER_SPLIT))
     return max(1, min(wanted, by_context, MAX_SPLITS))
@@ -79,9 +83,11 @@ _FP8_TILE = DecodeConfig(block_n=128, num_warps=4, num_stages=3)
 
 
 def choose_decode_config(num_reqs: int, fp8_cache: bool = False) -> DecodeConfig:
-    """Launch parameters of the decode kernel for a batch of ``num_reqs`` (graph-stable: size only)."""
+    """Launch parameters of the decode kernel for a batch of ``num_reqs`` (graph-stable: size only); over an
+    fp8 cache, the setting of the table ``INFERCORE_DECODE_FP8_TABLE`` names, if any."""
     if fp8_cache:
-        return _FP8_TILE
+        table = load_fp8_decode_table()
+        return table.config if table else _FP8_TILE
     return _WIDE_TILE if num_reqs >= WIDE_TILE_MIN_BATCH else DecodeConfig()
 
 

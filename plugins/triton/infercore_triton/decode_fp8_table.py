@@ -1,0 +1,72 @@
+"""The launch table of the decode kernel over an fp8 KV cache, written by a sweep on the machine at hand.
+
+``INFERCORE_DECODE_FP8_TABLE`` names a JSON file (``benchmarks/decode_attention.py --fp8-sweep ...
+--write-table PATH`` writes one) holding a :class:`~infercore_triton.decode_attention.DecodeConfig` and,
+optionally, the decode programs per multiprocessor that split counts aim for. Without the variable, or
+with a file that cannot be read, fp8 decodes keep the built-in defaults (``infercore_triton.backend``).
+The table is graph-stable: one setting for every batch size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infercore_triton.decode_attention import DecodeConfig
+
+logger = logging.getLogger(__name__)
+
+TABLE_ENV = "INFERCORE_DECODE_FP8_TABLE"
+TABLE_FORMAT = "infercore-decode-fp8-table/1"
+
+
+@dataclass(frozen=True)
+class Fp8DecodeTable:
+    """A swept launch setting for fp8-cache decodes, and the programs per multiprocessor (``None``: the
+    backend's default) that their split counts aim for."""
+
+    config: DecodeConfig
+    programs_per_sm: int | None = None
+
+    def to_json(self, **measured: Any) -> dict[str, Any]:
+        """The table as the JSON object :func:`parse_table` reads, with ``measured`` figures kept beside it."""
+        return {"format": TABLE_FORMAT, "config": dataclasses.asdict(self.config),
+                "programs_per_sm": self.programs_per_sm, **measured}
+
+
+def parse_table(data: dict[str, Any]) -> Fp8DecodeTable:
+    """A table from its JSON object; raises ``ValueError`` on another format or unknown fields."""
+    if data.get("format") != TABLE_FORMAT:
+        raise ValueError(f"not an fp8 decode table (format {data.get('format')!r}, expected {TABLE_FORMAT!r})")
+    fields = {f.name for f in dataclasses.fields(DecodeConfig)}
+    config = data.get("config") or {}
+    unknown = set(config) - fields
+    if unknown:
+        raise ValueError(f"unknown DecodeConfig fields in the fp8 decode table: {sorted(unknown)}")
+    per_sm = data.get("programs_per_sm")
+    if per_sm is not None and (not isinstance(per_sm, int) or per_sm < 1):
+        raise ValueError(f"programs_per_sm must be a positive integer, got {per_sm!r}")
+    return Fp8DecodeTable(DecodeConfig(**config), per_sm)
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: str) -> Fp8DecodeTable | None:
+    try:
+        table = parse_table(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, TypeError) as exc:
+        logger.warning("%s=%s not used (%s): fp8 decodes keep the built-in setting", TABLE_ENV, path, exc)
+        return None
+    logger.info("fp8 decode setting from %s: %s, %s programs per SM", path, table.config, table.programs_per_sm)
+    return table
+
+
+def load_table() -> Fp8DecodeTable | None:
+    """The table ``INFERCORE_DECODE_FP8_TABLE`` names (read once per path), or ``None``."""
+    path = os.environ.get(TABLE_ENV, "")
+    return _load(path) if path else None
