@@ -1,0 +1,84 @@
+"""Where a speculative step's time goes at batch 1 on the 8B shape: one profiled request with and without an
+EAGLE-3 head (forced acceptance), JSON lines: wall and device time per output token, the kernels that take
+longest, and the host calls that wait for the device (syncs, copies) or launch graphs.
+
+    python scripts/gpu_spec_profile.py [--rate 0.0] [--k 3] [--tokens 48]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from infercore import LLM, SamplingParams
+from infercore.benchmarks.spec_folders import write_folders
+from infercore.benchmarks.speculative import force_acceptance_rate, periodic
+from infercore.benchmarks.workloads import WORKLOADS
+
+HOST_CALLS = ("cudaGraphLaunch", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync",
+              "cudaEventSynchronize", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "aten::item")
+
+
+def _profile(llm: LLM, prompt: list[int], tokens: int, label: str) -> None:
+    params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True, detokenize=False)
+    llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
+    llm.reset_prefix_cache()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
+        wall = time.perf_counter() - start
+    kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    host: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    device_us = 0.0
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            k = kernels[ev.name[:90]]
+            k[0] += 1
+            k[1] += ev.device_time
+            device_us += ev.device_time
+        elif ev.name in HOST_CALLS:
+            h = host[ev.name]
+            h[0] += 1
+            h[1] += ev.cpu_time
+    top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:18]
+    print(json.dumps({"label": label, "tokens": tokens, "wall_ms_per_token": round(wall * 1000 / tokens, 3),
+                      "device_ms_per_token": round(device_us / 1000 / tokens, 3),
+                      "host_calls": {n: [c, round(t / 1000, 2)] for n, (c, t) in host.items()}}), flush=True)
+    for name, (count, us) in top:
+        print(json.dumps({"label": label, "kernel": name, "count": count, "ms": round(us / 1000, 3)}), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workload", default="w-gpu-8b")
+    parser.add_argument("--rate", type=float, default=0.0)
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=48)
+    args = parser.parse_args()
+    workload = WORKLOADS[args.workload]
+    prompt = periodic(list(range(1, 513)), 64)
+    with tempfile.TemporaryDirectory() as tmp:
+        folders = write_folders(Path(tmp), args.workload, "w-gpu")
+        folder = workload.write_model_folder(Path(tmp) / workload.name)
+        for label, spec in (("plain", None),
+                            ("eagle3", {"method": "eagle3", "num_speculative_tokens": args.k,
+                                        "model": folders["eagle3"]})):
+            llm = LLM(model=str(folder), load_format="dummy", dtype=workload.dtype,
+                      max_model_len=workload.max_model_len, skip_tokenizer_init=True, max_num_seqs=8,
+                      **({"speculative_config": spec} if spec else {}))
+            if spec:
+                force_acceptance_rate(llm, args.rate)
+            _profile(llm, prompt, args.tokens, label)
+            del llm
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
