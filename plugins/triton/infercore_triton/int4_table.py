@@ -3,8 +3,9 @@
 Four paths: ``skinny`` (:mod:`infercore_triton.int4_skinny`, packed 16-bit dequantization into the tensor
 cores), ``gemv`` (:mod:`infercore_triton.int4_gemv`, fused multiply-adds, single rows), ``gemm``
 (:mod:`infercore_triton.int4_gemm`'s tile kernel, which also takes act-order shards) and ``dense`` (the
-weight dequantized into a 16-bit scratch, then the dense GEMM). Without measurements, up to
-:data:`DEFAULT_DENSE_MIN_M` rows take ``skinny`` and from there ``dense``.
+weight dequantized into a 16-bit scratch, then the dense GEMM). The table shipped beside this module
+(:data:`MEASURED_TABLE`, a sweep on an H100) holds the choices at Qwen3-8B's shapes; other shapes, without
+measurements, take ``skinny`` up to the table's ``dense_min_m`` rows and ``dense`` from there.
 
 A sweep on the GPU (``benchmarks/int4_sweep.py``) writes a JSON file of measured choices; the file named by
 the environment variable :data:`TABLE_ENV` is read at import::
@@ -28,6 +29,9 @@ TABLE_ENV = "INFERCORE_INT4_TABLE"
 #: From this many rows on, without a table entry, the dequantize-then-dense path.
 DEFAULT_DENSE_MIN_M = 32
 KERNELS = ("skinny", "gemv", "gemm", "dense")
+#: The sweep's table for Qwen3-8B's projections on an H100 (used when :data:`TABLE_ENV` names no file): from
+#: one row to 256 the skinny and gemv kernels, from 512 the dense path.
+MEASURED_TABLE = os.path.join(os.path.dirname(__file__), "int4_table_measured.json")
 
 
 @dataclass(frozen=True)
@@ -82,9 +86,10 @@ def parse_table(data: dict[str, Any]) -> Int4Table:
 
 
 def load_table() -> Int4Table:
-    """The table in the file named by :data:`TABLE_ENV`, else the defaults."""
-    path = os.environ.get(TABLE_ENV)
-    if not path:
+    """The table in the file named by :data:`TABLE_ENV`, else the measured one shipped beside this module
+    (:data:`MEASURED_TABLE`), else the defaults."""
+    path = os.environ.get(TABLE_ENV) or MEASURED_TABLE
+    if not os.path.exists(path) and path == MEASURED_TABLE:
         return Int4Table()
     with open(path, encoding="utf-8") as f:
         return parse_table(json.load(f))
