@@ -66,3 +66,30 @@ def test_decodes_through_query_starts_leave_other_rows_alone() -> None:
     with pytest.raises(ValueError, match="one split"):
         decode_attention(case.q, case.kv_cache, case.seq_lens, case.block_table, 0.125, out, num_splits=2,
                          query_start_loc=case.query_start_loc)
+
+
+#: A speculating batch: rows verifying 1 + k tokens (k = 3, fewer near a row's end) beside a prompt chunk.
+SPEC_SEQ_LENS = [40, 9, 77, 30, 21, 64]
+SPEC_QUERY_LENS = [4, 9, 4, 1, 2, 37]
+
+
+@pytest.mark.parametrize(("num_splits", "window"), [(1, None), (3, None), (2, 24)])
+def test_short_queries_attend_as_decodes_of_their_tokens(num_splits: int, window: int | None) -> None:
+    group, kv_heads, head = 2, 2, 64
+    case = make_case(SPEC_SEQ_LENS, SPEC_QUERY_LENS, group * kv_heads, kv_heads, head, 16, torch.float32, seed=11)
+    write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
+    q, qsl, seq_lens, table = _padded(case, extra_tokens=6, extra_reqs=4)
+    out = torch.full_like(q, float("nan"))
+    scale = head**-0.5
+    decode_attention(q, case.kv_cache, seq_lens, table, scale, out, num_splits=num_splits, sliding_window=window,
+                     query_start_loc=qsl, short_queries=4)
+    total = case.q.shape[0]
+    want = reference_attention(case, scale, sliding_window=window)
+    lens = torch.tensor(SPEC_QUERY_LENS)
+    short = torch.repeat_interleave(lens <= 4, lens)
+    assert rel_err(out[:total][short], want[short]) < TOLERANCE[torch.float32]
+    assert torch.isnan(out[:total][~short]).all() and torch.isnan(out[total:]).all()  # not the decode kernel's rows
+    prefill_attention(q, case.kv_cache, qsl, seq_lens, table, scale, out, 1, sliding_window=window,
+                      config=PrefillConfig(block_m=32, block_n=16), uniform_grid=True, short_queries=4)
+    assert rel_err(out[:total], want) < TOLERANCE[torch.float32]
+    assert torch.isnan(out[total:]).all()

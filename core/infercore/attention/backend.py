@@ -90,6 +90,9 @@ class CommonAttentionMetadata:
     padded_for_graph: bool = False
     visible_until: torch.Tensor | None = None  # int32 [num_tokens]
     visible_until_cpu: torch.Tensor | None = None
+    #: The most tokens a speculating request verifies in a step (1 + k with speculative decoding, else 1),
+    #: the same for every step of an engine: a backend may shape captured launches by it.
+    max_verify_len: int = 1
 
     @property
     def is_pure_decode(self) -> bool:

@@ -85,6 +85,7 @@ class ModelRunner:
         self.kv_spec, self.num_layers = self.kv_setup.spec, self.kv_setup.num_layers
         self.backend = select_attention_backend(self.model, platform, self.kv_spec, self.dtype)
         self.sampler, self.spec, positions_per_row = make_sampler_and_step(self)
+        self.max_verify_len = positions_per_row  # what attention's metadata tells backends (1 + k, or 1)
         self.max_blocks_per_req = math.ceil(max_model_len / self.block_size)
         num_groups = len(self.kv_setup.groups)
         self.buffers = StepBuffers(max(self.max_num_tokens, self.max_num_reqs), self.max_num_reqs,
@@ -189,6 +190,7 @@ class ModelRunner:
             block_table=buf.block_table[:num_reqs, :width], slot_mapping=buf.slot_mapping[: padded_tokens or num_tokens],
             query_start_loc_cpu=buf.query_start_loc_host[: num_reqs + 1], seq_lens_cpu=buf.seq_lens_host[:num_reqs],
             padded_for_graph=padded_for_graph, visible_until=bounds[0], visible_until_cpu=bounds[1],
+            max_verify_len=self.max_verify_len,
         )
 
     def _fill(self, layout: BatchLayout, input_ids: np.ndarray, slots: np.ndarray, table: np.ndarray,

@@ -134,6 +134,11 @@ class TritonAttentionMetadata:
     runtime_splits: bool = False
     #: Per-token visibility bounds for the prefill kernel (models with bidirectional image spans), or None.
     visible_until: torch.Tensor | None = None
+    #: Queries of up to this many tokens (speculative verification) run the decode kernel, one decode per
+    #: query token, in ``num_splits`` splits; 1: only one-token queries do.
+    short_queries: int = 1
+    #: Whether every query of the step is that short (the prefill kernel is not launched).
+    all_short: bool = False
 
 
 class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
@@ -146,7 +151,17 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
     def build(self, common: CommonAttentionMetadata) -> TritonAttentionMetadata:
         n = common.num_reqs
         uniform = common.padded_for_graph and not common.is_pure_decode
-        if uniform:
+        # Verification queries (1 + k tokens) attend as decodes of their tokens, split over the context like a
+        # decode step of as many rows; not where image spans see ahead (the decode kernel is causal only).
+        short = common.max_verify_len if common.max_verify_len > 1 and common.visible_until is None else 1
+        all_short = short > 1 and not uniform and not common.is_pure_decode and common.max_query_len <= short
+        fp8 = kv_cache_fp8.is_fp8_kv(self.spec.dtype)
+        max_context = common.block_table.shape[1] * self.spec.block_size
+        if short > 1 and (uniform or all_short):
+            tokens = len(common.slot_mapping) if uniform else common.num_actual_tokens
+            num_decodes, config = 0, choose_decode_config(tokens, fp8)
+            num_splits = choose_num_splits(tokens, self.spec.num_kv_heads, max_context, self.num_sms, fp8)
+        elif uniform:
             num_decodes, num_splits, config = 0, 1, DecodeConfig()
         elif common.is_pure_decode:
             num_decodes = n
@@ -171,7 +186,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             seq_lens=common.seq_lens, block_table=common.block_table, slot_mapping=common.slot_mapping,
             num_decodes=num_decodes, num_splits=num_splits, decode_config=config,
             uniform=uniform, runtime_splits=not uniform and not common.is_pure_decode,
-            visible_until=common.visible_until,
+            visible_until=common.visible_until, short_queries=short, all_short=all_short,
         )
 
 
@@ -211,13 +226,17 @@ class TritonAttentionImpl(AttentionImpl):
     def _attend(self, q: torch.Tensor, kv_cache: torch.Tensor, meta: TritonAttentionMetadata, out: torch.Tensor,
                 k_scale: float, v_scale: float) -> torch.Tensor:
         n, d = meta.num_reqs, meta.num_decodes
-        if meta.uniform:
-            decode_attention(q, kv_cache, meta.seq_lens, meta.block_table, self.scale, out,
+        if meta.uniform or meta.all_short:
+            decode_attention(q, kv_cache, meta.seq_lens, meta.block_table, self.scale, out, num_splits=meta.num_splits,
                              sliding_window=self.sliding_window, config=meta.decode_config, k_scale=k_scale,
-                             v_scale=v_scale, query_start_loc=meta.query_start_loc)
+                             v_scale=v_scale, query_start_loc=meta.query_start_loc, short_queries=meta.short_queries,
+                             runtime_splits=meta.all_short)
+            if meta.all_short:
+                return out
             return prefill_attention(q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_table, self.scale,
                                      out, meta.max_query_len, sliding_window=self.sliding_window, k_scale=k_scale,
-                                     v_scale=v_scale, uniform_grid=True, visible_until=meta.visible_until)
+                                     v_scale=v_scale, uniform_grid=True, visible_until=meta.visible_until,
+                                     short_queries=meta.short_queries)
         if d > 0:
             decode_attention(q[:d], kv_cache, meta.seq_lens[:d], meta.block_table[:d], self.scale, out[:d],
                              num_splits=meta.num_splits, sliding_window=self.sliding_window,

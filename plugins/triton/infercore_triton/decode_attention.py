@@ -298,6 +298,30 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
         tl.store(part_lse_ptr + seq * stride_lt + heads * stride_lh + split, lse, mask=g_mask)
 
 
+@triton.jit
+def request_of(query_start_loc_ptr, num_reqs, token):
+    """The request whose query holds flat ``token``: the last whose query starts at or before it (requests
+    without query tokens start at the batch's end, past every token)."""
+    lo = token * 0
+    hi = lo + num_reqs - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        after = tl.load(query_start_loc_ptr + mid) > token
+        lo = tl.where(after, lo, mid)
+        hi = tl.where(after, mid - 1, hi)
+    return lo
+
+
+@triton.jit
+def _short_query_token(query_start_loc_ptr, seq_lens_ptr, num_seqs, token, SHORT: tl.constexpr):
+    """For flat query ``token``: its request, the context length it sees (its own position plus one) and
+    whether its request's query has at most ``SHORT`` tokens (false past the step's tokens)."""
+    seq = request_of(query_start_loc_ptr, num_seqs, token)
+    q_end = tl.load(query_start_loc_ptr + seq + 1)
+    mine = (token < tl.load(query_start_loc_ptr + num_seqs)) & (q_end - tl.load(query_start_loc_ptr + seq) <= SHORT)
+    return seq.to(tl.int64), tl.load(seq_lens_ptr + seq) - (q_end - 1 - token), mine
+
+
 # Arguments that change from step to step (the block table's width, views at an offset into the
 # runner's buffers, a run-time split count) are not specialised on: a step of a new shape would compile a
 # variant mid-run.
@@ -316,11 +340,24 @@ def _decode_split_kernel(
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
     FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr,
-    FP8_QK: tl.constexpr, FP8_PV: tl.constexpr, QUERY_STARTS: tl.constexpr,
+    FP8_QK: tl.constexpr, FP8_PV: tl.constexpr, QUERY_STARTS: tl.constexpr, SHORT: tl.constexpr,
 ):
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    if QUERY_STARTS:
+    if SHORT > 0:
+        # One program per flat query token (the grid is the padded token count); the tokens of queries of
+        # at most SHORT tokens (a speculating row's verification) attend as decodes at their own positions.
+        token = tl.program_id(0).to(tl.int64)
+        seq, seq_len, mine = _short_query_token(query_start_loc_ptr, seq_lens_ptr, num_seqs, token, SHORT)
+        if mine:
+            _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr + seq * stride_bt,
+                             seq_len, token, token, kv_head, split, num_splits,
+                             out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
+                             stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
+                             stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
+                             GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
+                             FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV)
+    elif QUERY_STARTS:
         # A fixed number of programs walk the sequences (most of a mixed step's may not be decodes).
         for i in range(tl.program_id(0), num_seqs, tl.num_programs(0)):
             seq = (tl.program_id(0) * 0 + i).to(tl.int64)
@@ -344,16 +381,21 @@ def _decode_split_kernel(
                          FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV)
 
 
-@triton.jit(do_not_specialize=["num_splits"])
+@triton.jit(do_not_specialize=["num_splits", "query_start_loc_ptr", "seq_lens_ptr", "num_seqs"])
 def _decode_reduce_kernel(
-    part_out_ptr, part_lse_ptr, out_ptr, num_splits,
+    part_out_ptr, part_lse_ptr, out_ptr, num_splits, query_start_loc_ptr, seq_lens_ptr, num_seqs,
     stride_pt, stride_ph, stride_ps,
     stride_lt, stride_lh,
     stride_ot, stride_oh,
-    HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, SHORT: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
+    if SHORT > 0:
+        # Rows are flat query tokens; those the split kernel left alone (longer queries, padding) stay untouched.
+        _, _, mine = _short_query_token(query_start_loc_ptr, seq_lens_ptr, num_seqs, seq, SHORT)
+        if not mine:
+            return
     s = tl.arange(0, SPLITS_PAD)
     d = tl.arange(0, HEAD_PAD)
     s_mask = s < num_splits
@@ -399,7 +441,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
                      scale: float, out: torch.Tensor, num_splits: int = 1, sliding_window: int | None = None,
                      config: DecodeConfig | None = None, k_scale: float = 1.0,
                      v_scale: float = 1.0, query_start_loc: torch.Tensor | None = None,
-                     runtime_splits: bool = False) -> torch.Tensor:
+                     runtime_splits: bool = False, short_queries: int = 0) -> torch.Tensor:
     """Attention of one query token per sequence over its paged context.
 
     ``q``/``out`` are [num_seqs, heads, head_size] (row ``i`` is sequence ``i``'s token at position
@@ -412,15 +454,23 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     ``query_start_loc[i]``) are attended, in one split; the launch depends on ``len(seq_lens)`` alone,
     and its programs (about two per multiprocessor) walk the sequences in turn.
 
+    With ``query_start_loc`` and ``short_queries`` > 1, every query of at most ``short_queries`` tokens (a
+    speculating row's last token and its drafts) is attended, each of its tokens as a decode at its own
+    position, in ``num_splits`` splits: the launch has a row of programs per flat query token (``q``'s rows,
+    padding included), and rows of other queries are left alone.
+
     The split count is compiled into the kernel (a graph-captured decode step's sizes are built before
     serving); with ``runtime_splits`` it is an argument instead, so steps whose split counts vary (the
     decodes of mixed steps) share one compiled variant.
     """
     config = config or DecodeConfig()
     _, num_heads, head_size = q.shape
+    short = short_queries if query_start_loc is not None and short_queries > 1 else 0
     num_seqs = q.shape[0] if query_start_loc is None else seq_lens.shape[0]
-    if query_start_loc is not None and num_splits != 1:
+    if query_start_loc is not None and num_splits != 1 and not short:
         raise ValueError("decodes located through query_start_loc run in one split")
+    # Partial results and the launch's rows: one per flat query token with short queries, else per sequence.
+    num_rows = q.shape[0] if short else num_seqs
     _, _, page, kv_heads, _ = kv_cache.shape
     group = num_heads // kv_heads
     fp16_math = config.fp8_via_fp16 and kv_cache.element_size() == 1 and q.dtype == torch.bfloat16
@@ -433,15 +483,18 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     if fp8_ptx:
         kv_cache = kv_cache.view(torch.uint8)
     k_cache, v_cache = kv_cache[0], kv_cache[1]
-    if num_seqs == 0:
+    if num_seqs == 0 or num_rows == 0:
         return out
     if num_splits > 1:
-        part_out = torch.empty((num_seqs, num_heads, num_splits, head_size), dtype=torch.float32, device=q.device)
-        part_lse = torch.empty((num_seqs, num_heads, num_splits), dtype=torch.float32, device=q.device)
+        part_out = torch.empty((num_rows, num_heads, num_splits, head_size), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((num_rows, num_heads, num_splits), dtype=torch.float32, device=q.device)
     else:
         part_out = out.new_empty((1, 1, 1, 1), dtype=torch.float32)
         part_lse = out.new_empty((1, 1, 1), dtype=torch.float32)
-    rows = num_seqs if query_start_loc is None else min(num_seqs, triton.cdiv(2 * multiprocessor_count(q.device), kv_heads))
+    if query_start_loc is None or short:
+        rows = num_rows
+    else:
+        rows = min(num_seqs, triton.cdiv(2 * multiprocessor_count(q.device), kv_heads))
     _decode_split_kernel[(rows, kv_heads, num_splits)](
         q, k_cache, v_cache, block_table, seq_lens, seq_lens if query_start_loc is None else query_start_loc,
         out, part_out, part_lse,
@@ -457,16 +510,17 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         DOT_PRECISION=dot_precision(q.dtype),
         FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, FP8_K_WORDS=fp8_ptx and config.fp8_k_words and head_size % 4 == 0,
         FP8_V_WORDS=fp8_ptx and config.fp8_v_words and head_size % 4 == 0, FP8_QK=fp8_qk, FP8_PV=fp8_pv,
-        QUERY_STARTS=query_start_loc is not None,
+        QUERY_STARTS=query_start_loc is not None, SHORT=short,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:
-        _decode_reduce_kernel[(num_seqs, num_heads)](
-            part_out, part_lse, out, num_splits,
+        _decode_reduce_kernel[(num_rows, num_heads)](
+            part_out, part_lse, out, num_splits, seq_lens if query_start_loc is None else query_start_loc, seq_lens,
+            num_seqs,
             part_out.stride(0), part_out.stride(1), part_out.stride(2),
             part_lse.stride(0), part_lse.stride(1),
             out.stride(0), out.stride(1),
             HEAD=head_size, HEAD_PAD=head_pad, SPLITS_PAD=max(REDUCE_SPLITS_PAD, triton.next_power_of_2(num_splits)),
-            num_warps=4,
+            SHORT=short, num_warps=4,
         )
     return out

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from infercore_triton.decode_attention import NO_WINDOW, dot_precision
+from infercore_triton.decode_attention import NO_WINDOW, dot_precision, request_of
 
 
 @dataclass(frozen=True)
@@ -229,20 +229,6 @@ def _attend_rows(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, table, visible_ptr, q
              result.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
 
 
-@triton.jit
-def _request_of(query_start_loc_ptr, num_reqs, token):
-    """The request whose query holds flat ``token``: the last whose query starts at or before it (requests
-    without query tokens start at the batch's end, past every token)."""
-    lo = token * 0
-    hi = lo + num_reqs - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        after = tl.load(query_start_loc_ptr + mid) > token
-        lo = tl.where(after, lo, mid)
-        hi = tl.where(after, mid - 1, hi)
-    return lo
-
-
 # Step-varying arguments are not specialised on (see the decode kernel).
 @triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "visible_ptr", "stride_bt",
                                "num_reqs"])
@@ -255,7 +241,7 @@ def _prefill_kernel(
     stride_ot, stride_oh,
     GROUP: tl.constexpr, PACK: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr,
-    M_BLOCKS_INNER: tl.constexpr, UNIFORM_GRID: tl.constexpr, BOUNDED: tl.constexpr,
+    M_BLOCKS_INNER: tl.constexpr, UNIFORM_GRID: tl.constexpr, BOUNDED: tl.constexpr, SHORT: tl.constexpr,
 ):
     TOKENS: tl.constexpr = BLOCK_M // PACK
     head0 = tl.program_id(1) * PACK
@@ -264,16 +250,16 @@ def _prefill_kernel(
     if UNIFORM_GRID:
         # Program p owns flat tokens TOKENS * p onwards, last block first (the most keys start first);
         # its rows run through every request they touch, one segment per request (requests are
-        # contiguous, so only the first is searched for), skipping one-token queries (the decode
-        # kernel's). Prefills placed before decodes keep that to a segment or two.
+        # contiguous, so only the first is searched for), skipping queries of up to SHORT tokens (the
+        # decode kernel's). Prefills placed before decodes keep that to a segment or two.
         token = (tl.num_programs(0) - 1 - tl.program_id(0)) * TOKENS
         end = tl.minimum(token + TOKENS, tl.load(query_start_loc_ptr + num_reqs))
-        seq = _request_of(query_start_loc_ptr, num_reqs, token)
+        seq = request_of(query_start_loc_ptr, num_reqs, token)
         q_start = tl.load(query_start_loc_ptr + seq)
         while token < end:
             q_end = tl.load(query_start_loc_ptr + seq + 1)
             segment_end = tl.minimum(q_end, end)
-            if q_end - q_start > 1:
+            if q_end - q_start > SHORT:
                 context = tl.load(seq_lens_ptr + seq) - (q_end - q_start)
                 _attend_rows(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_table_ptr + seq.to(tl.int64) * stride_bt,
                              visible_ptr, q_start, context, token - q_start, segment_end - q_start, head0, kv_offset,
@@ -307,7 +293,7 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
                       seq_lens: torch.Tensor, block_table: torch.Tensor, scale: float, out: torch.Tensor,
                       max_query_len: int, sliding_window: int | None = None, config: PrefillConfig | None = None,
                       k_scale: float = 1.0, v_scale: float = 1.0, uniform_grid: bool = False,
-                      visible_until: torch.Tensor | None = None) -> torch.Tensor:
+                      visible_until: torch.Tensor | None = None, short_queries: int = 1) -> torch.Tensor:
     """Causal attention of every request's query run over its paged context.
 
     ``q``/``out`` are [num_tokens, heads, head_size]; ``query_start_loc`` has ``num_reqs + 1`` entries;
@@ -316,9 +302,9 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
     :func:`default_config` for the shape and device. Fills ``out`` and returns it.
 
     ``uniform_grid`` sizes the grid from ``q``'s rows alone (a captured graph's launch; ``max_query_len``
-    is ignored) and leaves one-token queries out: run
-    :func:`~infercore_triton.decode_attention.decode_attention` with ``query_start_loc`` for them. It is
-    fastest with every prefill before every decode in the batch.
+    is ignored) and leaves queries of up to ``short_queries`` tokens out (one-token queries by default): run
+    :func:`~infercore_triton.decode_attention.decode_attention` with ``query_start_loc`` (and the same
+    ``short_queries``) for them. It is fastest with every prefill before every decode in the batch.
 
     ``visible_until`` (int32, one entry per flat query token) lets token ``t`` see context positions up to
     ``visible_until[t]`` instead of its own (:mod:`infercore.attention.visible_bounds`; Gemma 3's images).
@@ -350,7 +336,7 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, query_start_loc: 
         GROUP=group, PACK=pack, HEAD=head_size, HEAD_PAD=triton.next_power_of_2(head_size), PAGE=page,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, DOT_PRECISION=dot_precision(q.dtype),
         WINDOWED=bool(sliding_window), M_BLOCKS_INNER=config.m_blocks_inner, UNIFORM_GRID=uniform_grid,
-        BOUNDED=visible_until is not None,
+        BOUNDED=visible_until is not None, SHORT=short_queries if uniform_grid else 1,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
