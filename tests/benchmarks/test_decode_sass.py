@@ -61,3 +61,18 @@ def test_fp8_dots_run_on_the_warpgroup_fp8_tensor_cores(tmp_path: Path) -> None:
     # V converted from words before Vᵀ·Pᵀ: no byte permutes left, the fewest instructions of all.
     assert words["fp8_v_words"] and words["gmma"] == qk["gmma"] and words["watched"]["PRMT"] < 8
     assert words["instructions_per_128_tokens"] < 0.6 * default["instructions_per_128_tokens"]
+
+
+
+def test_verification_decodes_compile_for_sm90(tmp_path: Path) -> None:
+    """Queries of up to 1 + k tokens attend as decodes of their tokens (a program row per token, split over the
+    context): the kernel compiles for sm_90 with the request search, over bf16 and fp8 caches."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from decode_sass import compile_sm90\n"
+            "for fp8 in (False, True):\n"
+            "    k = compile_sm90(fp8, 128, 4, 3, v_words=False, short=4, splits=4)\n"
+            "    print('st.global' in k.asm['ptx'])\n")
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path), "TRITON_DEFAULT_FP_FUSION": "1"}
+    done = subprocess.run([sys.executable, "-c", code, str(TOOL.parent)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "True"]

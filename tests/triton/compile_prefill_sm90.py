@@ -26,7 +26,7 @@ def compile_variant(config: PrefillConfig, head_pad: int, cache_type: str, windo
     constants = {"GROUP": GROUP, "PACK": pack, "HEAD": head_pad, "HEAD_PAD": head_pad, "PAGE": PAGE,
                  "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "DOT_PRECISION": "ieee",
                  "WINDOWED": windowed, "M_BLOCKS_INNER": config.m_blocks_inner,
-                 "UNIFORM_GRID": uniform_grid, "BOUNDED": bounded}
+                 "UNIFORM_GRID": uniform_grid, "BOUNDED": bounded, "SHORT": 1}
     signature = {}
     for name in _prefill_kernel.arg_names:
         if name in constants:
