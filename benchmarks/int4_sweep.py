@@ -50,8 +50,11 @@ S = Int4SkinnyConfig
 def skinny_candidates(m: int) -> list[Int4SkinnyConfig]:
     """Settings of the packed 16-bit kernel worth timing at ``m`` rows."""
     if m <= 16:
+        # Besides the usual tiles: narrower ones (more programs in flight), deeper pipelines (more bytes in flight
+        # per program); at one row the kernels read well under the card's bandwidth.
         return [S(16, 128, 128, 4, 4, swap=True), S(16, 256, 128, 8, 3, swap=True), S(16, 64, 128, 4, 4, swap=True),
-                S(16, 64, 128, 4, 4, swap=False)]
+                S(16, 64, 128, 4, 4, swap=False), S(16, 32, 128, 4, 4, swap=True), S(16, 64, 128, 4, 6, swap=True),
+                S(16, 128, 128, 4, 6, swap=True), S(16, 128, 128, 8, 4, swap=True)]
     if m <= 32:
         return [S(32, 128, 128, 4, 4, swap=True), S(32, 64, 128, 4, 4, swap=False, scale_weights=True)]
     if m <= 64:
@@ -60,7 +63,10 @@ def skinny_candidates(m: int) -> list[Int4SkinnyConfig]:
             S(128, 128, 128, 8, 3, swap=True, scale_weights=True)]
 
 
-GEMV_CANDIDATES = [Int4GemvConfig(512, 8, 8), Int4GemvConfig(256, 8, 4)]
+#: ``(block_n, words, num_warps)``: column tiles from 128 to 1,024, 4 to 16 word rows per step.
+GEMV_CANDIDATES = [Int4GemvConfig(512, 8, 8), Int4GemvConfig(256, 8, 4), Int4GemvConfig(128, 8, 4),
+                   Int4GemvConfig(256, 16, 4), Int4GemvConfig(512, 16, 8), Int4GemvConfig(1024, 8, 8),
+                   Int4GemvConfig(256, 4, 4), Int4GemvConfig(128, 16, 2)]
 
 
 def random_weight(n: int, k: int, seed: int = 0) -> Int4Weight:
