@@ -32,15 +32,13 @@ def _interpreter_rounds_to_nearest_even(monkeypatch: pytest.MonkeyPatch) -> None
 
 #: The tiny Qwen3-MoE's overrides per case: experts of 64 intermediate features (whole 32-blocks, 32 per
 #: rank over two ranks), and of 48 (each of gate and up ends in a partial block of its own).
-MOE_SHAPES = {"inter64": {"moe_intermediate_size": 64, "num_key_value_heads": 4},
-              "inter48": {"moe_intermediate_size": 48, "num_key_value_heads": 4}}
 BLOCK = 32
 
 
 @pytest.fixture(scope="session")
 def fp8_moe_pair(tiny_model_factory, tmp_path_factory: pytest.TempPathFactory):
     """``fp8_moe_pair(shape)`` → (FP8 checkpoint with 32x32 blocks, dequantized float32 twin), written once."""
-    from fp8_moe_checkpoints import write_fp8_moe_pair
+    from fp8_moe_checkpoints import MOE_SHAPES, write_fp8_moe_pair
 
     built = {}
 

@@ -12,6 +12,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 FP8 = torch.float8_e4m3fn
+#: The tiny Qwen3-MoE shapes the tests build: experts of whole 32-wide blocks, and of a partial last block.
+MOE_SHAPES = {"inter64": {"moe_intermediate_size": 64, "num_key_value_heads": 4},
+              "inter48": {"moe_intermediate_size": 48, "num_key_value_heads": 4}}
 FP8_MAX = 448.0
 #: The projections the release quantizes (attention and every expert's; the router ``mlp.gate`` stays).
 QUANTIZED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

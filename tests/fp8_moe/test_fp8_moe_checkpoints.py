@@ -66,8 +66,7 @@ def test_quantization_fp8_quantizes_an_unquantized_moe_on_load(tiny_model_factor
     # The float32 tiny Qwen3-MoE with --quantization fp8: attention and experts quantized in 128x128 blocks
     # as they load (partial blocks at these widths), against its weights dequantized from the same
     # 128x128 blocks, activation quantization off.
-    from conftest import MOE_SHAPES
-    from fp8_moe_checkpoints import write_online_twin
+    from fp8_moe_checkpoints import MOE_SHAPES, write_online_twin
 
     folder = tiny_model_factory("Qwen3MoeForCausalLM", **MOE_SHAPES["inter48"])
     twin = write_online_twin(folder, tmp_path / "twin", 128)
