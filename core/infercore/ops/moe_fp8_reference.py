@@ -15,6 +15,7 @@ import torch
 
 from infercore.ops import fp8_math
 from infercore.ops.dispatch import get_op
+from infercore.ops.moe_reference import routed_tokens
 
 
 def dequantize_w13(w13: torch.Tensor, scale: torch.Tensor, block_n: int, block_k: int) -> torch.Tensor:
@@ -51,26 +52,15 @@ def fused_moe_fp8_block(hidden: torch.Tensor, w13: torch.Tensor, w13_scale: torc
     to ``hidden``'s dtype); the routing-weighted sum accumulates in float32. Returns [T, H] in
     ``hidden``'s dtype.
     """
-    tokens, k = topk_ids.shape
-    out = torch.zeros(tokens, hidden.shape[1], dtype=torch.float32, device=hidden.device)
-    if tokens == 0:
+    out = torch.zeros(topk_ids.shape[0], hidden.shape[1], dtype=torch.float32, device=hidden.device)
+    if topk_ids.shape[0] == 0:
         return out.to(hidden.dtype)
     silu_and_mul = get_op("silu_and_mul")
     x = _dequantized_activation(hidden, block_k)
-    flat_ids = topk_ids.reshape(-1).long()
-    order = torch.argsort(flat_ids, stable=True)
-    counts = torch.bincount(flat_ids, minlength=w13.shape[0]).tolist()
-    token_of = order // k
-    weight_of = topk_weights.reshape(-1)[order].float()
-    start = 0
-    for expert, count in enumerate(counts):
-        if count == 0:
-            continue
-        rows = token_of[start:start + count]
+    for expert, rows, weights in routed_tokens(topk_weights, topk_ids, w13.shape[0]):
         gate_up = (x[rows] @ dequantize_w13(w13[expert], w13_scale[expert], block_n, block_k).t()).to(hidden.dtype)
         act = _dequantized_activation(silu_and_mul(gate_up), block_k)
         w2_deq = fp8_math.dequantize_blockwise(w2[expert], w2_scale[expert], block_n, block_k)
         down = (act @ w2_deq.t()).to(hidden.dtype)
-        out.index_add_(0, rows, down.float() * weight_of[start:start + count, None])
-        start += count
+        out.index_add_(0, rows, down.float() * weights[:, None])
     return out.to(hidden.dtype)
