@@ -16,6 +16,29 @@ from infercore_triton.activation import silu_and_mul
 from infercore_triton.fused_moe_align import ExpertAlignment, align_slots_to_experts
 
 
+@triton.jit
+def expert_tile(pid, capacity, N, num_slots, num_padded_ptr, sorted_slots_ptr, block_experts_ptr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Program ``pid``'s output tile of a grouped GEMM over slots sorted by expert: whether it has rows (none past
+    the padded slot count), its slots, which of them are real, their expert, its columns and which exist. Row
+    blocks go in groups of ``GROUP_M`` that share weight tiles while they are in cache."""
+    num_m = tl.cdiv(capacity, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    group = pid // (GROUP_M * num_n)
+    first_m = group * GROUP_M
+    group_size = min(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % (GROUP_M * num_n)) % group_size
+    pid_n = (pid % (GROUP_M * num_n)) // group_size
+    num_padded = tl.load(num_padded_ptr)
+    live = pid_m * BLOCK_M < num_padded
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    # Padded counts are whole row blocks: a live block's rows are all below it, a dead one's all past it.
+    slots = tl.load(sorted_slots_ptr + offs_m, mask=offs_m < num_padded, other=num_slots).to(tl.int64)
+    expert = tl.load(block_experts_ptr + pid_m).to(tl.int64)  # one entry per row block: always in bounds
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    return live, slots, slots < num_slots, expert, offs_n, offs_n < N
+
+
 # The slot counts change with every batch; specializing on them would build kernels while serving.
 @triton.jit(do_not_specialize=["num_slots", "capacity"])
 def _grouped_gemm_kernel(a_ptr, b_ptr, c_ptr, weights_ptr, sorted_slots_ptr, block_experts_ptr, num_padded_ptr,
@@ -23,23 +46,11 @@ def _grouped_gemm_kernel(a_ptr, b_ptr, c_ptr, weights_ptr, sorted_slots_ptr, blo
                          ROWS_PER_A: tl.constexpr, MUL_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                          PRECISION: tl.constexpr):
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(capacity, BLOCK_M)
-    num_n = tl.cdiv(N, BLOCK_N)
-    # Row blocks in groups of GROUP_M share weight tiles while they are in cache.
-    group = pid // (GROUP_M * num_n)
-    first_m = group * GROUP_M
-    group_size = min(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % (GROUP_M * num_n)) % group_size
-    pid_n = (pid % (GROUP_M * num_n)) // group_size
-    if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
+    live, slots, valid, expert, offs_n, mask_n = expert_tile(
+        tl.program_id(0), capacity, N, num_slots, num_padded_ptr, sorted_slots_ptr, block_experts_ptr,
+        BLOCK_M, BLOCK_N, GROUP_M)
+    if not live:
         return
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    slots = tl.load(sorted_slots_ptr + offs_m).to(tl.int64)
-    valid = slots < num_slots
-    expert = tl.load(block_experts_ptr + pid_m).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < N
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + (slots // ROWS_PER_A)[:, None] * stride_am + offs_k[None, :]
     b_ptrs = b_ptr + expert * stride_be + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk

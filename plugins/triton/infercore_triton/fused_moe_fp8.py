@@ -22,6 +22,7 @@ from infercore_triton.activation import silu_and_mul
 from infercore_triton.fp8_fused_quant import SILU_BLOCK, fused_group, silu_quant
 from infercore_triton.fp8_quant import quantize_groups
 from infercore_triton.fp8_support import has_fp8_dot
+from infercore_triton.fused_moe import expert_tile
 from infercore_triton.fused_moe_align import ExpertAlignment, align_slots_to_experts
 from infercore_triton.fused_moe_fp8_configs import GemmLaunch, MoeFp8Config, config_for
 
@@ -34,24 +35,12 @@ def _fp8_grouped_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, weig
                              stride_cm, ROWS_PER_A: tl.constexpr, MUL_WEIGHT: tl.constexpr, GROUP_N: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                              GROUP_M: tl.constexpr):
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(capacity, BLOCK_M)
-    num_n = tl.cdiv(N, BLOCK_N)
-    # Row blocks in groups of GROUP_M share weight tiles while they are in cache.
-    group = pid // (GROUP_M * num_n)
-    first_m = group * GROUP_M
-    group_size = min(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % (GROUP_M * num_n)) % group_size
-    pid_n = (pid % (GROUP_M * num_n)) // group_size
-    if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
+    live, slots, valid, expert, offs_n, mask_n = expert_tile(
+        tl.program_id(0), capacity, N, num_slots, num_padded_ptr, sorted_slots_ptr, block_experts_ptr,
+        BLOCK_M, BLOCK_N, GROUP_M)
+    if not live:
         return
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    slots = tl.load(sorted_slots_ptr + offs_m).to(tl.int64)
-    valid = slots < num_slots
     a_rows = slots // ROWS_PER_A
-    expert = tl.load(block_experts_ptr + pid_m).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < N
     # Each column's block row: columns past half_n (w13's up half) start their own block rows.
     in_second = offs_n >= half_n
     scale_rows = tl.where(in_second, half_blocks + (offs_n - half_n) // GROUP_N, offs_n // GROUP_N)
