@@ -56,23 +56,7 @@ fi
 MOE_SWEEP_BUDGET_S=${MOE_SWEEP_BUDGET_S:-40}
 MOE_NUM_REQUESTS=${MOE_NUM_REQUESTS:-256}
 MOE_TABLE="$OUT/fp8_moe_table.json"
-START=$(date +%s)
-left() { echo $((TOTAL_S - ($(date +%s) - START))); }
-step() {  # step NAME CAP CMD...: CMD for at most min(CAP, what is left of TOTAL_S), its JSON lines to $RES
-    local name=$1 cap=$2; shift 2
-    local budget; budget=$(left)
-    (( budget > cap )) && budget=$cap
-    if (( budget < 15 )); then
-        echo "{\"part\": \"$name\", \"skipped\": \"TOTAL_S=$TOTAL_S spent\"}" | tee -a "$RES"
-        return
-    fi
-    echo "== $name ($budget s): $*" | tee -a "$LOG" >&2
-    local t0; t0=$(date +%s)
-    timeout -k 10 "$budget" "$@" 2>>"$LOG" | grep --line-buffered '^{' | tee -a "$RES"
-    local rc=${PIPESTATUS[0]}
-    echo "== $name exit $rc after $(( $(date +%s) - t0 )) s" | tee -a "$LOG" >&2
-    (( rc == 0 )) || echo "{\"part\": \"$name\", \"exit\": $rc, \"seconds\": $(( $(date +%s) - t0 )), \"log\": \"$LOG\"}" | tee -a "$RES"
-}
+source scripts/step_lib.sh  # START, left, step
 table_env() {  # the launch table, once a sweep (or TABLE) gave one
     if [[ -s "$TABLE" ]]; then
         echo "INFERCORE_FP8_BLOCK_TABLE=$TABLE"
