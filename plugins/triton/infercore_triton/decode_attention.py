@@ -145,6 +145,17 @@ def _quantize_rows_e4m3(q):
 
 
 @triton.jit
+def _tile_entries(table, n0, hi, kv_head, stride_cs, stride_cb, stride_ch, PAGE: tl.constexpr,
+                  BLOCK_N: tl.constexpr):
+    """Context positions ``n0 .. n0 + BLOCK_N`` of a sequence: which are below ``hi``, and where KV head
+    ``kv_head``'s entries for them start in the paged cache (through the block table row ``table``)."""
+    n = n0 + tl.arange(0, BLOCK_N)
+    valid = n < hi
+    page = tl.load(table + n // PAGE, mask=valid, other=0).to(tl.int64)
+    return valid, page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
+
+
+@triton.jit
 def _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
                   stride_qt, stride_qh, stride_cs, stride_cb, stride_ch,
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
@@ -171,10 +182,7 @@ def _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, 
     denom = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_PAD], tl.float32)
     for n0 in range(lo, hi, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        valid = n < hi
-        page = tl.load(table + n // PAGE, mask=valid, other=0).to(tl.int64)
-        offs = page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
+        valid, offs = _tile_entries(table, n0, hi, kv_head, stride_cs, stride_cb, stride_ch, PAGE, BLOCK_N)
         kv_mask = valid[:, None] & d_mask[None, :]
         if FP8_PTX:
             k = _load_e4m3_tile(k_cache_ptr, offs, valid, HEAD, HEAD_PAD, BLOCK_N, FP8_K_WORDS)
@@ -221,10 +229,7 @@ def _attend_range_fp8_dots(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, 
     denom = tl.zeros([GROUP_PAD], tl.float32)
     acc_t = tl.zeros([HEAD_PAD, GROUP_PAD], tl.float32)
     for n0 in range(lo, hi, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        valid = n < hi
-        page = tl.load(table + n // PAGE, mask=valid, other=0).to(tl.int64)
-        offs = page * stride_cb + (n % PAGE) * stride_cs + kv_head * stride_ch
+        valid, offs = _tile_entries(table, n0, hi, kv_head, stride_cs, stride_cb, stride_ch, PAGE, BLOCK_N)
         s_t = tl.dot(_load_fp8_tile(k_cache_ptr, offs, valid, HEAD, HEAD_PAD), q8_t) * col_scale[None, :]
         s_t = tl.where(valid[:, None], s_t, float("-inf"))
         m_new = tl.maximum(m, tl.max(s_t, axis=0))
