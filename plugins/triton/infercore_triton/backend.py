@@ -148,6 +148,11 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         super().__init__(spec, device, max_num_reqs, max_num_tokens)
         self.num_sms = multiprocessor_count(device)
 
+    def _decode_launch(self, rows: int, max_context: int, fp8: bool) -> tuple[int, DecodeConfig]:
+        """The split count and launch settings of a decode step of ``rows`` rows."""
+        return (choose_num_splits(rows, self.spec.num_kv_heads, max_context, self.num_sms, fp8),
+                choose_decode_config(rows, fp8))
+
     def build(self, common: CommonAttentionMetadata) -> TritonAttentionMetadata:
         n = common.num_reqs
         uniform = common.padded_for_graph and not common.is_pure_decode
@@ -158,28 +163,22 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         fp8 = kv_cache_fp8.is_fp8_kv(self.spec.dtype)
         max_context = common.block_table.shape[1] * self.spec.block_size
         if short > 1 and (uniform or all_short):
-            tokens = len(common.slot_mapping) if uniform else common.num_actual_tokens
-            num_decodes, config = 0, choose_decode_config(tokens, fp8)
-            num_splits = choose_num_splits(tokens, self.spec.num_kv_heads, max_context, self.num_sms, fp8)
+            num_decodes = 0
+            num_splits, config = self._decode_launch(
+                len(common.slot_mapping) if uniform else common.num_actual_tokens, max_context, fp8)
         elif uniform:
             num_decodes, num_splits, config = 0, 1, DecodeConfig()
         elif common.is_pure_decode:
             num_decodes = n
-            max_context = common.block_table.shape[1] * self.spec.block_size
-            fp8 = kv_cache_fp8.is_fp8_kv(self.spec.dtype)
-            num_splits = choose_num_splits(n, self.spec.num_kv_heads, max_context, self.num_sms, fp8)
-            config = choose_decode_config(n, fp8)
+            num_splits, config = self._decode_launch(n, max_context, fp8)
         else:
             # Decodes beside a prefill split their contexts as a pure-decode step of their count would, so
             # decodes of long contexts next to a long prompt's chunks still fill the device; the count is a
             # run-time argument of the kernel there, so the ragged decode counts of mixed steps never
             # compile new variants mid-run.
             num_decodes = count_leading_decodes(common.query_start_loc_cpu, n)
-            fp8 = kv_cache_fp8.is_fp8_kv(self.spec.dtype)
-            num_splits, config = 1, choose_decode_config(num_decodes, fp8)
-            if num_decodes:
-                max_context = common.block_table.shape[1] * self.spec.block_size
-                num_splits = choose_num_splits(num_decodes, self.spec.num_kv_heads, max_context, self.num_sms, fp8)
+            num_splits, config = (self._decode_launch(num_decodes, max_context, fp8) if num_decodes
+                                  else (1, choose_decode_config(0, fp8)))
         return TritonAttentionMetadata(
             num_reqs=n, num_actual_tokens=common.num_actual_tokens,
             max_query_len=common.max_query_len, query_start_loc=common.query_start_loc,
