@@ -18,8 +18,8 @@ from torch import nn
 
 from infercore.ops.int4_packing import PACK, unpack_sequential
 from infercore.quantization.base import LinearWeightSpec
-from infercore.quantization.int4_methods import DUMMY_SCALE, Int4LinearMethod, int4_param
-from infercore.quantization.params import ParamLayout
+from infercore.quantization.int4_methods import DUMMY_SCALE, Int4LinearMethod
+from infercore.quantization.params import ParamLayout, register_param
 
 #: The stored value of a signed zero: codes and zero-points are kept offset by 8.
 SIGNED_OFFSET = 8
@@ -39,13 +39,13 @@ class CompressedTensorsW4A16Method(Int4LinearMethod):
         k, n = spec.input_size, spec.output_size
         whole = self.group_size == -1
         groups = k // self._group(k)
-        int4_param(layer, "weight_packed", torch.empty(n, k // PACK, dtype=torch.int32),
+        register_param(layer, "weight_packed", torch.empty(n, k // PACK, dtype=torch.int32),
                ParamLayout(output_dim=0, input_dim=1, cols_per_entry=PACK))
-        int4_param(layer, "weight_scale", torch.empty(n, groups, dtype=spec.params_dtype),
+        register_param(layer, "weight_scale", torch.empty(n, groups, dtype=spec.params_dtype),
                ParamLayout(output_dim=0, input_dim=None if whole else 1, dummy_value=DUMMY_SCALE))
-        int4_param(layer, "weight_shape", torch.empty(2, dtype=torch.int64), ParamLayout(output_dim=None, input_dim=None))
+        register_param(layer, "weight_shape", torch.empty(2, dtype=torch.int64), ParamLayout(output_dim=None, input_dim=None))
         if not self.symmetric:
-            int4_param(layer, "weight_zero_point", torch.empty(n // PACK, groups, dtype=torch.int32),
+            register_param(layer, "weight_zero_point", torch.empty(n // PACK, groups, dtype=torch.int32),
                    ParamLayout(output_dim=0, input_dim=None if whole else 1, rows_per_entry=PACK))
 
     def checkpoint_scales(self, layer: nn.Module) -> torch.Tensor:

@@ -9,17 +9,7 @@ from infercore.ops import get_op
 from infercore.ops.fp8_math import FP8_DTYPE, quantize_blockwise
 from infercore.quantization.activation import ActivationQuant, QuantizedActivation
 from infercore.quantization.base import LinearWeightSpec, QuantizationMethod
-from infercore.quantization.params import WEIGHT, ParamLayout, set_layout
-
-
-def _param(layer: nn.Module, name: str, data: torch.Tensor, layout: ParamLayout) -> None:
-    layer.register_parameter(name, set_layout(nn.Parameter(data, requires_grad=False), layout, layer.weight_loader))
-
-
-def _replace(layer: nn.Module, name: str, data: torch.Tensor) -> None:
-    """Swap parameter ``name`` for ``data`` after loading (loaders and layouts are no longer needed)."""
-    delattr(layer, name)
-    layer.register_parameter(name, nn.Parameter(data, requires_grad=False))
+from infercore.quantization.params import WEIGHT, ParamLayout, register_param, replace_param
 
 
 class Fp8BlockLinearMethod(QuantizationMethod):
@@ -50,19 +40,19 @@ class Fp8BlockLinearMethod(QuantizationMethod):
     def create_weights(self, layer: nn.Module, spec: LinearWeightSpec) -> None:
         n, k = spec.output_size, spec.input_size
         if self.quantize_on_load:
-            _param(layer, "weight", torch.empty(n, k, dtype=spec.params_dtype), WEIGHT)
+            register_param(layer, "weight", torch.empty(n, k, dtype=spec.params_dtype), WEIGHT)
             return
         self._check_blocks(spec)
-        _param(layer, "weight", torch.empty(n, k, dtype=FP8_DTYPE), WEIGHT)
+        register_param(layer, "weight", torch.empty(n, k, dtype=FP8_DTYPE), WEIGHT)
         blocks = torch.empty(-(-n // self.block_n), -(-k // self.block_k), dtype=torch.float32)
-        _param(layer, self.scale_name, blocks,
+        register_param(layer, self.scale_name, blocks,
                ParamLayout(rows_per_entry=self.block_n, cols_per_entry=self.block_k, dummy_value=1.0))
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:
         if self.quantize_on_load:
             weight, scale = quantize_blockwise(layer.weight.data, self.block_n, self.block_k)
-            _replace(layer, "weight", weight)
-            layer.register_parameter(self.scale_name, nn.Parameter(scale, requires_grad=False))
+            replace_param(layer, "weight", weight)
+            replace_param(layer, self.scale_name, scale)
 
     def input_quantization(self, layer: nn.Module) -> ActivationQuant | None:
         return self._input_quant
@@ -91,15 +81,15 @@ class Fp8ChannelLinearMethod(QuantizationMethod):
     def create_weights(self, layer: nn.Module, spec: LinearWeightSpec) -> None:
         n, shards = spec.output_size, len(spec.output_sizes)
         layer.fp8_output_sizes = spec.output_sizes
-        _param(layer, "weight", torch.empty(n, spec.input_size, dtype=FP8_DTYPE), WEIGHT)
+        register_param(layer, "weight", torch.empty(n, spec.input_size, dtype=FP8_DTYPE), WEIGHT)
         if self.per_channel:
-            _param(layer, "weight_scale", torch.empty(n, 1, dtype=torch.float32),
+            register_param(layer, "weight_scale", torch.empty(n, 1, dtype=torch.float32),
                    ParamLayout(input_dim=None, dummy_value=1.0))
         else:
-            _param(layer, "weight_scale", torch.empty(shards, dtype=torch.float32),
+            register_param(layer, "weight_scale", torch.empty(shards, dtype=torch.float32),
                    ParamLayout(output_dim=None, input_dim=None, per_shard=True, dummy_value=1.0))
         if self.static_input:
-            _param(layer, "input_scale", torch.empty(shards, dtype=torch.float32),
+            register_param(layer, "input_scale", torch.empty(shards, dtype=torch.float32),
                    ParamLayout(output_dim=None, input_dim=None, per_shard=True, dummy_value=1.0))
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:
@@ -109,9 +99,9 @@ class Fp8ChannelLinearMethod(QuantizationMethod):
         else:
             sizes = torch.tensor(layer.fp8_output_sizes, device=scale.device)
             scale = scale.repeat_interleave(sizes)
-        _replace(layer, "weight_scale", scale.float().contiguous())
+        replace_param(layer, "weight_scale", scale.float().contiguous())
         if self.static_input:
-            _replace(layer, "input_scale", layer.input_scale.data.amax().reshape(1))
+            replace_param(layer, "input_scale", layer.input_scale.data.amax().reshape(1))
 
     def input_quantization(self, layer: nn.Module) -> ActivationQuant | None:
         # Per token: one group as wide as the layer's input on this rank.

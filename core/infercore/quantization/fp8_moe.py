@@ -10,7 +10,7 @@ from infercore.ops import get_op
 from infercore.ops.fp8_math import FP8_DTYPE, quantize_blockwise
 from infercore.ops.moe_fp8_reference import quantize_w13
 from infercore.quantization.moe import W2_LAYOUT, W13_LAYOUT, FusedMoEMethod, FusedMoEWeightSpec
-from infercore.quantization.params import ParamLayout, set_layout
+from infercore.quantization.params import ParamLayout, register_param, replace_param
 
 #: Experts quantized at a time when an unquantized checkpoint is quantized on load (bounds the float32 copy).
 _EXPERTS_PER_CHUNK = 8
@@ -47,24 +47,20 @@ class Fp8BlockFusedMoEMethod(FusedMoEMethod):
                 f"{self.block_n}x{self.block_k} scale blocks; use a tensor_parallel_size that keeps each rank's "
                 "share a multiple of the block size, or expert parallelism (--enable-expert-parallel)")
 
-    def _register(self, layer: nn.Module, name: str, data: torch.Tensor, layout: ParamLayout) -> None:
-        param = nn.Parameter(data, requires_grad=False)
-        layer.register_parameter(name, set_layout(param, layout, layer.weight_loader))
-
     def create_weights(self, layer: nn.Module, spec: FusedMoEWeightSpec) -> None:
         e, h, i = spec.num_experts, spec.hidden_size, spec.intermediate_size
         if self.quantize_on_load:
-            self._register(layer, "w13_weight", torch.empty(e, 2 * i, h, dtype=spec.params_dtype), W13_LAYOUT)
-            self._register(layer, "w2_weight", torch.empty(e, h, i, dtype=spec.params_dtype), W2_LAYOUT)
+            register_param(layer, "w13_weight", torch.empty(e, 2 * i, h, dtype=spec.params_dtype), W13_LAYOUT)
+            register_param(layer, "w2_weight", torch.empty(e, h, i, dtype=spec.params_dtype), W2_LAYOUT)
             return
         self._check_blocks(spec)
         bn, bk = self.block_n, self.block_k
         scales = ParamLayout(output_dim=1, input_dim=2, rows_per_entry=bn, cols_per_entry=bk, dummy_value=1.0)
-        self._register(layer, "w13_weight", torch.empty(e, 2 * i, h, dtype=FP8_DTYPE), W13_LAYOUT)
-        self._register(layer, "w13_weight_scale_inv",
+        register_param(layer, "w13_weight", torch.empty(e, 2 * i, h, dtype=FP8_DTYPE), W13_LAYOUT)
+        register_param(layer, "w13_weight_scale_inv",
                        torch.empty(e, 2 * _blocks(i, bn), _blocks(h, bk), dtype=torch.float32), scales)
-        self._register(layer, "w2_weight", torch.empty(e, h, i, dtype=FP8_DTYPE), W2_LAYOUT)
-        self._register(layer, "w2_weight_scale_inv",
+        register_param(layer, "w2_weight", torch.empty(e, h, i, dtype=FP8_DTYPE), W2_LAYOUT)
+        register_param(layer, "w2_weight_scale_inv",
                        torch.empty(e, _blocks(h, bn), _blocks(i, bk), dtype=torch.float32), scales)
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:
@@ -83,9 +79,7 @@ class Fp8BlockFusedMoEMethod(FusedMoEMethod):
             w2_q[chunk], w2_s[chunk] = quantize_blockwise(w2[chunk], bn, bk)
         for name, data in (("w13_weight", w13_q), ("w13_weight_scale_inv", w13_s), ("w2_weight", w2_q),
                            ("w2_weight_scale_inv", w2_s)):
-            if hasattr(layer, name):
-                delattr(layer, name)
-            layer.register_parameter(name, nn.Parameter(data, requires_grad=False))
+            replace_param(layer, name, data)
 
     def apply_experts(self, layer: nn.Module, x: torch.Tensor, topk_weights: torch.Tensor,
                       topk_ids: torch.Tensor) -> torch.Tensor:

@@ -19,17 +19,10 @@ from infercore.ops import get_op
 from infercore.ops.int4_math import make_int4_weight
 from infercore.ops.int4_packing import PACK, unpack_awq, unpack_sequential
 from infercore.quantization.base import LinearWeightSpec, QuantizationMethod
-from infercore.quantization.params import ParamLayout, set_layout
+from infercore.quantization.params import ParamLayout, register_param, replace_param
 
 #: What a dummy (random-weight) load gives every scale: codes 0..15 minus zeros 0..16 then span about ±0.1.
 DUMMY_SCALE = 0.006
-
-
-def int4_param(layer: nn.Module, name: str, data: torch.Tensor, layout: ParamLayout,
-               loader: Callable[..., None] | None = None) -> None:
-    """Register checkpoint tensor ``name`` of ``layer`` with its layout (and the layer's loader unless given)."""
-    param = nn.Parameter(data, requires_grad=False)
-    layer.register_parameter(name, set_layout(param, layout, loader or layer.weight_loader))
 
 
 class Int4LinearMethod(QuantizationMethod):
@@ -89,7 +82,7 @@ class Int4LinearMethod(QuantizationMethod):
         for name in ("qweight", "scales", "zeros", "perm", "row_groups"):
             value = getattr(weight, name)
             if value is not None:
-                layer.register_parameter(name, nn.Parameter(value, requires_grad=False))
+                replace_param(layer, name, value)
         layer.int4_weight = weight
 
     def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -111,11 +104,11 @@ class AwqLinearMethod(Int4LinearMethod):
         k, n = spec.input_size, spec.output_size
         groups = k // self._group(k)
         whole = self.group_size == -1
-        int4_param(layer, "qweight", torch.empty(k, n // PACK, dtype=torch.int32),
+        register_param(layer, "qweight", torch.empty(k, n // PACK, dtype=torch.int32),
                ParamLayout(output_dim=1, input_dim=0, rows_per_entry=PACK))
-        int4_param(layer, "qzeros", torch.empty(groups, n // PACK, dtype=torch.int32),
+        register_param(layer, "qzeros", torch.empty(groups, n // PACK, dtype=torch.int32),
                ParamLayout(output_dim=1, input_dim=None if whole else 0, rows_per_entry=PACK))
-        int4_param(layer, "scales", torch.empty(groups, n, dtype=spec.params_dtype), _scale_layout(self._group(k), whole))
+        register_param(layer, "scales", torch.empty(groups, n, dtype=spec.params_dtype), _scale_layout(self._group(k), whole))
 
     def checkpoint_codes(self, layer: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         return unpack_awq(layer.qweight.data), unpack_awq(layer.qzeros.data), None
@@ -141,12 +134,12 @@ class GptqLinearMethod(Int4LinearMethod):
         whole = self.group_size == -1 or (self.desc_act and spec.tp_size > 1 and spec.input_split)
         full_k = k * spec.tp_size if whole and self.group_size != -1 else k
         groups = full_k // self._group(full_k)
-        int4_param(layer, "qweight", torch.empty(k // PACK, n, dtype=torch.int32),
+        register_param(layer, "qweight", torch.empty(k // PACK, n, dtype=torch.int32),
                ParamLayout(output_dim=1, input_dim=0, cols_per_entry=PACK))
-        int4_param(layer, "qzeros", torch.empty(groups, n // PACK, dtype=torch.int32),
+        register_param(layer, "qzeros", torch.empty(groups, n // PACK, dtype=torch.int32),
                ParamLayout(output_dim=1, input_dim=None if whole else 0, rows_per_entry=PACK))
-        int4_param(layer, "scales", torch.empty(groups, n, dtype=spec.params_dtype), _scale_layout(self._group(k), whole))
-        int4_param(layer, "g_idx", torch.empty(k, dtype=torch.int32), ParamLayout(output_dim=None, input_dim=0, dummy_value=0),
+        register_param(layer, "scales", torch.empty(groups, n, dtype=spec.params_dtype), _scale_layout(self._group(k), whole))
+        register_param(layer, "g_idx", torch.empty(k, dtype=torch.int32), ParamLayout(output_dim=None, input_dim=0, dummy_value=0),
                loader=same_for_every_projection(layer))
 
     def checkpoint_codes(self, layer: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

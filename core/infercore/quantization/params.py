@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 
@@ -40,3 +42,18 @@ def set_layout(param: nn.Parameter, layout: ParamLayout, weight_loader: object) 
 def layout_of(param: nn.Parameter) -> ParamLayout:
     """The layout of ``param`` (a plain weight's when none was set)."""
     return getattr(param, "param_layout", WEIGHT if param.dim() == 2 else BIAS)
+
+
+def register_param(layer: nn.Module, name: str, data: torch.Tensor, layout: ParamLayout,
+                   loader: Callable[..., None] | None = None) -> None:
+    """Register checkpoint tensor ``name`` of ``layer`` as ``data`` with its layout and the layer's weight loader
+    (or ``loader``)."""
+    param = nn.Parameter(data, requires_grad=False)
+    layer.register_parameter(name, set_layout(param, layout, loader or layer.weight_loader))
+
+
+def replace_param(layer: nn.Module, name: str, data: torch.Tensor) -> None:
+    """Make ``data`` the parameter ``name`` once loading is done (loaders and layouts are no longer needed)."""
+    if hasattr(layer, name):
+        delattr(layer, name)
+    layer.register_parameter(name, nn.Parameter(data, requires_grad=False))
