@@ -22,13 +22,14 @@ def test_models_retrieve(client, protocol_model) -> None:
 
 
 def test_completion_stream_has_usage_on_every_chunk(client) -> None:
-    chunks = list(client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=5, stream=True,
+    # 32 tokens: a loaded machine may coalesce a few tokens into one chunk, never all of them.
+    chunks = list(client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=32, stream=True,
                                             stream_options=STREAM_USAGE, extra_body={"ignore_eos": True}))
     text_chunks = [c for c in chunks if c.choices]
     assert len(text_chunks) >= 2 and all(c.usage is not None for c in chunks)
     counts = [c.usage.completion_tokens for c in text_chunks]
-    assert counts == sorted(counts) and counts[-1] == 5 and all(c.usage.prompt_tokens == 3 for c in chunks)
-    assert chunks[-1].usage.total_tokens == 8 and not chunks[-1].choices
+    assert counts == sorted(counts) and counts[-1] == 32 and all(c.usage.prompt_tokens == 3 for c in chunks)
+    assert chunks[-1].usage.total_tokens == 35 and not chunks[-1].choices
 
 
 def test_chat_stream_has_usage_on_every_chunk(client) -> None:
