@@ -19,6 +19,18 @@ step's layout (:meth:`ModelProposer.propose_step`), not only the histories:
 Drafts are the draft's argmax, a point mass for the rejection sampler (``Drafts.probs`` is None), so
 the output keeps the target's distribution for greedy and sampled requests alike.
 
+**Drafting inside the verifying step** (:meth:`ModelProposer.launch_drafts`, for methods fed the target's
+states of every step: EAGLE). The catch-up above needs each row's accepted count, so it waits for the
+step's tokens on the host; a second wait brings the drafts back. Instead, right after verification and
+before either reaches the host, each row's catch-up covers *all* its scheduled positions, as if every
+draft were accepted: the inputs are known on the host except the target's own last token, which the
+device writes at the row's first unsettled position (``accepted`` further than with no draft accepted),
+and the first draft is read there too. The positions past it compute states nobody reads and KV entries
+that the next step's catch-up (which starts there) overwrites. The one-token steps take their positions
+from the same device counts. Each row's draft count is chosen as if every draft were accepted (at most
+one fewer near its last block). The step's tokens and drafts then come back in one copy, with the device
+kept busy from the target's forward pass to the last draft.
+
 The scheduler allocates ``k`` lookahead slots past each running request's tokens for the draft's writes
 (``Scheduler.num_lookahead_tokens``), when blocks are free; a row drafts only within the blocks it holds,
 so without them, near the end of its last block, it drafts fewer tokens, or none. Steps with at least ``disable_by_batch_size`` requests
@@ -34,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from infercore.spec_decode.proposer import Drafts, Proposer
+from infercore.spec_decode.proposer import PAD_TOKEN_ID, Drafts, Proposer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -158,6 +170,73 @@ class ModelProposer(Proposer):
         later = self.steps.run(rows[order], last_pos[order], counts, tokens, hidden)
         host = torch.stack([tokens.long(), *later], 1).cpu().numpy()
         return {int(i): host[n, : counts[n]].tolist() for n, i in enumerate(order.tolist())}
+
+    @property
+    def drafts_in_step(self) -> bool:
+        """Whether this method drafts inside the verifying step (:meth:`launch_drafts`): one whose catch-up
+        runs every step and feeds position ``p`` the token at ``p + 1`` (EAGLE)."""
+        return self.input_shift == 1 and not self.lazy_catch_up
+
+    @torch.inference_mode()
+    def launch_drafts(self, batch: InputBatch, layout: BatchLayout, req_ids: list[str], sampled_idx: np.ndarray,
+                      accepted: torch.Tensor, bonus: torch.Tensor, draft: bool = True) -> torch.Tensor | None:
+        """Catch up on a step whose verification is queued and draft, all on the device (see the module
+        docstring); ``req_ids`` in batch order. ``accepted`` / ``bonus`` [S] (device): per sampled row, in
+        ``sampled_idx`` order, the drafts accepted and the target's token after them. Returns [S, k] int64
+        drafts on the device, each row's first ``n`` then ``PAD_TOKEN_ID`` (``n`` may be 0), or None where
+        no row drafts."""
+        rows, start, scheduled = layout.rows, layout.num_computed, layout.num_scheduled
+        num_rows, num_sampled = len(rows), len(sampled_idx)
+        k = self.spec.config.num_speculative_tokens
+        if not num_rows:
+            return None
+        num_drafts = batch.num_drafts[rows]
+        sampled = np.zeros(num_rows, dtype=bool)
+        sampled[sampled_idx] = True
+        sample_of = np.full(num_rows, -1, dtype=np.int64)  # batch index -> its place in sampled_idx
+        sample_of[sampled_idx] = np.arange(num_sampled)
+        stop = start + scheduled
+        catch = np.flatnonzero(scheduled > 0)
+        catch = catch[np.argsort(scheduled[catch] > 1, kind="stable")]  # one-token queries first
+        query_lens = scheduled[catch]
+        offsets = np.arange(int(query_lens.sum())) - np.repeat(np.cumsum(query_lens) - query_lens, query_lens)
+        positions = np.repeat(start[catch], query_lens) + offsets
+        token_rows = np.repeat(rows[catch], query_lens)
+        input_ids = batch.token_ids[token_rows, np.minimum(positions + 1, batch.max_model_len - 1)]
+        target_rows = np.repeat(layout.query_start_loc[:-1][catch], query_lens) + offsets
+        # Each row's last settled position (flat) if no draft were accepted; a sampled row's moves by ``accepted``.
+        ends = np.cumsum(query_lens) - 1 - np.where(sampled[catch], num_drafts[catch], 0)
+        ends_dev = self._dev(ends)
+        in_catch = np.flatnonzero(sampled[catch])
+        if len(in_catch):
+            where = self._dev(in_catch)
+            which = self._dev(sample_of[catch[in_catch]])
+            ends_dev.index_add_(0, where, accepted.index_select(0, which))
+            feed = (ends_dev.index_select(0, where), bonus.index_select(0, which))
+        else:
+            feed = None
+        num_blocks = np.array([batch.requests[rid].num_blocks for rid in req_ids], dtype=np.int64)
+        capacity = self.runner.capacity(rows, num_blocks)
+        # Every draft accepted is the furthest a row can get: its draft count holds whatever was accepted.
+        allowed = np.minimum(np.clip(self.spec.max_model_len - 2 - stop, 0, k), capacity - (stop - 1))
+        drafting = sampled & (allowed > 0) & draft
+        pick = np.flatnonzero(drafting[catch])
+        hidden, tokens = self.runner.catch_up(rows[catch], query_lens, stop[catch], positions, input_ids,
+                                              target_rows, ends, pick, graphs_allowed=True, ends_dev=ends_dev,
+                                              feed=feed)
+        if not len(pick):
+            return None
+        order = catch[pick]
+        counts = allowed[order]
+        order_dev = self._dev(sample_of[order])
+        last_pos = self._dev(stop[order] - 1 - num_drafts[order]) + accepted.index_select(0, order_dev)
+        later = self.steps.run(rows[order], last_pos, counts, tokens, hidden)
+        drafted = torch.stack([tokens.long(), *later], 1)
+        columns = torch.arange(drafted.shape[1], device=drafted.device)
+        drafted = torch.where(columns < self._dev(counts).unsqueeze(1), drafted, PAD_TOKEN_ID)
+        out = torch.full((num_sampled, k), PAD_TOKEN_ID, dtype=torch.int64, device=drafted.device)
+        out[:, : drafted.shape[1]].index_copy_(0, order_dev, drafted)
+        return out
 
     def _first_stale(self, rows: np.ndarray, start: np.ndarray, req_ids: list[str], live: np.ndarray) -> np.ndarray:
         """Per row, the first position the draft's cache lacks: the step's first token, or earlier when

@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 #: ``(input_ids [T], positions [T], target_rows [T], last [N]) -> (hidden [N, H], draft token ids [N])``.
 CatchUpFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
+#: ``(flat token index, input id)`` pairs on the device that overwrite the host's inputs of a catch-up.
+Feed = tuple[torch.Tensor, torch.Tensor]
+
 #: Token counts captured: a decode step's catch-up is ``sum(accepted + 2)`` tokens.
 SIZES = (8, 16, 32, 64, 128, 256)
 
@@ -113,10 +116,11 @@ class CatchUpGraphs:
         return None
 
     def replay(self, size: int, rows: np.ndarray, query_lens: np.ndarray, seq_lens: np.ndarray,
-               positions: np.ndarray, input_ids: np.ndarray, target_rows: np.ndarray,
-               ends: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+               positions: np.ndarray, input_ids: np.ndarray, target_rows: np.ndarray, ends: np.ndarray,
+               ends_dev: torch.Tensor | None = None, feed: Feed | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The catch-up of batch rows ``rows`` from the graph of ``size``: hidden states and draft tokens
-        at each request's last token (``ends``), one per request in order."""
+        at each request's last token (``ends``, or ``ends_dev`` on the device), one per request in order;
+        ``feed`` overwrites some tokens' inputs on the device."""
         runner = self.runner
         n, t, reqs = len(rows), len(positions), self._requests(size)
         tokens = self._host_tokens.numpy()  # token-major, so the first ``size`` rows are one copy
@@ -148,6 +152,10 @@ class CatchUpGraphs:
         self.query_start_loc[: reqs + 1].copy_(reqs_dev[:, 0])
         self.seq_lens[:reqs].copy_(reqs_dev[:reqs, 1])
         self.last[:reqs].copy_(self._host_last[:reqs], non_blocking=True)
+        if ends_dev is not None:
+            self.last[:n].copy_(ends_dev)
+        if feed is not None:
+            self.ids.index_copy_(0, *feed)
         self.tables.copy_(self._host_tables, non_blocking=True)
         graph, (hidden, drafted) = self.graphs[size]
         graph.replay()

@@ -25,7 +25,7 @@ from torch import nn
 from infercore.attention.backend import CommonAttentionMetadata
 from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.spec_decode.draft_parallel import tensor_parallel_size
-from infercore.worker.draft_catch_up import CatchUpFn, CatchUpGraphs
+from infercore.worker.draft_catch_up import CatchUpFn, CatchUpGraphs, Feed
 from infercore.worker.draft_steps import DraftSteps, StepFn
 
 if TYPE_CHECKING:
@@ -104,20 +104,29 @@ class DraftRunner:
 
     def catch_up(self, rows: np.ndarray, query_lens: np.ndarray, seq_lens: np.ndarray, positions: np.ndarray,
                  input_ids: np.ndarray, target_rows: np.ndarray, ends: np.ndarray, pick: np.ndarray,
-                 graphs_allowed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                 graphs_allowed: bool, ends_dev: torch.Tensor | None = None,
+                 feed: Feed | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the catch-up pass over ``query_lens[i]`` tokens of batch row ``rows[i]`` (one-token queries
         first); returns the hidden states and draft tokens at the last tokens of requests ``pick``. A
-        captured graph serves it when one fits (and ``graphs_allowed``: the call ends in a host sync)."""
+        captured graph serves it when one fits (and ``graphs_allowed``: the call ends in a host sync).
+
+        Inputs the host does not know yet come from the device: ``ends_dev`` replaces ``ends`` (each
+        request's last token, flat), and ``feed`` = ``(index, ids)`` overwrites those flat tokens' inputs."""
         graphs = self.catch_up_graphs
         size = graphs.size_for(len(positions), len(rows)) if graphs is not None and graphs_allowed else None
         if size is not None:
             assert graphs is not None
-            hidden, tokens = graphs.replay(size, rows, query_lens, seq_lens, positions, input_ids, target_rows, ends)
+            hidden, tokens = graphs.replay(size, rows, query_lens, seq_lens, positions, input_ids, target_rows, ends,
+                                           ends_dev, feed)
             index = self._dev(pick, torch.int64)
             return hidden.index_select(0, index), tokens.index_select(0, index)
+        ids = self._dev(input_ids, torch.int64)
+        if feed is not None:
+            ids.index_copy_(0, *feed)
+        last = (ends_dev.index_select(0, self._dev(pick, torch.int64)) if ends_dev is not None
+                else self._dev(ends[pick], torch.int64))
         with self.forward_context(rows, query_lens, seq_lens, positions):
-            return self.catch_up_fn(self._dev(input_ids, torch.int64), self._dev(positions, torch.int64),
-                                    self._dev(target_rows, torch.int64), self._dev(ends[pick], torch.int64))
+            return self.catch_up_fn(ids, self._dev(positions, torch.int64), self._dev(target_rows, torch.int64), last)
 
     def capacity(self, rows: np.ndarray, num_blocks: np.ndarray) -> np.ndarray:
         """Positions each row's blocks hold (``num_blocks`` entries of the interleaved table)."""

@@ -96,60 +96,99 @@ class DraftSteps:
         logger.info("captured %d draft decode graphs (batch sizes %d..%d) in %.1f s", len(self.graphs),
                     self.sizes[0], self.sizes[-1], time.perf_counter() - started)
 
-    def run(self, rows: np.ndarray, last_pos: np.ndarray, counts: np.ndarray, tokens: torch.Tensor,
+    def run(self, rows: np.ndarray, last_pos: np.ndarray | torch.Tensor, counts: np.ndarray, tokens: torch.Tensor,
             hidden: torch.Tensor) -> list[torch.Tensor]:
         """Steps ``1 .. max(counts) - 1`` of batch rows ``rows`` whose settled tokens end at ``last_pos``
         (their first drafts ``tokens`` and states ``hidden``); row ``i`` drafts ``counts[i]`` tokens in
-        all. Returns each step's draft token ids, one per row (a row past its count: garbage)."""
+        all. Returns each step's draft token ids, one per row (a row past its count: garbage).
+
+        ``last_pos`` on the device (not yet known to the host) keeps the steps on the device where graphs
+        replay them: positions and slots are computed there, from the rows' block tables."""
         n, num_steps = len(rows), int(counts.max()) - 1
         if num_steps <= 0:
             return []
         if n > self.max_rows or num_steps > self.max_steps:
             raise ValueError(f"{n} drafting rows or {num_steps} steps exceed the buffers ({self.max_rows}, "
                              f"{self.max_steps})")
-        runner = self.runner
-        stride, block = runner.stride, runner.block_size
-        table = runner.target.input_batch.block_table
-        steps = np.arange(1, num_steps + 1)[:, None]
-        alive = steps < counts[None, :]  # [S, n]
-        positions = np.where(alive, last_pos[None, :] + steps, last_pos[None, :])
-        seq_lens = positions + 1
-        host64, host32 = self._host_i64.numpy(), self._host_i32.numpy()
-        host64[:num_steps, :n] = positions
-        host32[:num_steps, :n] = seq_lens
-        tables = self._host_tables.numpy()
-        for gi, g in enumerate(runner.group_of):
-            blocks = table[rows[None, :], (positions // block) * stride + g].astype(np.int64)
-            host64[(1 + gi) * num_steps:(2 + gi) * num_steps, :n] = np.where(
-                alive, blocks * block + positions % block, -1)
-            tables[gi, :n] = table[rows, : self.width * stride][:, g::stride]
         size = next((s for s in self.sizes if s >= n), self.max_rows)
         graph = self.graphs.get(size) if self.graphs else None
         if graph is None:
             size = n
-        device = runner.device
-        staged64 = self._host_i64[: (1 + len(runner.group_of)) * num_steps].to(device, non_blocking=True)
-        staged32 = self._host_i32[:num_steps].to(device, non_blocking=True)
-        self.tables.copy_(self._host_tables, non_blocking=True)
+            if isinstance(last_pos, torch.Tensor):  # eager steps build their metadata on the host
+                last_pos = last_pos.cpu().numpy()
+        runner = self.runner
+        stride = runner.stride
+        table = runner.target.input_batch.block_table
+        steps = np.arange(1, num_steps + 1)[:, None]
+        alive = steps < counts[None, :]  # [S, n]
+        tables = self._host_tables.numpy()
+        for gi, g in enumerate(runner.group_of):
+            tables[gi, :n] = table[rows, : self.width * stride][:, g::stride]
+        if isinstance(last_pos, torch.Tensor):
+            positions, seq_lens, slots = self._inputs_on_device(n, num_steps, last_pos, alive)
+        else:
+            positions, seq_lens, slots = self._inputs_from_host(rows, n, num_steps, last_pos, alive)
         self.seq_lens[n:size] = 0
         self.slots[:, n:size] = -1
         self.ids[:size].zero_()
         out_tokens: list[torch.Tensor] = []
         for j in range(num_steps):
-            self.positions[:n].copy_(staged64[j, :n])
-            self.seq_lens[:n].copy_(staged32[j, :n])
-            for gi in range(len(runner.group_of)):
-                self.slots[gi, :n].copy_(staged64[(1 + gi) * num_steps + j, :n])
+            self.positions[:n].copy_(positions[j])
+            self.seq_lens[:n].copy_(seq_lens[j])
+            self.slots[:, :n].copy_(slots[:, j])
             self.ids[:n].copy_(tokens)
             self.hidden[:n].copy_(hidden)
             if graph is not None:
                 graph[0].replay()
                 hidden, tokens = graph[1][0][:n], graph[1][1][:n]
             else:
-                self.seq_lens_cpu[:n] = torch.from_numpy(seq_lens[j].astype(np.int32))
+                assert isinstance(last_pos, np.ndarray)
+                step_lens = np.where(alive[j], last_pos + j + 1, last_pos) + 1
+                self.seq_lens_cpu[:n] = torch.from_numpy(step_lens.astype(np.int32))
                 with tensor_parallel_size(runner.draft_tp), set_forward_context(
-                        self._context(n, int(seq_lens[j].max()))):
+                        self._context(n, int(step_lens.max()))):
                     hidden, tokens = self._run(n)
             tokens = tokens.long().clone()
             out_tokens.append(tokens)
         return out_tokens
+
+    def _inputs_from_host(self, rows: np.ndarray, n: int, num_steps: int, last_pos: np.ndarray,
+                          alive: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Positions, context lengths [S, n] and slots [G, S, n] of every step, computed here and uploaded
+        in one copy (with the block tables)."""
+        runner = self.runner
+        block, stride = runner.block_size, runner.stride
+        table = runner.target.input_batch.block_table
+        steps = np.arange(1, num_steps + 1)[:, None]
+        positions = np.where(alive, last_pos[None, :] + steps, last_pos[None, :])
+        host64, host32 = self._host_i64.numpy(), self._host_i32.numpy()
+        host64[:num_steps, :n] = positions
+        host32[:num_steps, :n] = positions + 1
+        for gi, g in enumerate(runner.group_of):
+            blocks = table[rows[None, :], (positions // block) * stride + g].astype(np.int64)
+            host64[(1 + gi) * num_steps:(2 + gi) * num_steps, :n] = np.where(alive, blocks * block + positions % block,
+                                                                            -1)
+        device = runner.device
+        groups = len(runner.group_of)
+        staged64 = self._host_i64[: (1 + groups) * num_steps].to(device, non_blocking=True)
+        staged32 = self._host_i32[:num_steps].to(device, non_blocking=True)
+        self.tables.copy_(self._host_tables, non_blocking=True)
+        slots = staged64[num_steps:].view(groups, num_steps, -1)[:, :, :n]
+        return staged64[:num_steps, :n], staged32[:, :n], slots
+
+    def _inputs_on_device(self, n: int, num_steps: int, last_pos: torch.Tensor,
+                          alive: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As :meth:`_inputs_from_host` from positions the device holds: the steps' offsets and the block
+        tables go up, positions and slots are computed there."""
+        runner = self.runner
+        block = runner.block_size
+        host64 = self._host_i64.numpy()
+        host64[:num_steps, :n] = np.where(alive, np.arange(1, num_steps + 1)[:, None], 0)
+        offsets = self._host_i64[:num_steps].to(runner.device, non_blocking=True)[:, :n]
+        self.tables.copy_(self._host_tables, non_blocking=True)
+        positions = last_pos.view(1, n) + offsets  # [S, n]
+        live = offsets > 0
+        columns = (positions // block).t()  # [n, S]
+        slots = torch.stack([torch.where(live, self.tables[gi, :n].gather(1, columns).t().long() * block
+                                         + positions % block, -1) for gi in range(len(runner.group_of))])
+        return positions, (positions + 1).to(torch.int32), slots

@@ -49,8 +49,11 @@ class VerifiedSample:
     position (into the step's logprobs rows) and, on the device, ``[count, tokens...]`` rows."""
 
     first_position: np.ndarray
-    #: [S, k + 2] int64: the number of tokens of the row, then its tokens (padded to the configured k).
+    #: [S, 2k + 2] int64: the number of tokens of the row, then its tokens (padded to the configured k),
+    #: then the next drafts where the proposer drafted inside the step (``PAD_TOKEN_ID`` past them).
     counts_and_tokens: torch.Tensor
+    #: Whether the drafts columns hold the row's next drafts (``ModelProposer.launch_drafts``).
+    drafted: bool = False
 
 
 class SpeculativeStep:
@@ -65,7 +68,7 @@ class SpeculativeStep:
         self.num_speculative_tokens = config.num_speculative_tokens
         self.disable_by_batch_size = config.disable_by_batch_size
         #: Where each step's verified tokens land on the host (pinned when the device is not the host).
-        self._host = torch.zeros((max_num_seqs, config.num_speculative_tokens + 2), dtype=torch.int64,
+        self._host = torch.zeros((max_num_seqs, 2 * config.num_speculative_tokens + 2), dtype=torch.int64,
                                  pin_memory=pin_memory)
         proposer_cls = get_plugin_manager().registry("speculative_method").load(config.method)
         self.proposer: Proposer = proposer_cls(ProposerSpec(config=config, vocab_size=vocab_size,
@@ -102,16 +105,45 @@ class SpeculativeStep:
         columns = np.minimum(batch.num_tokens[rows][:, None] + np.arange(width), batch.max_model_len - 1)
         drafts = np.where(np.arange(width) < num_drafts[:, None], batch.token_ids[rows[:, None], columns],
                           PAD_TOKEN_ID)
-        verified = self.sampler.verify(logits, metadata, torch.from_numpy(drafts).to(self.device), num_drafts)
+        verified = self.sampler.verify(logits, metadata, torch.from_numpy(drafts).to(self.device, non_blocking=True),
+                                       num_drafts)
         if bool(batch.sampling.penalised[rows].any()):
             self._record_penalties(batch, rows, verified.token_ids)
         if raw_logprobs is not None:
-            chosen = verified.token_ids[torch.from_numpy(owner).to(self.device), torch.from_numpy(offset).to(self.device)]
+            chosen = verified.token_ids[torch.from_numpy(owner).to(self.device, non_blocking=True),
+                                        torch.from_numpy(offset).to(self.device, non_blocking=True)]
             assert metadata.max_num_logprobs is not None
             pending.logprobs = gather_logprobs(raw_logprobs, chosen.clamp_min(0), metadata.max_num_logprobs)
         rows_out = torch.cat([verified.num_tokens.unsqueeze(1), verified.token_ids], 1)
-        pad = self.num_speculative_tokens + 2 - rows_out.shape[1]
-        pending.verified = VerifiedSample(first, torch.nn.functional.pad(rows_out, (0, pad), value=PAD_TOKEN_ID))
+        k = self.num_speculative_tokens
+        rows_out = torch.nn.functional.pad(rows_out, (0, k + 2 - rows_out.shape[1]), value=PAD_TOKEN_ID)
+        drafts_next = self._launch_drafts(batch, pending, verified.num_tokens - 1, verified.token_ids)
+        if drafts_next is None:
+            drafts_next = rows_out.new_full((len(rows), k), PAD_TOKEN_ID)
+        pending.verified = VerifiedSample(first, torch.cat([rows_out, drafts_next], 1),
+                                          drafted=self.drafts_in_step)
+
+    @property
+    def drafts_in_step(self) -> bool:
+        """Whether the proposer drafts inside a verifying step, before its tokens reach the host."""
+        return isinstance(self.proposer, ModelProposer) and self.proposer.drafts_in_step
+
+    def _launch_drafts(self, batch: InputBatch, pending: PendingSample, accepted: torch.Tensor,
+                       token_ids: torch.Tensor) -> torch.Tensor | None:
+        """Queue the proposer's catch-up and drafts behind the verification (``ModelProposer.launch_drafts``);
+        None where the proposer drafts after the step instead, or no row drafts."""
+        if not self.drafts_in_step:
+            return None
+        assert isinstance(self.proposer, ModelProposer)
+        bonus = token_ids.gather(1, accepted.unsqueeze(1)).squeeze(1)
+        return self.proposer.launch_drafts(batch, pending.layout, pending.req_ids, pending.sampled_idx, accepted,
+                                           bonus, self._drafting(pending))
+
+    def _drafting(self, pending: PendingSample) -> bool:
+        """Whether a step drafts: it has fewer than ``disable_by_batch_size`` requests (else the scheduler
+        would drop the drafts)."""
+        limit = self.disable_by_batch_size
+        return limit is None or len(pending.req_ids) < limit
 
     def host_rows(self, num_rows: int) -> torch.Tensor:
         """The host buffer for ``num_rows`` rows of ``VerifiedSample.counts_and_tokens``."""
@@ -135,7 +167,7 @@ class SpeculativeStep:
         """Count each row's verified tokens in its output counts, on the device (pads count zero)."""
         tables = batch.sampling.penalty_tables
         assert tables is not None
-        row_index = torch.from_numpy(rows).to(self.device).unsqueeze(1).expand_as(token_ids)
+        row_index = torch.from_numpy(rows).to(self.device, non_blocking=True).unsqueeze(1).expand_as(token_ids)
         valid = (token_ids >= 0).to(torch.int32)
         tables.output_counts.index_put_((row_index.flatten(), token_ids.clamp_min(0).flatten()), valid.flatten(),
                                         accumulate=True)
@@ -149,8 +181,14 @@ class SpeculativeStep:
         """The next drafts of a collected step's requests, in its ``req_ids`` order ([] for those that
         did not sample)."""
         drafts: list[list[int]] = [[] for _ in pending.req_ids]
-        limit = self.disable_by_batch_size
-        draft = limit is None or len(pending.req_ids) < limit  # else the scheduler would drop them
+        draft = self._drafting(pending)
+        verified = pending.verified
+        if verified is not None and verified.drafted:  # drafted inside the step: in the same host copy
+            host = pending.tokens_host if pending.tokens_host is not None else pending.tokens
+            k = self.num_speculative_tokens
+            for i, row in zip(pending.sampled_idx.tolist(), host[:, k + 2:].tolist(), strict=True):
+                drafts[i] = [t for t in row if t != PAD_TOKEN_ID]
+            return drafts
         if isinstance(self.proposer, ModelProposer):
             for i, ids in self.proposer.propose_step(batch, pending.layout, pending.req_ids, pending.sampled_idx,
                                                      draft).items():

@@ -1,0 +1,101 @@
+"""EAGLE drafts inside the verifying step (``ModelProposer.launch_drafts``): the catch-up over every
+scheduled position with the target's last token written on the device, and the one-token steps placed
+from the device's accepted counts, give the same drafts, step by step, as catching up after the tokens
+reach the host; and the buffers behind the graphs take those device inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from engine_cases import ENGINE_DEFAULTS
+from test_draft_graph_buffers import BLOCK, _bind, _runner
+from test_engine_ngram import ALL_PROMPTS
+
+from infercore import LLM, SamplingParams
+from infercore.benchmarks.speculative import force_acceptance_rate
+from infercore.spec_decode.model_proposer import ModelProposer
+from infercore.spec_decode.tiny_heads import build_eagle3_head_folder
+from infercore.worker.draft_catch_up import CatchUpGraphs
+from infercore.worker.draft_steps import DraftSteps
+from infercore.worker.spec_decode_step import SpeculativeStep
+
+
+def _drafts_of_every_step(folder: Path, head: Path, monkeypatch: pytest.MonkeyPatch, in_step: bool,
+                          **engine_args: Any) -> tuple[list[list[list[int]]], list[list[int]]]:
+    """Each step's drafts (batch order) and the outputs, at a forced acceptance rate of one half."""
+    seen: list[list[list[int]]] = []
+    original = SpeculativeStep.step_drafts
+
+    def record(self: SpeculativeStep, batch: Any, pending: Any) -> list[list[int]]:
+        drafts = original(self, batch, pending)
+        seen.append(drafts)
+        return drafts
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SpeculativeStep, "step_drafts", record)
+        patch.setattr(ModelProposer, "drafts_in_step", property(lambda self: in_step))
+        llm = LLM(**{**ENGINE_DEFAULTS, "model": str(folder), **engine_args,
+                     "speculative_config": {"method": "eagle3", "model": str(head), "num_speculative_tokens": 3}})
+        force_acceptance_rate(llm, 0.5)
+        torch.manual_seed(7)
+        params = [SamplingParams(temperature=0, max_tokens=12 + 5 * i, ignore_eos=True) for i in range(4)]
+        outputs = llm.generate(ALL_PROMPTS[:4], params, use_tqdm=False)
+    return seen, [list(out.outputs[0].token_ids) for out in outputs]
+
+
+@pytest.mark.parametrize("engine_args", [{}, {"max_num_batched_tokens": 16}], ids=["whole", "chunked"])
+def test_drafts_in_step_equal_drafts_after_it(qwen3_folder, tmp_path, monkeypatch, engine_args) -> None:
+    head = build_eagle3_head_folder(tmp_path / "head", qwen3_folder, draft_vocab_size=96)
+    after, after_tokens = _drafts_of_every_step(qwen3_folder, head, monkeypatch, False, **engine_args)
+    inside, inside_tokens = _drafts_of_every_step(qwen3_folder, head, monkeypatch, True, **engine_args)
+    assert inside_tokens == after_tokens
+    assert inside == after
+    assert sum(len(d) for step in inside for d in step) > 30
+
+
+@torch.inference_mode()
+def test_draft_steps_place_rows_from_device_positions() -> None:
+    """Positions on the device give the steps what the same positions from the host give."""
+    table = np.arange(1, 1 + 4 * 8, dtype=np.int32).reshape(4, 8)
+    rows, last_pos, counts = np.array([3, 1, 0]), np.array([6, 2, 9]), np.array([4, 2, 1])
+    seen = []
+    for given in (last_pos, torch.from_numpy(last_pos)):
+        calls: list[tuple[list[int], list[int], list[int]]] = []
+        steps = DraftSteps(_runner(table), lambda ids, pos, hidden: (hidden + 1, ids + pos),
+                           hidden_size=2, hidden_dtype=torch.float32, max_rows=4, max_steps=3)
+        steps.capture()
+
+        def rerun(size: int, steps: DraftSteps = steps, calls: list = calls) -> tuple[torch.Tensor, torch.Tensor]:
+            calls.append((steps.positions[:size].tolist(), steps.seq_lens[:size].tolist(),
+                          steps.slots[0, :size].tolist()))
+            return steps._run(size)
+
+        _bind(steps, rerun)
+        out = steps.run(rows, given, counts, torch.tensor([10, 20, 30]), torch.zeros((3, 2)))
+        seen.append(([t.tolist() for t in out], calls))
+    assert seen[0] == seen[1]
+    assert seen[1][1][0][2][:3] == [table[3, 1] * BLOCK + 3, table[1, 0] * BLOCK + 3, -1]
+
+
+@torch.inference_mode()
+def test_catch_up_replay_takes_last_tokens_and_inputs_from_the_device() -> None:
+    table = np.arange(1, 1 + 3 * 8, dtype=np.int32).reshape(3, 8)
+    seen: dict[str, torch.Tensor] = {}
+
+    def fn(ids: torch.Tensor, pos: torch.Tensor, target_rows: torch.Tensor, last: torch.Tensor):
+        seen.update(ids=ids.clone())
+        return ids.index_select(0, last).float().unsqueeze(1), pos.index_select(0, last)
+
+    graphs = CatchUpGraphs(_runner(table), fn, max_rows=4, max_tokens=16)
+    graphs.capture()
+    _bind(graphs, graphs._run)
+    rows, query_lens, positions = np.array([2, 0]), np.array([1, 3]), np.array([5, 8, 9, 10])
+    feed = (torch.tensor([2]), torch.tensor([99]))
+    hidden, tokens = graphs.replay(8, rows, query_lens, np.array([6, 11]), positions, np.array([50, 60, 61, 62]),
+                                   np.zeros(4, np.int64), np.array([0, 3]), torch.tensor([0, 2]), feed)
+    assert seen["ids"][:4].tolist() == [50, 60, 99, 62]
+    assert tokens.tolist() == [5, 9] and hidden[:, 0].tolist() == [50.0, 99.0]
