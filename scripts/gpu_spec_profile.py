@@ -1,8 +1,10 @@
 """Where a speculative step's time goes at batch 1 on the 8B shape: one profiled request with and without an
 EAGLE-3 head (forced acceptance), JSON lines: wall and device time per output token, the kernels that take
-longest, and the host calls that wait for the device (syncs, copies) or launch graphs.
+longest, and the host calls that wait for the device (syncs, copies) or launch graphs. ``eagle3`` drafts
+inside the verifying step (the default); ``eagle3_after`` catches up after the tokens reach the host, as
+before that path existed. ``--rates`` then times each (unprofiled, best of 3) at those acceptance rates.
 
-    python scripts/gpu_spec_profile.py [--rate 0.0] [--k 3] [--tokens 48]
+    python scripts/gpu_spec_profile.py [--rate 0.0] [--k 3] [--tokens 48] [--rates 0,0.7]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from infercore import LLM, SamplingParams
 from infercore.benchmarks.spec_folders import write_folders
 from infercore.benchmarks.speculative import force_acceptance_rate, periodic
 from infercore.benchmarks.workloads import WORKLOADS
+from infercore.spec_decode.model_proposer import ModelProposer
 
 HOST_CALLS = ("cudaGraphLaunch", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync",
               "cudaEventSynchronize", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "aten::item")
@@ -55,27 +58,48 @@ def _profile(llm: LLM, prompt: list[int], tokens: int, label: str) -> None:
         print(json.dumps({"label": label, "kernel": name, "count": count, "ms": round(us / 1000, 3)}), flush=True)
 
 
+def _timed(llm: LLM, prompt: list[int], tokens: int, label: str, rate: float) -> None:
+    params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True, detokenize=False)
+    best = float("inf")
+    for _ in range(3):
+        llm.reset_prefix_cache()
+        start = time.perf_counter()
+        llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
+        best = min(best, time.perf_counter() - start)
+    print(json.dumps({"label": label, "rate": rate, "tokens": tokens, "ms_per_token": round(best * 1000 / tokens, 3)}),
+          flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workload", default="w-gpu-8b")
     parser.add_argument("--rate", type=float, default=0.0)
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--rates", default="", help="comma-separated acceptance rates to time unprofiled")
     args = parser.parse_args()
+    rates = [float(r) for r in args.rates.split(",") if r.strip()]
     workload = WORKLOADS[args.workload]
     prompt = periodic(list(range(1, 513)), 64)
     with tempfile.TemporaryDirectory() as tmp:
         folders = write_folders(Path(tmp), args.workload, "w-gpu")
         folder = workload.write_model_folder(Path(tmp) / workload.name)
-        for label, spec in (("plain", None),
-                            ("eagle3", {"method": "eagle3", "num_speculative_tokens": args.k,
-                                        "model": folders["eagle3"]})):
+        eagle = {"method": "eagle3", "num_speculative_tokens": args.k, "model": folders["eagle3"]}
+        for label, spec in (("plain", None), ("eagle3", eagle), ("eagle3_after", eagle)):
+            in_step = ModelProposer.drafts_in_step
+            if label == "eagle3_after":
+                ModelProposer.drafts_in_step = property(lambda self: False)  # type: ignore[method-assign]
             llm = LLM(model=str(folder), load_format="dummy", dtype=workload.dtype,
                       max_model_len=workload.max_model_len, skip_tokenizer_init=True, max_num_seqs=8,
                       **({"speculative_config": spec} if spec else {}))
             if spec:
                 force_acceptance_rate(llm, args.rate)
             _profile(llm, prompt, args.tokens, label)
+            for rate in rates if spec else [None] if rates else []:
+                if spec:
+                    force_acceptance_rate(llm, rate)
+                _timed(llm, prompt, 128, label, rate)
+            ModelProposer.drafts_in_step = in_step  # type: ignore[method-assign]
             del llm
             torch.cuda.empty_cache()
 
