@@ -38,3 +38,32 @@ def test_self_draft_and_eagle3_from_graphs(tiny_model_factory, tmp_path, dtype) 
     print(f"{dtype} eagle3: {sum(a == b for a, b in zip(got, ref, strict=True))}/{len(ref)} rows identical")
     assert sum(a == b for a, b in zip(got, ref, strict=True)) >= len(ref) - 1
     assert stats.spec_num_draft_tokens > 0
+
+
+def test_eagle3_verifying_steps_never_wait_for_the_device(tiny_model_factory, tmp_path, monkeypatch) -> None:
+    """From the forward pass to the last draft, a verifying step queues everything (verification, the
+    head's catch-up and its steps, the copy back) without one synchronizing call; the tokens stay the
+    plain run's."""
+    from infercore.worker.model_runner import ModelRunner
+
+    folder = tiny_model_factory("Qwen3ForCausalLM")
+    ref, _ = _run(folder, dtype="float32")
+    original = ModelRunner._sample
+    checked = []
+
+    def sample(self, req_ids, layout, forward, grammar_bitmask):
+        if self.spec is None or not self.input_batch.num_drafts[layout.rows].any():
+            return original(self, req_ids, layout, forward, grammar_bitmask)
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            pending = original(self, req_ids, layout, forward, grammar_bitmask)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        checked.append(pending.verified.drafted)
+        return pending
+
+    monkeypatch.setattr(ModelRunner, "_sample", sample)
+    head = build_eagle3_head_folder(tmp_path / "head", folder, draft_vocab_size=96)
+    got, stats = _run(folder, {"method": "eagle3", "model": str(head), "num_speculative_tokens": 3}, "float32")
+    assert got == ref
+    assert len(checked) > 10 and all(checked), checked[:5]
