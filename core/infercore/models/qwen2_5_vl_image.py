@@ -169,11 +169,17 @@ class Qwen2_5_VLImageProcessor:
         s = self.settings
         array = image_to_array(image)
         height, width = self.resized_size(array.shape[0], array.shape[1])
-        pixels = resize_bicubic(array, height, width).astype(np.float32) * np.float32(s.rescale_factor)
-        mean = np.asarray(s.image_mean, dtype=np.float32)
-        std = np.asarray(s.image_std, dtype=np.float32)
-        pixels = ((pixels - mean) / std).transpose(2, 0, 1)  # [C, H, W]
-        return self.patchify(torch.from_numpy(np.ascontiguousarray(pixels)), repeat_frames)
+        pixels = torch.from_numpy(np.array(resize_bicubic(array, height, width), copy=True))  # [H, W, C] uint8
+        p, m, c = s.patch_size, s.merge_size, pixels.shape[2]
+        gh, gw = height // p, width // p
+        # The bytes in patch order first (a quarter of the float data to move), then converted, rescaled and
+        # normalised in place as x * (rescale / std) - mean / std per channel: about 4x faster than float first.
+        blocks = pixels.view(gh // m, m, p, gw // m, m, p, c).permute(0, 3, 1, 4, 6, 2, 5).contiguous()
+        std = torch.tensor(s.image_std, dtype=torch.float64)
+        scale = (s.rescale_factor / std).to(torch.float32).view(c, 1, 1)
+        shift = (-torch.tensor(s.image_mean, dtype=torch.float64) / std).to(torch.float32).view(c, 1, 1)
+        patches = blocks.float().mul_(scale).add_(shift).view(gh * gw, c * p * p)  # [.., m, m, C, P, P] rows
+        return (repeat_temporal(patches, c, s.temporal_patch_size) if repeat_frames else patches, (1, gh, gw))
 
     def patchify(self, pixels: torch.Tensor, repeat_frames: bool = True) -> tuple[torch.Tensor, tuple[int, int, int]]:
         """[C, H, W] (sides multiples of patch * merge) → patches in merge-block order and the grid."""
