@@ -1,0 +1,144 @@
+"""One-launch LoRA for decode-sized steps: shrink and expand of a wrapped linear in a single kernel.
+
+Program ``(t, j)`` takes token ``t`` and output columns ``[j * BLOCK_N, (j + 1) * BLOCK_N)``. For each output
+slice those columns touch (one, when ``BLOCK_N`` divides the slice widths) it computes
+``xa = x[t] @ A[slot(t), slice]^T`` over the whole hidden dimension, then adds ``xa @ B[slot(t), cols]^T``
+to ``out[t, cols]`` in place. Every output block recomputes its slice's shrink: a slice's A (``R x K``,
+32 KB at rank 16 over 1024 inputs) is read from L2 by each of the token's programs, traded for the second
+launch and the float32 scratch of the two-kernel path (``lora_bgmv``). A token without a slot (-1) returns
+at once; the slot is data, read on the device, so a captured graph replays any mix of adapters.
+
+Launch settings (:func:`fused_settings`) depend on the shapes only: the default rule below, or the entry of a
+measured table (``benchmarks/lora.py sweep`` writes one) that the environment variable :data:`TABLE_ENV`
+names::
+
+    {"choices": [{"m": 1, "k": 1024, "rank": 16, "width": 4096, "fused": true,
+                  "block_n": 128, "block_k": 1024, "num_warps": 8}, ...]}
+
+``m`` is the next power of two of the step's tokens, ``rank`` the slot width rounded up to a power of two
+(at least 16); ``"fused": false`` keeps the two-kernel path at that shape.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import triton
+import triton.language as tl
+
+#: Environment variable naming a measured JSON launch table (see the module's docstring).
+TABLE_ENV = "INFERCORE_LORA_FUSED_TABLE"
+#: Without a table entry, the fused kernel runs while one slice's A (slot width x hidden) has at most this
+#: many elements: each program reads it whole, so a long shrink (8B's down projection, or rank 64 over
+#: 4096 inputs) splits better over the two-kernel path's hidden-dimension chunks.
+FUSED_MAX_A_ELEMENTS = 64 * 1024
+#: Without a table entry, the fused kernel runs for steps of at most this many tokens.
+FUSED_MAX_TOKENS = 16
+#: Programs per token the default rule aims for (output blocks of a power-of-two width).
+_TARGET_BLOCKS = 32
+#: Elements of the A tile one shrink iteration multiplies (``BLOCK_R x BLOCK_K``), by the default rule.
+_TILE_ELEMENTS = 16 * 1024
+
+
+@dataclass(frozen=True)
+class FusedSettings:
+    """Launch settings of :func:`bgmv_fused_kernel`: output columns and hidden-dimension chunk per program."""
+
+    block_n: int
+    block_k: int
+    num_warps: int
+
+
+def bucket(tokens: int) -> int:
+    """The table's bucket of a step of ``tokens`` tokens: the next power of two."""
+    return 1 << max(0, tokens - 1).bit_length()
+
+
+def rank_block(rank: int) -> int:
+    """The rank tile of a slot width: its next power of two, at least 16."""
+    return max(16, triton.next_power_of_2(rank))
+
+
+def default_settings(k: int, rank: int, width: int) -> FusedSettings:
+    """The rule without measurements: about :data:`_TARGET_BLOCKS` output blocks of 32 to 256 columns, an A
+    tile of :data:`_TILE_ELEMENTS` (the whole slice at rank 16 over 1024 inputs: one load round trip)."""
+    block_r = rank_block(rank)
+    block_n = min(256, max(32, triton.next_power_of_2(triton.cdiv(width, _TARGET_BLOCKS))))
+    block_k = min(triton.next_power_of_2(k), max(64, _TILE_ELEMENTS // block_r))
+    num_warps = 8 if block_r * block_k >= 8192 or block_n * block_r >= 8192 else 4
+    return FusedSettings(block_n, block_k, num_warps)
+
+
+@functools.cache
+def _table(path: str) -> dict[tuple[int, int, int, int], dict[str, Any]]:
+    with open(path) as f:
+        data = json.load(f)
+    return {(int(e["m"]), int(e["k"]), int(e["rank"]), int(e["width"])): e for e in data.get("choices", [])}
+
+
+def table_entry(tokens: int, k: int, rank: int, width: int) -> dict[str, Any] | None:
+    """The entry of the table :data:`TABLE_ENV` names for this step's bucket and shape, if any."""
+    path = os.environ.get(TABLE_ENV)
+    if not path or not os.path.exists(path):
+        return None
+    return _table(path).get((bucket(tokens), k, rank_block(rank), width))
+
+
+@functools.cache
+def fused_settings(tokens: int, k: int, rank: int, width: int) -> FusedSettings | None:
+    """The fused kernel's settings for a step of ``tokens`` tokens at this shape, or ``None`` where the
+    two-kernel path runs: the table's entry if it has one, else :func:`default_settings` while ``tokens`` is
+    at most :data:`FUSED_MAX_TOKENS` and one slice's A at most :data:`FUSED_MAX_A_ELEMENTS` elements."""
+    entry = table_entry(tokens, k, rank, width)
+    if entry is not None:
+        if not entry.get("fused", True):
+            return None
+        return FusedSettings(int(entry["block_n"]), int(entry["block_k"]), int(entry["num_warps"]))
+    if tokens > FUSED_MAX_TOKENS or rank_block(rank) * k > FUSED_MAX_A_ELEMENTS:
+        return None
+    return default_settings(k, rank, width)
+
+
+@triton.jit
+def bgmv_fused_kernel(out_ptr, x_ptr, a_ptr, b_ptr, slots_ptr, K, width, R, off1, off2, stride_om, stride_xm,
+                      stride_as, stride_an, stride_bs, stride_bn, NUM_SLICES: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
+    """``out[t, cols] += (x[t] @ A[slot(t), slice]^T) @ B[slot(t), cols]^T`` for each slice the block's
+    columns touch; grid (tokens, output blocks). ``off1`` / ``off2`` are the second and third slices' first
+    columns (``width`` when there are fewer slices)."""
+    row, pid_n = tl.program_id(0), tl.program_id(1)
+    slot = tl.load(slots_ptr + row)
+    if slot < 0:
+        return
+    first = pid_n * BLOCK_N
+    cols = first + tl.arange(0, BLOCK_N)
+    col_ok = cols < width
+    last = tl.minimum(first + BLOCK_N, width) - 1
+    rs = tl.arange(0, BLOCK_R)
+    r_ok = rs < R
+    out_ptrs = out_ptr + row.to(tl.int64) * stride_om + cols
+    current = tl.load(out_ptrs, mask=col_ok, other=0.0)
+    b = tl.load(b_ptr + slot.to(tl.int64) * stride_bs + cols[:, None] * stride_bn + rs[None, :],
+                mask=col_ok[:, None] & r_ok[None, :], other=0.0).to(tl.float32)
+    slice_of = (cols >= off1).to(tl.int32) + (cols >= off2).to(tl.int32)
+    x_row = x_ptr + row.to(tl.int64) * stride_xm
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for i in tl.static_range(NUM_SLICES):
+        lo = 0 if i == 0 else (off1 if i == 1 else off2)
+        hi = width if i == NUM_SLICES - 1 else (off1 if i == 0 else off2)
+        if (first < hi) & (last >= lo):  # only the slices of this block's columns
+            a_rows = a_ptr + slot.to(tl.int64) * stride_as + (i * R + rs)[:, None] * stride_an
+            prod = tl.zeros((BLOCK_R, BLOCK_K), dtype=tl.float32)
+            for k in range(0, K, BLOCK_K):
+                ks = k + tl.arange(0, BLOCK_K)
+                k_ok = ks < K
+                xv = tl.load(x_row + ks, mask=k_ok, other=0.0).to(tl.float32)
+                av = tl.load(a_rows + ks[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
+                prod += av * xv[None, :]
+            xa = tl.sum(prod, axis=1)
+            acc += tl.where(slice_of == i, tl.sum(b * xa[None, :], axis=1), 0.0)
+    tl.store(out_ptrs, (current.to(tl.float32) + acc).to(current.dtype), mask=col_ok)
