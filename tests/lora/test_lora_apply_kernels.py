@@ -187,6 +187,8 @@ def test_a_measured_table_overrides_the_rule(tmp_path, monkeypatch):
     lora_fused.fused_settings.cache_clear()
     try:
         assert lora_fused.fused_settings(5, 1024, 16, 4096) == lora_fused.FusedSettings(64, 512, 4)
+        assert lora_fused.fused_settings(16, 1024, 16, 4096) == lora_fused.FusedSettings(64, 512, 4)
+        assert lora_fused.fused_settings(2, 1024, 16, 4096) is None  # bucket 2 takes bucket 1's entry
         assert lora_fused.fused_settings(1, 1024, 16, 4096) is None
         assert lora_fused.fused_settings(1, 1024, 16, 1024) is not None  # not in the table: the rule
     finally:

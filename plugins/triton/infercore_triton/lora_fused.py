@@ -15,7 +15,8 @@ names::
     {"choices": [{"m": 1, "k": 1024, "rank": 16, "width": 4096, "fused": true,
                   "block_n": 128, "block_k": 1024, "num_warps": 8}, ...]}
 
-``m`` is the next power of two of the step's tokens, ``rank`` the slot width rounded up to a power of two
+``m`` is the next power of two of the step's tokens (a bucket not measured takes the largest smaller one
+measured at that shape), ``rank`` the slot width rounded up to a power of two
 (at least 16); ``"fused": false`` keeps the two-kernel path at that shape.
 """
 
@@ -81,11 +82,17 @@ def _table(path: str) -> dict[tuple[int, int, int, int], dict[str, Any]]:
 
 
 def table_entry(tokens: int, k: int, rank: int, width: int) -> dict[str, Any] | None:
-    """The entry of the table :data:`TABLE_ENV` names for this step's bucket and shape, if any."""
+    """The entry of the table :data:`TABLE_ENV` names for this step's bucket and shape, else that of the
+    largest smaller bucket measured at this shape, if any."""
     path = os.environ.get(TABLE_ENV)
     if not path or not os.path.exists(path):
         return None
-    return _table(path).get((bucket(tokens), k, rank_block(rank), width))
+    table, b = _table(path), bucket(tokens)
+    while b >= 1:
+        if (b, k, rank_block(rank), width) in table:
+            return table[(b, k, rank_block(rank), width)]
+        b //= 2
+    return None
 
 
 @functools.cache

@@ -1,0 +1,157 @@
+"""The decode-sized LoRA paths side by side: shrink-then-expand (two launches) against the fused kernel (one
+launch, ``infercore_triton.lora_fused``), at the W-GPU and 8B shapes' projections; writes the measured launch
+table that ``INFERCORE_LORA_FUSED_TABLE`` makes ``lora_apply`` use.
+
+For each workload, projection (q/k/v merged, o, gate/up merged, down), rank and token count: the largest
+error of each path against the torch reference, the µs per call replayed from a CUDA graph of back-to-back
+calls (``*_us``, A and B warm in L2) and after an L2 flush (``*_cold_us``, as between an engine step's
+layers), for the two launches, the fused kernel at the default rule's settings and at the best settings of a
+small sweep (``--sweep-workloads`` at ``--sweep-ranks`` only; the others time the default settings alone). Every token has an
+adapter, spread over ``--num-adapters`` slots. One JSON line per case, then the table::
+
+    python benchmarks/lora_fused.py --table-out /tmp/lora_fused_table.json
+    INFERCORE_LORA_FUSED_TABLE=/tmp/lora_fused_table.json python benchmarks/lora.py latency --workload w-gpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import lora as bench  # the sibling benchmark (this folder is on sys.path as a script)
+import numpy as np
+import torch
+import triton
+
+from infercore.benchmarks.kernel_timing import graph_median_us
+from infercore.benchmarks.workloads import WORKLOADS
+from infercore.lora.target_modules import module_shapes
+
+
+def projections(workload: str) -> dict[str, tuple[int, list[int]]]:
+    """(input size, output slice sizes) of the workload's four wrapped linears."""
+    from transformers import AutoConfig
+
+    cfg = WORKLOADS[workload].model_config
+    shapes = module_shapes(AutoConfig.for_model(**{k: v for k, v in cfg.items() if k != "architectures"}))
+    return {"qkv": (shapes["q_proj"][0], [shapes["q_proj"][1], shapes["k_proj"][1], shapes["v_proj"][1]]),
+            "o": (shapes["o_proj"][0], [shapes["o_proj"][1]]),
+            "gate_up": (shapes["gate_proj"][0], [shapes["gate_proj"][1]] * 2),
+            "down": (shapes["down_proj"][0], [shapes["down_proj"][1]])}
+
+
+def candidates(k: int, rank: int, width: int) -> list[Any]:
+    """Fused settings to try: 8 to 64 output blocks per token, two A tile sizes, 4 or 8 warps."""
+    from infercore_triton.lora_fused import FusedSettings, default_settings, rank_block
+
+    block_r, found = rank_block(rank), [default_settings(k, rank, width)]
+    for block_n in (32, 64, 128, 256):
+        if not 8 <= triton.cdiv(width, block_n) <= 64:
+            continue
+        for tile in (4096, 16384):
+            block_k = min(triton.next_power_of_2(k), max(64, tile // block_r))
+            for warps in (4, 8):
+                found.append(FusedSettings(block_n, block_k, warps))
+    return list(dict.fromkeys(found))
+
+
+def _err(run: Any, base: torch.Tensor, ref: torch.Tensor) -> float:
+    """The largest difference from ``ref`` of ``run`` adding into a copy of ``base``."""
+    return round(float((run(base.clone()).float() - ref.float()).abs().max()), 5)
+
+
+def _cold_us(fn: Any) -> float:
+    return round(graph_median_us(fn, calls=10, repeats=9), 2)
+
+
+def measure(workload: str, rank: int, tokens_list: list[int], num_adapters: int, sweep: bool) -> list[dict]:
+    """One row per projection and token count (see the module's docstring)."""
+    from infercore.lora.step_state import LoRAStepState
+    from infercore.ops import lora_reference
+    from infercore_triton.lora import bgmv_fused, bgmv_two_launches
+    from infercore_triton.lora_fused import bucket, default_settings, fused_settings, rank_block
+
+    device, dtype, rows = torch.device("cuda" if torch.cuda.is_available() else "cpu"), torch.bfloat16, []
+    for name, (in_size, sizes) in projections(workload).items():
+        width = sum(sizes)
+        offsets = tuple(int(v) for v in np.cumsum((0, *sizes)))
+        torch.manual_seed(0)
+        a = torch.randn(num_adapters, len(sizes) * rank, in_size, device=device, dtype=dtype) * 0.05
+        b = torch.randn(num_adapters, width, rank, device=device, dtype=dtype) * 0.05
+        tried = candidates(in_size, rank, width) if sweep else [default_settings(in_size, rank, width)]
+        for tokens in tokens_list:
+            state = LoRAStepState(tokens, num_adapters, device, pin=True)
+            state.set_step((np.arange(tokens) % num_adapters).astype(np.int32), tokens)
+            step = state.step_for(tokens)
+            assert step is not None
+            x = torch.randn(tokens, in_size, device=device, dtype=dtype)
+            base = torch.randn(tokens, width, device=device, dtype=dtype)
+            out = base.clone()  # the timed calls add into it again and again
+            ref = lora_reference.lora_apply(base.clone(), x, a, b, *step, offsets)
+
+            bound = dict(x=x, lora_a=a, lora_b=b, token_slots=step.token_slots, slice_offsets=offsets)
+            two = functools.partial(bgmv_two_launches, **bound)
+            two_us = bench._graph_us(functools.partial(two, out))
+            timed = []
+            for s in tried:
+                fused = functools.partial(bgmv_fused, **bound, settings=s)
+                timed.append((bench._graph_us(functools.partial(fused, out)), s, fused))
+            default_us, _, default_fn = timed[0]
+            best_us, best, best_fn = min(timed, key=lambda t: t[0])
+            rule = fused_settings(tokens, in_size, rank, width)
+            rows.append({
+                "workload": workload, "layer": name, "k": in_size, "width": width, "rank": rank, "tokens": tokens,
+                "two_launch_us": two_us, "fused_default_us": default_us, "fused_best_us": best_us,
+                "fused_best": {"block_n": best.block_n, "block_k": best.block_k, "num_warps": best.num_warps},
+                "candidates": len(timed), "two_launch_cold_us": _cold_us(functools.partial(two, out)),
+                "fused_best_cold_us": _cold_us(functools.partial(best_fn, out)),
+                "err_two_launch": _err(two, base, ref), "err_fused_default": _err(default_fn, base, ref),
+                "err_fused_best": _err(best_fn, base, ref),
+                "fused_over_two": round(best_us / two_us, 3),
+                "rule_without_table": "two_launch" if rule is None else "fused",
+                "table_m": bucket(tokens), "table_rank": rank_block(rank)})
+    return rows
+
+
+def table_of(rows: list[dict]) -> dict[str, Any]:
+    """The launch table: per measured shape, the fused kernel's best settings where it beat the two launches."""
+    choices = []
+    for r in rows:
+        entry = {"m": r["table_m"], "k": r["k"], "rank": r["table_rank"], "width": r["width"],
+                 "fused": r["fused_best_us"] < r["two_launch_us"], **r["fused_best"]}
+        choices.append(entry)
+    return {"choices": choices}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", default="w-gpu,w-gpu-8b")
+    parser.add_argument("--sweep-workloads", default="w-gpu", help="workloads whose fused settings are swept")
+    parser.add_argument("--sweep-ranks", default="16", help="ranks whose fused settings are swept")
+    parser.add_argument("--ranks", default="16,64")
+    parser.add_argument("--tokens", default="1,8")
+    parser.add_argument("--num-adapters", type=int, default=8)
+    parser.add_argument("--table-out", type=Path, default=None, help="write the measured launch table here")
+    args = parser.parse_args()
+    swept, swept_ranks = set(args.sweep_workloads.split(",")), {int(r) for r in args.sweep_ranks.split(",")}
+    rows = []
+    for workload in args.workloads.split(","):
+        for rank in (int(r) for r in args.ranks.split(",")):
+            for row in measure(workload, rank, [int(t) for t in args.tokens.split(",")], args.num_adapters,
+                               workload in swept and rank in swept_ranks):
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    table = table_of(rows)
+    if args.table_out is not None:
+        args.table_out.write_text(json.dumps(table, indent=1))
+    print(json.dumps({"table": str(args.table_out), "entries": len(table["choices"]),
+                      "fused_entries": sum(e["fused"] for e in table["choices"])}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
