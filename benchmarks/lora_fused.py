@@ -16,6 +16,7 @@ adapter, spread over ``--num-adapters`` slots. One JSON line per case, then the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import sys
@@ -45,17 +46,19 @@ def projections(workload: str) -> dict[str, tuple[int, list[int]]]:
 
 
 def candidates(k: int, rank: int, width: int) -> list[Any]:
-    """Fused settings to try: 8 to 64 output blocks per token, two A tile sizes, 4 or 8 warps."""
+    """Fused settings to try: the default rule's (unrolled and not), then 8 to 64 output blocks per token, two
+    A tile sizes, 4 or 8 warps (unrolled up to 8 chunks)."""
     from infercore_triton.lora_fused import FusedSettings, default_settings, rank_block
 
-    block_r, found = rank_block(rank), [default_settings(k, rank, width)]
+    block_r, default = rank_block(rank), default_settings(k, rank, width)
+    found = [default, dataclasses.replace(default, unroll=not default.unroll)]
     for block_n in (32, 64, 128, 256):
         if not 8 <= triton.cdiv(width, block_n) <= 64:
             continue
         for tile in (4096, 16384):
             block_k = min(triton.next_power_of_2(k), max(64, tile // block_r))
             for warps in (4, 8):
-                found.append(FusedSettings(block_n, block_k, warps))
+                found.append(FusedSettings(block_n, block_k, warps, unroll=triton.cdiv(k, block_k) <= 8))
     return list(dict.fromkeys(found))
 
 
@@ -106,7 +109,7 @@ def measure(workload: str, rank: int, tokens_list: list[int], num_adapters: int,
             rows.append({
                 "workload": workload, "layer": name, "k": in_size, "width": width, "rank": rank, "tokens": tokens,
                 "two_launch_us": two_us, "fused_default_us": default_us, "fused_best_us": best_us,
-                "fused_best": {"block_n": best.block_n, "block_k": best.block_k, "num_warps": best.num_warps},
+                "fused_best": dataclasses.asdict(best), "fused_default": dataclasses.asdict(tried[0]),
                 "candidates": len(timed), "two_launch_cold_us": _cold_us(functools.partial(two, out)),
                 "fused_best_cold_us": _cold_us(functools.partial(best_fn, out)),
                 "err_two_launch": _err(two, base, ref), "err_fused_default": _err(default_fn, base, ref),

@@ -54,7 +54,7 @@ def variants() -> dict[str, tuple[Any, dict[str, Any]]]:
         for rank in (RANK, 64):  # the fused kernel at the default rule's settings (the rule or a table picks it)
             fused = default_settings(hidden, rank, sum(sizes))
             consts = {"NUM_SLICES": slices, "BLOCK_N": fused.block_n, "BLOCK_K": fused.block_k,
-                      "BLOCK_R": rank_block(rank)}
+                      "BLOCK_R": rank_block(rank), "K_ITERS": fused.k_iters(hidden)}
             out[f"bgmv_fused {consts}"] = (bgmv_fused_kernel, {**consts, "num_warps": fused.num_warps})
         for tokens in (64, 256, 8192):
             rows = tile_rows(tokens)

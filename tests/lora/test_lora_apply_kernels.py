@@ -96,8 +96,9 @@ def test_the_hidden_dimension_splits_over_programs(path, monkeypatch):
         t = len(slots) + 2
         assert sgmv_settings(max_tiles(t, 3), hidden, nr)[3] > 1
     # the fused kernel: several K iterations, output blocks narrower than a slice and across two slices
-    _force(monkeypatch, path, lora_fused.FusedSettings(block_n=16, block_k=256, num_warps=4))
-    _check(slots, (24, 24), hidden=hidden, dtype=torch.float32, rank=16, slot_width=16)
+    for unroll in (False, True):
+        _force(monkeypatch, path, lora_fused.FusedSettings(block_n=16, block_k=256, num_warps=4, unroll=unroll))
+        _check(slots, (24, 24), hidden=hidden, dtype=torch.float32, rank=16, slot_width=16)
 
 
 def test_tiles_group_each_slots_tokens():
@@ -158,7 +159,7 @@ def test_wide_slots_span_several_column_blocks(path, monkeypatch):
 @pytest.mark.parametrize("rank", [8, 16, 64])
 def test_the_fused_kernel_matches_the_reference_at_each_rank(rank, dtype, monkeypatch):
     # q/k/v of unequal widths; a block of 16 columns spans the narrow slices' boundaries
-    _force(monkeypatch, "fused", lora_fused.FusedSettings(block_n=16, block_k=64, num_warps=4))
+    _force(monkeypatch, "fused", lora_fused.FusedSettings(block_n=16, block_k=64, num_warps=4, unroll=rank == 16))
     _check(DECODE, (40, 8, 24), hidden=80, dtype=dtype, rank=rank, slot_width=rank)
 
 
@@ -181,13 +182,14 @@ def test_a_measured_table_overrides_the_rule(tmp_path, monkeypatch):
 
     table = tmp_path / "fused.json"
     table.write_text(json.dumps({"choices": [
-        {"m": 8, "k": 1024, "rank": 16, "width": 4096, "fused": True, "block_n": 64, "block_k": 512, "num_warps": 4},
+        {"m": 8, "k": 1024, "rank": 16, "width": 4096, "fused": True, "block_n": 64, "block_k": 512, "num_warps": 4,
+         "unroll": True},
         {"m": 1, "k": 1024, "rank": 16, "width": 4096, "fused": False}]}))
     monkeypatch.setenv(lora_fused.TABLE_ENV, str(table))
     lora_fused.fused_settings.cache_clear()
     try:
-        assert lora_fused.fused_settings(5, 1024, 16, 4096) == lora_fused.FusedSettings(64, 512, 4)
-        assert lora_fused.fused_settings(16, 1024, 16, 4096) == lora_fused.FusedSettings(64, 512, 4)
+        assert lora_fused.fused_settings(5, 1024, 16, 4096) == lora_fused.FusedSettings(64, 512, 4, True)
+        assert lora_fused.fused_settings(16, 1024, 16, 4096) == lora_fused.FusedSettings(64, 512, 4, True)
         assert lora_fused.fused_settings(2, 1024, 16, 4096) is None  # bucket 2 takes bucket 1's entry
         assert lora_fused.fused_settings(1, 1024, 16, 4096) is None
         assert lora_fused.fused_settings(1, 1024, 16, 1024) is not None  # not in the table: the rule

@@ -114,7 +114,7 @@ def bgmv_fused(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b:
         out, x, lora_a, lora_b, token_slots, x.shape[1], width, lora_b.shape[2], bounds[0], bounds[1],
         out.stride(0), x.stride(0), lora_a.stride(0), lora_a.stride(1), lora_b.stride(0), lora_b.stride(1),
         NUM_SLICES=len(slice_offsets) - 1, BLOCK_N=settings.block_n, BLOCK_K=settings.block_k,
-        BLOCK_R=rank_block(lora_b.shape[2]), num_warps=settings.num_warps)
+        BLOCK_R=rank_block(lora_b.shape[2]), K_ITERS=settings.k_iters(x.shape[1]), num_warps=settings.num_warps)
     return out
 
 

@@ -13,7 +13,7 @@ measured table (``benchmarks/lora.py sweep`` writes one) that the environment va
 names::
 
     {"choices": [{"m": 1, "k": 1024, "rank": 16, "width": 4096, "fused": true,
-                  "block_n": 128, "block_k": 1024, "num_warps": 8}, ...]}
+                  "block_n": 128, "block_k": 1024, "num_warps": 8, "unroll": true}, ...]}
 
 ``m`` is the next power of two of the step's tokens (a bucket not measured takes the largest smaller one
 measured at that shape), ``rank`` the slot width rounded up to a power of two
@@ -45,13 +45,24 @@ _TARGET_BLOCKS = 32
 _TILE_ELEMENTS = 16 * 1024
 
 
+#: Without a table entry, the shrink's loop over the hidden dimension is unrolled up to this many chunks
+#: (every chunk's loads issued at once rather than one round trip to memory a chunk).
+_MAX_UNROLL = 8
+
+
 @dataclass(frozen=True)
 class FusedSettings:
-    """Launch settings of :func:`bgmv_fused_kernel`: output columns and hidden-dimension chunk per program."""
+    """Launch settings of :func:`bgmv_fused_kernel`: output columns and hidden-dimension chunk per program,
+    and whether the shrink's loop over the chunks is unrolled."""
 
     block_n: int
     block_k: int
     num_warps: int
+    unroll: bool = False
+
+    def k_iters(self, k: int) -> int:
+        """The kernel's ``K_ITERS``: the chunk count when unrolled, else 0 (a loop)."""
+        return triton.cdiv(k, self.block_k) if self.unroll else 0
 
 
 def bucket(tokens: int) -> int:
@@ -66,12 +77,13 @@ def rank_block(rank: int) -> int:
 
 def default_settings(k: int, rank: int, width: int) -> FusedSettings:
     """The rule without measurements: about :data:`_TARGET_BLOCKS` output blocks of 32 to 256 columns, an A
-    tile of :data:`_TILE_ELEMENTS` (the whole slice at rank 16 over 1024 inputs: one load round trip)."""
+    tile of :data:`_TILE_ELEMENTS` (the whole slice at rank 16 over 1024 inputs), the chunks unrolled up to
+    :data:`_MAX_UNROLL` of them."""
     block_r = rank_block(rank)
     block_n = min(256, max(32, triton.next_power_of_2(triton.cdiv(width, _TARGET_BLOCKS))))
     block_k = min(triton.next_power_of_2(k), max(64, _TILE_ELEMENTS // block_r))
     num_warps = 8 if block_r * block_k >= 8192 or block_n * block_r >= 8192 else 4
-    return FusedSettings(block_n, block_k, num_warps)
+    return FusedSettings(block_n, block_k, num_warps, unroll=triton.cdiv(k, block_k) <= _MAX_UNROLL)
 
 
 @functools.cache
@@ -104,19 +116,31 @@ def fused_settings(tokens: int, k: int, rank: int, width: int) -> FusedSettings 
     if entry is not None:
         if not entry.get("fused", True):
             return None
-        return FusedSettings(int(entry["block_n"]), int(entry["block_k"]), int(entry["num_warps"]))
+        return FusedSettings(int(entry["block_n"]), int(entry["block_k"]), int(entry["num_warps"]),
+                             bool(entry.get("unroll", False)))
     if tokens > FUSED_MAX_TOKENS or rank_block(rank) * k > FUSED_MAX_A_ELEMENTS:
         return None
     return default_settings(k, rank, width)
 
 
 @triton.jit
+def _shrink_chunk(x_row, a_rows, r_ok, k, K, BLOCK_K: tl.constexpr):
+    """Chunk ``[k, k + BLOCK_K)`` of the shrink: ``sum over ks of A[r, ks] * x[ks]`` in float32."""
+    ks = k + tl.arange(0, BLOCK_K)
+    k_ok = ks < K
+    xv = tl.load(x_row + ks, mask=k_ok, other=0.0).to(tl.float32)
+    av = tl.load(a_rows + ks[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
+    return tl.sum(av * xv[None, :], axis=1)
+
+
+@triton.jit
 def bgmv_fused_kernel(out_ptr, x_ptr, a_ptr, b_ptr, slots_ptr, K, width, R, off1, off2, stride_om, stride_xm,
                       stride_as, stride_an, stride_bs, stride_bn, NUM_SLICES: tl.constexpr,
-                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, K_ITERS: tl.constexpr):
     """``out[t, cols] += (x[t] @ A[slot(t), slice]^T) @ B[slot(t), cols]^T`` for each slice the block's
     columns touch; grid (tokens, output blocks). ``off1`` / ``off2`` are the second and third slices' first
-    columns (``width`` when there are fewer slices)."""
+    columns (``width`` when there are fewer slices); ``K_ITERS`` > 0 unrolls the shrink over that many
+    chunks (``K_ITERS * BLOCK_K >= K``), 0 loops."""
     row, pid_n = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slots_ptr + row)
     if slot < 0:
@@ -130,7 +154,7 @@ def bgmv_fused_kernel(out_ptr, x_ptr, a_ptr, b_ptr, slots_ptr, K, width, R, off1
     out_ptrs = out_ptr + row.to(tl.int64) * stride_om + cols
     current = tl.load(out_ptrs, mask=col_ok, other=0.0)
     b = tl.load(b_ptr + slot.to(tl.int64) * stride_bs + cols[:, None] * stride_bn + rs[None, :],
-                mask=col_ok[:, None] & r_ok[None, :], other=0.0).to(tl.float32)
+                mask=col_ok[:, None] & r_ok[None, :], other=0.0)  # widened after the shrink: fewer registers
     slice_of = (cols >= off1).to(tl.int32) + (cols >= off2).to(tl.int32)
     x_row = x_ptr + row.to(tl.int64) * stride_xm
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
@@ -139,13 +163,12 @@ def bgmv_fused_kernel(out_ptr, x_ptr, a_ptr, b_ptr, slots_ptr, K, width, R, off1
         hi = width if i == NUM_SLICES - 1 else (off1 if i == 0 else off2)
         if (first < hi) & (last >= lo):  # only the slices of this block's columns
             a_rows = a_ptr + slot.to(tl.int64) * stride_as + (i * R + rs)[:, None] * stride_an
-            prod = tl.zeros((BLOCK_R, BLOCK_K), dtype=tl.float32)
-            for k in range(0, K, BLOCK_K):
-                ks = k + tl.arange(0, BLOCK_K)
-                k_ok = ks < K
-                xv = tl.load(x_row + ks, mask=k_ok, other=0.0).to(tl.float32)
-                av = tl.load(a_rows + ks[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
-                prod += av * xv[None, :]
-            xa = tl.sum(prod, axis=1)
-            acc += tl.where(slice_of == i, tl.sum(b * xa[None, :], axis=1), 0.0)
+            xa = tl.zeros((BLOCK_R,), dtype=tl.float32)
+            if K_ITERS > 0:
+                for it in tl.static_range(K_ITERS):
+                    xa += _shrink_chunk(x_row, a_rows, r_ok, it * BLOCK_K, K, BLOCK_K)
+            else:
+                for k in range(0, K, BLOCK_K):
+                    xa += _shrink_chunk(x_row, a_rows, r_ok, k, K, BLOCK_K)
+            acc += tl.where(slice_of == i, tl.sum(b.to(tl.float32) * xa[None, :], axis=1), 0.0)
     tl.store(out_ptrs, (current.to(tl.float32) + acc).to(current.dtype), mask=col_ok)
