@@ -3,6 +3,7 @@ engine (CUDA graphs, Triton kernels) against HF + PEFT on a mixed batch."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -45,6 +46,46 @@ def test_kernels_match_the_reference_at_real_shapes(shape, tokens):
     out, ref = base.clone(), base.clone()
     lora_apply(out, x, a, b, *step, offsets)
     lora_reference.lora_apply(ref, x, a, b, *step, offsets)
+    torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("shape", ["w-gpu-qkv", "w-gpu-down", "8b-o"])
+def test_fused_kernel_behind_the_base_gemm_in_a_graph(shape, pdl):
+    """The one-launch decode path right after the base GEMM, replayed from a CUDA graph: launched as a
+    programmatic dependent of the GEMM (``pdl``) it must still see the GEMM's whole output."""
+    from infercore.lora.step_state import LoRAStepState
+    from infercore.ops import lora_reference
+    from infercore_triton.lora import bgmv_fused
+    from infercore_triton.lora_fused import default_settings
+    from infercore_triton.skinny_gemm import linear
+
+    in_size, sizes = SHAPES[shape]
+    slots, rank, device, tokens = 4, 16, torch.device("cuda"), 3
+    state = LoRAStepState(tokens, slots, device, pin=True)
+    state.set_step(np.array([2, -1, 0], dtype=np.int32), tokens)
+    step = state.step_for(tokens)
+    assert step is not None
+    torch.manual_seed(0)
+    x = torch.randn(tokens, in_size, device=device, dtype=torch.bfloat16)
+    a = (torch.randn(slots, len(sizes) * rank, in_size, device=device) * 0.02).to(torch.bfloat16)
+    b = (torch.randn(slots, sum(sizes), rank, device=device) * 0.02).to(torch.bfloat16)
+    w = (torch.randn(sum(sizes), in_size, device=device) * 0.02).to(torch.bfloat16)
+    offsets = tuple(int(v) for v in np.cumsum((0, *sizes)))
+    settings = dataclasses.replace(default_settings(in_size, rank, sum(sizes)), pdl=pdl)
+
+    def layer() -> torch.Tensor:
+        return bgmv_fused(linear(x, w), x, a, b, step.token_slots, offsets, settings)
+
+    layer()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = layer()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    ref = lora_reference.lora_apply(linear(x, w), x, a, b, *step, offsets)
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
 
 

@@ -55,6 +55,7 @@ def variants() -> dict[str, tuple[Any, dict[str, Any]]]:
             fused = default_settings(hidden, rank, sum(sizes))
             consts = {"NUM_SLICES": slices, "BLOCK_N": fused.block_n, "BLOCK_K": fused.block_k,
                       "BLOCK_R": rank_block(rank), "K_ITERS": fused.k_iters(hidden)}
+            consts["USE_PDL"] = rank == RANK  # as a measured table may launch it
             out[f"bgmv_fused {consts}"] = (bgmv_fused_kernel, {**consts, "num_warps": fused.num_warps})
         for tokens in (64, 256, 8192):
             rows = tile_rows(tokens)

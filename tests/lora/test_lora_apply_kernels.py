@@ -163,6 +163,12 @@ def test_the_fused_kernel_matches_the_reference_at_each_rank(rank, dtype, monkey
     _check(DECODE, (40, 8, 24), hidden=80, dtype=dtype, rank=rank, slot_width=rank)
 
 
+def test_a_programmatic_dependent_launch_falls_back_where_unsupported(monkeypatch):
+    # the interpreter (and a CPU or a GPU before sm_90) launches the fused kernel the ordinary way
+    _force(monkeypatch, "fused", lora_fused.FusedSettings(block_n=32, block_k=64, num_warps=4, unroll=True, pdl=True))
+    _check(DECODE, (32, 16, 16), hidden=64, dtype=torch.float32, rank=16, slot_width=16)
+
+
 def test_the_shape_rule_fuses_small_decode_shrinks():
     from infercore_triton import lora
 
@@ -184,7 +190,8 @@ def test_a_measured_table_overrides_the_rule(tmp_path, monkeypatch):
     table.write_text(json.dumps({"choices": [
         {"m": 8, "k": 1024, "rank": 16, "width": 4096, "fused": True, "block_n": 64, "block_k": 512, "num_warps": 4,
          "unroll": True},
-        {"m": 1, "k": 1024, "rank": 16, "width": 4096, "fused": False}]}))
+        {"m": 1, "k": 1024, "rank": 16, "width": 4096, "fused": False},
+        {"m": 1, "k": 2048, "rank": 16, "width": 1024, "block_n": 32, "block_k": 1024, "num_warps": 4, "pdl": True}]}))
     monkeypatch.setenv(lora_fused.TABLE_ENV, str(table))
     lora_fused.fused_settings.cache_clear()
     try:
@@ -193,5 +200,6 @@ def test_a_measured_table_overrides_the_rule(tmp_path, monkeypatch):
         assert lora_fused.fused_settings(2, 1024, 16, 4096) is None  # bucket 2 takes bucket 1's entry
         assert lora_fused.fused_settings(1, 1024, 16, 4096) is None
         assert lora_fused.fused_settings(1, 1024, 16, 1024) is not None  # not in the table: the rule
+        assert lora_fused.fused_settings(4, 2048, 16, 1024) == lora_fused.FusedSettings(32, 1024, 4, False, True)
     finally:
         lora_fused.fused_settings.cache_clear()

@@ -13,11 +13,16 @@ measured table (``benchmarks/lora.py sweep`` writes one) that the environment va
 names::
 
     {"choices": [{"m": 1, "k": 1024, "rank": 16, "width": 4096, "fused": true,
-                  "block_n": 128, "block_k": 1024, "num_warps": 8, "unroll": true}, ...]}
+                  "block_n": 128, "block_k": 1024, "num_warps": 8, "unroll": true, "pdl": false}, ...]}
 
 ``m`` is the next power of two of the step's tokens (a bucket not measured takes the largest smaller one
 measured at that shape), ``rank`` the slot width rounded up to a power of two
 (at least 16); ``"fused": false`` keeps the two-kernel path at that shape.
+
+With ``"pdl": true`` the kernel is launched as a programmatic dependent launch (PDL, sm_90+): it may start
+while the kernel before it (the base GEMM that writes ``out``) still runs, reading only what that kernel
+cannot write (the slot, B, A's first chunk) before ``gdc_wait``, which waits for the kernel before it to
+finish; ``x`` (which a copy just before could write) and ``out`` are read after it.
 """
 
 from __future__ import annotations
@@ -59,6 +64,9 @@ class FusedSettings:
     block_k: int
     num_warps: int
     unroll: bool = False
+    #: Launched as a programmatic dependent of the kernel before it (sm_90+): the slot, B and A's first chunk
+    #: are read while the base GEMM finishes, x and ``out`` after ``gdc_wait``.
+    pdl: bool = False
 
     def k_iters(self, k: int) -> int:
         """The kernel's ``K_ITERS``: the chunk count when unrolled, else 0 (a loop)."""
@@ -117,30 +125,37 @@ def fused_settings(tokens: int, k: int, rank: int, width: int) -> FusedSettings 
         if not entry.get("fused", True):
             return None
         return FusedSettings(int(entry["block_n"]), int(entry["block_k"]), int(entry["num_warps"]),
-                             bool(entry.get("unroll", False)))
+                             bool(entry.get("unroll", False)), bool(entry.get("pdl", False)))
     if tokens > FUSED_MAX_TOKENS or rank_block(rank) * k > FUSED_MAX_A_ELEMENTS:
         return None
     return default_settings(k, rank, width)
 
 
 @triton.jit
-def _shrink_chunk(x_row, a_rows, r_ok, k, K, BLOCK_K: tl.constexpr):
-    """Chunk ``[k, k + BLOCK_K)`` of the shrink: ``sum over ks of A[r, ks] * x[ks]`` in float32."""
+def _a_chunk(a_rows, r_ok, k, K, BLOCK_K: tl.constexpr):
+    """Chunk ``[k, k + BLOCK_K)`` of a slice's A rows, as stored."""
     ks = k + tl.arange(0, BLOCK_K)
-    k_ok = ks < K
-    xv = tl.load(x_row + ks, mask=k_ok, other=0.0).to(tl.float32)
-    av = tl.load(a_rows + ks[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
-    return tl.sum(av * xv[None, :], axis=1)
+    return tl.load(a_rows + ks[None, :], mask=r_ok[:, None] & (ks < K)[None, :], other=0.0)
+
+
+@triton.jit
+def _times_x(av, x_row, k, K, BLOCK_K: tl.constexpr):
+    """``sum over ks of A[r, ks] * x[ks]`` for the chunk ``av`` of A starting at ``k``, in float32."""
+    ks = k + tl.arange(0, BLOCK_K)
+    xv = tl.load(x_row + ks, mask=ks < K, other=0.0).to(tl.float32)
+    return tl.sum(av.to(tl.float32) * xv[None, :], axis=1)
 
 
 @triton.jit
 def bgmv_fused_kernel(out_ptr, x_ptr, a_ptr, b_ptr, slots_ptr, K, width, R, off1, off2, stride_om, stride_xm,
                       stride_as, stride_an, stride_bs, stride_bn, NUM_SLICES: tl.constexpr,
-                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, K_ITERS: tl.constexpr):
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, K_ITERS: tl.constexpr,
+                      USE_PDL: tl.constexpr):
     """``out[t, cols] += (x[t] @ A[slot(t), slice]^T) @ B[slot(t), cols]^T`` for each slice the block's
     columns touch; grid (tokens, output blocks). ``off1`` / ``off2`` are the second and third slices' first
     columns (``width`` when there are fewer slices); ``K_ITERS`` > 0 unrolls the shrink over that many
-    chunks (``K_ITERS * BLOCK_K >= K``), 0 loops."""
+    chunks (``K_ITERS * BLOCK_K >= K``), 0 loops. ``USE_PDL``: launched as a programmatic dependent (see
+    the module's docstring)."""
     row, pid_n = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slots_ptr + row)
     if slot < 0:
@@ -151,8 +166,6 @@ def bgmv_fused_kernel(out_ptr, x_ptr, a_ptr, b_ptr, slots_ptr, K, width, R, off1
     last = tl.minimum(first + BLOCK_N, width) - 1
     rs = tl.arange(0, BLOCK_R)
     r_ok = rs < R
-    out_ptrs = out_ptr + row.to(tl.int64) * stride_om + cols
-    current = tl.load(out_ptrs, mask=col_ok, other=0.0)
     b = tl.load(b_ptr + slot.to(tl.int64) * stride_bs + cols[:, None] * stride_bn + rs[None, :],
                 mask=col_ok[:, None] & r_ok[None, :], other=0.0)  # widened after the shrink: fewer registers
     slice_of = (cols >= off1).to(tl.int32) + (cols >= off2).to(tl.int32)
@@ -166,9 +179,19 @@ def bgmv_fused_kernel(out_ptr, x_ptr, a_ptr, b_ptr, slots_ptr, K, width, R, off1
             xa = tl.zeros((BLOCK_R,), dtype=tl.float32)
             if K_ITERS > 0:
                 for it in tl.static_range(K_ITERS):
-                    xa += _shrink_chunk(x_row, a_rows, r_ok, it * BLOCK_K, K, BLOCK_K)
+                    av = _a_chunk(a_rows, r_ok, it * BLOCK_K, K, BLOCK_K)
+                    if USE_PDL:  # noqa: SIM102 (constexpr conditions, nested)
+                        if it == 0:
+                            tl.extra.cuda.gdc_wait()
+                    xa += _times_x(av, x_row, it * BLOCK_K, K, BLOCK_K)
             else:
+                if USE_PDL:
+                    tl.extra.cuda.gdc_wait()
                 for k in range(0, K, BLOCK_K):
-                    xa += _shrink_chunk(x_row, a_rows, r_ok, k, K, BLOCK_K)
+                    xa += _times_x(_a_chunk(a_rows, r_ok, k, K, BLOCK_K), x_row, k, K, BLOCK_K)
             acc += tl.where(slice_of == i, tl.sum(b.to(tl.float32) * xa[None, :], axis=1), 0.0)
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()  # (again: waits once; ``out`` is the kernel before's output)
+    out_ptrs = out_ptr + row.to(tl.int64) * stride_om + cols
+    current = tl.load(out_ptrs, mask=col_ok, other=0.0)
     tl.store(out_ptrs, (current.to(tl.float32) + acc).to(current.dtype), mask=col_ok)
