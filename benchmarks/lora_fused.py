@@ -50,8 +50,8 @@ def projections(workload: str) -> dict[str, tuple[int, list[int]]]:
 
 
 def candidates(k: int, rank: int, width: int) -> list[Any]:
-    """Fused settings to try: the default rule's (unrolled and not), then 8 to 64 output blocks per token, two
-    A tile sizes, 4 or 8 warps (unrolled up to 8 chunks)."""
+    """Fused settings to try: the default rule's (unrolled and not), then 8 to 64 output blocks per token, each
+    with an A tile of 4K elements on 4 warps and of 16K on 8 (unrolled up to 8 chunks)."""
     from infercore_triton.lora_fused import FusedSettings, default_settings, rank_block
 
     block_r, default = rank_block(rank), default_settings(k, rank, width)
@@ -59,10 +59,9 @@ def candidates(k: int, rank: int, width: int) -> list[Any]:
     for block_n in (32, 64, 128, 256):
         if not 8 <= triton.cdiv(width, block_n) <= 64:
             continue
-        for tile in (4096, 16384):
+        for tile, warps in ((4096, 4), (16384, 8)):
             block_k = min(triton.next_power_of_2(k), max(64, tile // block_r))
-            for warps in (4, 8):
-                found.append(FusedSettings(block_n, block_k, warps, unroll=triton.cdiv(k, block_k) <= 8))
+            found.append(FusedSettings(block_n, block_k, warps, unroll=triton.cdiv(k, block_k) <= 8))
     return list(dict.fromkeys(found))
 
 
@@ -187,16 +186,19 @@ def main() -> int:
     parser.add_argument("--table-out", type=Path, default=None, help="write the measured launch table here")
     args = parser.parse_args()
     swept, swept_ranks = set(args.sweep_workloads.split(",")), {int(r) for r in args.sweep_ranks.split(",")}
-    rows = []
+    rows: list[dict] = []
+    table: dict[str, Any] = {"choices": []}
     for workload in args.workloads.split(","):
         for rank in (int(r) for r in args.ranks.split(",")):
             for row in measure(workload, rank, [int(t) for t in args.tokens.split(",")], args.num_adapters,
                                workload in swept and rank in swept_ranks):
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    table = table_of(rows)
-    if args.table_out is not None:
-        args.table_out.write_text(json.dumps(table, indent=1))
+            table = table_of(rows)
+            if args.table_out is not None:  # after each group: a run cut short still leaves what it measured
+                partial = args.table_out.with_suffix(".part")
+                partial.write_text(json.dumps(table, indent=1))
+                partial.replace(args.table_out)
     print(json.dumps({"table": str(args.table_out), "entries": len(table["choices"]),
                       "fused_entries": sum(e["fused"] for e in table["choices"])}))
     return 0

@@ -201,5 +201,11 @@ def test_a_measured_table_overrides_the_rule(tmp_path, monkeypatch):
         assert lora_fused.fused_settings(1, 1024, 16, 4096) is None
         assert lora_fused.fused_settings(1, 1024, 16, 1024) is not None  # not in the table: the rule
         assert lora_fused.fused_settings(4, 2048, 16, 1024) == lora_fused.FusedSettings(32, 1024, 4, False, True)
+        table.write_text("{not json")
+        lora_fused.fused_settings.cache_clear()
+        lora_fused._table.cache_clear()
+        with pytest.warns(UserWarning, match="not a LoRA launch table"):
+            assert lora_fused.fused_settings(1, 1024, 16, 4096) == lora_fused.default_settings(1024, 16, 4096)
     finally:
         lora_fused.fused_settings.cache_clear()
+        lora_fused._table.cache_clear()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,9 +97,15 @@ def default_settings(k: int, rank: int, width: int) -> FusedSettings:
 
 @functools.cache
 def _table(path: str) -> dict[tuple[int, int, int, int], dict[str, Any]]:
-    with open(path) as f:
-        data = json.load(f)
-    return {(int(e["m"]), int(e["k"]), int(e["rank"]), int(e["width"])): e for e in data.get("choices", [])}
+    """The entries of the table at ``path`` by (bucket, K, rank block, width); a file that does not parse
+    gives none (with a warning): the rule decides."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return {(int(e["m"]), int(e["k"]), int(e["rank"]), int(e["width"])): e for e in data.get("choices", [])}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        warnings.warn(f"{TABLE_ENV}={path}: not a LoRA launch table ({err}); using the shape rule", stacklevel=2)
+        return {}
 
 
 def table_entry(tokens: int, k: int, rank: int, width: int) -> dict[str, Any] | None:
