@@ -20,6 +20,7 @@ import argparse
 import functools
 import json
 import multiprocessing as mp
+import os
 import statistics
 import tempfile
 import time
@@ -115,7 +116,8 @@ def _latency(workload: Workload, folder: Path, adapters: list[str], args: argpar
 
     best(8, 1)  # warm-up
     first, full = best(1, args.repeat), best(args.output_len, args.repeat)
-    return {"setting": "1 adapter" if adapters else "base", "ttft_ms": round(first * 1000, 2),
+    return {"setting": "1 adapter" if adapters else "base", "lora_fused_table": os.environ.get("INFERCORE_LORA_FUSED_TABLE"),
+            "ttft_ms": round(first * 1000, 2),
             "decode_ms_per_token": round((full - first) / (args.output_len - 1) * 1000, 3)}
 
 

@@ -27,8 +27,9 @@
 #        env PARTS="fused latency" TOTAL_S=240 bash scripts/gpu_lora.sh   (the fused kernel, then its latency)
 #   CPU dry run (2-layer shapes, no kernels part): CPU_DRY_RUN=1 PARTS="latency throughput" bash scripts/gpu_lora.sh
 # Knobs (environment): PARTS (space- or comma-separated), TOTAL_S (the whole call's budget; each part gets
-# what is left, at most STEP_S), STEP_S, FUSED_S (the fused part's cap), RANK, REPEATS, OUTPUT_LEN, INPUT_LEN,
-# NUM_ADAPTERS, KERNEL_TOKENS.
+# what is left, at most STEP_S), STEP_S, FUSED_S (the fused part's cap), FUSED_ARGS (more arguments of
+# benchmarks/lora_fused.py, e.g. "--workloads w-gpu"), RANK, REPEATS, OUTPUT_LEN, INPUT_LEN, NUM_ADAPTERS,
+# KERNEL_TOKENS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/infercore-lora}
@@ -45,6 +46,7 @@ OUTPUT_LEN=${OUTPUT_LEN:-256}
 NUM_ADAPTERS=${NUM_ADAPTERS:-8}
 KERNEL_TOKENS=${KERNEL_TOKENS:-1,8,16,64,256,2048}
 FUSED_S=${FUSED_S:-150}
+FUSED_ARGS=${FUSED_ARGS:-}
 EXTRA=()
 if [[ "${CPU_DRY_RUN:-0}" == 1 ]]; then
     EXTRA=(--tiny --num-requests 16)
@@ -79,7 +81,8 @@ for part in $PARTS; do
             done ;;
         fused)  # at most FUSED_S: the table is rewritten after each (workload, rank) group, W-GPU rank 16 first
             STEP_S_ALL=$STEP_S; STEP_S=$FUSED_S
-            step fused python3 benchmarks/lora_fused.py --table-out "$OUT/lora_fused_table.json"
+            # shellcheck disable=SC2086
+            step fused python3 benchmarks/lora_fused.py --table-out "$OUT/lora_fused_table.json" $FUSED_ARGS
             STEP_S=$STEP_S_ALL
             [[ -s "$OUT/lora_fused_table.json" ]] && export INFERCORE_LORA_FUSED_TABLE="$OUT/lora_fused_table.json" ;;
         latency|latency8b)
