@@ -65,6 +65,16 @@ def candidates(k: int, rank: int, width: int) -> list[Any]:
     return list(dict.fromkeys(found))
 
 
+def _attempt(what: str, fn: Any, *args: Any) -> Any:
+    """``fn(*args)``, or ``None`` (the error on stderr) where it raises: one setting that does not build or
+    launch (say, a programmatic dependent launch this Triton or driver refuses) leaves the others measured."""
+    try:
+        return fn(*args)
+    except Exception as err:  # noqa: BLE001
+        print(json.dumps({"failed": what, "error": repr(err)[:300]}), file=sys.stderr, flush=True)
+        return None
+
+
 def _max_diff(got: torch.Tensor, ref: torch.Tensor) -> float:
     return round(float((got.float() - ref.float()).abs().max()), 5)
 
@@ -72,6 +82,11 @@ def _max_diff(got: torch.Tensor, ref: torch.Tensor) -> float:
 def _err(run: Any, base: torch.Tensor, ref: torch.Tensor) -> float:
     """The largest difference from ``ref`` of ``run`` adding into a copy of ``base``."""
     return _max_diff(run(base.clone()), ref)
+
+
+def _graph_err(gemm: Any, lora: Any, ref: torch.Tensor) -> float:
+    """The largest difference from ``ref`` of the GEMM and ``lora`` behind it, replayed from a graph."""
+    return _max_diff(_graph_output(functools.partial(_after, gemm, lora)), ref)
 
 
 def _after(gemm: Any, lora: Any) -> torch.Tensor:
@@ -125,21 +140,27 @@ def measure(workload: str, rank: int, tokens_list: list[int], num_adapters: int,
             two = functools.partial(bgmv_two_launches, **bound)
             two_us = bench._graph_us(functools.partial(two, out))
             timed = []
-            for s in tried:
+            for s in tried:  # a setting that fails to build or run is left out (its error on stderr)
                 fused = functools.partial(bgmv_fused, **bound, settings=s)
-                timed.append((bench._graph_us(functools.partial(fused, out)), s, fused))
-            default_us, _, default_fn = timed[0]
+                us = _attempt(f"{workload} {name} {s}", bench._graph_us, functools.partial(fused, out))
+                if us is not None:
+                    timed.append((us, s, fused))
+            default_us = timed[0][0] if timed and timed[0][1] == tried[0] else None
+            default_fn = functools.partial(bgmv_fused, **bound, settings=tried[0])
             best_us, best, best_fn = min(timed, key=lambda t: t[0])
             pdl = dataclasses.replace(best, pdl=True)
             pdl_fn = functools.partial(bgmv_fused, **bound, settings=pdl)
             # after the base GEMM, as in a layer: its time alone, then with each LoRA path behind it
             gemm = functools.partial(linear, x, weight)
             gemm_ref = lora_reference.lora_apply(gemm(), x, a, b, *step, offsets)
-            pairs = {"two_launch": two, "fused": best_fn, "fused_pdl": pdl_fn}
+            pairs = {"two_launch": two, "fused": best_fn}
+            if _attempt(f"{workload} {name} eager {pdl}", pdl_fn, base.clone()) is not None:
+                pairs["fused_pdl"] = pdl_fn
             gemm_us = bench._graph_us(gemm)
-            pair_us = {k: bench._graph_us(functools.partial(_after, gemm, f)) for k, f in pairs.items()}
-            pair_err = {k: _max_diff(_graph_output(functools.partial(_after, gemm, f)), gemm_ref)
-                        for k, f in pairs.items()}
+            pair_us = {k: _attempt(f"{workload} {name} {k}", bench._graph_us, functools.partial(_after, gemm, f))
+                       for k, f in pairs.items()}
+            pair_err = {k: _attempt(f"{workload} {name} {k} graph", _graph_err, gemm, f, gemm_ref)
+                        if pair_us[k] is not None else None for k, f in pairs.items()}
             rule = fused_settings(tokens, in_size, rank, width)
             rows.append({
                 "workload": workload, "layer": name, "k": in_size, "width": width, "rank": rank, "tokens": tokens,
@@ -148,10 +169,11 @@ def measure(workload: str, rank: int, tokens_list: list[int], num_adapters: int,
                 "candidates": len(timed), "two_launch_cold_us": _cold_us(functools.partial(two, out)),
                 "fused_best_cold_us": _cold_us(functools.partial(best_fn, out)),
                 "err_two_launch": _err(two, base, ref), "err_fused_default": _err(default_fn, base, ref),
-                "err_fused_best": _err(best_fn, base, ref), "err_fused_pdl": _err(pdl_fn, base, ref),
+                "err_fused_best": _err(best_fn, base, ref),
+                "err_fused_pdl": _err(pdl_fn, base, ref) if "fused_pdl" in pairs else None,
                 "fused_over_two": round(best_us / two_us, 3), "gemm_us": gemm_us,
                 **{f"gemm_plus_{k}_us": v for k, v in pair_us.items()},
-                **{f"lora_over_gemm_{k}_us": round(v - gemm_us, 2) for k, v in pair_us.items()},
+                **{f"lora_over_gemm_{k}_us": None if v is None else round(v - gemm_us, 2) for k, v in pair_us.items()},
                 **{f"err_gemm_plus_{k}_graph": v for k, v in pair_err.items()},
                 "gemm_ref_max_abs": round(float(gemm_ref.float().abs().max()), 3),
                 "rule_without_table": "two_launch" if rule is None else "fused",
@@ -167,7 +189,8 @@ def table_of(rows: list[dict]) -> dict[str, Any]:
     for r in rows:
         tol = 0.02 + 0.01 * r["gemm_ref_max_abs"]
         ok = {k: r[f"gemm_plus_{k}_us"] for k in ("two_launch", "fused", "fused_pdl")
-              if r[f"err_gemm_plus_{k}_graph"] <= tol}
+              if r.get(f"gemm_plus_{k}_us") is not None and r.get(f"err_gemm_plus_{k}_graph") is not None
+              and r[f"err_gemm_plus_{k}_graph"] <= tol}
         pick = min(ok, key=ok.__getitem__) if ok else "two_launch"
         entry = {"m": r["table_m"], "k": r["k"], "rank": r["table_rank"], "width": r["width"],
                  **r["fused_best"], "fused": pick != "two_launch", "pdl": pick == "fused_pdl"}
