@@ -22,7 +22,9 @@ measured at that shape), ``rank`` the slot width rounded up to a power of two
 With ``"pdl": true`` the kernel is launched as a programmatic dependent launch (PDL, sm_90+): it may start
 while the kernel before it (the base GEMM that writes ``out``) still runs, reading only what that kernel
 cannot write (the slot, B, A's first chunk) before ``gdc_wait``, which waits for the kernel before it to
-finish; ``x`` (which a copy just before could write) and ``out`` are read after it.
+finish; ``x`` (which a copy just before could write) and ``out`` are read after it. Every program waits,
+a token without a slot's too, so the kernel never finishes before the one it overlaps (the kernels after it
+wait for this one only).
 """
 
 from __future__ import annotations
@@ -166,6 +168,8 @@ def bgmv_fused_kernel(out_ptr, x_ptr, a_ptr, b_ptr, slots_ptr, K, width, R, off1
     row, pid_n = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slots_ptr + row)
     if slot < 0:
+        if USE_PDL:  # every program waits: this kernel must not finish before the one it overlaps
+            tl.extra.cuda.gdc_wait()
         return
     first = pid_n * BLOCK_N
     cols = first + tl.arange(0, BLOCK_N)
