@@ -9,15 +9,15 @@ launch and the float32 scratch of the two-kernel path (``lora_bgmv``). A token w
 at once; the slot is data, read on the device, so a captured graph replays any mix of adapters.
 
 Launch settings (:func:`fused_settings`) depend on the shapes only: the default rule below, or the entry of a
-measured table (``benchmarks/lora.py sweep`` writes one) that the environment variable :data:`TABLE_ENV`
-names::
+measured table (``benchmarks/lora_fused.py --table-out`` writes one) that the environment variable
+:data:`TABLE_ENV` names::
 
     {"choices": [{"m": 1, "k": 1024, "rank": 16, "width": 4096, "fused": true,
                   "block_n": 128, "block_k": 1024, "num_warps": 8, "unroll": true, "pdl": false}, ...]}
 
 ``m`` is the next power of two of the step's tokens (a bucket not measured takes the largest smaller one
-measured at that shape), ``rank`` the slot width rounded up to a power of two
-(at least 16); ``"fused": false`` keeps the two-kernel path at that shape.
+measured at that shape), ``rank`` the slot width rounded up to a power of two (at least 16);
+``"fused": false`` keeps the two-kernel path at that shape.
 
 With ``"pdl": true`` the kernel is launched as a programmatic dependent launch (PDL, sm_90+): it may start
 while the kernel before it (the base GEMM that writes ``out``) still runs, reading only what that kernel
@@ -43,7 +43,7 @@ import triton.language as tl
 TABLE_ENV = "INFERCORE_LORA_FUSED_TABLE"
 #: Without a table entry, the fused kernel runs while one slice's A (slot width x hidden) has at most this
 #: many elements: each program reads it whole, so a long shrink (8B's down projection, or rank 64 over
-#: 4096 inputs) splits better over the two-kernel path's hidden-dimension chunks.
+#: 2048 inputs or more) splits better over the two-kernel path's hidden-dimension chunks.
 FUSED_MAX_A_ELEMENTS = 64 * 1024
 #: Without a table entry, the fused kernel runs for steps of at most this many tokens.
 FUSED_MAX_TOKENS = 16
@@ -51,8 +51,6 @@ FUSED_MAX_TOKENS = 16
 _TARGET_BLOCKS = 32
 #: Elements of the A tile one shrink iteration multiplies (``BLOCK_R x BLOCK_K``), by the default rule.
 _TILE_ELEMENTS = 16 * 1024
-
-
 #: Without a table entry, the shrink's loop over the hidden dimension is unrolled up to this many chunks
 #: (every chunk's loads issued at once rather than one round trip to memory a chunk).
 _MAX_UNROLL = 8
