@@ -20,6 +20,7 @@ import argparse
 import functools
 import json
 import multiprocessing as mp
+import os
 import statistics
 import tempfile
 import time
@@ -115,7 +116,8 @@ def _latency(workload: Workload, folder: Path, adapters: list[str], args: argpar
 
     best(8, 1)  # warm-up
     first, full = best(1, args.repeat), best(args.output_len, args.repeat)
-    return {"setting": "1 adapter" if adapters else "base", "ttft_ms": round(first * 1000, 2),
+    return {"setting": "1 adapter" if adapters else "base", "lora_fused_table": os.environ.get("INFERCORE_LORA_FUSED_TABLE"),
+            "ttft_ms": round(first * 1000, 2),
             "decode_ms_per_token": round((full - first) / (args.output_len - 1) * 1000, 3)}
 
 
@@ -163,12 +165,22 @@ def _kernels(workload: Workload, args: argparse.Namespace) -> list[dict[str, Any
                          + 2 * tokens * sum(sizes))
             base_us = _graph_us(functools.partial(torch.nn.functional.linear, x, weight))
             rows.append({"workload": workload.name, "tokens": tokens, "layer": name, "max_abs_err": round(err, 5),
-                         "path": "bgmv" if tokens <= 16 else "sgmv", "lora_graph_us": graph_us,
+                         "path": _path(tokens, in_size, rank, sum(sizes)), "lora_graph_us": graph_us,
                          "lora_eager_us": _time_us(apply), "lora_gb_s": round(moved / graph_us / 1e3, 1),
                          "reference_us": _time_us(functools.partial(lora_reference.lora_apply, ref, x, a, b, *step,
                                                                     offsets), iters=5),
                          "base_gemm_graph_us": base_us, "lora_over_base_gemm": round(graph_us / base_us, 3)})
     return rows
+
+
+def _path(tokens: int, k: int, rank: int, width: int) -> str:
+    """Which of ``lora_apply``'s paths runs a step of ``tokens`` tokens at this shape."""
+    from infercore_triton.lora import BGMV_MAX_TOKENS
+    from infercore_triton.lora_fused import fused_settings
+
+    if tokens > BGMV_MAX_TOKENS:
+        return "sgmv"
+    return "bgmv" if fused_settings(tokens, k, rank, width) is None else "bgmv_fused"
 
 
 def _graph_us(fn: Any, calls: int = 20, iters: int = 20) -> float:

@@ -7,6 +7,11 @@
 #   kernels      lora_apply (Triton) vs its torch reference at the W-GPU and the 8B shapes' projections:
 #                max error, µs per call replayed from a graph and eager, GB/s, the reference's µs, the base
 #                GEMM's µs (8 adapters, every token with one)
+#   fused        decode-sized steps (1 and 8 tokens), the two-launch path against the fused kernel at the W-GPU
+#                and 8B projections, ranks 16 and 64 (benchmarks/lora_fused.py: µs each, errors against the
+#                reference, fused settings swept at W-GPU rank 16); writes the launch table
+#                $OUT/lora_fused_table.json, which the later parts of the same call use
+#                (INFERCORE_LORA_FUSED_TABLE)
 #   latency      batch-1 decode, base then one adapter, same call (as `infercore bench latency`: best of
 #                REPEATS, ms per output token; target lora/base <= 1.15), W-GPU shape
 #   latency8b    the same on the 8B shape
@@ -19,9 +24,12 @@
 #        env PARTS="tests kernels" TOTAL_S=580 bash scripts/gpu_lora.sh
 #        env PARTS="latency throughput" TOTAL_S=580 bash scripts/gpu_lora.sh
 #        env PARTS="latency8b throughput8b" TOTAL_S=580 bash scripts/gpu_lora.sh
+#        env PARTS="fused latency" TOTAL_S=240 bash scripts/gpu_lora.sh   (the fused kernel, then its latency)
 #   CPU dry run (2-layer shapes, no kernels part): CPU_DRY_RUN=1 PARTS="latency throughput" bash scripts/gpu_lora.sh
 # Knobs (environment): PARTS (space- or comma-separated), TOTAL_S (the whole call's budget; each part gets
-# what is left, at most STEP_S), STEP_S, RANK, REPEATS, OUTPUT_LEN, INPUT_LEN, NUM_ADAPTERS, KERNEL_TOKENS.
+# what is left, at most STEP_S), STEP_S, FUSED_S (the fused part's cap), FUSED_ARGS (more arguments of
+# benchmarks/lora_fused.py, e.g. "--workloads w-gpu"), RANK, REPEATS, OUTPUT_LEN, INPUT_LEN, NUM_ADAPTERS,
+# KERNEL_TOKENS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/infercore-lora}
@@ -37,6 +45,8 @@ INPUT_LEN=${INPUT_LEN:-128}
 OUTPUT_LEN=${OUTPUT_LEN:-256}
 NUM_ADAPTERS=${NUM_ADAPTERS:-8}
 KERNEL_TOKENS=${KERNEL_TOKENS:-1,8,16,64,256,2048}
+FUSED_S=${FUSED_S:-150}
+FUSED_ARGS=${FUSED_ARGS:-}
 EXTRA=()
 if [[ "${CPU_DRY_RUN:-0}" == 1 ]]; then
     EXTRA=(--tiny --num-requests 16)
@@ -69,6 +79,12 @@ for part in $PARTS; do
                 step "kernels-$w" python3 benchmarks/lora.py kernels --workload "$w" --rank "$RANK" \
                     --num-adapters "$NUM_ADAPTERS" --kernel-tokens "$KERNEL_TOKENS"
             done ;;
+        fused)  # at most FUSED_S: the table is rewritten after each (workload, rank) group, W-GPU rank 16 first
+            STEP_S_ALL=$STEP_S; STEP_S=$FUSED_S
+            # shellcheck disable=SC2086
+            step fused python3 benchmarks/lora_fused.py --table-out "$OUT/lora_fused_table.json" $FUSED_ARGS
+            STEP_S=$STEP_S_ALL
+            [[ -s "$OUT/lora_fused_table.json" ]] && export INFERCORE_LORA_FUSED_TABLE="$OUT/lora_fused_table.json" ;;
         latency|latency8b)
             w=w-gpu; [[ $part == latency8b ]] && w=w-gpu-8b
             step "$part" python3 benchmarks/lora.py latency --workload "$w" --rank "$RANK" --repeat "$REPEATS" \

@@ -3,6 +3,7 @@ engine (CUDA graphs, Triton kernels) against HF + PEFT on a mixed batch."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -46,6 +47,45 @@ def test_kernels_match_the_reference_at_real_shapes(shape, tokens):
     lora_apply(out, x, a, b, *step, offsets)
     lora_reference.lora_apply(ref, x, a, b, *step, offsets)
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("slots", [[2, -1, 0], [-1, -1, -1]])
+@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("shape", ["w-gpu-qkv", "w-gpu-down", "8b-o"])
+def test_fused_kernel_behind_the_base_gemm_in_a_graph(shape, pdl, slots):
+    """The one-launch decode path right after the base GEMM, replayed from a CUDA graph, and a kernel reading
+    its output after it: launched as a programmatic dependent of the GEMM (``pdl``) it must still see the
+    GEMM's whole output, and (every token without an adapter) must not finish before the GEMM does."""
+    from infercore.ops import lora_reference
+    from infercore_triton.lora import bgmv_fused
+    from infercore_triton.lora_fused import default_settings
+    from infercore_triton.skinny_gemm import linear
+
+    in_size, sizes = SHAPES[shape]
+    count, rank, device = 4, 16, torch.device("cuda")
+    token_slots = torch.tensor(slots, dtype=torch.int32, device=device)
+    torch.manual_seed(0)
+    x = torch.randn(len(slots), in_size, device=device, dtype=torch.bfloat16)
+    a = (torch.randn(count, len(sizes) * rank, in_size, device=device) * 0.02).to(torch.bfloat16)
+    b = (torch.randn(count, sum(sizes), rank, device=device) * 0.02).to(torch.bfloat16)
+    w = (torch.randn(sum(sizes), in_size, device=device) * 0.02).to(torch.bfloat16)
+    offsets = tuple(int(v) for v in np.cumsum((0, *sizes)))
+    settings = dataclasses.replace(default_settings(in_size, rank, sum(sizes)), pdl=pdl)
+
+    def layer() -> torch.Tensor:
+        return bgmv_fused(linear(x, w), x, a, b, token_slots, offsets, settings) * 2
+
+    layer()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = layer()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    sorted_tokens, tiles = torch.zeros(0, dtype=torch.int32, device=device), torch.zeros(0, 3, device=device)
+    ref = lora_reference.lora_apply(linear(x, w), x, a, b, token_slots, sorted_tokens, tiles, 16, offsets) * 2
+    torch.testing.assert_close(out, ref, atol=4e-2, rtol=2e-2)
 
 
 def test_engine_with_graphs_matches_hf_peft(tiny_model_factory, tmp_path):

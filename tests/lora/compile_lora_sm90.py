@@ -16,6 +16,7 @@ from triton.backends.compiler import GPUTarget
 from infercore.lora.step_state import max_tiles, tile_rows
 from infercore_triton.lora import SGMV_MAX_SPLITS, _expand_block_n, bgmv_settings, sgmv_settings
 from infercore_triton.lora_bgmv import bgmv_expand_kernel, bgmv_shrink_kernel
+from infercore_triton.lora_fused import bgmv_fused_kernel, default_settings, rank_block
 from infercore_triton.lora_sgmv import sgmv_expand_kernel, sgmv_shrink_kernel
 
 #: (hidden, output slices) of the projections: W-GPU's and the 8B shape's q/k/v, o, gate/up, down.
@@ -26,13 +27,16 @@ RANK = 16
 
 
 def compile_kernel(kernel: Any, constants: dict[str, Any]) -> int:
-    """Build ``kernel`` over bf16 activations for sm_90; returns the shared memory it asks for."""
+    """Build ``kernel`` over bf16 activations for sm_90 (``constants`` may hold ``num_warps``, default 4);
+    returns the shared memory it asks for."""
+    constants = dict(constants)
+    options = {"num_warps": constants.pop("num_warps", 4)}
     signature = {name: "constexpr" if name in constants else
                  POINTERS.get(name, "*bf16") if name.endswith("_ptr") else "i32" for name in kernel.arg_names}
     aligned = [i for i, name in enumerate(kernel.arg_names) if name.endswith("_ptr")]
     source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constants,
                                        attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     return compiled.metadata.shared
 
 
@@ -47,6 +51,12 @@ def variants() -> dict[str, tuple[Any, dict[str, Any]]]:
         consts = {"NUM_SLICES": slices, "BLOCK_N": _expand_block_n(RANK), "BLOCK_R": RANK,
                   "SPLITS": triton.next_power_of_2(splits)}
         out[f"bgmv_expand {consts}"] = (bgmv_expand_kernel, consts)
+        for rank in (RANK, 64):  # the fused kernel at the default rule's settings (the rule or a table picks it)
+            fused = default_settings(hidden, rank, sum(sizes))
+            consts = {"NUM_SLICES": slices, "BLOCK_N": fused.block_n, "BLOCK_K": fused.block_k,
+                      "BLOCK_R": rank_block(rank), "K_ITERS": fused.k_iters(hidden)}
+            consts["USE_PDL"] = rank == RANK  # as a measured table may launch it
+            out[f"bgmv_fused {consts}"] = (bgmv_fused_kernel, {**consts, "num_warps": fused.num_warps})
         for tokens in (64, 256, 8192):
             rows = tile_rows(tokens)
             block_n, block_k, _, _ = sgmv_settings(max_tiles(tokens, 8), hidden, nr)
@@ -62,9 +72,9 @@ if __name__ == "__main__":
     import sys
 
     chosen = variants()
-    if "--one-each" in sys.argv:  # the four kernels, each at the W-GPU q/k/v projection's largest tiles
+    if "--one-each" in sys.argv:  # the five kernels, each at the W-GPU q/k/v projection's largest tiles
         chosen = {name: v for name, v in chosen.items() if "NUM_SLICES': 3" in name or "shrink" in name}
         chosen = {kind: next(v for name, v in reversed(list(chosen.items())) if name.startswith(kind))
-                  for kind in ("bgmv_shrink", "bgmv_expand", "sgmv_shrink", "sgmv_expand")}
+                  for kind in ("bgmv_shrink", "bgmv_expand", "bgmv_fused", "sgmv_shrink", "sgmv_expand")}
     for name, (kernel, constants) in chosen.items():
         print(f"{name}: {compile_kernel(kernel, constants)} bytes of shared memory")

@@ -1,5 +1,6 @@
 """The ``lora_apply`` Triton kernels (through Triton's interpreter without a GPU) give the torch reference's
-results: the per-row (BGMV) path of decode-sized steps and the grouped (SGMV) path of larger ones, mixed
+results: the per-row (BGMV) paths of decode-sized steps (one fused launch, or shrink then expand) and the
+grouped (SGMV) path of larger ones, mixed
 adapters, tokens without one, ranks below the slot width, 1 to 3 output slices, the hidden dimension split
 over programs; and the per-step metadata the runner builds once per step."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import triton
 import triton_interpreter
 
 from infercore.lora.step_state import LoRAStepState, group_by_slot, max_tiles, tile_rows
@@ -15,7 +17,16 @@ from infercore.ops import lora_reference
 
 triton_interpreter.widen_bfloat16_dots()
 
-from infercore_triton.lora import BGMV_MAX_TOKENS, bgmv_settings, lora_apply, sgmv_settings  # noqa: E402
+from infercore_triton import lora_fused  # noqa: E402
+from infercore_triton.lora import (  # noqa: E402
+    BGMV_MAX_TOKENS,
+    bgmv_settings,
+    lora_apply,
+    sgmv_settings,
+)
+
+#: The paths ``_check`` runs: per-row in one launch or two, grouped.
+PATHS = ["fused", "bgmv", "sgmv"]
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 DECODE = [0, -1, 2, 0, 1]  # BGMV: at most BGMV_MAX_TOKENS tokens with the padding
@@ -27,6 +38,17 @@ def _state(slots: list[int], max_loras: int) -> tuple[LoRAStepState, int]:
     state = LoRAStepState(padded + 4, max_loras, DEVICE, pin=False)
     state.set_step(np.array(slots, dtype=np.int32), padded)
     return state, padded
+
+
+def _force(monkeypatch: pytest.MonkeyPatch, path: str, settings: lora_fused.FusedSettings | None = None) -> None:
+    """Make ``lora_apply``'s decode-sized steps run ``path``: "fused" (with ``settings``, else the default
+    rule's) or "bgmv" (the two launches); "sgmv" steps are larger anyway."""
+    from infercore_triton import lora
+
+    def chosen(tokens: int, k: int, rank: int, width: int) -> lora_fused.FusedSettings | None:
+        return (settings or lora_fused.default_settings(k, rank, width)) if path == "fused" else None
+
+    monkeypatch.setattr(lora, "fused_settings", chosen)
 
 
 def _check(slots: list[int], sizes: tuple[int, ...], hidden: int, dtype: torch.dtype, rank: int = 8,
@@ -55,24 +77,28 @@ def _check(slots: list[int], sizes: tuple[int, ...], hidden: int, dtype: torch.d
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("sizes", [(48,), (32, 16, 24), (40, 40)])
-@pytest.mark.parametrize("path", ["bgmv", "sgmv"])
-def test_lora_apply_matches_the_reference(path, sizes, dtype):
-    slots = DECODE if path == "bgmv" else PROMPT
-    assert (len(slots) + 2 <= BGMV_MAX_TOKENS) == (path == "bgmv")
+@pytest.mark.parametrize("path", PATHS)
+def test_lora_apply_matches_the_reference(path, sizes, dtype, monkeypatch):
+    slots = PROMPT if path == "sgmv" else DECODE
+    assert (len(slots) + 2 <= BGMV_MAX_TOKENS) == (path != "sgmv")
+    _force(monkeypatch, path)
     _check(slots, sizes, hidden=40, dtype=dtype)
 
 
-@pytest.mark.parametrize("path", ["bgmv", "sgmv"])
-def test_the_hidden_dimension_splits_over_programs(path):
+@pytest.mark.parametrize("path", PATHS)
+def test_the_hidden_dimension_splits_over_programs(path, monkeypatch):
     hidden = 1100  # not a multiple of any block
-    slots = DECODE if path == "bgmv" else PROMPT
+    slots = PROMPT if path == "sgmv" else DECODE
     nr = 2 * 16
     if path == "bgmv":
         assert bgmv_settings(hidden, nr)[2] > 1
-    else:
+    elif path == "sgmv":
         t = len(slots) + 2
         assert sgmv_settings(max_tiles(t, 3), hidden, nr)[3] > 1
-    _check(slots, (24, 24), hidden=hidden, dtype=torch.float32, rank=16, slot_width=16)
+    # the fused kernel: several K iterations, output blocks narrower than a slice and across two slices
+    for unroll in (False, True):
+        _force(monkeypatch, path, lora_fused.FusedSettings(block_n=16, block_k=256, num_warps=4, unroll=unroll))
+        _check(slots, (24, 24), hidden=hidden, dtype=torch.float32, rank=16, slot_width=16)
 
 
 def test_tiles_group_each_slots_tokens():
@@ -121,8 +147,65 @@ def test_decode_graphs_without_an_adapter_replay_the_capture_without_lora():
     assert graphs.replay(8) == "without"
 
 
-@pytest.mark.parametrize("path", ["bgmv", "sgmv"])
-def test_wide_slots_span_several_column_blocks(path):
+@pytest.mark.parametrize("path", PATHS)
+def test_wide_slots_span_several_column_blocks(path, monkeypatch):
     # Three slices of rank 20 in slots 32 wide: 96 shrink columns, more than one block of them.
-    _check(DECODE if path == "bgmv" else PROMPT, (24, 16, 16), hidden=72, dtype=torch.float32, rank=20,
+    _force(monkeypatch, path)
+    _check(PROMPT if path == "sgmv" else DECODE, (24, 16, 16), hidden=72, dtype=torch.float32, rank=20,
            slot_width=32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rank", [8, 16, 64])
+def test_the_fused_kernel_matches_the_reference_at_each_rank(rank, dtype, monkeypatch):
+    # q/k/v of unequal widths; a block of 16 columns spans the narrow slices' boundaries
+    _force(monkeypatch, "fused", lora_fused.FusedSettings(block_n=16, block_k=64, num_warps=4, unroll=rank == 16))
+    _check(DECODE, (40, 8, 24), hidden=80, dtype=dtype, rank=rank, slot_width=rank)
+
+
+def test_a_programmatic_dependent_launch_falls_back_where_unsupported(monkeypatch):
+    # the interpreter (and a CPU or a GPU before sm_90) launches the fused kernel the ordinary way
+    _force(monkeypatch, "fused", lora_fused.FusedSettings(block_n=32, block_k=64, num_warps=4, unroll=True, pdl=True))
+    _check(DECODE, (32, 16, 16), hidden=64, dtype=torch.float32, rank=16, slot_width=16)
+
+
+def test_the_shape_rule_fuses_small_decode_shrinks():
+    from infercore_triton import lora
+
+    assert lora.fused_settings is lora_fused.fused_settings
+    for k, width in ((1024, 4096), (2048, 1024), (1024, 6144), (3072, 1024)):  # W-GPU's projections
+        assert lora_fused.fused_settings(1, k, 16, width) is not None
+    assert lora_fused.fused_settings(1, 12288, 16, 4096) is None  # 8B's down: a long shrink
+    assert lora_fused.fused_settings(1, 4096, 64, 6144) is None
+    assert lora_fused.fused_settings(BGMV_MAX_TOKENS + 1, 1024, 16, 4096) is None
+    for k, rank, width in ((1024, 16, 4096), (3072, 64, 1024), (4096, 16, 24576)):
+        s = lora_fused.default_settings(k, rank, width)
+        assert 4 <= width // s.block_n <= 128 and s.block_k <= triton.next_power_of_2(k)
+
+
+def test_a_measured_table_overrides_the_rule(tmp_path, monkeypatch):
+    import json
+
+    table = tmp_path / "fused.json"
+    table.write_text(json.dumps({"choices": [
+        {"m": 8, "k": 1024, "rank": 16, "width": 4096, "fused": True, "block_n": 64, "block_k": 512, "num_warps": 4,
+         "unroll": True},
+        {"m": 1, "k": 1024, "rank": 16, "width": 4096, "fused": False},
+        {"m": 1, "k": 2048, "rank": 16, "width": 1024, "block_n": 32, "block_k": 1024, "num_warps": 4, "pdl": True}]}))
+    monkeypatch.setenv(lora_fused.TABLE_ENV, str(table))
+    lora_fused.fused_settings.cache_clear()
+    try:
+        assert lora_fused.fused_settings(5, 1024, 16, 4096) == lora_fused.FusedSettings(64, 512, 4, True)
+        assert lora_fused.fused_settings(16, 1024, 16, 4096) == lora_fused.FusedSettings(64, 512, 4, True)
+        assert lora_fused.fused_settings(2, 1024, 16, 4096) is None  # bucket 2 takes bucket 1's entry
+        assert lora_fused.fused_settings(1, 1024, 16, 4096) is None
+        assert lora_fused.fused_settings(1, 1024, 16, 1024) is not None  # not in the table: the rule
+        assert lora_fused.fused_settings(4, 2048, 16, 1024) == lora_fused.FusedSettings(32, 1024, 4, False, True)
+        table.write_text("{not json")
+        lora_fused.fused_settings.cache_clear()
+        lora_fused._table.cache_clear()
+        with pytest.warns(UserWarning, match="not a LoRA launch table"):
+            assert lora_fused.fused_settings(1, 1024, 16, 4096) == lora_fused.default_settings(1024, 16, 4096)
+    finally:
+        lora_fused.fused_settings.cache_clear()
+        lora_fused._table.cache_clear()

@@ -19,5 +19,5 @@ def test_lora_kernels_compile_for_sm90(tmp_path: Path) -> None:
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    assert len(lines) == 4, lines
+    assert len(lines) == 5, lines
     assert all(0 <= int(line.rsplit(": ", 1)[1].split()[0]) <= SM90_SHARED_BYTES for line in lines), lines

@@ -1,26 +1,30 @@
 """The ``lora_apply`` custom op on Triton: ``out += (x @ A[slot]^T) @ B[slot]^T`` per token, in place.
 
-Two launches per wrapped linear, each reading its per-token metadata from device buffers the runner
-fills once per step (``infercore.lora.step_state``), so a captured graph replays any mix of adapters:
+The kernels read their per-token metadata from device buffers the runner fills once per step
+(``infercore.lora.step_state``), so a captured graph replays any mix of adapters:
 
-* a step of at most :data:`BGMV_MAX_TOKENS` tokens (decode) runs the per-row kernels
-  (``lora_bgmv``): the shrink split over the hidden dimension, so one token's A read spreads over many
-  programs, then the expand over output blocks;
+* a step of at most :data:`BGMV_MAX_TOKENS` tokens (decode) runs one launch per wrapped linear where the
+  shape rule of ``lora_fused.fused_settings`` allows (the shrink recomputed by each output block: at most
+  16 tokens and one slice's A of at most 64K elements, e.g. every W-GPU projection at rank 16; or what a
+  measured table says), else the per-row kernels (``lora_bgmv``): the shrink split over the hidden
+  dimension, so one token's A read spreads over many programs, then the expand over output blocks;
 * a larger step runs the grouped kernels (``lora_sgmv``) over the step's tiles of one slot each.
 
 The shrink of a merged projection (q/k/v, gate/up) is one product with the slices' A stacked; the
-expand adds each output column its own slice's product, so a merged linear costs two launches too.
+expand adds each output column its own slice's product, so a merged linear costs the same launches too.
 Launch settings depend only on the shapes (cached), never on the step's data.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import triton
 
 from infercore_triton.lora_bgmv import bgmv_expand_kernel, bgmv_shrink_kernel
+from infercore_triton.lora_fused import FusedSettings, bgmv_fused_kernel, fused_settings, rank_block
 from infercore_triton.lora_sgmv import sgmv_expand_kernel, sgmv_shrink_kernel
 
 #: Steps of at most this many tokens run the per-row kernels.
@@ -59,31 +63,17 @@ def lora_apply(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b:
                slice_offsets: tuple[int, ...]) -> torch.Tensor:
     """See ``infercore.ops.lora_reference.lora_apply``; ``out`` must have unit column stride."""
     num_tokens, width = out.shape
-    num_slices = len(slice_offsets) - 1
     if num_tokens == 0:
         return out
-    if num_slices > 3:
-        raise ValueError(f"lora_apply takes at most 3 output slices (q/k/v), got {num_slices}")
-    if out.stride(1) != 1:
-        raise ValueError("lora_apply writes into an output with contiguous rows")
-    if x.stride(1) != 1:
-        x = x.contiguous()
-    k, nr, rank = x.shape[1], lora_a.shape[1], lora_b.shape[2]
-    bounds = [*slice_offsets[1:num_slices], width, width][:2]
-    block_r = max(16, triton.next_power_of_2(rank))
-    ieee = x.dtype == torch.float32
+    x = _checked(out, x, slice_offsets)
     if num_tokens <= BGMV_MAX_TOKENS:
-        block_n, block_k, splits = bgmv_settings(k, nr)
-        partial = torch.empty(splits, num_tokens, nr, dtype=torch.float32, device=x.device)
-        bgmv_shrink_kernel[(num_tokens, splits, triton.cdiv(nr, block_n))](
-            x, lora_a, partial, token_slots, k, nr, x.stride(0), lora_a.stride(0), lora_a.stride(1),
-            partial.stride(0), partial.stride(1), BLOCK_N=block_n, BLOCK_K=block_k)
-        out_block = _expand_block_n(rank)
-        bgmv_expand_kernel[(num_tokens, triton.cdiv(width, out_block))](
-            out, partial, lora_b, token_slots, width, rank, bounds[0], bounds[1], splits, out.stride(0),
-            partial.stride(0), partial.stride(1), lora_b.stride(0), lora_b.stride(1), NUM_SLICES=num_slices,
-            BLOCK_N=out_block, BLOCK_R=triton.next_power_of_2(rank), SPLITS=triton.next_power_of_2(splits))
-        return out
+        fused = fused_settings(num_tokens, x.shape[1], lora_b.shape[2], width)
+        if fused is not None:
+            return bgmv_fused(out, x, lora_a, lora_b, token_slots, slice_offsets, fused)
+        return bgmv_two_launches(out, x, lora_a, lora_b, token_slots, slice_offsets)
+    k, nr, rank = x.shape[1], lora_a.shape[1], lora_b.shape[2]
+    num_slices, bounds = len(slice_offsets) - 1, _bounds(slice_offsets, width)
+    ieee = x.dtype == torch.float32
     num_tiles = tiles.shape[0]
     block_n, block_k, k_per_split, splits = sgmv_settings(num_tiles, k, nr)
     partial = torch.empty(splits, num_tokens, nr, dtype=torch.float32, device=x.device)
@@ -96,5 +86,64 @@ def lora_apply(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b:
     sgmv_expand_kernel[(num_tiles, triton.cdiv(width, out_block))](
         out, partial, lora_b, sorted_tokens, tiles, width, rank, bounds[0], bounds[1], splits, out.stride(0),
         partial.stride(0), partial.stride(1), lora_b.stride(0), lora_b.stride(1), NUM_SLICES=num_slices,
-        MAX_SPLITS=SGMV_MAX_SPLITS, BLOCK_M=block_m, BLOCK_N=out_block, BLOCK_R=block_r, IEEE=ieee)
+        MAX_SPLITS=SGMV_MAX_SPLITS, BLOCK_M=block_m, BLOCK_N=out_block, BLOCK_R=rank_block(rank), IEEE=ieee)
+    return out
+
+
+def _checked(out: torch.Tensor, x: torch.Tensor, slice_offsets: tuple[int, ...]) -> torch.Tensor:
+    """``x`` with unit column stride, after checking the slice count and ``out``'s layout."""
+    num_slices = len(slice_offsets) - 1
+    if num_slices > 3:
+        raise ValueError(f"lora_apply takes at most 3 output slices (q/k/v), got {num_slices}")
+    if out.stride(1) != 1:
+        raise ValueError("lora_apply writes into an output with contiguous rows")
+    return x if x.stride(1) == 1 else x.contiguous()
+
+
+def _bounds(slice_offsets: tuple[int, ...], width: int) -> list[int]:
+    """The second and third slices' first columns (``width`` for a slice that does not exist)."""
+    return [*slice_offsets[1:len(slice_offsets) - 1], width, width][:2]
+
+
+def bgmv_fused(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+               token_slots: torch.Tensor, slice_offsets: tuple[int, ...], settings: FusedSettings) -> torch.Tensor:
+    """The per-row path in one launch (``lora_fused``): ``lora_apply`` of a decode-sized step; ``x`` and
+    ``out`` with unit column stride."""
+    num_tokens, width = out.shape
+    bounds = _bounds(slice_offsets, width)
+    pdl = settings.pdl and _pdl_supported(x.device)
+    bgmv_fused_kernel[(num_tokens, triton.cdiv(width, settings.block_n))](
+        out, x, lora_a, lora_b, token_slots, x.shape[1], width, lora_b.shape[2], bounds[0], bounds[1],
+        out.stride(0), x.stride(0), lora_a.stride(0), lora_a.stride(1), lora_b.stride(0), lora_b.stride(1),
+        NUM_SLICES=len(slice_offsets) - 1, BLOCK_N=settings.block_n, BLOCK_K=settings.block_k,
+        BLOCK_R=rank_block(lora_b.shape[2]), K_ITERS=settings.k_iters(x.shape[1]), USE_PDL=pdl,
+        num_warps=settings.num_warps, **({"launch_pdl": True} if pdl else {}))
+    return out
+
+
+@functools.cache
+def _pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launches run on CUDA devices of sm_90 and later (not in Triton's interpreter)."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def bgmv_two_launches(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+                      token_slots: torch.Tensor, slice_offsets: tuple[int, ...]) -> torch.Tensor:
+    """The per-row path in two launches (``lora_bgmv``: the shrink split over the hidden dimension, then the
+    expand); ``x`` and ``out`` with unit column stride."""
+    num_tokens, width = out.shape
+    k, nr, rank = x.shape[1], lora_a.shape[1], lora_b.shape[2]
+    bounds = _bounds(slice_offsets, width)
+    block_n, block_k, splits = bgmv_settings(k, nr)
+    partial = torch.empty(splits, num_tokens, nr, dtype=torch.float32, device=x.device)
+    bgmv_shrink_kernel[(num_tokens, splits, triton.cdiv(nr, block_n))](
+        x, lora_a, partial, token_slots, k, nr, x.stride(0), lora_a.stride(0), lora_a.stride(1),
+        partial.stride(0), partial.stride(1), BLOCK_N=block_n, BLOCK_K=block_k)
+    out_block = _expand_block_n(rank)
+    bgmv_expand_kernel[(num_tokens, triton.cdiv(width, out_block))](
+        out, partial, lora_b, token_slots, width, rank, bounds[0], bounds[1], splits, out.stride(0),
+        partial.stride(0), partial.stride(1), lora_b.stride(0), lora_b.stride(1), NUM_SLICES=len(slice_offsets) - 1,
+        BLOCK_N=out_block, BLOCK_R=triton.next_power_of_2(rank), SPLITS=triton.next_power_of_2(splits))
     return out
