@@ -88,7 +88,7 @@ def main() -> None:
         for label, spec in (("plain", None), ("eagle3", eagle), ("eagle3_after", eagle)):
             in_step = ModelProposer.drafts_in_step
             if label == "eagle3_after":
-                ModelProposer.drafts_in_step = property(lambda self: False)  # type: ignore[method-assign]
+                ModelProposer.drafts_in_step = False
             llm = LLM(model=str(folder), load_format="dummy", dtype=workload.dtype,
                       max_model_len=workload.max_model_len, skip_tokenizer_init=True, max_num_seqs=8,
                       **({"speculative_config": spec} if spec else {}))
@@ -99,7 +99,7 @@ def main() -> None:
                 if spec:
                     force_acceptance_rate(llm, rate)
                 _timed(llm, prompt, 128, label, rate)
-            ModelProposer.drafts_in_step = in_step  # type: ignore[method-assign]
+            ModelProposer.drafts_in_step = in_step
             del llm
             torch.cuda.empty_cache()
 

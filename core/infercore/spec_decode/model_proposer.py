@@ -19,17 +19,18 @@ step's layout (:meth:`ModelProposer.propose_step`), not only the histories:
 Drafts are the draft's argmax, a point mass for the rejection sampler (``Drafts.probs`` is None), so
 the output keeps the target's distribution for greedy and sampled requests alike.
 
-**Drafting inside the verifying step** (:meth:`ModelProposer.launch_drafts`, for methods fed the target's
-states of every step: EAGLE). The catch-up above needs each row's accepted count, so it waits for the
-step's tokens on the host; a second wait brings the drafts back. Instead, right after verification and
-before either reaches the host, each row's catch-up covers *all* its scheduled positions, as if every
-draft were accepted: the inputs are known on the host except the target's own last token, which the
-device writes at the row's first unsettled position (``accepted`` further than with no draft accepted),
-and the first draft is read there too. The positions past it compute states nobody reads and KV entries
-that the next step's catch-up (which starts there) overwrites. The one-token steps take their positions
-from the same device counts. Each row's draft count is chosen as if every draft were accepted (at most
-one fewer near its last block). The step's tokens and drafts then come back in one copy, with the device
-kept busy from the target's forward pass to the last draft.
+**Drafting inside the verifying step** (:meth:`ModelProposer.launch_drafts`). The catch-up above needs
+each row's accepted count, so it waits for the step's tokens on the host; a second wait brings the drafts
+back. Instead, right after verification and before either reaches the host, each sampled row's catch-up
+runs as if every draft were accepted: its inputs are known on the host except the target's own token
+after the accepted ones, which the device writes at its position (``accepted`` further than with none
+accepted), and the first draft is read there too. The positions past it compute states nobody reads and
+KV entries that a later catch-up overwrites (a lazily catching-up method takes them back from its record
+in :meth:`ModelProposer.settle` once the tokens are on the host). The one-token steps take their positions
+from the same device counts, and each row's draft count is chosen as if every draft were accepted. The
+step's tokens and drafts then come back in one copy, the device kept busy from the target's forward pass
+to the last draft. A step in which a sampled row's blocks end before that furthest position (no
+lookahead slots) drafts after its tokens arrive, as above.
 
 The scheduler allocates ``k`` lookahead slots past each running request's tokens for the draft's writes
 (``Scheduler.num_lookahead_tokens``), when blocks are free; a row drafts only within the blocks it holds,
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from infercore.worker.batch_layout import BatchLayout
     from infercore.worker.draft_runner import DraftRunner
     from infercore.worker.draft_steps import DraftSteps
-    from infercore.worker.input_batch import InputBatch
+    from infercore.worker.input_batch import InputBatch, RequestState
     from infercore.worker.model_runner import ModelRunner
 
     #: Builds the :class:`DraftRunner` of a draft-side model: ``(model, draft_tensor_parallel_size)``.
@@ -171,11 +172,9 @@ class ModelProposer(Proposer):
         host = torch.stack([tokens.long(), *later], 1).cpu().numpy()
         return {int(i): host[n, : counts[n]].tolist() for n, i in enumerate(order.tolist())}
 
-    @property
-    def drafts_in_step(self) -> bool:
-        """Whether this method drafts inside the verifying step (:meth:`launch_drafts`): one whose catch-up
-        runs every step and feeds position ``p`` the token at ``p + 1`` (EAGLE)."""
-        return self.input_shift == 1 and not self.lazy_catch_up
+    #: Whether this method drafts inside the verifying step (:meth:`launch_drafts`) rather than after its
+    #: tokens reach the host (:meth:`propose_step`).
+    drafts_in_step = True
 
     @torch.inference_mode()
     def launch_drafts(self, batch: InputBatch, layout: BatchLayout, req_ids: list[str], sampled_idx: np.ndarray,
@@ -183,49 +182,65 @@ class ModelProposer(Proposer):
         """Catch up on a step whose verification is queued and draft, all on the device (see the module
         docstring); ``req_ids`` in batch order. ``accepted`` / ``bonus`` [S] (device): per sampled row, in
         ``sampled_idx`` order, the drafts accepted and the target's token after them. Returns [S, k] int64
-        drafts on the device, each row's first ``n`` then ``PAD_TOKEN_ID`` (``n`` may be 0), or None where
-        no row drafts."""
+        drafts on the device, each row's first ``n`` then ``PAD_TOKEN_ID`` (``n`` may be 0); or None, having
+        done nothing, where a sampled row's blocks end before the furthest position it could reach (no
+        lookahead slots: the step then drafts after its tokens reach the host, :meth:`propose_step`).
+        :meth:`settle` then records, once the tokens are on the host, how far the draft's cache holds."""
         rows, start, scheduled = layout.rows, layout.num_computed, layout.num_scheduled
         num_rows, num_sampled = len(rows), len(sampled_idx)
-        k = self.spec.config.num_speculative_tokens
-        if not num_rows:
-            return None
+        shift, k = self.input_shift, self.spec.config.num_speculative_tokens
+        none = torch.full((num_sampled, k), PAD_TOKEN_ID, dtype=torch.int64, device=accepted.device)
+        live = np.ones(num_rows, dtype=bool)
+        if not draft and self.lazy_catch_up:
+            self._first_stale(rows, start, req_ids, live)  # who holds each row, since when
+            return none
         num_drafts = batch.num_drafts[rows]
         sampled = np.zeros(num_rows, dtype=bool)
         sampled[sampled_idx] = True
         sample_of = np.full(num_rows, -1, dtype=np.int64)  # batch index -> its place in sampled_idx
         sample_of[sampled_idx] = np.arange(num_sampled)
-        stop = start + scheduled
-        catch = np.flatnonzero(scheduled > 0)
-        catch = catch[np.argsort(scheduled[catch] > 1, kind="stable")]  # one-token queries first
-        query_lens = scheduled[catch]
+        # Every draft accepted is the furthest a row can get: a sampled row's tokens then end at
+        # start + scheduled + 1; the catch-up stops ``shift`` before.
+        stop = start + scheduled + np.where(sampled, 1 - shift, 0)
+        num_blocks = np.array([batch.requests[rid].num_blocks for rid in req_ids], dtype=np.int64)
+        capacity = self.runner.capacity(rows, num_blocks)
+        if (stop > capacity).any():
+            return None
+        first = self._first_stale(rows, start, req_ids, live) if self.lazy_catch_up else start
+        if int((stop - first).sum()) > self.runner.max_tokens:
+            first = np.maximum(first, start)  # no pass beyond a step's size: stale positions stay stale
+        catch = np.flatnonzero(stop > first)
+        catch = catch[np.argsort(stop[catch] - first[catch] > 1, kind="stable")]  # one-token queries first
+        if self.lazy_catch_up:
+            self._valid_until[rows[catch]] = stop[catch]  # :meth:`settle` takes back what was not accepted
+        query_lens = stop[catch] - first[catch]
         offsets = np.arange(int(query_lens.sum())) - np.repeat(np.cumsum(query_lens) - query_lens, query_lens)
-        positions = np.repeat(start[catch], query_lens) + offsets
+        positions = np.repeat(first[catch], query_lens) + offsets
         token_rows = np.repeat(rows[catch], query_lens)
-        input_ids = batch.token_ids[token_rows, np.minimum(positions + 1, batch.max_model_len - 1)]
-        target_rows = np.repeat(layout.query_start_loc[:-1][catch], query_lens) + offsets
-        # Each row's last settled position (flat) if no draft were accepted; a sampled row's moves by ``accepted``.
+        input_ids = batch.token_ids[token_rows, np.minimum(positions + shift, batch.max_model_len - 1)]
+        target_rows = np.maximum(
+            np.repeat(layout.query_start_loc[:-1][catch] - (first - start)[catch], query_lens) + offsets, 0)
+        # Each row's last settled token (flat) if no draft were accepted; a sampled row's moves by ``accepted``,
+        # and the input there is the target's token after the accepted ones.
         ends = np.cumsum(query_lens) - 1 - np.where(sampled[catch], num_drafts[catch], 0)
         ends_dev = self._dev(ends)
         in_catch = np.flatnonzero(sampled[catch])
+        feed = None
         if len(in_catch):
             where = self._dev(in_catch)
             which = self._dev(sample_of[catch[in_catch]])
             ends_dev.index_add_(0, where, accepted.index_select(0, which))
             feed = (ends_dev.index_select(0, where), bonus.index_select(0, which))
-        else:
-            feed = None
-        num_blocks = np.array([batch.requests[rid].num_blocks for rid in req_ids], dtype=np.int64)
-        capacity = self.runner.capacity(rows, num_blocks)
-        # Every draft accepted is the furthest a row can get: its draft count holds whatever was accepted.
-        allowed = np.minimum(np.clip(self.spec.max_model_len - 2 - stop, 0, k), capacity - (stop - 1))
+        allowed = np.minimum(np.clip(self.spec.max_model_len - 2 - start - scheduled, 0, k), capacity - (stop - 1))
         drafting = sampled & (allowed > 0) & draft
         pick = np.flatnonzero(drafting[catch])
+        if not len(catch):
+            return none
         hidden, tokens = self.runner.catch_up(rows[catch], query_lens, stop[catch], positions, input_ids,
                                               target_rows, ends, pick, graphs_allowed=True, ends_dev=ends_dev,
                                               feed=feed)
         if not len(pick):
-            return None
+            return none
         order = catch[pick]
         counts = allowed[order]
         order_dev = self._dev(sample_of[order])
@@ -234,9 +249,19 @@ class ModelProposer(Proposer):
         drafted = torch.stack([tokens.long(), *later], 1)
         columns = torch.arange(drafted.shape[1], device=drafted.device)
         drafted = torch.where(columns < self._dev(counts).unsqueeze(1), drafted, PAD_TOKEN_ID)
-        out = torch.full((num_sampled, k), PAD_TOKEN_ID, dtype=torch.int64, device=drafted.device)
-        out[:, : drafted.shape[1]].index_copy_(0, order_dev, drafted)
-        return out
+        none[:, : drafted.shape[1]].index_copy_(0, order_dev, drafted)
+        return none
+
+    def settle(self, batch: InputBatch, states: list[RequestState | None]) -> None:
+        """After a step drafted inside it (:meth:`launch_drafts`) reached the host: a lazily catching-up
+        method's record of the positions its cache holds stops at each sampled row's real end (its
+        catch-up ran as if every draft were accepted; the positions past the accepted ones are stale)."""
+        if not self.lazy_catch_up or self._valid_until is None:
+            return
+        for state in states:
+            if state is not None and batch.is_live(state):
+                row = state.row
+                self._valid_until[row] = min(int(self._valid_until[row]), int(batch.num_tokens[row]) - self.input_shift)
 
     def _first_stale(self, rows: np.ndarray, start: np.ndarray, req_ids: list[str], live: np.ndarray) -> np.ndarray:
         """Per row, the first position the draft's cache lacks: the step's first token, or earlier when

@@ -118,23 +118,17 @@ class SpeculativeStep:
         k = self.num_speculative_tokens
         rows_out = torch.nn.functional.pad(rows_out, (0, k + 2 - rows_out.shape[1]), value=PAD_TOKEN_ID)
         drafts_next = self._launch_drafts(batch, pending, verified.num_tokens - 1, verified.token_ids)
+        drafted = drafts_next is not None
         if drafts_next is None:
             drafts_next = rows_out.new_full((len(rows), k), PAD_TOKEN_ID)
-        pending.verified = VerifiedSample(first, torch.cat([rows_out, drafts_next], 1),
-                                          drafted=self.drafts_in_step)
-
-    @property
-    def drafts_in_step(self) -> bool:
-        """Whether the proposer drafts inside a verifying step, before its tokens reach the host."""
-        return isinstance(self.proposer, ModelProposer) and self.proposer.drafts_in_step
+        pending.verified = VerifiedSample(first, torch.cat([rows_out, drafts_next], 1), drafted=drafted)
 
     def _launch_drafts(self, batch: InputBatch, pending: PendingSample, accepted: torch.Tensor,
                        token_ids: torch.Tensor) -> torch.Tensor | None:
         """Queue the proposer's catch-up and drafts behind the verification (``ModelProposer.launch_drafts``);
-        None where the proposer drafts after the step instead, or no row drafts."""
-        if not self.drafts_in_step:
+        None where the proposer drafts after the step instead."""
+        if not isinstance(self.proposer, ModelProposer) or not self.proposer.drafts_in_step:
             return None
-        assert isinstance(self.proposer, ModelProposer)
         bonus = token_ids.gather(1, accepted.unsqueeze(1)).squeeze(1)
         return self.proposer.launch_drafts(batch, pending.layout, pending.req_ids, pending.sampled_idx, accepted,
                                            bonus, self._drafting(pending))
@@ -184,6 +178,8 @@ class SpeculativeStep:
         draft = self._drafting(pending)
         verified = pending.verified
         if verified is not None and verified.drafted:  # drafted inside the step: in the same host copy
+            assert isinstance(self.proposer, ModelProposer)
+            self.proposer.settle(batch, pending.states)
             host = pending.tokens_host if pending.tokens_host is not None else pending.tokens
             k = self.num_speculative_tokens
             for i, row in zip(pending.sampled_idx.tolist(), host[:, k + 2:].tolist(), strict=True):
