@@ -2,7 +2,7 @@
 EAGLE-3 head (forced acceptance), JSON lines: wall and device time per output token, the kernels that take
 longest, and the host calls that wait for the device (syncs, copies) or launch graphs. ``eagle3`` drafts
 inside the verifying step (the default); ``eagle3_after`` catches up after the tokens reach the host, as
-before that path existed. ``--rates`` then times each (unprofiled, best of 3) at those acceptance rates.
+before that path existed; ``--methods eagle3,draft_model`` adds the 0.6B shape as a draft model. ``--rates`` then times each (unprofiled, best of 3) at those acceptance rates.
 
     python scripts/gpu_spec_profile.py [--rate 0.0] [--k 3] [--tokens 48] [--rates 0,0.7]
 """
@@ -77,6 +77,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--rates", default="", help="comma-separated acceptance rates to time unprofiled")
+    parser.add_argument("--methods", default="eagle3", help="comma-separated: eagle3, draft_model (the 0.6B shape)")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r.strip()]
     workload = WORKLOADS[args.workload]
@@ -84,10 +85,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folders = write_folders(Path(tmp), args.workload, "w-gpu")
         folder = workload.write_model_folder(Path(tmp) / workload.name)
-        eagle = {"method": "eagle3", "num_speculative_tokens": args.k, "model": folders["eagle3"]}
-        for label, spec in (("plain", None), ("eagle3", eagle), ("eagle3_after", eagle)):
+        runs: list[tuple[str, dict | None]] = [("plain", None)]
+        for method in args.methods.split(","):
+            spec = {"method": method, "num_speculative_tokens": args.k,
+                    "model": folders["eagle3" if method == "eagle3" else "draft"]}
+            runs += [(method, spec), (f"{method}_after", spec)]
+        for label, spec in runs:
             in_step = ModelProposer.drafts_in_step
-            if label == "eagle3_after":
+            if label.endswith("_after"):
                 ModelProposer.drafts_in_step = False
             llm = LLM(model=str(folder), load_format="dummy", dtype=workload.dtype,
                       max_model_len=workload.max_model_len, skip_tokenizer_init=True, max_num_seqs=8,
