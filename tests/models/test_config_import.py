@@ -1,6 +1,6 @@
 """Reading a model's config imports no more of transformers than configs need: not its model registry
 (``modeling_auto``, which drags in ``generation``, scikit-learn and ``torch._dynamo`` on some releases),
-and the config read is the one ``AutoConfig`` gives."""
+and the config read is the one ``AutoConfig`` gives. ``from infercore import LLM`` brings no server code."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ _SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "
 #: the config equals AutoConfig's own reading (done afterwards, with the registry importable again).
 _SCRIPT = """
 import json, sys
+from infercore import LLM
+LLM  # the lazy attribute imports the engine
+server = [m for m in ("fastapi", "uvicorn", "starlette", "infercore.entrypoints.openai") if m in sys.modules]
 from infercore.config import ModelConfig
 from infercore.models.hf_config import get_hf_config
 configs = [get_hf_config(ModelConfig(model=folder)) for folder in sys.argv[1:]]
@@ -29,7 +32,7 @@ heavy = [m for m in ("transformers.models.auto.modeling_auto", "transformers.gen
          if m in sys.modules]
 from transformers import AutoConfig, AutoModelForCausalLM
 refs = [AutoConfig.from_pretrained(folder) for folder in sys.argv[1:]]
-print(json.dumps({"heavy": heavy, "classes": [type(c).__name__ for c in configs],
+print(json.dumps({"server": server, "heavy": heavy, "classes": [type(c).__name__ for c in configs],
                   "same": [type(c) is type(r) and c.to_dict() == r.to_dict() for c, r in zip(configs, refs)],
                   "registry_after": AutoModelForCausalLM.__name__}))
 """
@@ -48,6 +51,7 @@ def test_config_is_read_without_the_model_registry(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", _SCRIPT, *folders], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["server"] == []
     assert result["heavy"] == []
     assert result["classes"] == ["LlamaConfig", "Qwen3Config"]
     assert result["same"] == [True, True]
