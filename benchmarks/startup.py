@@ -6,6 +6,11 @@ run's log and into the line as ``timeline``. Run it twice in a row to see a fres
     python benchmarks/startup.py --workload w-gpu-8b --serve-workload w-gpu --runs 2          # the H200
     python benchmarks/startup.py --workload w-cpu --serve-workload w-cpu --runs 1 \\
         --engine-args '{"cpu_threads": 1}' --serve-args "--cpu-threads 1"                       # CPU dry run
+
+``--preimport`` imports modules before infercore in the ``LLM(...)`` runs (e.g. transformers' model registry,
+``transformers.models.auto.modeling_auto``, to see the start-up as it was when reading a config imported it);
+each line says which of the heavy optional modules (``HEAVY``) the process held once ``LLM(...)`` was ready;
+``--import-profile`` adds the import seconds of each top-level package (``-X importtime``, which slows imports).
 """
 
 from __future__ import annotations
@@ -27,17 +32,24 @@ import httpx
 from infercore.benchmarks.workloads import WORKLOADS
 
 #: The ``LLM(...)`` run: imports timed apart from construction, the timeline logged at INFO.
+#: Modules that reading a config used to bring along on some transformers releases.
+HEAVY = ["transformers.models.auto.modeling_auto", "transformers.generation.utils", "sklearn", "torch._dynamo",
+         "torch.distributed.tensor", "accelerate"]
+
 _LLM_SCRIPT = r"""
-import json, logging, sys, time
+import importlib, json, logging, sys, time
 started = time.perf_counter()
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+for name in json.loads(sys.argv[2]):
+    importlib.import_module(name)
 from infercore import LLM
 LLM  # the lazy attribute imports the engine
 import infercore.entrypoints.llm
 imported = time.perf_counter()
 llm = LLM(**json.loads(sys.argv[1]))
 ready = time.perf_counter()
-print(json.dumps({"imports_s": round(imported - started, 2), "llm_init_s": round(ready - imported, 2)}), flush=True)
+print(json.dumps({"imports_s": round(imported - started, 2), "llm_init_s": round(ready - imported, 2),
+                  "heavy_modules": [m for m in json.loads(sys.argv[3]) if m in sys.modules]}), flush=True)
 """
 
 
@@ -51,19 +63,35 @@ def _timeline(log: str) -> list[str]:
     return [line.split("infercore.startup: ", 1)[1] for line in log.splitlines() if "infercore.startup: " in line]
 
 
+def import_seconds_by_package(log: str, top: int = 15) -> dict[str, float]:
+    """``-X importtime`` lines summed per top-level package (each module's own time), the largest first."""
+    totals: dict[str, float] = {}
+    for line in log.splitlines():
+        fields = line.split("|")
+        if not line.startswith("import time:") or len(fields) != 3 or not fields[0].split(":")[1].strip().isdigit():
+            continue
+        package = fields[2].strip().split(".")[0]
+        totals[package] = totals.get(package, 0.0) + int(fields[0].split(":")[1]) / 1e6
+    return {name: round(s, 2) for name, s in sorted(totals.items(), key=lambda kv: -kv[1])[:top]}
+
+
 def run_llm(folder: Path, dtype: str, max_model_len: int, extra: dict[str, Any], log_dir: Path,
-            index: int) -> dict[str, Any]:
+            index: int, preimport: list[str] | None = None, import_profile: bool = False) -> dict[str, Any]:
     kwargs = {"model": str(folder), "load_format": "dummy", "dtype": dtype, "max_model_len": max_model_len,
               "skip_tokenizer_init": True, **extra}
+    env = {**os.environ, **({"PYTHONPROFILEIMPORTTIME": "1"} if import_profile else {})}
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _LLM_SCRIPT, json.dumps(kwargs)], capture_output=True, text=True,
-                          timeout=900)
+    done = subprocess.run([sys.executable, "-c", _LLM_SCRIPT, json.dumps(kwargs), json.dumps(preimport or []),
+                           json.dumps(HEAVY)], capture_output=True, text=True, timeout=900, env=env)
     wall = time.perf_counter() - start
     (log_dir / f"llm-{index}.log").write_text(done.stdout + done.stderr)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    result = {"run": "llm", "index": index, "process_wall_s": round(wall, 2), **(lines[-1] if lines else {})}
+    result = {"run": "llm", "index": index, "preimport": preimport or [], "process_wall_s": round(wall, 2),
+              **(lines[-1] if lines else {})}
     if done.returncode != 0:
         result["error"] = done.stderr[-1500:]
+    if import_profile:
+        result["import_s_by_package"] = import_seconds_by_package(done.stderr)
     return {**result, "timeline": _timeline(done.stderr)}
 
 
@@ -113,6 +141,10 @@ def main() -> int:
     parser.add_argument("--engine-args", default="{}", help="more LLM(...) arguments, JSON")
     parser.add_argument("--serve-args", default="", help="more serve flags")
     parser.add_argument("--log-dir", default=None, help="where the runs' logs go (default: a temporary folder)")
+    parser.add_argument("--preimport", default="", help="comma-separated modules the LLM(...) runs import first")
+    parser.add_argument("--skip-serve", action="store_true", help="only the LLM(...) runs")
+    parser.add_argument("--import-profile", action="store_true",
+                        help="run LLM(...) under -X importtime and add the seconds of each top-level package")
     args = parser.parse_args()
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="infercore-startup-"))
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -121,8 +153,11 @@ def main() -> int:
         llm_folder = llm_w.write_model_folder(Path(tmp) / llm_w.name)
         serve_folder = serve_w.write_model_folder(Path(tmp) / f"serve-{serve_w.name}")
         for index in range(args.runs):
-            line = run_llm(llm_folder, llm_w.dtype, llm_w.max_model_len, json.loads(args.engine_args), log_dir, index)
+            line = run_llm(llm_folder, llm_w.dtype, llm_w.max_model_len, json.loads(args.engine_args), log_dir, index,
+                           [name for name in args.preimport.split(",") if name], args.import_profile)
             print(json.dumps({"workload": llm_w.name, **line}), flush=True)
+            if args.skip_serve:
+                continue
             line = run_serve(serve_folder, serve_w.dtype, serve_w.max_model_len, shlex.split(args.serve_args),
                              log_dir, index)
             print(json.dumps({"workload": serve_w.name, **line}), flush=True)

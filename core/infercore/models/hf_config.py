@@ -10,6 +10,7 @@ from typing import Any
 from transformers import AutoConfig, PretrainedConfig
 
 from infercore.config import ModelConfig
+from infercore.models.config_import import refused_registry, without_model_registry
 
 #: Files a model needs from the hub: its config, weights and tokenizer.
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.bin", "*.model", "*.txt", "*.tiktoken", "*.py"]
@@ -36,7 +37,7 @@ def get_hf_config(model_config: ModelConfig, download_dir: str | None = None) ->
     path = resolve_model_path(model_config, download_dir)
     if not (path / "config.json").is_file():
         raise ValueError(f"model folder {path} has no config.json; point --model at a Hugging Face model folder")
-    config = AutoConfig.from_pretrained(str(path), trust_remote_code=model_config.trust_remote_code)
+    config = _read_config(path, model_config.trust_remote_code)
     overrides = hf_overrides(model_config)
     if overrides:
         config.update(overrides)
@@ -44,6 +45,29 @@ def get_hf_config(model_config: ModelConfig, download_dir: str | None = None) ->
         if tokens is not None:
             apply_classifier_tokens(config, tokens, model_config.tokenizer or str(path))
     return config
+
+
+def _read_config(path: Path, trust_remote_code: bool) -> PretrainedConfig:
+    """``AutoConfig.from_pretrained``, without importing transformers' model registry where the config's
+    code is transformers' own (see :mod:`infercore.models.config_import`: seconds of start-up on some
+    transformers releases); a release whose config code needs the registry reads it again with it."""
+    if not (trust_remote_code and _has_remote_code(path)):
+        try:
+            with without_model_registry():
+                return AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+        except Exception as exc:
+            if not refused_registry(exc):
+                raise
+    return AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+
+
+def _has_remote_code(path: Path) -> bool:
+    """Whether the folder's config.json names classes of its own code (``auto_map``)."""
+    try:
+        raw = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(raw, dict) and "auto_map" in raw
 
 
 def hf_overrides(model_config: ModelConfig) -> dict[str, Any]:
