@@ -112,3 +112,45 @@ def test_catch_up_replay_takes_last_tokens_and_inputs_from_the_device() -> None:
                                    np.zeros(4, np.int64), np.array([0, 3]), torch.tensor([0, 2]), feed)
     assert seen["ids"][:4].tolist() == [50, 60, 99, 62]
     assert tokens.tolist() == [5, 9] and hidden[:, 0].tolist() == [50.0, 99.0]
+
+
+def _drafts_by_request(folder: Path, spec: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+                       async_scheduling: bool) -> dict[str, list[list[int]]]:
+    """Every draft each request got, in order."""
+    seen: dict[str, list[list[int]]] = {}
+    original = SpeculativeStep.step_drafts
+
+    def record(self: SpeculativeStep, batch: Any, pending: Any) -> list[list[int]]:
+        drafts = original(self, batch, pending)
+        for rid, ids in zip(pending.req_ids, drafts, strict=True):
+            if ids:
+                seen.setdefault(rid.split("-")[0], []).append(ids)
+        return drafts
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SpeculativeStep, "step_drafts", record)
+        llm = LLM(**{**ENGINE_DEFAULTS, "model": str(folder), "speculative_config": spec,
+                     "async_scheduling": async_scheduling})
+        assert llm.llm_engine.engine_core.async_mode == async_scheduling
+        params = [SamplingParams(temperature=0, max_tokens=8 * (i + 1), ignore_eos=True) for i in range(4)]
+        llm.generate(ALL_PROMPTS[:4], params, use_tqdm=False)
+    return seen
+
+
+def test_eagle_drafts_after_overlapped_steps_equal_those_of_synchronous_steps(qwen3_folder, tmp_path,
+                                                                              monkeypatch) -> None:
+    """Steps of 3 requests or more carry no drafts and overlap: the next step's forward pass is queued before
+    a step's tokens are collected. The head still catches up on each step's own hidden states, so once
+    fewer requests run and drafting resumes, every request gets the drafts a synchronous run gives it."""
+    head = build_eagle3_head_folder(tmp_path / "head", qwen3_folder, draft_vocab_size=96)
+    spec = {"method": "eagle3", "model": str(head), "num_speculative_tokens": 3, "disable_by_batch_size": 3}
+    synchronous = _drafts_by_request(qwen3_folder, spec, monkeypatch, False)
+    overlapped = _drafts_by_request(qwen3_folder, spec, monkeypatch, True)
+    assert overlapped.keys() == synchronous.keys()
+    for rid, drafts in synchronous.items():
+        # The first drafting step after overlapped ones may hold fewer lookahead slots: fewer drafts, same start.
+        assert len(overlapped[rid]) == len(drafts), rid
+        for got, want in zip(overlapped[rid], drafts, strict=True):
+            n = min(len(got), len(want))
+            assert got[:n] == want[:n], (rid, got, want)
+    assert sum(len(d) for d in synchronous.values()) >= 10

@@ -29,4 +29,6 @@ def patch_inflight_tokens(pending: PendingSample, batch: InputBatch, buf: StepBu
     buf.np_patch_src[:count] = src[mask]
     buf.flush()  # a decode layout's inputs and these indices, in one copy
     dst_dev, src_dev = buf.to_device("patch_dst", count), buf.to_device("patch_src", count)
-    buf.input_ids.index_copy_(0, dst_dev, pending.tokens.index_select(0, src_dev))
+    # A speculating runner's rows are [count, tokens...]: a step in flight verified nothing, so one token each.
+    tokens = pending.tokens if pending.tokens.dim() == 1 else pending.tokens[:, 1]
+    buf.input_ids.index_copy_(0, dst_dev, tokens.index_select(0, src_dev))

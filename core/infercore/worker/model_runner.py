@@ -383,7 +383,8 @@ class ModelRunner:
                                               self.sampler.seed_source)
         out = self.sampler(logits, metadata)
         pending.logprobs = out.logprobs
-        return self._copy_to_host(pending, out.sampled_token_ids)
+        rows = self.spec.sampled_in_step(batch, pending, out.sampled_token_ids) if self.spec is not None else None
+        return self._copy_to_host(pending, out.sampled_token_ids if rows is None else rows)
 
     def _logits_of(self, forward: StepForward) -> Callable[[torch.Tensor], torch.Tensor]:
         """Rows of ``forward.out`` → their logits."""

@@ -123,6 +123,25 @@ class SpeculativeStep:
             drafts_next = rows_out.new_full((len(rows), k), PAD_TOKEN_ID)
         pending.verified = VerifiedSample(first, torch.cat([rows_out, drafts_next], 1), drafted=drafted)
 
+    def sampled_in_step(self, batch: InputBatch, pending: PendingSample, tokens: torch.Tensor) -> torch.Tensor | None:
+        """A step that verified nothing, for a proposer that drafts inside the step: its sampled ``tokens``
+        [S] as verified rows of one token each (``pending.verified``), with the proposer's catch-up and next
+        drafts queued behind them; the rows for the host copy. None where the proposer drafts after the
+        step instead.
+
+        Its catch-up then reads the target's states of this very step, also when async scheduling has
+        already queued the next step's forward pass before this one's tokens are collected."""
+        accepted = torch.zeros(len(tokens), dtype=torch.int64, device=tokens.device)
+        drafts_next = self._launch_drafts(batch, pending, accepted, tokens.long().unsqueeze(1))
+        if drafts_next is None:
+            return None
+        k = self.num_speculative_tokens
+        rows_out = torch.full((len(tokens), k + 2), PAD_TOKEN_ID, dtype=torch.int64, device=tokens.device)
+        rows_out[:, 0] = 1
+        rows_out[:, 1] = tokens
+        pending.verified = VerifiedSample(np.arange(len(tokens)), torch.cat([rows_out, drafts_next], 1), drafted=True)
+        return pending.verified.counts_and_tokens
+
     def _launch_drafts(self, batch: InputBatch, pending: PendingSample, accepted: torch.Tensor,
                        token_ids: torch.Tensor) -> torch.Tensor | None:
         """Queue the proposer's catch-up and drafts behind the verification (``ModelProposer.launch_drafts``);
