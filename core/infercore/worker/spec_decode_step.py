@@ -12,8 +12,11 @@ step in which a penalised row is verified builds its metadata from the rows' his
 (``infercore.spec_decode.position_metadata``, host work per token of history) and then records the
 accepted tokens in the rows' tables itself. Other steps gather the metadata from the row state.
 
-After the tokens reach the host, the proposer drafts from each sampled row's history (prompt and
-outputs in ``InputBatch.token_ids``); the drafts ride back to the scheduler with the step's output.
+A model-based proposer drafts inside the step, before its tokens reach the host
+(``ModelProposer.launch_drafts``, from the device's accepted counts; a step that verified nothing passes its
+sampled tokens as rows of one): the step's tokens and next drafts come back in one copy. An n-gram proposer
+drafts after the tokens reach the host, from each sampled row's history (prompt and outputs in
+``InputBatch.token_ids``). Either way the drafts ride back to the scheduler with the step's output.
 """
 
 from __future__ import annotations
