@@ -115,7 +115,7 @@ def test_catch_up_replay_takes_last_tokens_and_inputs_from_the_device() -> None:
 
 
 def _drafts_by_request(folder: Path, spec: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
-                       async_scheduling: bool) -> dict[str, list[list[int]]]:
+                       async_scheduling: bool, **engine_args: Any) -> dict[str, list[list[int]]]:
     """Every draft each request got, in order."""
     seen: dict[str, list[list[int]]] = {}
     original = SpeculativeStep.step_drafts
@@ -130,22 +130,24 @@ def _drafts_by_request(folder: Path, spec: dict[str, Any], monkeypatch: pytest.M
     with monkeypatch.context() as patch:
         patch.setattr(SpeculativeStep, "step_drafts", record)
         llm = LLM(**{**ENGINE_DEFAULTS, "model": str(folder), "speculative_config": spec,
-                     "async_scheduling": async_scheduling})
+                     "async_scheduling": async_scheduling, **engine_args})
         assert llm.llm_engine.engine_core.async_mode == async_scheduling
         params = [SamplingParams(temperature=0, max_tokens=8 * (i + 1), ignore_eos=True) for i in range(4)]
         llm.generate(ALL_PROMPTS[:4], params, use_tqdm=False)
     return seen
 
 
-def test_eagle_drafts_after_overlapped_steps_equal_those_of_synchronous_steps(qwen3_folder, tmp_path,
-                                                                              monkeypatch) -> None:
+@pytest.mark.parametrize("engine_args", [{}, {"max_num_batched_tokens": 16}], ids=["whole", "chunked"])
+def test_eagle_drafts_after_overlapped_steps_equal_those_of_synchronous_steps(qwen3_folder, tmp_path, monkeypatch,
+                                                                              engine_args) -> None:
     """Steps of 3 requests or more carry no drafts and overlap: the next step's forward pass is queued before
-    a step's tokens are collected. The head still catches up on each step's own hidden states, so once
-    fewer requests run and drafting resumes, every request gets the drafts a synchronous run gives it."""
+    a step's tokens are collected. The head still catches up on each step's own hidden states (chunked: also
+    in steps of prompt chunks alone), so once fewer requests run and drafting resumes, every request gets
+    the drafts a synchronous run gives it."""
     head = build_eagle3_head_folder(tmp_path / "head", qwen3_folder, draft_vocab_size=96)
     spec = {"method": "eagle3", "model": str(head), "num_speculative_tokens": 3, "disable_by_batch_size": 3}
-    synchronous = _drafts_by_request(qwen3_folder, spec, monkeypatch, False)
-    overlapped = _drafts_by_request(qwen3_folder, spec, monkeypatch, True)
+    synchronous = _drafts_by_request(qwen3_folder, spec, monkeypatch, False, **engine_args)
+    overlapped = _drafts_by_request(qwen3_folder, spec, monkeypatch, True, **engine_args)
     assert overlapped.keys() == synchronous.keys()
     for rid, drafts in synchronous.items():
         # The first drafting step after overlapped ones may hold fewer lookahead slots: fewer drafts, same start.

@@ -365,7 +365,9 @@ class ModelRunner:
             return pool_step(self.pooling, req_ids, layout, forward.out, batch, prompt_logprobs)
         states = [batch.requests[req_ids[i]] for i in sampled_idx]
         pending = PendingSample(req_ids, sampled_idx, states, prompt_logprobs, layout=layout)
-        if not states:
+        if not states:  # a model-based proposer still catches up on the step's prompt tokens, in the step
+            if self.spec is not None:
+                self.spec.sampled_in_step(batch, pending, torch.zeros(0, dtype=torch.int64, device=self.device))
             return pending
         n = len(states)
         if self.spec is not None and batch.num_drafts[layout.rows[sampled_idx]].any():

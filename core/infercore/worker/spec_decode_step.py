@@ -202,6 +202,8 @@ class SpeculativeStep:
         if verified is not None and verified.drafted:  # drafted inside the step: in the same host copy
             assert isinstance(self.proposer, ModelProposer)
             self.proposer.settle(batch, pending.states)
+            if not pending.states:  # a step of prompt chunks only: caught up, nothing sampled
+                return drafts
             host = pending.tokens_host if pending.tokens_host is not None else pending.tokens
             k = self.num_speculative_tokens
             for i, row in zip(pending.sampled_idx.tolist(), host[:, k + 2:].tolist(), strict=True):
