@@ -156,3 +156,24 @@ def test_eagle_drafts_after_overlapped_steps_equal_those_of_synchronous_steps(qw
             n = min(len(got), len(want))
             assert got[:n] == want[:n], (rid, got, want)
     assert sum(len(d) for d in synchronous.values()) >= 10
+
+
+def test_eagle3_drafts_in_step_under_tensor_parallelism(qwen3_folder, tmp_path) -> None:
+    """Two tensor-parallel ranks (gloo), each drafting inside its verifying steps with a whole head (one that
+    carries its own ``embed_tokens``, as the public heads do): the tokens of one rank without speculation."""
+    from safetensors.torch import load_file, save_file
+
+    head = build_eagle3_head_folder(tmp_path / "head", qwen3_folder, draft_vocab_size=96)
+    weights = load_file(str(head / "model.safetensors"))
+    weights["embed_tokens.weight"] = load_file(str(qwen3_folder / "model.safetensors"))["model.embed_tokens.weight"]
+    save_file(weights, str(head / "model.safetensors"))
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    ref = LLM(**{**ENGINE_DEFAULTS, "model": str(qwen3_folder)}).generate(ALL_PROMPTS[:3], params, use_tqdm=False)
+    llm = LLM(**{**ENGINE_DEFAULTS, "model": str(qwen3_folder), "tensor_parallel_size": 2,
+                 "distributed_executor_backend": "mp",
+                 "speculative_config": {"method": "eagle3", "model": str(head), "num_speculative_tokens": 3}})
+    got = llm.generate(ALL_PROMPTS[:3], params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in ref]
+    stats = llm.llm_engine.engine_core.scheduler.get_stats()
+    assert stats.spec_num_draft_tokens > 0
+    llm.shutdown()
