@@ -14,7 +14,6 @@ scales are 1.0 (a dummy checkpoint carries none).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import random
 import sys
@@ -26,6 +25,7 @@ from typing import Any
 import torch
 
 from infercore import LLM, SamplingParams
+from infercore.benchmarks.teacher_forced import close, score
 from infercore.benchmarks.workloads import WORKLOADS, Workload
 
 
@@ -33,28 +33,6 @@ def _engine(workload: Workload, folder: Path, kv_cache_dtype: str, args: argpars
     return LLM(model=str(folder), load_format="dummy", dtype=workload.dtype, max_model_len=workload.max_model_len,
                skip_tokenizer_init=True, kv_cache_dtype=kv_cache_dtype, seed=args.seed,
                enforce_eager=args.enforce_eager)
-
-
-def _close(llm: LLM) -> None:
-    """Shut the engine down and give its device memory back before the next one is built."""
-    llm.llm_engine.engine_core.shutdown()
-    del llm
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def _score(llm: LLM, sequences: list[list[int]], output_len: int) -> tuple[list[float], list[int]]:
-    """Each sequence's logprobs of its tokens after the first, and the ranks of its last ``output_len``."""
-    params = SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0, detokenize=False)
-    outs = llm.generate([{"prompt_token_ids": s} for s in sequences], params, use_tqdm=False)
-    logprobs: list[float] = []
-    ranks: list[int] = []
-    for out, seq in zip(outs, sequences, strict=True):
-        positions = list(zip(out.prompt_logprobs[1:], seq[1:], strict=True))
-        logprobs += [p[t].logprob for p, t in positions]
-        ranks += [p[t].rank for p, t in positions[-output_len:]]
-    return logprobs, ranks
 
 
 def compare(workload: Workload, args: argparse.Namespace) -> dict[str, Any]:
@@ -69,11 +47,11 @@ def compare(workload: Workload, args: argparse.Namespace) -> dict[str, Any]:
         greedy = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True, detokenize=False)
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts], greedy, use_tqdm=False)
         sequences = [p + list(o.outputs[0].token_ids) for p, o in zip(prompts, outs, strict=True)]
-        reference, own_ranks = _score(llm, sequences, args.output_len)
-        _close(llm)
+        reference, own_ranks = score(llm, sequences, args.output_len)
+        close(llm)
         llm = _engine(workload, folder, args.kv_cache_dtype, args)
-        logprobs, ranks = _score(llm, sequences, args.output_len)
-        _close(llm)
+        logprobs, ranks = score(llm, sequences, args.output_len)
+        close(llm)
     diffs = (torch.tensor(logprobs, dtype=torch.float64) - torch.tensor(reference, dtype=torch.float64)).abs()
     return {
         "benchmark": "kv_fp8_logprobs", "workload": workload.name, "kv_cache_dtype": args.kv_cache_dtype,

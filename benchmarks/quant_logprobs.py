@@ -16,7 +16,6 @@ Random weights make the figures a measure of each format's rounding on that shap
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import random
 import shutil
@@ -29,6 +28,7 @@ from typing import Any
 import torch
 
 from infercore import LLM, SamplingParams
+from infercore.benchmarks.teacher_forced import close, score
 from infercore.benchmarks.workloads import WORKLOADS, Workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "quantization"))
@@ -71,27 +71,6 @@ def _engine(folder: Path, workload: Workload, args: argparse.Namespace) -> LLM:
                **({"cpu_threads": args.cpu_threads} if args.cpu_threads else {}))
 
 
-def _close(llm: LLM) -> None:
-    llm.llm_engine.engine_core.shutdown()
-    del llm
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def _score(llm: LLM, sequences: list[list[int]], output_len: int) -> tuple[list[float], list[int]]:
-    """Each sequence's logprobs of its tokens after the first, and the ranks of its last ``output_len``."""
-    params = SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0, detokenize=False)
-    outs = llm.generate([{"prompt_token_ids": s} for s in sequences], params, use_tqdm=False)
-    logprobs: list[float] = []
-    ranks: list[int] = []
-    for out, seq in zip(outs, sequences, strict=True):
-        positions = list(zip(out.prompt_logprobs[1:], seq[1:], strict=True))
-        logprobs += [p[t].logprob for p, t in positions]
-        ranks += [p[t].rank for p, t in positions[-output_len:]]
-    return logprobs, ranks
-
-
 def compare(workload: Workload, formats: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
     """The unquantized engine's sequences and logprobs, then each format's figures against them."""
     rng = random.Random(args.seed)
@@ -104,14 +83,14 @@ def compare(workload: Workload, formats: list[str], args: argparse.Namespace) ->
         greedy = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True, detokenize=False)
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts], greedy, use_tqdm=False)
         sequences = [p + list(o.outputs[0].token_ids) for p, o in zip(prompts, outs, strict=True)]
-        reference, _ = _score(llm, sequences, args.output_len)
-        _close(llm)
+        reference, _ = score(llm, sequences, args.output_len)
+        close(llm)
         for name in formats:
             start = time.perf_counter()
             folder = write_format(source, Path(tmp) / "formats", name)
             llm = _engine(folder, workload, args)
-            logprobs, ranks = _score(llm, sequences, args.output_len)
-            _close(llm)
+            logprobs, ranks = score(llm, sequences, args.output_len)
+            close(llm)
             shutil.rmtree(folder)
             gaps = (torch.tensor(logprobs, dtype=torch.float64) - torch.tensor(reference, dtype=torch.float64)).abs()
             records.append({
