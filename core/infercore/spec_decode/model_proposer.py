@@ -42,6 +42,7 @@ later acceptance.
 from __future__ import annotations
 
 from abc import abstractmethod
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -62,6 +63,18 @@ if TYPE_CHECKING:
 
     #: Builds the :class:`DraftRunner` of a draft-side model: ``(model, draft_tensor_parallel_size)``.
     MakeRunner = Callable[[nn.Module, int | None], DraftRunner]
+
+
+@dataclass
+class CatchUpPlan:
+    """One catch-up pass: its requests (batch indices, one-token queries first), their query lengths, and per
+    flat token its position, input id and the target's row of this step's hidden states."""
+
+    catch: np.ndarray
+    query_lens: np.ndarray
+    positions: np.ndarray
+    input_ids: np.ndarray
+    target_rows: np.ndarray
 
 
 class ModelProposer(Proposer):
@@ -139,31 +152,18 @@ class ModelProposer(Proposer):
         stop = np.where(sampled, batch.num_tokens[rows] - shift, start + layout.num_scheduled)
         capacity = self.runner.capacity(rows, num_blocks)
         stop = np.where(live, np.minimum(stop, capacity), start)
-        first = self._first_stale(rows, start, req_ids, live) if self.lazy_catch_up else start
-        if int(np.maximum(stop - first, 0).sum()) > self.runner.max_tokens:
-            first = np.maximum(first, start)  # no pass beyond a step's size: stale positions stay stale
         last_pos = stop - 1
         allowed = np.minimum(np.clip(self.spec.max_model_len - 1 - batch.num_tokens[rows], 0,
                                      self.spec.config.num_speculative_tokens), capacity - last_pos)
         drafting = sampled & live & (stop == batch.num_tokens[rows] - shift) & (allowed > 0) & draft
-        catch = np.flatnonzero(stop > first)
+        plan = self._catch_up_plan(batch, layout, req_ids, live, stop)
+        catch, query_lens = plan.catch, plan.query_lens
         if not len(catch):
             return {}
-        catch = catch[np.argsort(stop[catch] - first[catch] > 1, kind="stable")]  # one-token queries first
-        if self.lazy_catch_up:
-            self._valid_until[rows[catch]] = stop[catch]
-        query_lens = stop[catch] - first[catch]
-        offsets = np.arange(int(query_lens.sum())) - np.repeat(np.cumsum(query_lens) - query_lens, query_lens)
-        positions = np.repeat(first[catch], query_lens) + offsets
-        token_rows = np.repeat(rows[catch], query_lens)
-        input_ids = batch.token_ids[token_rows, np.minimum(positions + shift, batch.max_model_len - 1)]
-        # The target's hidden states of this step (EAGLE, whose catch-up starts at the step's first token).
-        target_rows = np.maximum(
-            np.repeat(layout.query_start_loc[:-1][catch] - (first - start)[catch], query_lens) + offsets, 0)
         ends = np.cumsum(query_lens) - 1
         pick = np.flatnonzero(drafting[catch])
-        hidden, tokens = self.runner.catch_up(rows[catch], query_lens, stop[catch], positions, input_ids,
-                                              target_rows, ends, pick, graphs_allowed=len(pick) > 0)
+        hidden, tokens = self.runner.catch_up(rows[catch], query_lens, stop[catch], plan.positions, plan.input_ids,
+                                              plan.target_rows, ends, pick, graphs_allowed=len(pick) > 0)
         if not len(pick):
             return {}
         order = catch[pick]  # batch indices of the drafting rows
@@ -206,20 +206,11 @@ class ModelProposer(Proposer):
         capacity = self.runner.capacity(rows, num_blocks)
         if (stop > capacity).any():
             return None
-        first = self._first_stale(rows, start, req_ids, live) if self.lazy_catch_up else start
-        if int((stop - first).sum()) > self.runner.max_tokens:
-            first = np.maximum(first, start)  # no pass beyond a step's size: stale positions stay stale
-        catch = np.flatnonzero(stop > first)
-        catch = catch[np.argsort(stop[catch] - first[catch] > 1, kind="stable")]  # one-token queries first
-        if self.lazy_catch_up:
-            self._valid_until[rows[catch]] = stop[catch]  # :meth:`settle` takes back what was not accepted
-        query_lens = stop[catch] - first[catch]
-        offsets = np.arange(int(query_lens.sum())) - np.repeat(np.cumsum(query_lens) - query_lens, query_lens)
-        positions = np.repeat(first[catch], query_lens) + offsets
-        token_rows = np.repeat(rows[catch], query_lens)
-        input_ids = batch.token_ids[token_rows, np.minimum(positions + shift, batch.max_model_len - 1)]
-        target_rows = np.maximum(
-            np.repeat(layout.query_start_loc[:-1][catch] - (first - start)[catch], query_lens) + offsets, 0)
+        # A lazy catch-up's record goes up to ``stop``; :meth:`settle` takes back what was not accepted.
+        plan = self._catch_up_plan(batch, layout, req_ids, live, stop)
+        catch, query_lens = plan.catch, plan.query_lens
+        if not len(catch):
+            return none
         # Each row's last settled token (flat) if no draft were accepted; a sampled row's moves by ``accepted``,
         # and the input there is the target's token after the accepted ones.
         ends = np.cumsum(query_lens) - 1 - np.where(sampled[catch], num_drafts[catch], 0)
@@ -234,10 +225,8 @@ class ModelProposer(Proposer):
         allowed = np.minimum(np.clip(self.spec.max_model_len - 2 - start - scheduled, 0, k), capacity - (stop - 1))
         drafting = sampled & (allowed > 0) & draft
         pick = np.flatnonzero(drafting[catch])
-        if not len(catch):
-            return none
-        hidden, tokens = self.runner.catch_up(rows[catch], query_lens, stop[catch], positions, input_ids,
-                                              target_rows, ends, pick, graphs_allowed=True, ends_dev=ends_dev,
+        hidden, tokens = self.runner.catch_up(rows[catch], query_lens, stop[catch], plan.positions, plan.input_ids,
+                                              plan.target_rows, ends, pick, graphs_allowed=True, ends_dev=ends_dev,
                                               feed=feed)
         if not len(pick):
             return none
@@ -251,6 +240,29 @@ class ModelProposer(Proposer):
         drafted = torch.where(columns < self._dev(counts).unsqueeze(1), drafted, PAD_TOKEN_ID)
         none[:, : drafted.shape[1]].index_copy_(0, order_dev, drafted)
         return none
+
+    def _catch_up_plan(self, batch: InputBatch, layout: BatchLayout, req_ids: list[str], live: np.ndarray,
+                       stop: np.ndarray) -> CatchUpPlan:
+        """The catch-up of each row from the first position the draft's cache lacks (the step's first, for a
+        method that catches up every step) up to ``stop`` (exclusive), one-token queries first; a lazy
+        method's record of what its cache holds moves to ``stop``."""
+        rows, start = layout.rows, layout.num_computed
+        first = self._first_stale(rows, start, req_ids, live) if self.lazy_catch_up else start
+        if int(np.maximum(stop - first, 0).sum()) > self.runner.max_tokens:
+            first = np.maximum(first, start)  # no pass beyond a step's size: stale positions stay stale
+        catch = np.flatnonzero(stop > first)
+        catch = catch[np.argsort(stop[catch] - first[catch] > 1, kind="stable")]
+        if self.lazy_catch_up:
+            self._valid_until[rows[catch]] = stop[catch]
+        query_lens = stop[catch] - first[catch]
+        offsets = np.arange(int(query_lens.sum())) - np.repeat(np.cumsum(query_lens) - query_lens, query_lens)
+        positions = np.repeat(first[catch], query_lens) + offsets
+        token_rows = np.repeat(rows[catch], query_lens)
+        input_ids = batch.token_ids[token_rows, np.minimum(positions + self.input_shift, batch.max_model_len - 1)]
+        # The target's hidden states of this step (EAGLE, whose catch-up starts at the step's first token).
+        target_rows = np.maximum(
+            np.repeat(layout.query_start_loc[:-1][catch] - (first - start)[catch], query_lens) + offsets, 0)
+        return CatchUpPlan(catch, query_lens, positions, input_ids, target_rows)
 
     def settle(self, batch: InputBatch, states: list[RequestState | None]) -> None:
         """After a step drafted inside it (:meth:`launch_drafts`) reached the host: a lazily catching-up
