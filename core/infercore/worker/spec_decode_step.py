@@ -134,6 +134,8 @@ class SpeculativeStep:
 
         Its catch-up then reads the target's states of this very step, also when async scheduling has
         already queued the next step's forward pass before this one's tokens are collected."""
+        if not self._drafts_in_step:
+            return None
         accepted = torch.zeros(len(tokens), dtype=torch.int64, device=tokens.device)
         drafts_next = self._launch_drafts(batch, pending, accepted, tokens.long().unsqueeze(1))
         if drafts_next is None:
@@ -149,11 +151,16 @@ class SpeculativeStep:
                        token_ids: torch.Tensor) -> torch.Tensor | None:
         """Queue the proposer's catch-up and drafts behind the verification (``ModelProposer.launch_drafts``);
         None where the proposer drafts after the step instead."""
-        if not isinstance(self.proposer, ModelProposer) or not self.proposer.drafts_in_step:
+        if not self._drafts_in_step:
             return None
+        assert isinstance(self.proposer, ModelProposer)
         bonus = token_ids.gather(1, accepted.unsqueeze(1)).squeeze(1)
         return self.proposer.launch_drafts(batch, pending.layout, pending.req_ids, pending.sampled_idx, accepted,
                                            bonus, self._drafting(pending))
+
+    @property
+    def _drafts_in_step(self) -> bool:
+        return isinstance(self.proposer, ModelProposer) and self.proposer.drafts_in_step
 
     def _drafting(self, pending: PendingSample) -> bool:
         """Whether a step drafts: it has fewer than ``disable_by_batch_size`` requests (else the scheduler
