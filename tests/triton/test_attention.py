@@ -89,3 +89,33 @@ def test_prefill_sliding_window() -> None:
     prefill_attention(case.q, case.kv_cache, case.query_start_loc, case.seq_lens, case.block_table, 0.125, out,
                       case.max_query_len, sliding_window=24)
     assert rel_err(out, reference_attention(case, 0.125, sliding_window=24)) < TOLERANCE[torch.float32]
+
+
+@pytest.mark.parametrize(("splits", "runtime_splits", "window"), [(4, False, None), (3, True, None), (5, False, 50)])
+def test_decode_splits_merged_in_kernel_match_the_merge_launch(
+        monkeypatch: pytest.MonkeyPatch, splits: int, runtime_splits: bool, window: int | None) -> None:
+    """The split that finishes last merges a row's partials (arrival counters) as the separate merge kernel
+    does, rows of length 0 included, and leaves every counter at zero for the next launch."""
+    from infercore_triton import split_k_counters
+    from infercore_triton.decode_attention import REDUCE_ENV
+
+    case = make_case([40, 200, 0, 1, 77], [1, 1, 0, 1, 1], 8, 2, 64, 16, torch.float32, seed=splits)
+    write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
+    q = torch.randn(5, 8, 64)
+    seq_lens = torch.tensor([40, 200, 0, 1, 77], dtype=torch.int32)
+    table = case.block_table[[0, 1, 1, 2, 3]]
+
+    def run() -> torch.Tensor:
+        out = torch.full_like(q, float("nan"))
+        decode_attention(q, case.kv_cache, seq_lens, table, 0.125, out, num_splits=splits, sliding_window=window,
+                         config=DecodeConfig(block_n=32), runtime_splits=runtime_splits)
+        return out
+
+    monkeypatch.setenv(REDUCE_ENV, "launch")
+    launched = run()
+    monkeypatch.delenv(REDUCE_ENV)
+    merged = run()
+    counters = split_k_counters.tile_counters(q.device, 0)
+    assert counters is not None and not counters.any()
+    assert torch.allclose(merged, launched, atol=1e-6, rtol=1e-5)
+    assert torch.equal(merged[2], torch.zeros(8, 64))

@@ -29,6 +29,7 @@ from infercore_triton.fp8_support import has_fp8_dot
 from infercore_triton.kv_cache_write import write_kv
 from infercore_triton.prefill_attention import prefill_attention
 from infercore_triton.qk_norm_rotary_kv_write import qk_norm_rotary_write_kv
+from infercore_triton.split_k_counters import tile_counters
 
 #: Fewest context tokens (of the block table's width) per split: one 64-token tile. The split count
 #: is fixed by the table's width, not by this step's lengths, and a split's range is rounded up to whole
@@ -147,6 +148,9 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
     def __init__(self, spec: KVCacheSpec, device: torch.device, max_num_reqs: int, max_num_tokens: int) -> None:
         super().__init__(spec, device, max_num_reqs, max_num_tokens)
         self.num_sms = multiprocessor_count(device)
+        # The split kernels' arrival counters are made here, outside any graph capture, so that captured
+        # decode steps merge their splits in the kernel rather than in a launch of their own.
+        tile_counters(device, 0)
 
     def _decode_launch(self, rows: int, max_context: int, fp8: bool) -> tuple[int, DecodeConfig]:
         """The split count and launch settings of a decode step of ``rows`` rows."""

@@ -3,8 +3,10 @@
 Each program owns one (sequence, KV head, split) and attends with every query head of that KV
 head's group at once, so a KV block is read from memory once per group rather than once per query
 head. The context is cut into ``num_splits`` equal ranges per sequence; each split writes a partial
-output and its log-sum-exp, and a second kernel merges them. The number of splits is fixed per
-launch (a graph-stable choice) while each sequence's ranges follow its own length.
+output and its log-sum-exp, and the split of each (sequence, KV head) that finishes last merges them
+(an arrival counter per pair, :mod:`infercore_triton.split_k_counters`; a second kernel does it where no
+counters are at hand). The number of splits is fixed per launch (a graph-stable choice) while each
+sequence's ranges follow its own length.
 
 Given ``query_start_loc``, sequence ``i``'s query token is row ``query_start_loc[i]`` and only
 sequences with a one-token query are attended (the others are passed over): the decodes of a mixed
@@ -24,11 +26,15 @@ import triton
 import triton.language as tl
 
 from infercore.plugin_api import KernelSettings, current_platform
+from infercore_triton.split_k_counters import tile_counters
 
 #: Window passed to the kernels when attention is not windowed: longer than any context.
 NO_WINDOW = 1 << 30
 #: Split counts the merge kernel takes in one compiled variant (the backend uses at most 32).
 REDUCE_SPLITS_PAD = 32
+#: ``INFERCORE_DECODE_SPLIT_REDUCE=launch`` merges the splits of every decode launch in a kernel of its own,
+#: rather than in the split of each (row, KV head) that finishes last (read at each call).
+REDUCE_ENV = "INFERCORE_DECODE_SPLIT_REDUCE"
 
 
 @dataclass(frozen=True)
@@ -253,15 +259,16 @@ def _attend_range_fp8_dots(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, 
 
 @triton.jit
 def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, kv_head, split, num_splits,
-                     out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
+                     out_ptr, part_out_ptr, part_lse_ptr, counter_ptr, scale, v_scale, sliding_window,
                      stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                      stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                      GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
                      PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
                      DOT_PRECISION: tl.constexpr, FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
                      FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr, FP8_QK: tl.constexpr,
-                     FP8_PV: tl.constexpr):
-    """Split ``split`` of sequence ``seq`` (query token at row ``row``) for one KV head's query heads."""
+                     FP8_PV: tl.constexpr, LAST_REDUCES: tl.constexpr):
+    """Split ``split`` of sequence ``seq`` (query token at row ``row``) for one KV head's query heads; with
+    ``LAST_REDUCES`` the split that finishes last merges the partials of them all into ``out``."""
     start = tl.maximum(seq_len - sliding_window, 0)
     # Splits start on BLOCK_N boundaries so the loop's tiles never straddle two splits.
     # NUM_SPLITS is the compile-time split count, or 0 for the run-time ``num_splits``.
@@ -301,6 +308,46 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
         tl.store(part_out_ptr + seq * stride_pt + heads[:, None] * stride_ph + split * stride_ps + d[None, :],
                  result, mask=out_mask)
         tl.store(part_lse_ptr + seq * stride_lt + heads * stride_lh + split, lse, mask=g_mask)
+        if LAST_REDUCES:
+            # Every thread's partial is stored before one thread counts the split in (barrier, then a release
+            # at GPU scope); the split counted last reads the others' after its acquire, and puts the counter
+            # back to zero for the next launch.
+            tl.debug_barrier()
+            counter = counter_ptr + seq * tl.num_programs(1) + kv_head
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            splits = NUM_SPLITS if NUM_SPLITS > 0 else num_splits
+            if arrived == splits - 1:
+                tl.debug_barrier()
+                _merge_splits(part_out_ptr + seq * stride_pt, part_lse_ptr + seq * stride_lt,
+                              out_ptr + row * stride_ot, heads, g_mask, splits, stride_ph, stride_ps, stride_lh,
+                              stride_oh, HEAD, HEAD_PAD)
+                tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _merge_splits(part_out_ptr, part_lse_ptr, out_ptr, heads, g_mask, splits, stride_ph, stride_ps, stride_lh,
+                  stride_oh, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr):
+    """One row's output for the query heads ``heads`` from its ``splits`` partial outputs and log-sum-exps
+    (base 2), as :func:`_decode_reduce_kernel` computes it; loads bypass L1, where other programs' stores are
+    not seen."""
+    d = tl.arange(0, HEAD_PAD)
+    m = tl.full(heads.shape, float("-inf"), tl.float32)
+    for s in range(0, splits):
+        lse = tl.load(part_lse_ptr + heads * stride_lh + s, mask=g_mask, other=float("-inf"), cache_modifier=".cg")
+        m = tl.maximum(m, lse)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    total = tl.zeros(heads.shape, tl.float32)
+    acc = tl.zeros((heads.shape[0], HEAD_PAD), tl.float32)
+    mask = g_mask[:, None] & (d < HEAD)[None, :]
+    for s in range(0, splits):
+        lse = tl.load(part_lse_ptr + heads * stride_lh + s, mask=g_mask, other=float("-inf"), cache_modifier=".cg")
+        w = tl.where(lse == float("-inf"), 0.0, tl.exp2(lse - m_safe))
+        part = tl.load(part_out_ptr + heads[:, None] * stride_ph + s * stride_ps + d[None, :],
+                       mask=mask & (w > 0.0)[:, None], other=0.0, cache_modifier=".cg")
+        acc += part * w[:, None]
+        total += w
+    result = acc / tl.where(total == 0.0, 1.0, total)[:, None]
+    tl.store(out_ptr + heads[:, None] * stride_oh + d[None, :], result.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -334,7 +381,7 @@ def _short_query_token(query_start_loc_ptr, seq_lens_ptr, num_seqs, token, SHORT
                                "num_splits"])
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
-    out_ptr, part_out_ptr, part_lse_ptr,
+    out_ptr, part_out_ptr, part_lse_ptr, counter_ptr,
     scale, v_scale, sliding_window, num_seqs, num_splits,
     stride_qt, stride_qh,
     stride_cb, stride_cs, stride_ch,
@@ -346,6 +393,7 @@ def _decode_split_kernel(
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
     FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr,
     FP8_QK: tl.constexpr, FP8_PV: tl.constexpr, QUERY_STARTS: tl.constexpr, SHORT: tl.constexpr,
+    LAST_REDUCES: tl.constexpr,
 ):
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -357,11 +405,11 @@ def _decode_split_kernel(
         if mine:
             _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr + seq * stride_bt,
                              seq_len, token, token, kv_head, split, num_splits,
-                             out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
+                             out_ptr, part_out_ptr, part_lse_ptr, counter_ptr, scale, v_scale, sliding_window,
                              stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                              stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                              GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
-                             FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV)
+                             FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV, LAST_REDUCES)
     elif QUERY_STARTS:
         # A fixed number of programs walk the sequences (most of a mixed step's may not be decodes).
         for i in range(tl.program_id(0), num_seqs, tl.num_programs(0)):
@@ -370,20 +418,20 @@ def _decode_split_kernel(
             if tl.load(query_start_loc_ptr + seq + 1) - row == 1:
                 _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr + seq * stride_bt,
                                  tl.load(seq_lens_ptr + seq), row.to(tl.int64), seq, kv_head, split, num_splits,
-                                 out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
+                                 out_ptr, part_out_ptr, part_lse_ptr, counter_ptr, scale, v_scale, sliding_window,
                                  stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                                  stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                                  GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
-                                 FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV)
+                                 FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV, LAST_REDUCES)
     else:
         seq = tl.program_id(0).to(tl.int64)
         _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr + seq * stride_bt,
                          tl.load(seq_lens_ptr + seq), seq, seq, kv_head, split, num_splits,
-                         out_ptr, part_out_ptr, part_lse_ptr, scale, v_scale, sliding_window,
+                         out_ptr, part_out_ptr, part_lse_ptr, counter_ptr, scale, v_scale, sliding_window,
                          stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                          stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                          GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
-                         FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV)
+                         FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV, LAST_REDUCES)
 
 
 @triton.jit(do_not_specialize=["num_splits", "query_start_loc_ptr", "seq_lens_ptr", "num_seqs"])
@@ -490,9 +538,11 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     if num_seqs == 0 or num_rows == 0:
         return out
+    counters = None
     if num_splits > 1:
         part_out = torch.empty((num_rows, num_heads, num_splits, head_size), dtype=torch.float32, device=q.device)
         part_lse = torch.empty((num_rows, num_heads, num_splits), dtype=torch.float32, device=q.device)
+        counters = tile_counters(q.device, num_rows * kv_heads, REDUCE_ENV)
     else:
         part_out = out.new_empty((1, 1, 1, 1), dtype=torch.float32)
         part_lse = out.new_empty((1, 1, 1), dtype=torch.float32)
@@ -502,7 +552,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         rows = min(num_seqs, triton.cdiv(2 * multiprocessor_count(q.device), kv_heads))
     _decode_split_kernel[(rows, kv_heads, num_splits)](
         q, k_cache, v_cache, block_table, seq_lens, seq_lens if query_start_loc is None else query_start_loc,
-        out, part_out, part_lse,
+        out, part_out, part_lse, counters if counters is not None else part_lse,
         scale * k_scale, float(v_scale), sliding_window or NO_WINDOW, num_seqs, num_splits,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -515,10 +565,10 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         DOT_PRECISION=dot_precision(q.dtype),
         FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, FP8_K_WORDS=fp8_ptx and config.fp8_k_words and head_size % 4 == 0,
         FP8_V_WORDS=fp8_ptx and config.fp8_v_words and head_size % 4 == 0, FP8_QK=fp8_qk, FP8_PV=fp8_pv,
-        QUERY_STARTS=query_start_loc is not None, SHORT=short,
+        QUERY_STARTS=query_start_loc is not None, SHORT=short, LAST_REDUCES=counters is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    if num_splits > 1:
+    if num_splits > 1 and counters is None:
         _decode_reduce_kernel[(num_rows, num_heads)](
             part_out, part_lse, out, num_splits, seq_lens if query_start_loc is None else query_start_loc, seq_lens,
             num_seqs,

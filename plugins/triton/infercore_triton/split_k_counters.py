@@ -1,5 +1,6 @@
-"""Arrival counters for split-K GEMMs whose last program to finish a tile sums the tile's partials (no
-second launch): one int32 per output tile, zero between GEMMs (the last program puts it back).
+"""Arrival counters for split kernels whose last program to finish a tile sums the tile's partials (no
+second launch): split-K GEMMs, and split-context decode attention. One int32 per output tile, zero between
+launches (the last program puts it back).
 
 One buffer per device, made outside CUDA-graph capture (a GEMM captured before any ran eagerly sums its
 partials in a second launch instead). GEMMs on one device run one after another on the engine's stream;
@@ -21,11 +22,11 @@ MAX_TILES = 1 << 16
 _counters: dict[tuple[str, int | None], torch.Tensor] = {}
 
 
-def tile_counters(device: torch.device, tiles: int) -> torch.Tensor | None:
+def tile_counters(device: torch.device, tiles: int, env: str = REDUCE_ENV) -> torch.Tensor | None:
     """Zeroed counters for ``tiles`` tiles on ``device``, or None (too many tiles, the first use falls inside
-    a CUDA-graph capture, or ``INFERCORE_FP8_SPLIT_REDUCE=launch``): then the partials are summed by a
-    launch of their own."""
-    if tiles > MAX_TILES or os.environ.get(REDUCE_ENV) == "launch":
+    a CUDA-graph capture, or the variable ``env`` is ``launch``): then the partials are summed by a launch of
+    their own."""
+    if tiles > MAX_TILES or os.environ.get(env) == "launch":
         return None
     key = (device.type, device.index)
     counters = _counters.get(key)
