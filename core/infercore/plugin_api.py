@@ -234,6 +234,7 @@ if TYPE_CHECKING:
 #: :data:`op_reference`.
 CUSTOM_OPS: tuple[str, ...] = (
     "linear", "rms_norm", "fused_add_rms_norm", "rotary_embedding", "qk_norm_rotary", "silu_and_mul",
+    "silu_and_mul_linear",
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
     "apply_penalties",
     "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe", "accept_drafts", "lora_shrink", "lora_expand",

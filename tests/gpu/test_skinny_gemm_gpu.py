@@ -79,3 +79,30 @@ def test_linear_leaves_large_batches_to_f_linear() -> None:
     x, w, b = _inputs(sg.SKINNY_MAX_M + 1, 1024, 2048)
     assert not sg.uses_kernel(x, w, b)
     assert torch.equal(sg.linear(x, w, b), F.linear(x, w, b))
+
+
+@pytest.mark.parametrize("m", [1, 2, 4])
+def test_silu_and_mul_linear_at_the_down_projection_replays_in_a_cuda_graph(m: int) -> None:
+    """The 0.6B shape's down projection with its activation in one launch, captured and replayed, against the
+    two launches it replaces (the ``silu_and_mul`` kernel and the skinny GEMM)."""
+    from infercore_triton.activation import silu_and_mul
+
+    gate_up, _, _ = _inputs(m, 1, 2 * 3072)
+    _, w, _ = _inputs(m, 1024, 3072)
+    static = gate_up.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        sg.silu_and_mul_linear(static, w)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = sg.silu_and_mul_linear(static, w)
+    for seed in (1, 2):
+        static.copy_(torch.randn(m, 2 * 3072, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed))
+                     .to(torch.bfloat16))
+        graph.replay()
+        torch.cuda.synchronize()
+        act = silu_and_mul(static)
+        assert _rel_err(static_out, F.linear(act.float(), w.float())) < BOUND
+        assert _rel_err(static_out, sg.skinny_gemm(act, w).float()) < BOUND

@@ -134,3 +134,14 @@ class RowParallelLinear(LinearBase):
         # The bias is added once, after the sum, not once per rank.
         out = get_tp_state().all_reduce(self.quant_method.apply(self, x))
         return out if self.bias is None else out + self.bias
+
+    @property
+    def fuses_silu_and_mul(self) -> bool:
+        """Whether :meth:`forward_silu_and_mul` runs the activation in front with the layer, in one op."""
+        return self.quant_method.fuses_silu_and_mul
+
+    def forward_silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """The layer applied to ``silu(gate) * up`` of this rank's ``gate_up`` = ``cat(gate, up)`` (a SwiGLU
+        MLP's down projection), the activation computed by the same op as the product."""
+        out = get_tp_state().all_reduce(self.quant_method.apply_silu_and_mul(self, gate_up))
+        return out if self.bias is None else out + self.bias

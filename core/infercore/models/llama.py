@@ -143,8 +143,13 @@ class LlamaMLP(nn.Module):
         return input_quant_of(self.gate_up_proj)
 
     def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
+        gate_up = self.gate_up_proj(x)
+        # A down projection that fuses the activation (unquantized, not wrapped by LoRA, which reads the
+        # activation itself) takes the gate/up output as it is; the platform's op may compute both at once.
+        if getattr(self.down_proj, "fuses_silu_and_mul", False):
+            return self.down_proj.forward_silu_and_mul(gate_up)
         # The activation quantizes its output itself when the down projection takes FP8 input.
-        return self.down_proj(self.act_fn(self.gate_up_proj(x), quant=input_quant_of(self.down_proj)))
+        return self.down_proj(self.act_fn(gate_up, quant=input_quant_of(self.down_proj)))
 
 
 class LlamaDecoderLayer(nn.Module):

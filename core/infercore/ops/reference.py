@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from infercore.ops.acceptance import accept_drafts  # noqa: F401
+from infercore.ops.dispatch import get_op
 from infercore.ops.encoder_attention import encoder_attention  # noqa: F401
 from infercore.ops.expert_dispatch import AllToAllExpertDispatcher as expert_dispatcher  # noqa: F401
 
@@ -147,6 +148,13 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """``silu(x[..., :I]) * x[..., I:]`` for ``x`` of last dimension ``2*I``."""
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+def silu_and_mul_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``linear(silu_and_mul(x), weight, bias)``: a SwiGLU MLP's activation and down projection, through the
+    current platform's ``silu_and_mul`` and ``linear`` (a platform may fuse the two: the activation computed
+    as the GEMM loads its input)."""
+    return get_op("linear")(get_op("silu_and_mul")(x), weight, bias)
 
 
 #: Exponential draws can be exactly 0 (or overflow) in float32; clamping keeps ``log(q)`` finite, so a

@@ -55,6 +55,7 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("rotary_embedding", "infercore.ops.reference:rotary_embedding")
     register("qk_norm_rotary", "infercore.ops.reference:qk_norm_rotary")
     register("silu_and_mul", "infercore.ops.reference:silu_and_mul")
+    register("silu_and_mul_linear", "infercore.ops.reference:silu_and_mul_linear")
     register("layer_norm", "infercore.ops.reference:layer_norm")
     register("gelu", "infercore.ops.reference:gelu")
     register("gelu_and_mul", "infercore.ops.reference:gelu_and_mul")

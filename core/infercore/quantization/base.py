@@ -71,6 +71,15 @@ class QuantizationMethod(ABC):
         :meth:`apply` takes the quantized activation; None (the default): ``apply`` takes the tensor."""
         return None
 
+    #: Whether :meth:`apply_silu_and_mul` computes a SwiGLU activation and the layer in one op (a down
+    #: projection then takes the gate/up projection's output as it is).
+    fuses_silu_and_mul = False
+
+    def apply_silu_and_mul(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """The layer's output for ``silu(x[..., :I]) * x[..., I:]``, ``x`` being [..., 2 * input_size]; only
+        called where :attr:`fuses_silu_and_mul` is set."""
+        raise NotImplementedError(f"{type(self).__name__} does not fuse the SiLU-and-mul in front of it")
+
 
 class QuantizationConfig(ABC):
     """One quantization format, as a checkpoint describes it.

@@ -105,6 +105,7 @@ OP_INPUTS: dict[str, Inputs] = {
     "qk_norm_rotary": lambda d, t, g: (_positions(g, d), _rand(g, d, t, 7, 4 * 32), _rand(g, d, t, 7, 2 * 32),
                                        _rand(g, d, t, 32), _rand(g, d, t, 32), 1e-6, _cos_sin(d, 32), 32, True),
     "silu_and_mul": lambda d, t, g: (_rand(g, d, t, 5, 2 * 48),),
+    "silu_and_mul_linear": lambda d, t, g: (_rand(g, d, t, 3, 2 * 48), _rand(g, d, t, 24, 48), _rand(g, d, t, 24)),
     "gelu": lambda d, t, g: (_rand(g, d, t, 5, 48), "none"),
     "gelu_and_mul": lambda d, t, g: (_rand(g, d, t, 5, 2 * 48), "tanh"),
     "layer_norm": lambda d, t, g: (_rand(g, d, t, 5, 64), _rand(g, d, t, 64), _rand(g, d, t, 64), 1e-5),

@@ -44,9 +44,11 @@ FP8_OPS = {
     "fused_moe_fp8_block": "infercore_triton.fused_moe_fp8:fused_moe_fp8_block",
 }
 
-#: Ops tuned for NVIDIA GPUs only: the skinny GEMM of decode batches (``F.linear`` for other shapes), and
-#: the W4A16 GEMM of AWQ and GPTQ weights.
-NVIDIA_OPS = {"linear": "infercore_triton.skinny_gemm:linear", "int4_linear": "infercore_triton.int4_gemm:int4_linear"}
+#: Ops tuned for NVIDIA GPUs only: the skinny GEMM of decode batches (``F.linear`` for other shapes), alone
+#: and with a SwiGLU's activation computed as it loads its input, and the W4A16 GEMM of AWQ and GPTQ weights.
+NVIDIA_OPS = {"linear": "infercore_triton.skinny_gemm:linear",
+              "silu_and_mul_linear": "infercore_triton.skinny_gemm:silu_and_mul_linear",
+              "int4_linear": "infercore_triton.int4_gemm:int4_linear"}
 
 
 @hookimpl

@@ -17,6 +17,7 @@ both through the caching allocator. So the op is safe to capture in CUDA graphs.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import torch
@@ -24,12 +25,16 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from infercore_triton.activation import silu_and_mul
+
 #: The most rows of ``x`` and output features the ``linear`` op sends to the kernel; larger products go
 #: to ``F.linear``. From an H200, in a CUDA graph of 28 calls: at 1-4 rows the kernel takes o_proj
 #: (1024 x 2048) in 4.1-4.3 us against cuBLAS's 8.3-12.7, down_proj (1024 x 3072) in 5.3-5.5 against
 #: 7.5; cuBLAS wins at 8 rows and on wider weights (gate_up 6144 x 1024: 5.9 against 7.8; the LM head).
 SKINNY_MAX_M = 4
 SKINNY_MAX_N = 2048
+#: ``INFERCORE_FUSED_SILU_LINEAR=0`` runs a SwiGLU's activation and down projection as two launches always.
+FUSED_SILU_ENV = "INFERCORE_FUSED_SILU_LINEAR"
 #: The most rows the kernel takes at all.
 KERNEL_MAX_M = 16
 #: Up to this many rows the kernel multiplies elementwise; above it, with ``tl.dot`` on 16 padded rows.
@@ -122,9 +127,22 @@ def _num_sms(device: torch.device) -> int:
 
 
 @triton.jit
+def _load_x(x_ptrs, mask, K, GATED: tl.constexpr):
+    """A tile of the GEMM's input: ``x`` as stored or, with ``GATED``, ``silu(gate) * up`` of the row's
+    ``cat(gate, up)`` (up starts ``K`` columns after gate), rounded to the input dtype twice as the
+    ``silu_and_mul`` op rounds its activation and its output."""
+    if GATED:
+        gate = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
+        up = tl.load(x_ptrs + K, mask=mask, other=0.0)
+        act = (gate / (1.0 + tl.exp(-gate))).to(up.dtype).to(tl.float32)
+        return (act * up.to(tl.float32)).to(up.dtype)
+    return tl.load(x_ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
 def _elementwise_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
                          M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         PREFETCH: tl.constexpr):
+                         PREFETCH: tl.constexpr, GATED: tl.constexpr):
     """``x[:, k_lo:k_hi] @ w[cols, k_lo:k_hi]^T`` [M_PAD, BLOCK_N] by multiply and sum. Everything lives in
     one [M_PAD, BLOCK_N, BLOCK_K] layout (x broadcast over the weight rows), and the products are
     summed over K once after the loop: no shuffles, barriers or layout changes inside it."""
@@ -143,26 +161,27 @@ def _elementwise_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
         # loaded before this one is multiplied, so a program keeps two chunks of weight in flight.
         k = k_lo + ks
         w_next = tl.load(w_rows + k, mask=col_ok & (k < k_hi), other=0.0)
-        x_next = tl.load(x_rows + k, mask=row_ok & (k < k_hi), other=0.0)
+        x_next = _load_x(x_rows + k, row_ok & (k < k_hi), K, GATED)
         for k0 in range(k_lo, k_hi, BLOCK_K):
             w = w_next
             x = x_next
             k = k0 + BLOCK_K + ks
             w_next = tl.load(w_rows + k, mask=col_ok & (k < k_hi), other=0.0)
-            x_next = tl.load(x_rows + k, mask=row_ok & (k < k_hi), other=0.0)
+            x_next = _load_x(x_rows + k, row_ok & (k < k_hi), K, GATED)
             acc += x.to(tl.float32) * w.to(tl.float32)
     else:
         for k0 in range(k_lo, k_hi, BLOCK_K):
             k = k0 + ks
             w = tl.load(w_rows + k, mask=col_ok & (k < k_hi), other=0.0)
-            x = tl.load(x_rows + k, mask=row_ok & (k < k_hi), other=0.0)
+            x = _load_x(x_rows + k, row_ok & (k < k_hi), K, GATED)
             acc += x.to(tl.float32) * w.to(tl.float32)
     return tl.sum(acc, axis=2)
 
 
 @triton.jit
 def _dot_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
-                 M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                 M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                 GATED: tl.constexpr):
     """The same product through ``tl.dot`` on ``x`` padded to M_PAD (16) rows; Triton pipelines its loads."""
     rows = tl.arange(0, M_PAD)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -174,7 +193,7 @@ def _dot_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
         k = k0 + ks
         k_ok = (k < k_hi)[None, :]
         w = tl.load(w_rows + k[None, :], mask=(cols < N)[:, None] & k_ok, other=0.0)
-        x = tl.load(x_rows + k[None, :], mask=(rows < M)[:, None] & k_ok, other=0.0)
+        x = _load_x(x_rows + k[None, :], (rows < M)[:, None] & k_ok, K, GATED)
         acc += tl.dot(x, tl.trans(w), input_precision=DOT_PRECISION)
     return acc
 
@@ -184,17 +203,17 @@ def _dot_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
 def _skinny_gemm_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, part_ptr, M, N, K, stride_xm, stride_om, k_per_split,
                         M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT: tl.constexpr, USE_DOT: tl.constexpr, PREFETCH: tl.constexpr,
-                        HAS_BIAS: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                        HAS_BIAS: tl.constexpr, DOT_PRECISION: tl.constexpr, GATED: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
     if USE_DOT:
         acc = _dot_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n, M_PAD, BLOCK_N, BLOCK_K,
-                           DOT_PRECISION)
+                           DOT_PRECISION, GATED)
     else:
         acc = _elementwise_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n, M_PAD, BLOCK_N, BLOCK_K,
-                                   PREFETCH)
+                                   PREFETCH, GATED)
     rows = tl.arange(0, M_PAD)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < M
@@ -239,12 +258,16 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
 
 
 def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                config: SkinnyConfig | None = None) -> torch.Tensor:
+                config: SkinnyConfig | None = None, gated: bool = False) -> torch.Tensor:
     """``x @ weight.T + bias`` for ``x`` [M, K] with 1 <= M <= 16 (rows may be strided) and ``weight``
     [N, K] contiguous, accumulated in float32, returned in ``x``'s dtype. ``config`` overrides the
-    launch settings (:func:`config_for`)."""
-    _check(x, weight, bias)
-    m, k = x.shape
+    launch settings (:func:`config_for`). ``gated``: ``x`` is [M, 2K], a SwiGLU's ``cat(gate, up)``, and the
+    product is of ``silu(gate) * up`` (the ``silu_and_mul`` op's output), computed as the rows are loaded."""
+    if gated and (x.dim() != 2 or x.shape[-1] != 2 * weight.shape[-1]):
+        raise ValueError(f"a gated skinny_gemm takes cat(gate, up) [M, 2K] for a weight [N, K]; got "
+                         f"{tuple(x.shape)} and {tuple(weight.shape)}")
+    _check(x[:, : x.shape[1] // 2] if gated else x, weight, bias)
+    m, k = x.shape[0], weight.shape[1]
     n = weight.shape[0]
     cfg = config or config_for(m, n, k, _num_sms(x.device))
     use_dot = cfg.uses_dot(m)
@@ -261,7 +284,7 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         x, weight, bias_arg, out, part, m, n, k, x.stride(0), out.stride(0), k_per_split,
         M_PAD=_DOT_ROWS if use_dot else triton.next_power_of_2(m), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         SPLIT=split_k > 1, USE_DOT=use_dot, PREFETCH=cfg.prefetch, HAS_BIAS=bias is not None,
-        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32", GATED=gated,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split_k > 1:
         split_k_reduce(part, bias, out)
@@ -292,3 +315,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if uses_kernel(x, weight, bias):
         return skinny_gemm(x, weight, bias)
     return F.linear(x, weight, bias)
+
+
+def silu_and_mul_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Custom op ``silu_and_mul_linear`` on CUDA: for the batches :func:`linear` sends to the skinny GEMM, one
+    launch that computes the activation as it loads ``x`` (``INFERCORE_FUSED_SILU_LINEAR=0``: never); else the
+    ``silu_and_mul`` kernel, then :func:`linear`."""
+    if (x.dim() == 2 and x.shape[1] % 2 == 0 and uses_kernel(x[:, : x.shape[1] // 2], weight, bias)
+            and os.environ.get(FUSED_SILU_ENV, "1") != "0"):
+        return skinny_gemm(x, weight, bias, gated=True)
+    return linear(silu_and_mul(x), weight, bias)
