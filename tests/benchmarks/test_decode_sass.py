@@ -80,13 +80,15 @@ def test_verification_decodes_compile_for_sm90(tmp_path: Path) -> None:
 
 def test_splits_merged_by_the_last_split_compile_for_sm90(tmp_path: Path) -> None:
     """The split of a (row, KV head) that arrives last merges the partials: the kernel compiles for sm_90 with
-    the arrival counter's atomics (a decode step and a verification step, over bf16 and fp8 caches)."""
+    the arrival counter's atomics (a decode step and a verification step, over bf16 and fp8 caches, and the
+    walk over a whole mixed graph's requests with a run-time split count)."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from decode_sass import compile_sm90\n"
-            "for fp8, short in ((False, 0), (True, 0), (False, 4)):\n"
-            "    k = compile_sm90(fp8, 128, 4, 3, v_words=False, short=short, splits=8, last_reduces=True)\n"
+            "for fp8, short, walk in ((False, 0, False), (True, 0, False), (False, 4, False), (False, 0, True)):\n"
+            "    k = compile_sm90(fp8, 128, 4, 3, v_words=False, short=short, splits=8, last_reduces=True,\n"
+            "                     query_starts=walk, runtime_splits=walk)\n"
             "    print('atom.global' in k.asm['ptx'])\n")
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path), "TRITON_DEFAULT_FP_FUSION": "1"}
     done = subprocess.run([sys.executable, "-c", code, str(TOOL.parent)], env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["True", "True", "True"]
+    assert done.stdout.split() == ["True", "True", "True", "True"]

@@ -59,6 +59,24 @@ def test_decodes_beside_a_prefill_split_their_contexts_at_run_time() -> None:
     assert rel_err(out, reference_attention(case, 0.125)) < TOLERANCE[torch.bfloat16]
 
 
+def test_decodes_of_a_whole_mixed_graph_split_their_contexts() -> None:
+    """A step padded for a whole-step graph (decodes last, as the runner puts them) splits its decodes' contexts
+    as a decode step of the walking programs' rows would, with the count a run-time argument (one variant)."""
+    import dataclasses
+
+    case = make_case([64, 20, 300, 41], [10, 20, 1, 1], 8, 2, 64, 16, torch.bfloat16, seed=9)
+    spec = KVCacheSpec(16, 2, 64, torch.bfloat16)
+    builder = TritonAttentionBackend.get_builder_cls()(spec, torch.device("cpu"), 8, 256)
+    builder.num_sms = 132
+    meta = builder.build(dataclasses.replace(_common(case, case.q.shape[0]), padded_for_graph=True))
+    assert meta.uniform and meta.runtime_splits and meta.num_decodes == 0
+    assert meta.num_splits == choose_num_splits(4, 2, case.block_table.shape[1] * 16, 132) > 1
+    impl = TritonAttentionBackend.get_impl_cls()(AttentionLayerSpec(num_heads=8, head_size=64, scale=0.125, num_kv_heads=2))
+    out = torch.full_like(case.q, float("nan"))
+    impl.forward(case.q, case.k, case.v, case.kv_cache, meta, out)
+    assert rel_err(out, reference_attention(case, 0.125)) < TOLERANCE[torch.bfloat16]
+
+
 def test_num_splits_fill_the_device_and_stay_bounded() -> None:
     assert choose_num_splits(256, 8, 4096, 132) == 1
     assert choose_num_splits(1, 8, 8192, 132) == MAX_SPLITS

@@ -63,9 +63,32 @@ def test_decodes_through_query_starts_leave_other_rows_alone() -> None:
     others = torch.ones(out.shape[0], dtype=torch.bool)
     others[decode_rows] = False
     assert torch.isnan(out[others]).all()
-    with pytest.raises(ValueError, match="one split"):
-        decode_attention(case.q, case.kv_cache, case.seq_lens, case.block_table, 0.125, out, num_splits=2,
-                         query_start_loc=case.query_start_loc)
+
+
+@pytest.mark.parametrize(("num_splits", "runtime_splits", "merge", "window"), [
+    (3, True, "fused", None), (5, True, "launch", None), (4, False, "fused", 24), (2, False, "launch", None)])
+def test_decodes_through_query_starts_split_their_contexts(monkeypatch: pytest.MonkeyPatch, num_splits: int,
+                                                           runtime_splits: bool, merge: str,
+                                                           window: int | None) -> None:
+    """Decodes found on the device among padded requests (a whole mixed graph's) split their contexts: the
+    splits merged by the last to finish or by a launch of their own, each decode's output at its query's row
+    and nothing else written."""
+    from infercore_triton.decode_attention import REDUCE_ENV
+
+    if merge == "launch":
+        monkeypatch.setenv(REDUCE_ENV, "launch")
+    case = make_case(SEQ_LENS, QUERY_LENS, 4, 2, 64, 16, torch.float32, seed=5)
+    write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
+    q, qsl, seq_lens, table = _padded(case, extra_tokens=6, extra_reqs=5)
+    out = torch.full_like(q, float("nan"))
+    decode_attention(q, case.kv_cache, seq_lens, table, 0.125, out, num_splits=num_splits, sliding_window=window,
+                     config=DecodeConfig(block_n=16), query_start_loc=qsl, runtime_splits=runtime_splits)
+    want = reference_attention(case, 0.125, sliding_window=window)
+    decode_rows = case.query_start_loc[:-1][torch.tensor(QUERY_LENS) == 1]
+    assert rel_err(out[decode_rows], want[decode_rows]) < TOLERANCE[torch.float32]
+    others = torch.ones(out.shape[0], dtype=torch.bool)
+    others[decode_rows] = False
+    assert torch.isnan(out[others]).all()
 
 
 #: A speculating batch: rows verifying 1 + k tokens (k = 3, fewer near a row's end) beside a prompt chunk.

@@ -131,7 +131,8 @@ class TritonAttentionMetadata:
     num_splits: int
     decode_config: DecodeConfig
     uniform: bool = False
-    #: Whether the decode kernel takes ``num_splits`` at run time (mixed steps) rather than compiled in.
+    #: Whether the decode kernel takes ``num_splits`` at run time (steps with prompt tokens, replayed whole or
+    #: not) rather than compiled in: one compiled variant serves every split count they use.
     runtime_splits: bool = False
     #: Per-token visibility bounds for the prefill kernel (models with bidirectional image spans), or None.
     visible_until: torch.Tensor | None = None
@@ -171,7 +172,12 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             num_splits, config = self._decode_launch(
                 len(common.slot_mapping) if uniform else common.num_actual_tokens, max_context, fp8)
         elif uniform:
-            num_decodes, num_splits, config = 0, 1, DecodeConfig()
+            # Decodes found on the device among the padded requests: about two walking programs per
+            # multiprocessor and split, the contexts split as a decode step of that many rows would be, so a
+            # few decodes of long contexts beside a prompt chunk do not each run in one program.
+            walkers = min(n, triton.cdiv(2 * self.num_sms, self.spec.num_kv_heads))
+            num_decodes, config = 0, DecodeConfig()
+            num_splits = choose_num_splits(walkers, self.spec.num_kv_heads, max_context, self.num_sms, fp8)
         elif common.is_pure_decode:
             num_decodes = n
             num_splits, config = self._decode_launch(n, max_context, fp8)
@@ -188,7 +194,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             max_query_len=common.max_query_len, query_start_loc=common.query_start_loc,
             seq_lens=common.seq_lens, block_table=common.block_table, slot_mapping=common.slot_mapping,
             num_decodes=num_decodes, num_splits=num_splits, decode_config=config,
-            uniform=uniform, runtime_splits=not uniform and not common.is_pure_decode,
+            uniform=uniform, runtime_splits=not common.is_pure_decode,
             visible_until=common.visible_until, short_queries=short, all_short=all_short,
         )
 
@@ -233,7 +239,7 @@ class TritonAttentionImpl(AttentionImpl):
             decode_attention(q, kv_cache, meta.seq_lens, meta.block_table, self.scale, out, num_splits=meta.num_splits,
                              sliding_window=self.sliding_window, config=meta.decode_config, k_scale=k_scale,
                              v_scale=v_scale, query_start_loc=meta.query_start_loc, short_queries=meta.short_queries,
-                             runtime_splits=meta.all_short)
+                             runtime_splits=meta.runtime_splits)
             if meta.all_short:
                 return out
             return prefill_attention(q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_table, self.scale,

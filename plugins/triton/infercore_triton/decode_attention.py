@@ -441,13 +441,20 @@ def _decode_reduce_kernel(
     stride_lt, stride_lh,
     stride_ot, stride_oh,
     HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, SHORT: tl.constexpr,
+    QUERY_STARTS: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
+    row = seq
     if SHORT > 0:
         # Rows are flat query tokens; those the split kernel left alone (longer queries, padding) stay untouched.
         _, _, mine = _short_query_token(query_start_loc_ptr, seq_lens_ptr, num_seqs, seq, SHORT)
         if not mine:
+            return
+    elif QUERY_STARTS:
+        # Partials are per sequence; only one-token queries were attended, each at its query's row.
+        row = tl.load(query_start_loc_ptr + seq).to(tl.int64)
+        if tl.load(query_start_loc_ptr + seq + 1) - row != 1:
             return
     s = tl.arange(0, SPLITS_PAD)
     d = tl.arange(0, HEAD_PAD)
@@ -459,7 +466,7 @@ def _decode_reduce_kernel(
     parts = tl.load(part_out_ptr + seq * stride_pt + head * stride_ph + s[:, None] * stride_ps + d[None, :],
                     mask=(w > 0.0)[:, None] & (d < HEAD)[None, :], other=0.0)
     result = tl.sum(parts * w[:, None], axis=0) / tl.where(total == 0.0, 1.0, total)
-    tl.store(out_ptr + seq * stride_ot + head * stride_oh + d, result.to(out_ptr.dtype.element_ty), mask=d < HEAD)
+    tl.store(out_ptr + row * stride_ot + head * stride_oh + d, result.to(out_ptr.dtype.element_ty), mask=d < HEAD)
 
 
 @functools.lru_cache(maxsize=8)
@@ -504,8 +511,8 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
 
     With ``query_start_loc`` (``len(seq_lens) + 1`` entries), ``q``/``out`` are a ragged batch's
     [num_tokens, heads, head_size] and only the sequences with one query token (at row
-    ``query_start_loc[i]``) are attended, in one split; the launch depends on ``len(seq_lens)`` alone,
-    and its programs (about two per multiprocessor) walk the sequences in turn.
+    ``query_start_loc[i]``) are attended, in ``num_splits`` splits; the launch depends on ``len(seq_lens)``
+    alone, and its programs (about two per multiprocessor and split) walk the sequences in turn.
 
     With ``query_start_loc`` and ``short_queries`` > 1, every query of at most ``short_queries`` tokens (a
     speculating row's last token and its drafts) is attended, each of its tokens as a decode at its own
@@ -520,8 +527,6 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     _, num_heads, head_size = q.shape
     short = short_queries if query_start_loc is not None and short_queries > 1 else 0
     num_seqs = q.shape[0] if query_start_loc is None else seq_lens.shape[0]
-    if query_start_loc is not None and num_splits != 1 and not short:
-        raise ValueError("decodes located through query_start_loc run in one split")
     # Partial results and the launch's rows: one per flat query token with short queries, else per sequence.
     num_rows = q.shape[0] if short else num_seqs
     _, _, page, kv_heads, _ = kv_cache.shape
@@ -576,6 +581,6 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
             part_lse.stride(0), part_lse.stride(1),
             out.stride(0), out.stride(1),
             HEAD=head_size, HEAD_PAD=head_pad, SPLITS_PAD=max(REDUCE_SPLITS_PAD, triton.next_power_of_2(num_splits)),
-            SHORT=short, num_warps=4,
+            SHORT=short, QUERY_STARTS=query_start_loc is not None and not short, num_warps=4,
         )
     return out
