@@ -67,28 +67,28 @@ def test_fp8_dots_run_on_the_warpgroup_fp8_tensor_cores(tmp_path: Path) -> None:
 def test_verification_decodes_compile_for_sm90(tmp_path: Path) -> None:
     """Queries of up to 1 + k tokens attend as decodes of their tokens (a program row per token, split over the
     context): the kernel compiles for sm_90 with the request search, over bf16 and fp8 caches."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from decode_sass import compile_sm90\n"
-            "for fp8 in (False, True):\n"
+    loop = ("for fp8 in (False, True):\n"
             "    k = compile_sm90(fp8, 128, 4, 3, v_words=False, short=4, splits=4)\n"
             "    print('st.global' in k.asm['ptx'])\n")
-    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path), "TRITON_DEFAULT_FP_FUSION": "1"}
-    done = subprocess.run([sys.executable, "-c", code, str(TOOL.parent)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["True", "True"]
+    assert _compile_lines(loop, tmp_path) == ["True", "True"]
 
 
 def test_splits_merged_by_the_last_split_compile_for_sm90(tmp_path: Path) -> None:
     """The split of a (row, KV head) that arrives last merges the partials: the kernel compiles for sm_90 with
     the arrival counter's atomics (a decode step and a verification step, over bf16 and fp8 caches, and the
     walk over a whole mixed graph's requests with a run-time split count)."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from decode_sass import compile_sm90\n"
-            "for fp8, short, walk in ((False, 0, False), (True, 0, False), (False, 4, False), (False, 0, True)):\n"
+    loop = ("for fp8, short, walk in ((False, 0, False), (True, 0, False), (False, 4, False), (False, 0, True)):\n"
             "    k = compile_sm90(fp8, 128, 4, 3, v_words=False, short=short, splits=8, last_reduces=True,\n"
             "                     query_starts=walk, runtime_splits=walk)\n"
             "    print('atom.global' in k.asm['ptx'])\n")
-    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path), "TRITON_DEFAULT_FP_FUSION": "1"}
+    assert _compile_lines(loop, tmp_path) == ["True", "True", "True", "True"]
+
+
+def _compile_lines(loop: str, cache: Path) -> list[str]:
+    """What ``loop`` prints, run with ``compile_sm90`` imported in a process of its own (no interpreter)."""
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from decode_sass import compile_sm90\n" + loop
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(cache), "TRITON_DEFAULT_FP_FUSION": "1"}
     done = subprocess.run([sys.executable, "-c", code, str(TOOL.parent)], env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["True", "True", "True", "True"]
+    return done.stdout.split()
