@@ -1,8 +1,8 @@
 """Sampling in one pass over the logits: temperature, Gumbel-max draw and argmax fused.
 
 ``gumbel_argmax`` picks ``argmax_v(logits[b, v] / T[b] - log q[b, v])`` with ``q ~ Exp(1)``, which is
-a draw from ``softmax(logits[b] / T[b])`` (the Gumbel-max trick); rows with ``T[b] == 0`` take the
-plain argmax. The exponentials come from Philox keyed by the row's seed, with vocabulary entry
+a draw from ``softmax(logits[b] / T[b])`` (the Gumbel-max trick), computed as the same argmax of
+``logits[b, v] - T[b] * log q[b, v]`` (no division); rows with ``T[b] == 0`` take the plain argmax. The exponentials come from Philox keyed by the row's seed, with vocabulary entry
 ``v`` at counter ``v // 4``, output ``v % 4``: a row's token depends only on its logits, its
 temperature and its seed, never on the batch or the launch shape.
 
@@ -61,9 +61,9 @@ def _block_best_kernel(
         u = tl.reshape(tl.join(tl.join(u0, u2), tl.join(u1, u3)), (ROWS, 4 * QUADS))
         q = tl.maximum(-tl.log(tl.maximum(u, _MIN_UNIFORM)), _MIN_EXPONENTIAL)
         t = temperature[:, None]
-        sampled = t > 0
-        # -log(q) is finite, so -inf logits stay -inf and no score is NaN.
-        scores = tl.where(sampled, scores / tl.where(sampled, t, 1.0) - tl.log(q), scores)
+        # argmax(l / T - log q) is argmax(l - T * log q) for T > 0: the same draw without a division per entry.
+        # log(q) is finite, so -inf logits stay -inf and no score is NaN; greedy rows (T = 0) keep their logits.
+        scores = scores - t * tl.log(q)
     best = tl.max(scores, axis=1)
     index = tl.min(tl.where(scores == best[:, None], cols[None, :], _NO_INDEX), axis=1)
     if ONE_BLOCK:
@@ -94,7 +94,7 @@ def gumbel_argmax(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.
     ``temperature`` [B] float32: 0 makes the row greedy (``torch.argmax`` of its logits, ties to the
     smallest index); otherwise the row draws from ``softmax(logits[b] / temperature[b])`` by the
     Gumbel-max trick, with one Philox exponential per vocabulary entry keyed by ``seeds[b]`` [B] int64
-    (non-negative). Returns int64 tokens [B]. The division and the argmax run in float32; a -inf logit
+    (non-negative). Returns int64 tokens [B]. The scores and the argmax run in float32; a -inf logit
     is chosen only when its whole row is -inf (then index 0, like ``torch.argmax``). ``threshold``
     [B, 1] or [B] (optional): logits below their row's threshold count as -inf.
 
