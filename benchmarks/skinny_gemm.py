@@ -10,7 +10,11 @@ the graph times summed over one decode step's calls (each projection once per la
 ``--sweep`` first times candidate settings per (shape, M) in the CUDA graph, in two rounds (tiles, then
 K split, warps and prefetch around the best tile), and reports the fastest with a ``tuned`` entry
 ready for ``infercore_triton.skinny_gemm.TUNED``. The tiles depend only on the row bucket, so most
-variants compile once and serve every shape.
+variants compile once and serve every shape. ``--write-table PATH`` (with ``--sweep``) writes the launch
+table ``INFERCORE_SKINNY_TABLE`` reads (:mod:`infercore_triton.skinny_table`): per (row bucket, N, K), the
+kernel with its fastest settings where that beats cuBLAS in the graph by ``--margin``, else cuBLAS.
+
+    python benchmarks/skinny_gemm.py --sweep --model qwen3-8b --rows 1 2 4 --write-table skinny_table.json
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from infercore_triton.skinny_gemm import (
     skinny_gemm,
     split_to_fill,
 )
+from infercore_triton.skinny_table import SkinnyChoice, SkinnyTable
 
 ROWS = (1, 2, 4, 8, 16)
 #: Layers per decode step of both models' graphs (Qwen3-8B has 36; 28 back-to-back calls suffice).
@@ -102,8 +107,8 @@ def weight_copies(weight_bytes: int, l2_bytes: int) -> int:
 
 #: Elementwise candidates as (block_n, block_k): narrow tiles for N of about a thousand, wide ones for
 #: large N; those over :data:`MAX_ELEMENTWISE_TILE` products at a row bucket are left out.
-ELEMENTWISE_TILES = ((1, 1024), (2, 512), (2, 1024), (4, 512), (4, 1024), (8, 256), (8, 512), (16, 256),
-                     (16, 512))
+ELEMENTWISE_TILES = ((1, 1024), (2, 512), (2, 1024), (4, 512), (4, 1024), (8, 256), (8, 512), (8, 1024),
+                     (16, 256), (16, 512), (32, 256))
 #: ``tl.dot`` candidates as (block_n, block_k, num_warps, num_stages).
 DOT_TILES = ((16, 128, 4, 4), (16, 256, 4, 3), (32, 128, 4, 4), (32, 256, 8, 3))
 
@@ -232,9 +237,23 @@ def run_shape(shape: Shape, m: int, weights: list[torch.Tensor], sweep: bool, nu
     return record
 
 
+def table_choices(records: list[dict], margin: float) -> SkinnyTable:
+    """The launch table of swept ``records``: the kernel (with its settings) where its graph time is at most
+    ``1 - margin`` of cuBLAS's, else cuBLAS."""
+    table = SkinnyTable()
+    for record in records:
+        faster = record["triton_graph_us"] <= (1.0 - margin) * record["torch_graph_us"]
+        table.choices[(m_bucket(record["m"]), record["n"], record["k"])] = SkinnyChoice(
+            "skinny" if faster else "cublas", record["config"] if faster else {})
+    return table
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", action="store_true", help="time candidate settings per shape and M first")
+    parser.add_argument("--write-table", default=None, help="with --sweep: write the launch table here (JSON)")
+    parser.add_argument("--margin", type=float, default=0.03,
+                        help="the kernel's least advantage over cuBLAS for the table to choose it")
     parser.add_argument("--rows", type=int, nargs="+", default=list(ROWS), help="values of M (1 to 16)")
     parser.add_argument("--model", choices=sorted({s.model for s in SHAPES}), default=None,
                         help="only this model's shapes")
@@ -258,6 +277,12 @@ def main() -> None:
         torch.cuda.empty_cache()
     for summary in step_summaries(records):
         print(json.dumps(summary))
+    if args.write_table and args.sweep:
+        table = table_choices(records, args.margin)
+        with open(args.write_table, "w", encoding="utf-8") as f:
+            json.dump(table.to_json(), f, indent=1)
+        print(json.dumps({"table": args.write_table, "skinny": sum(c.kernel == "skinny" for c in table.choices.values()),
+                          "cublas": sum(c.kernel == "cublas" for c in table.choices.values())}), flush=True)
     print(f"# {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
           f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
 

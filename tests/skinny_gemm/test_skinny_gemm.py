@@ -213,3 +213,35 @@ def test_silu_and_mul_linear_op_fuses_decode_rows_only(monkeypatch: pytest.Monke
     calls.clear()
     sg.silu_and_mul_linear(torch.randn(2, 2 * K, generator=gen).to(torch.bfloat16), w)
     assert calls == [False]
+
+
+def test_the_measured_launch_table_decides_listed_shapes(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
+    """A listed (row bucket, N, K) goes where the table says, with its settings; others follow the static rule.
+    The table round-trips through its JSON file, and an unknown kernel is refused."""
+    import json
+
+    from infercore_triton import skinny_table
+
+    path = tmp_path / "skinny.json"
+    path.write_text(json.dumps({"choices": [
+        {"m": 1, "n": 6144, "k": 1024, "kernel": "skinny",
+         "config": {"block_n": 4, "block_k": 256, "num_warps": 4, "num_stages": 3, "split_k": 2, "dot": False,
+                    "prefetch": True}},
+        {"m": 2, "n": 1024, "k": 2048, "kernel": "cublas"}]}))
+    monkeypatch.setenv(skinny_table.TABLE_ENV, str(path))
+    table = skinny_table.load_table()
+    assert skinny_table.parse_table(table.to_json()).choices == table.choices
+    monkeypatch.setattr(skinny_table, "TABLE", table)
+    monkeypatch.setattr(sg, "_KERNEL_DEVICES", ("cpu",))
+
+    def uses(m: int, n: int, k: int) -> bool:
+        return sg.uses_kernel(torch.zeros(m, k, dtype=torch.bfloat16), torch.zeros(n, k, dtype=torch.bfloat16))
+
+    assert uses(1, 6144, 1024)  # wider than the static rule, measured faster
+    assert not uses(2, 6144, 1024)  # bucket 2 not listed: the static rule (N > 2048)
+    assert not uses(2, 1024, 2048) and uses(1, 1024, 2048)  # cuBLAS measured faster at bucket 2 only
+    assert sg.config_for(1, 6144, 1024) == sg.SkinnyConfig(4, 256, 4, 3, 2, dot=False)
+    x, w, b = _inputs(1, torch.float32, seed=5, n=6144 // 64, k=1024 // 8)
+    assert _rel_err(sg.skinny_gemm(x, w, b, sg.config_for(1, 6144, 1024)), F.linear(x, w, b)) < 1e-4
+    with pytest.raises(ValueError, match="names kernel"):
+        skinny_table.parse_table({"choices": [{"m": 1, "n": 1, "k": 1, "kernel": "cutlass"}]})

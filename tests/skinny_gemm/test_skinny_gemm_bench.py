@@ -97,3 +97,16 @@ def test_a_swept_record_names_its_settings_and_is_json(monkeypatch: pytest.Monke
     assert record["tuned"] == [[4, 40, 600], record["config"]] and record["max_rel_err"] < 1e-2
     assert record["triton_us"] == 2.0 and record["triton_graph_us"] == 1.0 and "default_graph_us" in record
     assert record["triton_graph_tb_s"] == pytest.approx(bench.tb_per_s(shape.weight_bytes(), 1.0), rel=1e-2)
+
+
+def test_table_takes_the_kernel_only_where_it_beats_cublas_by_the_margin() -> None:
+    config = {"block_n": 8, "block_k": 1024, "num_warps": 4, "num_stages": 3, "split_k": 1, "dot": False,
+              "prefetch": True}
+    records = [{"m": 1, "n": 24576, "k": 4096, "triton_graph_us": 70.0, "torch_graph_us": 80.0, "config": config},
+               {"m": 2, "n": 24576, "k": 4096, "triton_graph_us": 79.0, "torch_graph_us": 80.0, "config": config},
+               {"m": 3, "n": 4096, "k": 4096, "triton_graph_us": 30.0, "torch_graph_us": 20.0, "config": config}]
+    table = bench.table_choices(records, margin=0.03)
+    assert table.choice(1, 24576, 4096).kernel == "skinny" and table.choice(1, 24576, 4096).config == config
+    assert table.choice(2, 24576, 4096).kernel == "cublas"  # 1.25% faster: under the margin
+    assert table.choice(4, 4096, 4096).kernel == "cublas"  # bucket of 3 rows is 4
+    assert json.loads(json.dumps(table.to_json()))["choices"][0]["m"] == 1

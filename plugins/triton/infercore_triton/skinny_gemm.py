@@ -7,8 +7,9 @@ through ``BLOCK_K``-wide vector loads. Up to 4 rows of ``x`` it multiplies eleme
 once at the end (no tensor-core tile to fill); above that it pads ``x`` to 16 rows and uses ``tl.dot``.
 Shapes with few weight rows split K over several programs, whose float32 partials a second kernel sums.
 
-Launch settings come from :data:`TUNED` (filled from ``benchmarks/skinny_gemm.py --sweep``) or else
-from :func:`default_config`. Nothing here syncs with the host or compiles per batch size: M is a
+Launch settings come from :data:`TUNED`, else from the measured launch table
+(:mod:`infercore_triton.skinny_table`, written by ``benchmarks/skinny_gemm.py --sweep --write-table``), which
+also decides per shape whether ``linear`` takes the kernel or cuBLAS, else from :func:`default_config`. Nothing here syncs with the host or compiles per batch size: M is a
 runtime argument and only the rows it is padded to (the next power of two, 16 for ``tl.dot``) are a
 compile-time constant; the only allocations are the output and, with split K, its float32 partials,
 both through the caching allocator. So the op is safe to capture in CUDA graphs.
@@ -25,10 +26,12 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from infercore_triton import skinny_table
 from infercore_triton.activation import silu_and_mul
 
-#: The most rows of ``x`` and output features the ``linear`` op sends to the kernel; larger products go
-#: to ``F.linear``. From an H200, in a CUDA graph of 28 calls: at 1-4 rows the kernel takes o_proj
+#: The most rows of ``x`` and output features the ``linear`` op sends to the kernel where the measured launch
+#: table (:mod:`infercore_triton.skinny_table`) does not list the shape; larger products go to ``F.linear``.
+#: From an H200, in a CUDA graph of 28 calls: at 1-4 rows the kernel takes o_proj
 #: (1024 x 2048) in 4.1-4.3 us against cuBLAS's 8.3-12.7, down_proj (1024 x 3072) in 5.3-5.5 against
 #: 7.5; cuBLAS wins at 8 rows and on wider weights (gate_up 6144 x 1024: 5.9 against 7.8; the LM head).
 SKINNY_MAX_M = 4
@@ -115,8 +118,15 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> SkinnyConfig:
 
 
 def config_for(m: int, n: int, k: int, num_sms: int = 132) -> SkinnyConfig:
-    """The settings for an ``m`` x ``n`` x ``k`` product: :data:`TUNED`'s entry or the default."""
-    return TUNED.get((m_bucket(m), n, k)) or default_config(m, n, k, num_sms)
+    """The settings for an ``m`` x ``n`` x ``k`` product: :data:`TUNED`'s entry, the measured launch table's
+    (:mod:`infercore_triton.skinny_table`), or the default."""
+    tuned = TUNED.get((m_bucket(m), n, k))
+    if tuned is not None:
+        return tuned
+    choice = skinny_table.TABLE.choice(m, n, k)
+    if choice is not None and choice.kernel == "skinny" and choice.config:
+        return SkinnyConfig(**choice.config)
+    return default_config(m, n, k, num_sms)
 
 
 @functools.cache
@@ -301,12 +311,20 @@ def split_k_reduce(part: torch.Tensor, bias: torch.Tensor | None, out: torch.Ten
 
 
 def uses_kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
-    """Whether :func:`linear` sends this product to the kernel rather than ``F.linear``."""
+    """Whether :func:`linear` sends this product to the kernel rather than ``F.linear``: where the measured
+    launch table lists the shape at this row bucket, as it says; elsewhere up to :data:`SKINNY_MAX_M` rows and
+    :data:`SKINNY_MAX_N` output features."""
     if x.dim() != 2 or weight.dim() != 2 or x.device.type not in _KERNEL_DEVICES:
         return False
     bias_ok = bias is None or (bias.dtype == x.dtype and bias.shape == weight.shape[:1] and bias.is_contiguous())
-    return (x.dtype in _HALF_DTYPES and weight.dtype == x.dtype and 1 <= x.shape[0] <= SKINNY_MAX_M
-            and weight.shape[0] <= SKINNY_MAX_N and x.shape[1] == weight.shape[1] and x.stride(1) == 1 and weight.is_contiguous() and bias_ok)
+    m, n = x.shape[0], weight.shape[0]
+    if not (x.dtype in _HALF_DTYPES and weight.dtype == x.dtype and 1 <= m <= KERNEL_MAX_M
+            and x.shape[1] == weight.shape[1] and x.stride(1) == 1 and weight.is_contiguous() and bias_ok):
+        return False
+    choice = skinny_table.TABLE.choice(m, n, weight.shape[1])
+    if choice is not None:
+        return choice.kernel == "skinny"
+    return m <= SKINNY_MAX_M and n <= SKINNY_MAX_N
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
