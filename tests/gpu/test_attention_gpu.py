@@ -90,3 +90,44 @@ def test_decode_step_replays_from_a_cuda_graph() -> None:
     out.fill_(float("nan"))
     graph.replay()
     assert rel_err(out, ref) < GPU_TOLERANCE[torch.bfloat16]
+
+
+def test_whole_mixed_step_with_long_context_decodes_replays_from_a_cuda_graph() -> None:
+    """A step padded for a whole-step graph: a prompt chunk, then decodes of long contexts found on the device
+    and split (merged by the last split), captured once and replayed, against the reference; the merge launch
+    (INFERCORE_DECODE_SPLIT_REDUCE=launch) gives the same rows."""
+    import dataclasses
+    import os
+
+    from infercore_triton.decode_attention import REDUCE_ENV
+
+    platform = CudaPlatform()
+    case = make_case([700, 6000, 8000, 33], [300, 1, 1, 1], 16, 8, 128, 16, torch.bfloat16, "cuda", seed=21)
+    spec = KVCacheSpec(16, 8, 128, torch.bfloat16)
+    builder = TritonAttentionBackend.get_builder_cls()(spec, torch.device("cuda"), 4, 512)
+    impl = TritonAttentionBackend.get_impl_cls()(AttentionLayerSpec(num_heads=16, head_size=128, scale=128**-0.5,
+                                                            num_kv_heads=8))
+    common = CommonAttentionMetadata(
+        num_reqs=4, num_actual_tokens=case.q.shape[0], max_query_len=300, max_seq_len=8000,
+        query_start_loc=case.query_start_loc, seq_lens=case.seq_lens, block_table=case.block_table,
+        slot_mapping=case.slot_mapping, query_start_loc_cpu=case.query_start_loc.cpu(),
+        seq_lens_cpu=case.seq_lens.cpu())
+    meta = builder.build(dataclasses.replace(common, padded_for_graph=True))
+    assert meta.uniform and meta.num_splits > 1
+    ref = _reference(case, 128**-0.5)
+    q, k, v, out = case.q.clone(), case.k.clone(), case.v.clone(), torch.empty_like(case.q)
+    impl.forward(q, k, v, case.kv_cache, meta, out)  # compile outside the capture
+    graph = platform.new_graph()
+    with platform.capture_graph(graph):
+        impl.forward(q, k, v, case.kv_cache, meta, out)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out, ref) < GPU_TOLERANCE[torch.bfloat16]
+    os.environ[REDUCE_ENV] = "launch"
+    try:
+        launched = torch.full_like(out, float("nan"))
+        impl.forward(q, k, v, case.kv_cache, meta, launched)
+    finally:
+        del os.environ[REDUCE_ENV]
+    assert rel_err(launched, ref) < GPU_TOLERANCE[torch.bfloat16]
