@@ -55,7 +55,8 @@ def compile_sm90(fp8: bool, block_n: int, warps: int, stages: int, v_words: bool
                  "DOT_PRECISION": "ieee", "FP16_MATH": fp8, "FP8_PTX": fp8, "FP8_K_WORDS": fp8 and k_words,
                  "FP8_V_WORDS": fp8 and v_words, "FP8_QK": fp8 and qk_dot, "FP8_PV": fp8 and pv_dot,
                  "QUERY_STARTS": short > 0 or query_starts, "SHORT": short,
-                 "LAST_REDUCES": last_reduces and splits > 1}
+                 "LAST_REDUCES": last_reduces and splits > 1,
+                 "SPLITS_PAD": max(32, triton.next_power_of_2(splits))}
     signature = {}
     for name in _decode_split_kernel.arg_names:
         if name in constants:

@@ -266,7 +266,7 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
                      PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
                      DOT_PRECISION: tl.constexpr, FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
                      FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr, FP8_QK: tl.constexpr,
-                     FP8_PV: tl.constexpr, LAST_REDUCES: tl.constexpr):
+                     FP8_PV: tl.constexpr, LAST_REDUCES: tl.constexpr, SPLITS_PAD: tl.constexpr):
     """Split ``split`` of sequence ``seq`` (query token at row ``row``) for one KV head's query heads; with
     ``LAST_REDUCES`` the split that finishes last merges the partials of them all into ``out``."""
     start = tl.maximum(seq_len - sliding_window, 0)
@@ -319,35 +319,31 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
             if arrived == splits - 1:
                 tl.debug_barrier()
                 _merge_splits(part_out_ptr + seq * stride_pt, part_lse_ptr + seq * stride_lt,
-                              out_ptr + row * stride_ot, heads, g_mask, splits, stride_ph, stride_ps, stride_lh,
-                              stride_oh, HEAD, HEAD_PAD)
+                              out_ptr + row * stride_ot, kv_head, splits, stride_ph, stride_ps, stride_lh,
+                              stride_oh, GROUP, HEAD, HEAD_PAD, SPLITS_PAD)
                 tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
-def _merge_splits(part_out_ptr, part_lse_ptr, out_ptr, heads, g_mask, splits, stride_ph, stride_ps, stride_lh,
-                  stride_oh, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr):
-    """One row's output for the query heads ``heads`` from its ``splits`` partial outputs and log-sum-exps
-    (base 2), as :func:`_decode_reduce_kernel` computes it; loads bypass L1, where other programs' stores are
-    not seen."""
+def _merge_splits(part_out_ptr, part_lse_ptr, out_ptr, kv_head, splits, stride_ph, stride_ps, stride_lh,
+                  stride_oh, GROUP: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
+                  SPLITS_PAD: tl.constexpr):
+    """One row's output for KV head ``kv_head``'s query heads from its ``splits`` partial outputs and log-sum-exps
+    (base 2), as :func:`_decode_reduce_kernel` computes it: per query head, every split's partial in one tile, so
+    the loads go out together rather than one split after another. Loads bypass L1, where other programs'
+    stores are not seen."""
+    s = tl.arange(0, SPLITS_PAD)
     d = tl.arange(0, HEAD_PAD)
-    m = tl.full(heads.shape, float("-inf"), tl.float32)
-    for s in range(0, splits):
-        lse = tl.load(part_lse_ptr + heads * stride_lh + s, mask=g_mask, other=float("-inf"), cache_modifier=".cg")
-        m = tl.maximum(m, lse)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    total = tl.zeros(heads.shape, tl.float32)
-    acc = tl.zeros((heads.shape[0], HEAD_PAD), tl.float32)
-    mask = g_mask[:, None] & (d < HEAD)[None, :]
-    for s in range(0, splits):
-        lse = tl.load(part_lse_ptr + heads * stride_lh + s, mask=g_mask, other=float("-inf"), cache_modifier=".cg")
-        w = tl.where(lse == float("-inf"), 0.0, tl.exp2(lse - m_safe))
-        part = tl.load(part_out_ptr + heads[:, None] * stride_ph + s * stride_ps + d[None, :],
-                       mask=mask & (w > 0.0)[:, None], other=0.0, cache_modifier=".cg")
-        acc += part * w[:, None]
-        total += w
-    result = acc / tl.where(total == 0.0, 1.0, total)[:, None]
-    tl.store(out_ptr + heads[:, None] * stride_oh + d[None, :], result.to(out_ptr.dtype.element_ty), mask=mask)
+    for g in tl.static_range(GROUP):
+        head = kv_head * GROUP + g
+        lse = tl.load(part_lse_ptr + head * stride_lh + s, mask=s < splits, other=float("-inf"), cache_modifier=".cg")
+        m = tl.max(lse, axis=0)
+        w = tl.where(lse == float("-inf"), 0.0, tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m)))
+        total = tl.sum(w, axis=0)
+        parts = tl.load(part_out_ptr + head * stride_ph + s[:, None] * stride_ps + d[None, :],
+                        mask=(w > 0.0)[:, None] & (d < HEAD)[None, :], other=0.0, cache_modifier=".cg")
+        result = tl.sum(parts * w[:, None], axis=0) / tl.where(total == 0.0, 1.0, total)
+        tl.store(out_ptr + head * stride_oh + d, result.to(out_ptr.dtype.element_ty), mask=d < HEAD)
 
 
 @triton.jit
@@ -393,7 +389,7 @@ def _decode_split_kernel(
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
     FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr,
     FP8_QK: tl.constexpr, FP8_PV: tl.constexpr, QUERY_STARTS: tl.constexpr, SHORT: tl.constexpr,
-    LAST_REDUCES: tl.constexpr,
+    LAST_REDUCES: tl.constexpr, SPLITS_PAD: tl.constexpr,
 ):
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -409,7 +405,8 @@ def _decode_split_kernel(
                              stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                              stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                              GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
-                             FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV, LAST_REDUCES)
+                             FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV, LAST_REDUCES,
+                             SPLITS_PAD)
     elif QUERY_STARTS:
         # A fixed number of programs walk the sequences (most of a mixed step's may not be decodes).
         for i in range(tl.program_id(0), num_seqs, tl.num_programs(0)):
@@ -422,7 +419,8 @@ def _decode_split_kernel(
                                  stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                                  stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                                  GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
-                                 FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV, LAST_REDUCES)
+                                 FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV, LAST_REDUCES,
+                             SPLITS_PAD)
     else:
         seq = tl.program_id(0).to(tl.int64)
         _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr + seq * stride_bt,
@@ -431,7 +429,8 @@ def _decode_split_kernel(
                          stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                          stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                          GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
-                         FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV, LAST_REDUCES)
+                         FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV, LAST_REDUCES,
+                             SPLITS_PAD)
 
 
 @triton.jit(do_not_specialize=["num_splits", "query_start_loc_ptr", "seq_lens_ptr", "num_seqs"])
@@ -571,6 +570,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, FP8_K_WORDS=fp8_ptx and config.fp8_k_words and head_size % 4 == 0,
         FP8_V_WORDS=fp8_ptx and config.fp8_v_words and head_size % 4 == 0, FP8_QK=fp8_qk, FP8_PV=fp8_pv,
         QUERY_STARTS=query_start_loc is not None, SHORT=short, LAST_REDUCES=counters is not None,
+        SPLITS_PAD=max(REDUCE_SPLITS_PAD, triton.next_power_of_2(num_splits)),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1 and counters is None:
