@@ -150,8 +150,9 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         super().__init__(spec, device, max_num_reqs, max_num_tokens)
         self.num_sms = multiprocessor_count(device)
         # The split kernels' arrival counters are made here, outside any graph capture, so that captured
-        # decode steps merge their splits in the kernel rather than in a launch of their own.
-        tile_counters(device, 0)
+        # decode steps merge their splits in the kernel rather than in a launch of their own (NVIDIA GPUs).
+        if device.type == "cuda" and torch.version.hip is None:
+            tile_counters(device, 0)
 
     def _decode_launch(self, rows: int, max_context: int, fp8: bool) -> tuple[int, DecodeConfig]:
         """The split count and launch settings of a decode step of ``rows`` rows."""
