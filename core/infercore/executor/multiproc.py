@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 #: Longest a worker may take to load its shard and report ready.
 STARTUP_TIMEOUT_S = 600.0
+#: After a worker reports an error, how long to watch for one of its peers exiting: a collective that lost a
+#: peer (a connection reset) can report before the dead process is seen to exit.
+PEER_DEATH_GRACE_S = 0.2
 _CALL_SLOTS, _CALL_SLOT_BYTES = 8, 1 << 20
 _REPLY_SLOTS, _REPLY_SLOT_BYTES = 8, 1 << 18
 
@@ -121,6 +124,15 @@ class MultiprocExecutor(Executor):
     def _all_alive(self) -> bool:
         return all(p.poll() is None for p in self.procs)
 
+    def _peer_died(self, grace_s: float) -> bool:
+        """Whether a worker process has exited, or does within ``grace_s``."""
+        deadline = time.monotonic() + grace_s
+        while self._all_alive():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     def _failure(self) -> str:
         dead = [(rank, p) for rank, p in enumerate(self.procs) if p.poll() is not None]
         if not dead:
@@ -172,6 +184,11 @@ class MultiprocExecutor(Executor):
             self._declare_dead(method)
         failed = next((r for r in replies if r.error), None)
         if failed is not None:
+            # A worker's error may be its collective losing a peer that died after replying (a pipeline stage
+            # reading from a killed one): then the executor is gone, not just this call, and the engine must
+            # say so rather than idle with a dead worker until the next request.
+            if self._peer_died(PEER_DEATH_GRACE_S):
+                self._declare_dead(method)
             raise RuntimeError(f"worker {failed.rank} failed in {method}: {failed.error}")
         return [decode_value(Worker, method, r) for r in replies]
 
