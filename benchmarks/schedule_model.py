@@ -90,8 +90,8 @@ def make_scheduler(workload: Workload, budget: int, per_decode: int | None, max_
                    block_size: int = 16) -> Scheduler:
     """A scheduler as the engine builds one on a GPU (its default token budget there), with a KV cache that
     holds every request at once."""
-    need = sum(max(workload.prompt_len[1], 1) + workload.output_len[1] for _ in range(workload.num_requests))
-    num_blocks = need // block_size + workload.num_requests + 1
+    longest = workload.prompt_len[1] + workload.output_len[1]
+    num_blocks = workload.num_requests * (longest // block_size + 1) + 1
     layout = kv_cache_layout([KVCacheGroup(None, (0,))], num_blocks, block_size=block_size,
                              max_num_seqs=max_num_seqs, max_num_batched_tokens=budget)
     return Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs, max_prefill_tokens_per_decode=per_decode),

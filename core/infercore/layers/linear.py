@@ -131,8 +131,11 @@ class RowParallelLinear(LinearBase):
         _copy_checked(param, _narrow(param, loaded, layout.input_dim, self.tp_rank))
 
     def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
+        return self._sum_ranks(self.quant_method.apply(self, x))
+
+    def _sum_ranks(self, partial: torch.Tensor) -> torch.Tensor:
         # The bias is added once, after the sum, not once per rank.
-        out = get_tp_state().all_reduce(self.quant_method.apply(self, x))
+        out = get_tp_state().all_reduce(partial)
         return out if self.bias is None else out + self.bias
 
     @property
@@ -143,5 +146,4 @@ class RowParallelLinear(LinearBase):
     def forward_silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """The layer applied to ``silu(gate) * up`` of this rank's ``gate_up`` = ``cat(gate, up)`` (a SwiGLU
         MLP's down projection), the activation computed by the same op as the product."""
-        out = get_tp_state().all_reduce(self.quant_method.apply_silu_and_mul(self, gate_up))
-        return out if self.bias is None else out + self.bias
+        return self._sum_ranks(self.quant_method.apply_silu_and_mul(self, gate_up))

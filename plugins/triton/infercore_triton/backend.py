@@ -22,7 +22,12 @@ from infercore.plugin_api import (
     QKNormRotary,
     kv_cache_fp8,
 )
-from infercore_triton.decode_attention import DecodeConfig, decode_attention, multiprocessor_count
+from infercore_triton.decode_attention import (
+    DecodeConfig,
+    decode_attention,
+    merges_in_kernel,
+    multiprocessor_count,
+)
 from infercore_triton.decode_fp8_table import load_table as load_fp8_decode_table
 from infercore_triton.encoder_attention import encoder_attention
 from infercore_triton.fp8_support import has_fp8_dot
@@ -151,7 +156,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
         self.num_sms = multiprocessor_count(device)
         # The split kernels' arrival counters are made here, outside any graph capture, so that captured
         # decode steps merge their splits in the kernel rather than in a launch of their own (NVIDIA GPUs).
-        if device.type == "cuda" and torch.version.hip is None:
+        if merges_in_kernel(device):
             tile_counters(device, 0)
 
     def _decode_launch(self, rows: int, max_context: int, fp8: bool) -> tuple[int, DecodeConfig]:

@@ -488,11 +488,11 @@ def _runs_ptx(x: torch.Tensor) -> bool:
     return torch.cuda.get_device_capability(x.device) >= (8, 9)
 
 
-def _merges_in_kernel(x: torch.Tensor) -> bool:
-    """Whether the last split merges the partials (arrival counters) on ``x``'s device: an NVIDIA GPU, where the
+def merges_in_kernel(device: torch.device) -> bool:
+    """Whether the last split merges the partials (arrival counters) on ``device``: an NVIDIA GPU, where the
     pattern runs in the FP8 block GEMM too, or the host (Triton's interpreter); ROCm and Intel GPUs, untested,
     merge in a launch of its own."""
-    return x.device.type == "cpu" or (x.is_cuda and torch.version.hip is None)
+    return device.type == "cpu" or (device.type == "cuda" and torch.version.hip is None)
 
 
 def _runs_fp8_dot(x: torch.Tensor) -> bool:
@@ -553,7 +553,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     if num_splits > 1:
         part_out = torch.empty((num_rows, num_heads, num_splits, head_size), dtype=torch.float32, device=q.device)
         part_lse = torch.empty((num_rows, num_heads, num_splits), dtype=torch.float32, device=q.device)
-        counters = tile_counters(q.device, num_rows * kv_heads, REDUCE_ENV) if _merges_in_kernel(q) else None
+        counters = tile_counters(q.device, num_rows * kv_heads, REDUCE_ENV) if merges_in_kernel(q.device) else None
     else:
         part_out = out.new_empty((1, 1, 1, 1), dtype=torch.float32)
         part_lse = out.new_empty((1, 1, 1), dtype=torch.float32)

@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from infercore_triton.int4_table import bucket  # the launch tables' row bucket: the next power of two
+
 #: Environment variable naming the JSON launch table.
 TABLE_ENV = "INFERCORE_SKINNY_TABLE"
 KERNELS = ("skinny", "cublas")
@@ -47,11 +49,6 @@ class SkinnyTable:
     def to_json(self) -> dict[str, Any]:
         return {"choices": [{"m": m, "n": n, "k": k, "kernel": c.kernel, "config": c.config}
                             for (m, n, k), c in sorted(self.choices.items())]}
-
-
-def bucket(m: int) -> int:
-    """The table's bucket of ``m`` rows: the next power of two."""
-    return 1 << max(0, m - 1).bit_length()
 
 
 def parse_table(data: dict[str, Any]) -> SkinnyTable:
