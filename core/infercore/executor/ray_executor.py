@@ -39,6 +39,9 @@ from infercore.worker.worker import Worker, output_rank
 
 logger = logging.getLogger(__name__)
 
+#: After a worker reports an error, how long to wait for every actor to answer a ping (a dead one's fails).
+PEER_DEATH_GRACE_S = 1.0
+
 STARTUP_TIMEOUT_S = 600.0
 
 
@@ -218,8 +221,28 @@ class RayExecutor(Executor):
             raise
         failed = next((r for r in replies if r.error), None)
         if failed is not None:
+            # As in the multiprocess executor: a worker's error may be its collective losing a peer that died
+            # after replying; then the executor is gone, not just this call.
+            dead = self._dead_actor(PEER_DEATH_GRACE_S)
+            if dead is not None:
+                self.dead_reason = f"Ray worker {dead} died (seen after {method} failed: {failed.error})"
+                logger.error("%s", self.dead_reason)
+                raise ExecutorDeadError(self.dead_reason)
             raise RuntimeError(f"worker {failed.rank} failed in {method}: {failed.error}")
         return [decode_value(Worker, method, r) for r in replies]
+
+    def _dead_actor(self, grace_s: float) -> int | None:
+        """The rank of a worker actor that has died (found by pinging every actor for ``grace_s``), else None.
+
+        An actor that does not answer in time counts as alive: only Ray's word that it died counts."""
+        refs = [actor.node_ip.remote() for actor in self.actors]
+        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=grace_s)
+        for ref in ready:
+            try:
+                self.ray.get(ref)
+            except self.ray.exceptions.RayError:
+                return refs.index(ref)
+        return None
 
     def shutdown(self) -> None:
         """Stop the actors, free their placement group, and stop Ray if this executor started it."""
