@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from infercore.cpus import available_cpus
 from infercore.multimodal_config import MultiModalConfig
 from infercore.speculative_config import SpeculativeConfig
 
@@ -207,9 +208,25 @@ class ServeConfig(BaseSettings):
     http_parser: Literal["auto", "httptools", "h11"] = Field(
         "auto", description="HTTP/1.1 parser: httptools (C, the default where installed) or h11 (pure Python)")
     uvicorn_log_level: str = Field("warning", description="log level of the HTTP server")
-    api_server_count: int = Field(
-        1, ge=1, le=64, description="HTTP server processes sharing the listening socket, each with its own "
-                                    "connection to the engine(s)")
+    api_server_count: int | None = Field(
+        None, ge=1, le=64, description="HTTP server processes sharing the listening socket, each with its own "
+                                       "connection to the engine(s) (default: one per 4 usable CPUs, at most 4; "
+                                       "1 with --allow-runtime-lora-updating)")
+
+
+#: Usable CPUs per API server process that ``--api-server-count``'s default allows, and its largest count.
+CPUS_PER_API_SERVER, MAX_DEFAULT_API_SERVERS = 4, 4
+
+
+def default_api_server_count(runtime_lora_updating: bool, cpus: int | None = None) -> int:
+    """API server processes when ``--api-server-count`` is not given: one per :data:`CPUS_PER_API_SERVER`
+    usable CPUs (``cpus``, default: this process's), at most :data:`MAX_DEFAULT_API_SERVERS`. At high
+    concurrency one process's HTTP and streaming work falls behind a fast engine; a small machine keeps one.
+    Adapters loaded at run time are known only to the process that loaded them, so then it is one."""
+    if runtime_lora_updating:
+        return 1
+    usable = available_cpus() if cpus is None else cpus
+    return max(1, min(MAX_DEFAULT_API_SERVERS, usable // CPUS_PER_API_SERVER))
 
 
 class LoRAConfig(BaseSettings):
@@ -343,6 +360,13 @@ class InfercoreConfig(BaseModel):
                 # A proposer's own forward passes are not matched by the idle engines' dummy steps.
                 raise ValueError("speculative decoding is not supported with expert parallelism across "
                                  "data-parallel engines; drop --speculative-config or --enable-expert-parallel")
+        return self
+
+    @model_validator(mode="after")
+    def _api_server_count(self) -> InfercoreConfig:
+        # Resolved once, here: every process of a server reads the same count from the config it is sent.
+        if self.serve.api_server_count is None:
+            self.serve.api_server_count = default_api_server_count(self.lora.allow_runtime_lora_updating)
         return self
 
     @model_validator(mode="after")

@@ -97,6 +97,7 @@ if TYPE_CHECKING:
     from infercore.config import (
         InfercoreConfig,
     )
+    from infercore.cpus import available_cpus
     from infercore.kv_cache import fp8 as kv_cache_fp8
     from infercore.kv_cache.spec import (
         KVCacheSpec,
@@ -328,6 +329,7 @@ _LAZY: dict[str, str] = {
     "VocabParallelEmbedding": "infercore.layers",
     "alibi_slopes": "infercore.layers",
     "allocate_bitmask": "infercore.structured_output",
+    "available_cpus": "infercore.cpus",
     "apply_token_bitmask_torch": "infercore.structured_output",
     "bitmask_width": "infercore.structured_output",
     "build_model_folder": "infercore.tiny_models",
@@ -451,6 +453,7 @@ __all__ = [
     "WireTensor",
     "alibi_slopes",
     "allocate_bitmask",
+    "available_cpus",
     "apply_token_bitmask_torch",
     "attention_reference",
     "bitmask_width",

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from infercore import cpus
+from infercore.cpus import available_cpus, cgroup_cpu_quota
 from infercore_cpu import thread_budget
-from infercore_cpu.thread_budget import ThreadBudget, available_cpus, busy_seconds, cgroup_cpu_quota
+from infercore_cpu.thread_budget import ThreadBudget, busy_seconds
 
 
 def test_cgroup_quota_v2_and_v1(tmp_path: Path) -> None:
@@ -28,9 +30,9 @@ def test_cgroup_quota_v2_and_v1(tmp_path: Path) -> None:
 
 
 def test_available_cpus_respects_a_quota(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(thread_budget, "cgroup_cpu_quota", lambda: 1.5)
+    monkeypatch.setattr(cpus, "cgroup_cpu_quota", lambda: 1.5)
     assert available_cpus() == 1
-    monkeypatch.setattr(thread_budget, "cgroup_cpu_quota", lambda: None)
+    monkeypatch.setattr(cpus, "cgroup_cpu_quota", lambda: None)
     assert available_cpus() == len(os.sched_getaffinity(0))
 
 

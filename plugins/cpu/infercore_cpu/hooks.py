@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infercore.plugin_api import RegisterFn, hookimpl
 
-INFERCORE_PLUGIN_API = (1, 6)  # encoder-only attention
+INFERCORE_PLUGIN_API = (1, 14)  # available_cpus (1.14); encoder-only attention (1.6)
 
 
 @hookimpl

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import psutil
 import torch
 
-from infercore.plugin_api import Platform, PlatformCapabilities, ProbeResult
+from infercore.plugin_api import Platform, PlatformCapabilities, ProbeResult, available_cpus
 from infercore_cpu import thread_budget
 from infercore_cpu.linear import bound_onednn_caches
 
@@ -54,6 +54,6 @@ class CpuPlatform(Platform):
         if config.parallel.cpu_threads is not None:
             torch.set_num_threads(config.parallel.cpu_threads)
         else:  # a shared machine: the CPUs we may use and nobody else is using
-            thread_budget.start(min(torch.get_num_threads(), thread_budget.available_cpus()))
+            thread_budget.start(min(torch.get_num_threads(), available_cpus()))
         if config.cache.kv_cache_memory_bytes is None and config.cache.num_gpu_blocks_override is None:
             config.cache.kv_cache_memory_bytes = min(_DEFAULT_KV_BYTES, self.total_memory() // 4)

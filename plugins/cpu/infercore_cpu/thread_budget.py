@@ -4,8 +4,8 @@ An OpenMP parallel region ends when its slowest thread does, so a thread that sh
 busy neighbour stalls every op of the step (the scheduler hands that core back only every few
 milliseconds). Fewer threads, each with a core of its own, are faster then. So the budget is:
 
-* the CPUs this process may use at all: its affinity mask, lowered to a cgroup CPU quota (``cpu.max``
-  or ``cpu.cfs_quota_us``), which torch's own default ignores;
+* the CPUs this process may use at all (:func:`infercore.cpus.available_cpus`: its affinity mask, lowered
+  to a cgroup CPU quota), which torch's own default ignores;
 * minus what other processes keep busy on those CPUs, measured from ``/proc/stat`` against this
   process's own CPU time over the last interval, re-checked a few times a second.
 
@@ -28,30 +28,6 @@ INTERVAL_S = 0.5
 #: Ticks per second of /proc/stat.
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal (iowait and idle are not busy)
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on: its affinity mask, lowered to its cgroup's CPU quota (at least 1)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    quota = cgroup_cpu_quota()
-    if quota is not None:
-        cpus = min(cpus, max(1, math.floor(quota)))
-    return max(1, cpus)
-
-
-def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
-    """The cgroup's CPU quota in CPUs (cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``), None if unlimited."""
-    try:
-        quota, period = (root / "cpu.max").read_text().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
-    try:
-        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
-        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
-    except (OSError, ValueError):
-        return None
-    return quota_us / period_us if quota_us > 0 and period_us > 0 else None
 
 
 def busy_seconds(cpus: set[int], stat: Path = Path("/proc/stat")) -> float:
