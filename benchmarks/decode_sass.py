@@ -44,19 +44,20 @@ def compile_sm90(fp8: bool, block_n: int, warps: int, stages: int, v_words: bool
                  group: int = 2, head: int = 128, page: int = 16, qk_dot: bool = False,
                  pv_dot: bool = False, short: int = 0, splits: int = 1,
                  last_reduces: bool = False, query_starts: bool = False,
-                 runtime_splits: bool = False) -> triton.compiler.CompiledKernel:
+                 runtime_splits: bool = False, launch_dependents: bool = False) -> triton.compiler.CompiledKernel:
     """The decode kernel over an fp8 (as bytes, converted in PTX) or bf16 cache, in ``splits`` splits, for sm_90;
     over fp8, ``qk_dot``/``pv_dot`` put Q·K/P·V on the FP8 tensor cores; ``short`` > 0: one program row per
     query token of queries up to ``short`` tokens (speculative verification); ``last_reduces``: the split
     that finishes last merges the partials (arrival counters); ``query_starts``: the decodes are found among a
-    padded batch's requests (a whole mixed graph's walk); ``runtime_splits``: the split count is an argument."""
+    padded batch's requests (a whole mixed graph's walk); ``runtime_splits``: the split count is an argument;
+    ``launch_dependents``: it lets the next kernel start early (a programmatic dependent launch)."""
     constants = {"GROUP": group, "GROUP_PAD": max(16, triton.next_power_of_2(group)), "HEAD": head,
                  "HEAD_PAD": triton.next_power_of_2(head), "PAGE": page, "BLOCK_N": block_n, "NUM_SPLITS": 0 if runtime_splits else splits,
                  "DOT_PRECISION": "ieee", "FP16_MATH": fp8, "FP8_PTX": fp8, "FP8_K_WORDS": fp8 and k_words,
                  "FP8_V_WORDS": fp8 and v_words, "FP8_QK": fp8 and qk_dot, "FP8_PV": fp8 and pv_dot,
                  "QUERY_STARTS": short > 0 or query_starts, "SHORT": short,
                  "LAST_REDUCES": last_reduces and splits > 1,
-                 "SPLITS_PAD": max(32, triton.next_power_of_2(splits))}
+                 "SPLITS_PAD": max(32, triton.next_power_of_2(splits)), "LAUNCH_DEPENDENTS": launch_dependents}
     signature = {}
     for name in _decode_split_kernel.arg_names:
         if name in constants:

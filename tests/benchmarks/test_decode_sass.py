@@ -92,3 +92,11 @@ def _compile_lines(loop: str, cache: Path) -> list[str]:
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.split()
+
+
+def test_the_decode_kernel_lets_a_programmatic_dependent_start_early_only_when_asked(tmp_path: Path) -> None:
+    loop = ("for early in (False, True):\n"
+            "    k = compile_sm90(False, 128, 4, 3, v_words=False, splits=8, last_reduces=True,\n"
+            "                     launch_dependents=early)\n"
+            "    print('griddepcontrol.launch_dependents' in k.asm['ptx'])\n")
+    assert _compile_lines(loop, tmp_path) == ["False", "True"]

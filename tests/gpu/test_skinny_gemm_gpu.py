@@ -106,3 +106,46 @@ def test_silu_and_mul_linear_at_the_down_projection_replays_in_a_cuda_graph(m: i
         act = silu_and_mul(static)
         assert _rel_err(static_out, F.linear(act.float(), w.float())) < BOUND
         assert _rel_err(static_out, sg.skinny_gemm(act, w).float()) < BOUND
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_programmatic_dependent_launch_reads_the_kernel_in_front(monkeypatch: pytest.MonkeyPatch,
+                                                                 gated: bool) -> None:
+    """``INFERCORE_PDL=1``: the skinny GEMM, launched as a programmatic dependent of the kernel that writes its
+    input (a long one, so the GEMM starts while it runs), replayed in a CUDA graph, reads that kernel's output,
+    not what the buffer held before; a normal launch after it reads the GEMM's."""
+    from infercore_triton import pdl
+    from infercore_triton.activation import silu_and_mul
+
+    monkeypatch.setenv(pdl.PDL_ENV, "1")
+    if not pdl.pdl_enabled(torch.device("cuda")):
+        pytest.skip("programmatic dependent launches need sm_90 or later")
+    k = 3072
+    src, w, _ = _inputs(1, 1024, 2 * k if gated else k)
+    w = w[:, :k].contiguous()
+    big = torch.randn(4096, 4096, device="cuda")
+    static_src, static_x = src.clone(), torch.zeros_like(src)
+    run = sg.silu_and_mul_linear if gated else sg.linear
+
+    def step() -> torch.Tensor:
+        torch.mm(big, big)  # keeps the GPU busy, so the dependent launch overlaps its predecessor
+        static_x.copy_(static_src * 2)
+        return run(static_x, w) * 1  # a normal launch after the dependent one
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = step()
+    for seed in (1, 2, 3):
+        static_x.zero_()
+        fresh = torch.randn(src.shape, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed))
+        static_src.copy_(fresh.to(src.dtype))
+        graph.replay()
+        torch.cuda.synchronize()
+        x = (static_src * 2).float()
+        ref = F.linear(silu_and_mul(x.to(src.dtype)).float() if gated else x, w.float())
+        assert _rel_err(static_out, ref) < BOUND

@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from infercore.plugin_api import KernelSettings, current_platform
+from infercore_triton.pdl import pdl_enabled
 from infercore_triton.split_k_counters import tile_counters
 
 #: Window passed to the kernels when attention is not windowed: longer than any context.
@@ -389,8 +390,12 @@ def _decode_split_kernel(
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
     FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr,
     FP8_QK: tl.constexpr, FP8_PV: tl.constexpr, QUERY_STARTS: tl.constexpr, SHORT: tl.constexpr,
-    LAST_REDUCES: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    LAST_REDUCES: tl.constexpr, SPLITS_PAD: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr,
 ):
+    if LAUNCH_DEPENDENTS:
+        # The kernel after this one, launched as a programmatic dependent (the skinny o_proj), may start loading
+        # its weights now; it waits for this kernel's output before reading it (infercore_triton.pdl).
+        tl.extra.cuda.gdc_launch_dependents()
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     if SHORT > 0:
@@ -578,6 +583,7 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
         FP8_V_WORDS=fp8_ptx and config.fp8_v_words and head_size % 4 == 0, FP8_QK=fp8_qk, FP8_PV=fp8_pv,
         QUERY_STARTS=query_start_loc is not None, SHORT=short, LAST_REDUCES=counters is not None,
         SPLITS_PAD=max(REDUCE_SPLITS_PAD, triton.next_power_of_2(num_splits)),
+        LAUNCH_DEPENDENTS=pdl_enabled(q.device),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1 and counters is None:

@@ -18,7 +18,6 @@ Launch settings depend only on the shapes (cached), never on the step's data.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
@@ -26,6 +25,7 @@ import triton
 from infercore_triton.lora_bgmv import bgmv_expand_kernel, bgmv_shrink_kernel
 from infercore_triton.lora_fused import FusedSettings, bgmv_fused_kernel, fused_settings, rank_block
 from infercore_triton.lora_sgmv import sgmv_expand_kernel, sgmv_shrink_kernel
+from infercore_triton.pdl import launch_options, pdl_supported
 
 #: Steps of at most this many tokens run the per-row kernels.
 BGMV_MAX_TOKENS = 16
@@ -111,22 +111,14 @@ def bgmv_fused(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b:
     ``out`` with unit column stride."""
     num_tokens, width = out.shape
     bounds = _bounds(slice_offsets, width)
-    pdl = settings.pdl and _pdl_supported(x.device)
+    pdl = settings.pdl and pdl_supported(x.device)
     bgmv_fused_kernel[(num_tokens, triton.cdiv(width, settings.block_n))](
         out, x, lora_a, lora_b, token_slots, x.shape[1], width, lora_b.shape[2], bounds[0], bounds[1],
         out.stride(0), x.stride(0), lora_a.stride(0), lora_a.stride(1), lora_b.stride(0), lora_b.stride(1),
         NUM_SLICES=len(slice_offsets) - 1, BLOCK_N=settings.block_n, BLOCK_K=settings.block_k,
         BLOCK_R=rank_block(lora_b.shape[2]), K_ITERS=settings.k_iters(x.shape[1]), USE_PDL=pdl,
-        num_warps=settings.num_warps, **({"launch_pdl": True} if pdl else {}))
+        num_warps=settings.num_warps, **launch_options(pdl))
     return out
-
-
-@functools.cache
-def _pdl_supported(device: torch.device) -> bool:
-    """Programmatic dependent launches run on CUDA devices of sm_90 and later (not in Triton's interpreter)."""
-    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
-        return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def bgmv_two_launches(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,

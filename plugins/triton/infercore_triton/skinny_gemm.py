@@ -13,6 +13,9 @@ also decides per shape whether ``linear`` takes the kernel or cuBLAS, else from 
 runtime argument and only the rows it is padded to (the next power of two, 16 for ``tl.dot``) are a
 compile-time constant; the only allocations are the output and, with split K, its float32 partials,
 both through the caching allocator. So the op is safe to capture in CUDA graphs.
+
+With ``INFERCORE_PDL=1`` (sm_90+) the kernel launches as a programmatic dependent of the kernel in front
+(:mod:`infercore_triton.pdl`): each program loads its first weight chunk, then waits for that kernel's output.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import triton.language as tl
 
 from infercore_triton import skinny_table
 from infercore_triton.activation import silu_and_mul
+from infercore_triton.pdl import launch_options, pdl_enabled
 
 #: The most rows of ``x`` and output features the ``linear`` op sends to the kernel where the measured launch
 #: table (:mod:`infercore_triton.skinny_table`) does not list the shape; larger products go to ``F.linear``.
@@ -152,10 +156,11 @@ def _load_x(x_ptrs, mask, K, GATED: tl.constexpr):
 @triton.jit
 def _elementwise_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
                          M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         PREFETCH: tl.constexpr, GATED: tl.constexpr):
+                         PREFETCH: tl.constexpr, GATED: tl.constexpr, USE_PDL: tl.constexpr):
     """``x[:, k_lo:k_hi] @ w[cols, k_lo:k_hi]^T`` [M_PAD, BLOCK_N] by multiply and sum. Everything lives in
     one [M_PAD, BLOCK_N, BLOCK_K] layout (x broadcast over the weight rows), and the products are
-    summed over K once after the loop: no shuffles, barriers or layout changes inside it."""
+    summed over K once after the loop: no shuffles, barriers or layout changes inside it. ``USE_PDL``: the
+    first weight chunk is loaded before waiting for the kernel in front (:mod:`infercore_triton.pdl`)."""
     rows = tl.arange(0, M_PAD)[:, None, None]
     cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :, None]
     ks = tl.arange(0, BLOCK_K)[None, None, :]
@@ -171,6 +176,8 @@ def _elementwise_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
         # loaded before this one is multiplied, so a program keeps two chunks of weight in flight.
         k = k_lo + ks
         w_next = tl.load(w_rows + k, mask=col_ok & (k < k_hi), other=0.0)
+        if USE_PDL:
+            tl.extra.cuda.gdc_wait()
         x_next = _load_x(x_rows + k, row_ok & (k < k_hi), K, GATED)
         for k0 in range(k_lo, k_hi, BLOCK_K):
             w = w_next
@@ -180,6 +187,8 @@ def _elementwise_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
             x_next = _load_x(x_rows + k, row_ok & (k < k_hi), K, GATED)
             acc += x.to(tl.float32) * w.to(tl.float32)
     else:
+        if USE_PDL:
+            tl.extra.cuda.gdc_wait()
         for k0 in range(k_lo, k_hi, BLOCK_K):
             k = k0 + ks
             w = tl.load(w_rows + k, mask=col_ok & (k < k_hi), other=0.0)
@@ -213,17 +222,20 @@ def _dot_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
 def _skinny_gemm_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, part_ptr, M, N, K, stride_xm, stride_om, k_per_split,
                         M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT: tl.constexpr, USE_DOT: tl.constexpr, PREFETCH: tl.constexpr,
-                        HAS_BIAS: tl.constexpr, DOT_PRECISION: tl.constexpr, GATED: tl.constexpr):
+                        HAS_BIAS: tl.constexpr, DOT_PRECISION: tl.constexpr, GATED: tl.constexpr,
+                        USE_PDL: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
     if USE_DOT:
+        if USE_PDL:
+            tl.extra.cuda.gdc_wait()
         acc = _dot_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n, M_PAD, BLOCK_N, BLOCK_K,
                            DOT_PRECISION, GATED)
     else:
         acc = _elementwise_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n, M_PAD, BLOCK_N, BLOCK_K,
-                                   PREFETCH, GATED)
+                                   PREFETCH, GATED, USE_PDL)
     rows = tl.arange(0, M_PAD)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < M
@@ -290,12 +302,13 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     part = torch.empty((split_k, m, n), dtype=torch.float32, device=x.device) if split_k > 1 else out
     bias_arg = bias if bias is not None else out
     grid = (triton.cdiv(n, cfg.block_n), split_k)
+    pdl = pdl_enabled(x.device)
     _skinny_gemm_kernel[grid](
         x, weight, bias_arg, out, part, m, n, k, x.stride(0), out.stride(0), k_per_split,
         M_PAD=_DOT_ROWS if use_dot else triton.next_power_of_2(m), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         SPLIT=split_k > 1, USE_DOT=use_dot, PREFETCH=cfg.prefetch, HAS_BIAS=bias is not None,
-        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32", GATED=gated,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32", GATED=gated, USE_PDL=pdl,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch_options(pdl))
     if split_k > 1:
         split_k_reduce(part, bias, out)
     return out
