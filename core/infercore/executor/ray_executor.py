@@ -215,19 +215,17 @@ class RayExecutor(Executor):
     def _receive(self, refs: list[Any], method: str) -> list[Any]:
         try:
             replies = self._gather(refs, self.timeout, method)
+            failed = next((r for r in replies if r.error), None)
+            # As in the multiprocess executor: a worker's error may be its collective losing a peer that died
+            # after replying; then the executor is gone, not just this call.
+            dead = self._dead_actor(PEER_DEATH_GRACE_S) if failed is not None else None
+            if dead is not None:
+                raise ExecutorDeadError(f"Ray worker {dead} died (seen after {method} failed: {failed.error})")
         except ExecutorDeadError as exc:
             self.dead_reason = str(exc)
             logger.error("%s", exc)
             raise
-        failed = next((r for r in replies if r.error), None)
         if failed is not None:
-            # As in the multiprocess executor: a worker's error may be its collective losing a peer that died
-            # after replying; then the executor is gone, not just this call.
-            dead = self._dead_actor(PEER_DEATH_GRACE_S)
-            if dead is not None:
-                self.dead_reason = f"Ray worker {dead} died (seen after {method} failed: {failed.error})"
-                logger.error("%s", self.dead_reason)
-                raise ExecutorDeadError(self.dead_reason)
             raise RuntimeError(f"worker {failed.rank} failed in {method}: {failed.error}")
         return [decode_value(Worker, method, r) for r in replies]
 
