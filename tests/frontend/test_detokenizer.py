@@ -45,6 +45,7 @@ def test_make_detokenizer_picks_the_stream_for_fast_tokenizers(tokenizer):
     assert isinstance(make_detokenizer(tokenizer, [1, 2, 3]), StreamDetokenizer)
 
 
+@pytest.mark.serial  # a time bound: runs after the parallel pass, alone
 @pytest.mark.parametrize("cls", DETOKENIZERS)
 def test_per_token_cost_is_small(tokenizer, cls):
     ids = tokenizer.encode(CJK_EMOJI * 40)

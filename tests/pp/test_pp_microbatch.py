@@ -15,6 +15,8 @@ import pytest
 from infercore import LLM, SamplingParams
 from infercore.worker.stage_trace import TRACE_ENV
 
+pytestmark = pytest.mark.serial  # a time bound: runs after the parallel pass, alone
+
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "pipeline_microbatches.py"
 
 

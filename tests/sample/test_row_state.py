@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from sampler_helpers import CPU, build_metadata
+from torch.overrides import TorchFunctionMode
 
 from infercore.sample import Sampler
 from infercore.sample.gumbel import step_seed
@@ -76,27 +77,30 @@ def test_a_resumed_request_keeps_its_output_counts() -> None:
     assert state.penalty_tables.prompt[1].nonzero().squeeze(1).tolist() == [5, 6]
 
 
+class _NoReadsFromTheDevice(TorchFunctionMode):
+    """Raise on every tensor method that hands a value to the host (the ones that wait for a GPU), and on
+    boolean indexing. A function mode, not patched ``torch.Tensor`` attributes: assigning a dunder such as
+    ``__getitem__`` on the class changes its type slots for good (a 0-d tensor then passes for a sequence)."""
+
+    FORBIDDEN = {getattr(torch.Tensor, name): name for name in
+                 ("item", "tolist", "cpu", "nonzero", "masked_select", "__bool__", "__int__", "__float__")}
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func in self.FORBIDDEN:
+            raise AssertionError(f"Tensor.{self.FORBIDDEN[func]} waits for the device")
+        if func is torch.Tensor.__getitem__:
+            index = args[1]
+            parts = index if isinstance(index, tuple) else (index,)
+            if any(isinstance(p, torch.Tensor) and p.dtype == torch.bool for p in parts):
+                raise AssertionError("boolean indexing waits for the device")
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.fixture
-def no_reads_from_the_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Make every tensor method that hands a value to the host raise (the ones that wait for a GPU)."""
-
-    def forbidden(name: str) -> Any:
-        def fail(*args: Any, **kwargs: Any) -> Any:
-            raise AssertionError(f"Tensor.{name} waits for the device")
-        return fail
-
-    for name in ("item", "tolist", "cpu", "nonzero", "masked_select", "__bool__", "__int__", "__float__"):
-        monkeypatch.setattr(torch.Tensor, name, forbidden(name))
-    getitem = torch.Tensor.__getitem__
-
-    def checked_getitem(self: torch.Tensor, index: Any) -> Any:
-        parts = index if isinstance(index, tuple) else (index,)
-        if any(isinstance(p, torch.Tensor) and p.dtype == torch.bool for p in parts):
-            raise AssertionError("boolean indexing waits for the device")
-        return getitem(self, index)
-
-    monkeypatch.setattr(torch.Tensor, "__getitem__", checked_getitem)
-    yield
+def no_reads_from_the_device() -> Iterator[None]:
+    """Inside the test, any read of a tensor's value back to the host raises."""
+    with _NoReadsFromTheDevice():
+        yield
 
 
 @pytest.mark.parametrize("params", [PARAMS, [SamplingParams(top_p=0.5, seed=1), SamplingParams(top_p=0.9)]])

@@ -17,6 +17,8 @@ from infercore.engine.core_proc import (
 from infercore.engine.output_sender import OutputSender
 from infercore.wire.messages import EngineCoreOutput, EngineCoreOutputs
 
+pytestmark = pytest.mark.serial  # a time bound: runs after the parallel pass, alone
+
 SENDS = 12
 BUSY_S = 0.025
 LONG_INTERVAL_S = 0.02

@@ -11,6 +11,8 @@ import pytest
 from infercore.frontend.input_processor import InputError, InputProcessor
 from infercore.sampling_params import SamplingParams
 
+pytestmark = pytest.mark.serial  # a time bound: runs after the parallel pass, alone
+
 VOCAB = 1000
 PROMPT_LEN = 4096
 REPEATS = 15

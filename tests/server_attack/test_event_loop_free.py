@@ -9,8 +9,11 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from infercore.tokenizer import TEMPLATE_TIMEOUT_S
+
+pytestmark = pytest.mark.serial  # a time bound: runs after the parallel pass, alone
 
 #: Two nested 100,000-step loops: runs until the template deadline stops it.
 SLOW_TEMPLATE = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"

@@ -16,6 +16,8 @@ import httpx
 import pytest
 from server.conftest import ServerProcess
 
+pytestmark = pytest.mark.serial  # a time bound: runs after the parallel pass, alone
+
 #: The half-open connections of one client, as in the attack (past the default --max-connections of 4096).
 NUM_IDLE = 5000
 IDLE_ADDRESS = "127.0.0.2"

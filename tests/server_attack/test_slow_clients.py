@@ -23,6 +23,8 @@ from infercore.entrypoints.openai.http_protocol import (
     httptools_available,
 )
 
+pytestmark = pytest.mark.serial  # a time bound: runs after the parallel pass, alone
+
 #: Slack on top of the read timeout for the server to notice and close.
 SLACK_S = 2.0
 

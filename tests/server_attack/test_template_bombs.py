@@ -11,6 +11,8 @@ import pytest
 
 from infercore.tokenizer import ChatTemplateError, apply_chat_template
 
+pytestmark = pytest.mark.serial  # a time bound: runs after the parallel pass, alone
+
 _MESSAGES = [{"role": "user", "content": "hi"}]
 #: About 60 lines of JSON, so an indent of a million builds ~120 MB without the bound.
 _NESTED = '{% set d = {"a": [[1, 2]] * 20} %}'

@@ -16,6 +16,8 @@ from infercore.entrypoints.openai.errors import APIError
 from infercore.entrypoints.openai.template_process import KILL_GRACE_S, TemplateProcessPool
 from infercore.tokenizer import ChatTemplateError
 
+pytestmark = pytest.mark.serial  # a time bound: runs after the parallel pass, alone
+
 _MESSAGES = [{"role": "user", "content": "hi"}]
 #: One filter call on 900,000 characters: ~0.5-1 s of work the sandbox can't interrupt (it would finish, and be
 #: refused for its size, if the worker were not killed first: the test's deadline and grace are far shorter).

@@ -8,6 +8,9 @@ import time
 from typing import Any
 
 import httpx
+import pytest
+
+pytestmark = pytest.mark.serial  # a time bound: runs after the parallel pass, alone
 
 QUICK_S = 5.0
 
