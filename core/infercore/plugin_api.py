@@ -51,6 +51,10 @@ announced by a ``DeprecationWarning`` for one minor release and happens in the n
   Vision towers attend with :class:`EncoderAttention`, which runs the ``encoder_attention`` custom op.
 * ``lora_apply`` (1.10): a LoRA linear's whole adapter term in place, ``out += (x A^T) B^T`` per token of
   its slot; a platform may read the grouped layout (tiles of one slot) or each token's slot.
+* ``lora_linear`` (1.15): a LoRA-wrapped linear whole, the base product (of ``silu(gate) * up`` with
+  ``gated``) and the adapter term; a platform that registers it may add the term inside its GEMM. The layer
+  calls it only where the base weight is unquantized and the platform registered a kernel (else the base
+  method, then ``lora_apply``).
 * Encoder-only attention (1.6): a backend that sets ``supports_encoder_only`` runs layers whose spec
   says ``attn_type=ENCODER_ONLY`` bidirectionally within each sequence, with no KV cache
   (:func:`encoder_only_attention` is the reference).
@@ -239,7 +243,7 @@ CUSTOM_OPS: tuple[str, ...] = (
     "gelu", "gelu_and_mul", "layer_norm", "embedding", "alibi_bias", "gumbel_argmax",
     "apply_penalties",
     "fp8_linear", "fp8_block_linear", "int4_linear", "fused_moe", "accept_drafts", "lora_shrink", "lora_expand",
-    "lora_apply", "expert_dispatcher", "encoder_attention",
+    "lora_apply", "lora_linear", "expert_dispatcher", "encoder_attention",
     "fp8_block_linear_quantized", "fp8_linear_quantized", "rms_norm_quant", "fused_add_rms_norm_quant", "silu_and_mul_quant",
     "fused_moe_fp8_block",
 )

@@ -1,6 +1,6 @@
 """A SwiGLU MLP's down projection that fuses the activation in front of it (``silu_and_mul_linear``) gives
-the output of the two ops it replaces; a down projection wrapped by LoRA (which reads the activation itself)
-or quantized keeps the two ops."""
+the output of the two ops it replaces; a down projection wrapped by LoRA on a platform without a
+``lora_linear`` kernel (the layer then reads the activation itself), or quantized, keeps the two ops."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The skinny GEMM compiles for sm_90 (an H100/H200) without a GPU, plain and with the SwiGLU activation
 computed as it loads its rows: vectorised 16-byte weight loads, and the gated variant's exponentials; as a
-programmatic dependent, it waits for the kernel in front only after issuing its first weight loads."""
+programmatic dependent, it waits for the kernel in front only after issuing its first weight loads; with a
+LoRA term (gated, as a down projection runs it) it keeps the vectorised loads."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ CODE = r'''
 import triton
 from triton.backends.compiler import GPUTarget
 from infercore_triton.skinny_gemm import _skinny_gemm_kernel as kernel
-for gated, pdl in ((False, False), (True, False), (False, True)):
-    consts = {"M_PAD": 1, "BLOCK_N": 8, "BLOCK_K": 1024, "SPLIT": False, "USE_DOT": False, "PREFETCH": True,
-              "HAS_BIAS": False, "DOT_PRECISION": "tf32", "GATED": gated, "USE_PDL": pdl}
-    signature = {n: "constexpr" if n in consts else ("*fp32" if n == "part_ptr" else "*bf16") if n.endswith("_ptr")
+pointers = {"part_ptr": "*fp32", "slots_ptr": "*i32"}
+for gated, pdl, lora in ((False, False, False), (True, False, False), (False, True, False), (True, False, True)):
+    consts = {"M_PAD": 1, "BLOCK_N": 32 if lora else 8, "BLOCK_K": 256 if lora else 1024, "SPLIT": False,
+              "USE_DOT": False, "PREFETCH": True, "HAS_BIAS": False, "DOT_PRECISION": "tf32", "GATED": gated,
+              "USE_PDL": pdl, "HAS_LORA": lora, "BLOCK_R": 16}
+    signature = {n: "constexpr" if n in consts else pointers.get(n, "*bf16") if n.endswith("_ptr")
                  else "i32" for n in kernel.arg_names}
     aligned = [i for i, n in enumerate(kernel.arg_names)
                if n.endswith("_ptr") or n in ("N", "K", "stride_xm", "stride_om", "k_per_split")]
@@ -35,4 +38,4 @@ def test_plain_gated_and_dependent_variants_compile_for_sm90(tmp_path: Path) -> 
     done = subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["False", "True", "False", "True", "True", "True", "True", "True",
-                                   "False", "True", "False", "True"]
+                                   "False", "True", "False", "True", "True", "True", "True", "True"]

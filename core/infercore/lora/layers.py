@@ -1,6 +1,7 @@
 """LoRA around a parallel linear: the base projection plus, per token, ``(x A[slot]^T) B[slot]^T`` of
-the token's adapter slot, through the ``lora_apply`` custom op (nothing at all in a step where no token
-has an adapter)."""
+the token's adapter slot (nothing at all in a step where no token has an adapter). Over an unquantized base on
+a platform with a ``lora_linear`` kernel, the product and the term are that one op (which may add the term
+inside its GEMM); else the base's method, then the ``lora_apply`` custom op."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from infercore.layers.fused_linear import QKVParallelLinear
 from infercore.layers.linear import LinearBase
 from infercore.layers.tensor_parallel import get_tp_state
 from infercore.lora.step_state import LoRAStepState
+from infercore.ops import lora_reference
 from infercore.ops.dispatch import get_op
+from infercore.quantization.unquantized import UnquantizedLinearMethod
 
 
 class LoRALinear(nn.Module):
@@ -38,15 +41,43 @@ class LoRALinear(nn.Module):
                                                    device=device), persistent=False)
         self.state = state
         self._apply = get_op("lora_apply")
+        self._lora_linear = get_op("lora_linear")
+        #: Whether product and term run as the platform's one op (a kernel, over a weight it can read).
+        self._whole = (self._lora_linear is not lora_reference.lora_linear
+                       and isinstance(base.quant_method, UnquantizedLinearMethod))
+
+    @property
+    def fuses_silu_and_mul(self) -> bool:
+        """Whether :meth:`forward_silu_and_mul` takes a SwiGLU's ``cat(gate, up)`` as it is (a down projection
+        whose base fuses the activation and whose platform runs ``lora_linear``)."""
+        return self._whole and self.row_parallel and getattr(self.base, "fuses_silu_and_mul", False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._forward(x, gated=False)
+
+    def forward_silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """The layer applied to ``silu(gate) * up`` of ``gate_up`` = ``cat(gate, up)``, as the base's
+        ``forward_silu_and_mul`` (only where :attr:`fuses_silu_and_mul`)."""
+        return self._forward(gate_up, gated=True)
+
+    def _forward(self, x: torch.Tensor, gated: bool) -> torch.Tensor:
         base = self.base
-        if not self.row_parallel:
+        step = self.state.step_for(x.shape[0]) if self._whole else None
+        if step is not None:  # the base product and the adapter term in one op
+            bias = None if self.row_parallel else base.bias
+            out = self._lora_linear(x, base.weight, bias, self.lora_a, self.lora_b, *step, self.slice_offsets,
+                                    gated)
+        elif gated:
+            out = base.quant_method.apply_silu_and_mul(base, x)  # no adapter in this step
+        elif not self.row_parallel:
             out = base(x)
             self._add_lora(x, out)
             return out
-        out = base.quant_method.apply(base, x)
-        self._add_lora(x, out)
+        else:
+            out = base.quant_method.apply(base, x)
+            self._add_lora(x, out)
+        if not self.row_parallel:
+            return out
         out = get_tp_state().all_reduce(out)
         return out if base.bias is None else out + base.bias
 

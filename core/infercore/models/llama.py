@@ -144,8 +144,8 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
-        # A down projection that fuses the activation (unquantized, not wrapped by LoRA, which reads the
-        # activation itself) takes the gate/up output as it is; the platform's op may compute both at once.
+        # A down projection that fuses the activation (unquantized; wrapped by LoRA, only where the platform's
+        # lora_linear op takes the gate/up output too) takes it as it is; the op may compute both at once.
         if getattr(self.down_proj, "fuses_silu_and_mul", False):
             return self.down_proj.forward_silu_and_mul(gate_up)
         # The activation quantizes its output itself when the down projection takes FP8 input.

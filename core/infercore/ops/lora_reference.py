@@ -60,3 +60,19 @@ def lora_apply(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b:
             delta[:, lo:hi] = xa[:, i * rank:(i + 1) * rank] @ lora_b[slot, lo:hi].float().t()
         out.index_copy_(0, rows, (out.index_select(0, rows).float() + delta).to(out.dtype))
     return out
+
+
+def lora_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, lora_a: torch.Tensor,
+                lora_b: torch.Tensor, token_slots: torch.Tensor, sorted_tokens: torch.Tensor, tiles: torch.Tensor,
+                tile_rows: int, slice_offsets: tuple[int, ...], gated: bool = False) -> torch.Tensor:
+    """A LoRA-wrapped linear whole: ``y = act @ weight^T + bias``, then ``lora_apply(y, act, ...)``, where
+    ``act`` is ``x`` or, with ``gated``, ``silu(gate) * up`` of ``x = cat(gate, up)`` (a SwiGLU's down
+    projection, as ``silu_and_mul_linear`` takes it); returns ``y``. A platform may run the product and the
+    adapter term in one kernel (rounding once, not after the product and again after the term)."""
+    if gated:
+        gate, up = x.chunk(2, dim=-1)
+        act = torch.nn.functional.silu(gate) * up
+    else:
+        act = x
+    out = torch.nn.functional.linear(act, weight, bias)
+    return lora_apply(out, act, lora_a, lora_b, token_slots, sorted_tokens, tiles, tile_rows, slice_offsets)

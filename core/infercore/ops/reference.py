@@ -24,7 +24,7 @@ from infercore.ops.fp8_fused import (  # noqa: F401
 )
 from infercore.ops.fp8_math import fp8_block_linear, fp8_linear  # noqa: F401
 from infercore.ops.int4_math import int4_linear  # noqa: F401
-from infercore.ops.lora_reference import lora_apply, lora_expand, lora_shrink  # noqa: F401
+from infercore.ops.lora_reference import lora_apply, lora_expand, lora_linear, lora_shrink  # noqa: F401
 from infercore.ops.moe_fp8_reference import fused_moe_fp8_block  # noqa: F401
 from infercore.ops.moe_reference import fused_moe  # noqa: F401
 

@@ -42,6 +42,7 @@ def register_custom_ops(register: RegisterFn) -> None:
     register("lora_shrink", "infercore.ops.lora_reference:lora_shrink")
     register("lora_expand", "infercore.ops.lora_reference:lora_expand")
     register("lora_apply", "infercore.ops.lora_reference:lora_apply")
+    register("lora_linear", "infercore.ops.lora_reference:lora_linear")
     register("fp8_linear", "infercore.ops.reference:fp8_linear")
     register("fp8_block_linear", "infercore.ops.reference:fp8_block_linear")
     register("fp8_block_linear_quantized", "infercore.ops.reference:fp8_block_linear_quantized")

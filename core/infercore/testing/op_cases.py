@@ -94,6 +94,13 @@ def _lora_apply_args(gen: torch.Generator, device: torch.device, dtype: torch.dt
             (0, 24, 40, 56))
 
 
+def _lora_linear_args(gen: torch.Generator, device: torch.device, dtype: torch.dtype,
+                      tokens: int) -> tuple[Any, ...]:
+    """``lora_apply``'s adapter operands (:func:`_lora_apply_args`) around a [56, 48] weight with a bias."""
+    _, x, a, b, *grouping = _lora_apply_args(gen, device, dtype, tokens)
+    return (x, _rand(gen, device, dtype, 56, 48), _rand(gen, device, dtype, 56), a, b, *grouping, False)
+
+
 #: Inputs of each op, for ``(device, dtype, generator)``. An op of ``plugin_api.CUSTOM_OPS`` missing here
 #: is not checked by the kit yet.
 OP_INPUTS: dict[str, Inputs] = {
@@ -121,6 +128,7 @@ OP_INPUTS: dict[str, Inputs] = {
     "apply_penalties": lambda d, t, g: _penalty_args(g, d),
     "accept_drafts": lambda d, t, g: _accept_drafts_args(g, d),
     "lora_apply": lambda d, t, g: _lora_apply_args(g, d, t, 37),
+    "lora_linear": lambda d, t, g: _lora_linear_args(g, d, t, 3),
     "gumbel_argmax": lambda d, t, g: (_rand(g, d, t, 6, 50) * 3, torch.tensor([0.0, 0.0, 0.7, 1.0, 0.0, 2.0],
                                       device=d), torch.arange(6, device=d) * 7919),
 }
@@ -132,6 +140,7 @@ OP_VARIANTS: dict[str, dict[str, dict[int, Any]]] = {
     "rotary_embedding": {"gptj": {5: False}},
     "layer_norm": {"no-bias": {2: None}},
     "linear": {"no-bias": {2: None}},
+    "lora_linear": {"no-bias": {2: None}},
     "fp8_linear": {"no-bias": {3: None}},
     "fp8_block_linear": {"no-bias": {5: None}},
     "fp8_linear_quantized": {"no-bias": {4: None}},
