@@ -177,6 +177,21 @@ def measure(workload: str, rank: int, tokens_list: list[int], num_adapters: int,
                            "err_in_gemm_graph": _attempt(f"{workload} {name} in_gemm graph",
                                                          lambda one=one, ref=gemm_ref: _max_diff(_graph_output(one), ref)),
                            "in_gemm": dataclasses.asdict(cfg)}
+                if sweep:  # other output-block widths and K splits for the one launch: the rule's constants
+                    swept_in_gemm = []
+                    for block_n in (16, 32, 64, 128):
+                        for split_k in (1, 2, 4, 8):
+                            block_k = max(64, min(triton.next_power_of_2(in_size), 8192 // block_n))
+                            trial = dataclasses.replace(cfg, block_n=block_n, block_k=block_k, split_k=split_k)
+                            if not term.fits(block_n) or in_size < split_k * block_k:
+                                continue
+                            us = _attempt(f"{workload} {name} in_gemm {trial}", bench._graph_us,
+                                          functools.partial(skinny_gemm, x, weight, None, trial, lora=term))
+                            if us is not None:
+                                swept_in_gemm.append((us, dataclasses.asdict(trial)))
+                    if swept_in_gemm:
+                        best_in_gemm = min(swept_in_gemm, key=lambda t: t[0])
+                        in_gemm.update(in_gemm_best_us=best_in_gemm[0], in_gemm_best=best_in_gemm[1])
             rows.append({
                 "workload": workload, "layer": name, "k": in_size, "width": width, "rank": rank, "tokens": tokens,
                 "two_launch_us": two_us, "fused_default_us": default_us, "fused_best_us": best_us,
