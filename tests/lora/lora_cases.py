@@ -82,3 +82,13 @@ def hf_references(base: Path, rows: list[tuple[list[int], LoRARequest | None]]) 
             models[key] = hf_merged(base, lora)
         refs.append(hf_greedy(models[key], prompt_ids))
     return refs
+
+
+def assert_same_outputs(expected: list, got: list, tolerance: float = 1e-4) -> None:
+    """Two engines' outputs of the same requests: the same greedy tokens, and top logprobs of the same tokens
+    within ``tolerance``."""
+    for want, have in zip(expected, got, strict=True):
+        assert have.outputs[0].token_ids == want.outputs[0].token_ids
+        for a, b in zip(want.outputs[0].logprobs, have.outputs[0].logprobs, strict=True):
+            assert a.keys() == b.keys()
+            assert all(abs(a[t].logprob - b[t].logprob) < tolerance for t in a)
