@@ -94,8 +94,8 @@ def test_decode_step_replays_from_a_cuda_graph() -> None:
 
 def test_whole_mixed_step_with_long_context_decodes_replays_from_a_cuda_graph() -> None:
     """A step padded for a whole-step graph: a prompt chunk, then decodes of long contexts found on the device
-    and split (merged by the last split), captured once and replayed, against the reference; the merge launch
-    (INFERCORE_DECODE_SPLIT_REDUCE=launch) gives the same rows."""
+    and split (merged by the last split, INFERCORE_DECODE_SPLIT_REDUCE=fused), captured once and replayed,
+    against the reference; the default merge launch gives the same rows."""
     import dataclasses
     import os
 
@@ -116,18 +116,18 @@ def test_whole_mixed_step_with_long_context_decodes_replays_from_a_cuda_graph() 
     assert meta.uniform and meta.num_splits > 1
     ref = _reference(case, 128**-0.5)
     q, k, v, out = case.q.clone(), case.k.clone(), case.v.clone(), torch.empty_like(case.q)
-    impl.forward(q, k, v, case.kv_cache, meta, out)  # compile outside the capture
-    graph = platform.new_graph()
-    with platform.capture_graph(graph):
-        impl.forward(q, k, v, case.kv_cache, meta, out)
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert rel_err(out, ref) < GPU_TOLERANCE[torch.bfloat16]
-    os.environ[REDUCE_ENV] = "launch"
+    os.environ[REDUCE_ENV] = "fused"
     try:
-        launched = torch.full_like(out, float("nan"))
-        impl.forward(q, k, v, case.kv_cache, meta, launched)
+        impl.forward(q, k, v, case.kv_cache, meta, out)  # compile outside the capture
+        graph = platform.new_graph()
+        with platform.capture_graph(graph):
+            impl.forward(q, k, v, case.kv_cache, meta, out)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
     finally:
         del os.environ[REDUCE_ENV]
+    assert rel_err(out, ref) < GPU_TOLERANCE[torch.bfloat16]
+    launched = torch.full_like(out, float("nan"))
+    impl.forward(q, k, v, case.kv_cache, meta, launched)
     assert rel_err(launched, ref) < GPU_TOLERANCE[torch.bfloat16]

@@ -52,13 +52,16 @@ def test_kernels_match_the_reference_at_real_shapes(shape, tokens):
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("tokens", [1, 3, 4, 9])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_lora_linear_matches_the_reference_at_real_shapes_and_replays_in_a_graph(shape, tokens, gated):
-    """``lora_linear``: one skinny GEMM with the adapter term at up to 4 tokens, the base op and ``lora_apply``
-    above; eager and replayed from a CUDA graph after the slots change, against the float32 reference."""
+def test_lora_linear_matches_the_reference_at_real_shapes_and_replays_in_a_graph(shape, tokens, gated,
+                                                                                 monkeypatch):
+    """``lora_linear`` (``INFERCORE_LORA_IN_GEMM=1``): one skinny GEMM with the adapter term at up to 4 tokens,
+    the base op and ``lora_apply`` above; eager and replayed from a CUDA graph after the slots change, against
+    the float32 reference."""
     from infercore.lora.step_state import LoRAStepState
     from infercore.ops import lora_reference
-    from infercore_triton.lora_linear import lora_linear
+    from infercore_triton.lora_linear import IN_GEMM_ENV, lora_linear
 
+    monkeypatch.setenv(IN_GEMM_ENV, "1")
     in_size, sizes = SHAPES[shape]
     if gated and len(sizes) > 1:
         pytest.skip("only a down-like projection (one slice) takes a gated input")

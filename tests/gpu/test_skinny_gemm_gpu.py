@@ -82,11 +82,14 @@ def test_linear_leaves_large_batches_to_f_linear() -> None:
 
 
 @pytest.mark.parametrize("m", [1, 2, 4])
-def test_silu_and_mul_linear_at_the_down_projection_replays_in_a_cuda_graph(m: int) -> None:
-    """The 0.6B shape's down projection with its activation in one launch, captured and replayed, against the
-    two launches it replaces (the ``silu_and_mul`` kernel and the skinny GEMM)."""
+def test_silu_and_mul_linear_at_the_down_projection_replays_in_a_cuda_graph(m: int,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 0.6B shape's down projection with its activation in one launch (``INFERCORE_FUSED_SILU_LINEAR=1``),
+    captured and replayed, against the two launches it replaces (the ``silu_and_mul`` kernel and the skinny
+    GEMM)."""
     from infercore_triton.activation import silu_and_mul
 
+    monkeypatch.setenv(sg.FUSED_SILU_ENV, "1")
     gate_up, _, _ = _inputs(m, 1, 2 * 3072)
     _, w, _ = _inputs(m, 1024, 3072)
     static = gate_up.clone()
@@ -120,6 +123,7 @@ def test_programmatic_dependent_launch_reads_the_kernel_in_front(monkeypatch: py
     from infercore_triton.activation import silu_and_mul
 
     monkeypatch.setenv(pdl.PDL_ENV, "1")
+    monkeypatch.setenv(sg.FUSED_SILU_ENV, "1")
     assert pdl.pdl_enabled(torch.device("cuda"))
     k = 3072
     src, w, _ = _inputs(1, 1024, 2 * k if gated else k)

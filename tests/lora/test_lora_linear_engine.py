@@ -1,5 +1,5 @@
-"""The engine with the Triton ``lora_linear`` op (interpreted without a GPU; its one-launch path let onto CPU
-tensors in float32) gives the reference engine's greedy tokens and logprobs on a mixed batch of base rows
+"""The engine with the Triton ``lora_linear`` op (interpreted without a GPU; its one-launch path turned on and
+let onto CPU tensors in float32) gives the reference engine's greedy tokens and logprobs on a mixed batch of base rows
 and three adapters: decode steps of at most four tokens run each wrapped linear as one skinny GEMM with the
 adapter term inside (a down projection's SwiGLU activation too), larger steps the base op and ``lora_apply``."""
 
@@ -54,6 +54,7 @@ def test_mixed_batch_through_lora_linear_matches_the_reference(tiny_model_factor
     monkeypatch.setattr(ll, "skinny_gemm", spy)
     monkeypatch.setattr(ll, "_DEVICES", ("cpu",))
     monkeypatch.setattr(ll, "_DTYPES", (torch.float32,))
+    monkeypatch.setenv(ll.IN_GEMM_ENV, "1")
     ops = {"lora_linear": ll.lora_linear, "lora_apply": triton_lora.lora_apply,
            "silu_and_mul_linear": sg.silu_and_mul_linear}
     for module in (layers, unquantized):

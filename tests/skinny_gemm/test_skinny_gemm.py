@@ -188,8 +188,8 @@ def test_gated_rows_multiply_the_silu_and_mul_of_gate_and_up(m: int, config: sg.
 
 
 def test_silu_and_mul_linear_op_fuses_decode_rows_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CUDA op sends the batches ``linear`` gives the skinny GEMM to one gated launch (not when
-    ``INFERCORE_FUSED_SILU_LINEAR=0``), everything else to the activation kernel and ``linear``."""
+    """With ``INFERCORE_FUSED_SILU_LINEAR=1`` the CUDA op sends the batches ``linear`` gives the skinny GEMM to
+    one gated launch (not by default), everything else to the activation kernel and ``linear``."""
     calls: list[bool] = []
     real = sg.skinny_gemm
 
@@ -200,6 +200,7 @@ def test_silu_and_mul_linear_op_fuses_decode_rows_only(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(sg, "skinny_gemm", spy)
     monkeypatch.setattr(sg, "_KERNEL_DEVICES", ("cpu",))
+    monkeypatch.setenv(sg.FUSED_SILU_ENV, "1")
     gen = torch.Generator().manual_seed(3)
     w = torch.randn(N, K, generator=gen).to(torch.bfloat16)
     for m, fused in ((1, True), (4, True), (9, False)):
@@ -209,7 +210,7 @@ def test_silu_and_mul_linear_op_fuses_decode_rows_only(monkeypatch: pytest.Monke
         assert calls == ([True] if fused else [])
         ref = F.linear(F.silu(gate_up[:, :K].float()) * gate_up[:, K:].float(), w.float())
         assert _rel_err(out, ref) < BF16_BOUND
-    monkeypatch.setenv(sg.FUSED_SILU_ENV, "0")
+    monkeypatch.delenv(sg.FUSED_SILU_ENV)
     calls.clear()
     sg.silu_and_mul_linear(torch.randn(2, 2 * K, generator=gen).to(torch.bfloat16), w)
     assert calls == [False]

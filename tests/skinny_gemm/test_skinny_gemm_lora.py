@@ -118,6 +118,7 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     monkeypatch.setattr(ll, "skinny_gemm", spy)
     monkeypatch.setattr(ll, "_DEVICES", ("cpu",))
     monkeypatch.setattr(ll, "_DTYPES", (torch.float32, torch.bfloat16))
+    monkeypatch.setenv(ll.IN_GEMM_ENV, "1")
     return calls
 
 
@@ -131,7 +132,7 @@ def test_lora_linear_op_runs_decode_steps_as_one_launch_and_others_as_two(launch
         assert launches == ([True] if one_launch else [])
         assert _rel_err(out, lora_reference.lora_linear(*args, gated)) < 1e-5
     launches.clear()
-    monkeypatch.setenv(ll.IN_GEMM_ENV, "0")
+    monkeypatch.delenv(ll.IN_GEMM_ENV)  # off by default
     args = _operands(2, torch.float32, seed=60, gated=gated)
     assert _rel_err(ll.lora_linear(*args, gated), lora_reference.lora_linear(*args, gated)) < 1e-5
     assert launches == []

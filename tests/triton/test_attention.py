@@ -111,9 +111,8 @@ def test_decode_splits_merged_in_kernel_match_the_merge_launch(
                          config=DecodeConfig(block_n=32), runtime_splits=runtime_splits)
         return out
 
-    monkeypatch.setenv(REDUCE_ENV, "launch")
-    launched = run()
-    monkeypatch.delenv(REDUCE_ENV)
+    launched = run()  # the default: a merge launch of its own
+    monkeypatch.setenv(REDUCE_ENV, "fused")
     merged = run()
     counters = split_k_counters.tile_counters(q.device, 0)
     assert counters is not None and not counters.any()

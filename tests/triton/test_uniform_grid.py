@@ -75,8 +75,7 @@ def test_decodes_through_query_starts_split_their_contexts(monkeypatch: pytest.M
     and nothing else written."""
     from infercore_triton.decode_attention import REDUCE_ENV
 
-    if merge == "launch":
-        monkeypatch.setenv(REDUCE_ENV, "launch")
+    monkeypatch.setenv(REDUCE_ENV, merge)
     case = make_case(SEQ_LENS, QUERY_LENS, 4, 2, 64, 16, torch.float32, seed=5)
     write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
     q, qsl, seq_lens, table = _padded(case, extra_tokens=6, extra_reqs=5)
