@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import torch
 import triton_interpreter
 from hf_oracle import PROMPTS
@@ -61,8 +60,7 @@ def test_mixed_batch_through_lora_linear_matches_the_reference(tiny_model_factor
         get_op = module.get_op
         monkeypatch.setattr(module, "get_op", lambda name, get_op=get_op: ops.get(name) or get_op(name))
     got = _run(base, adapters)
-    if not launches:
-        pytest.skip("the engine runs its worker in another process: the kernels were not swapped in")
+    assert launches, "the engine ran its worker in another process: the kernels were not swapped in"
     assert_same_outputs(expected, got)
     assert {m for m, _ in launches} <= set(range(1, ll.IN_GEMM_MAX_M + 1))
     assert any(gated for _, gated in launches), "no down projection took the gate/up output"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
 
 from infercore.ops import lora_reference
 from infercore_triton import lora_linear as ll
@@ -95,13 +96,9 @@ def test_in_gemm_settings_keep_a_reads_at_most_half_the_weight_reads_and_fill_th
     for m, n, k, rank in ((1, 4096, 1024, 16), (1, 1024, 2048, 16), (4, 6144, 1024, 16), (1, 1024, 3072, 64)):
         cfg = ll.in_gemm_config(m, n, k, rank)
         assert rank <= cfg.block_n // 2 or cfg.block_n == 64
-        assert cfg.block_n * triton_pad(m) * cfg.block_k <= sg._ELEMENTWISE_TILE
+        assert cfg.block_n * triton.next_power_of_2(m) * cfg.block_k <= sg._ELEMENTWISE_TILE
         programs = -(-n // cfg.block_n) * cfg.split_k
         assert programs >= 132 or k < 2 * cfg.split_k * cfg.block_k, (m, n, k, cfg)
-
-
-def triton_pad(m: int) -> int:
-    return 1 << max(0, m - 1).bit_length()
 
 
 @pytest.fixture

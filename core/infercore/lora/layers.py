@@ -50,7 +50,7 @@ class LoRALinear(nn.Module):
     def fuses_silu_and_mul(self) -> bool:
         """Whether :meth:`forward_silu_and_mul` takes a SwiGLU's ``cat(gate, up)`` as it is (a down projection
         whose base fuses the activation and whose platform runs ``lora_linear``)."""
-        return self._whole and self.row_parallel and getattr(self.base, "fuses_silu_and_mul", False)
+        return self._whole and self.row_parallel and self.base.fuses_silu_and_mul
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._forward(x, gated=False)
@@ -69,12 +69,8 @@ class LoRALinear(nn.Module):
                                     gated)
         elif gated:
             out = base.quant_method.apply_silu_and_mul(base, x)  # no adapter in this step
-        elif not self.row_parallel:
-            out = base(x)
-            self._add_lora(x, out)
-            return out
-        else:
-            out = base.quant_method.apply(base, x)
+        else:  # a row-parallel layer adds its bias once, after the ranks' sum
+            out = base.quant_method.apply(base, x, None if self.row_parallel else base.bias)
             self._add_lora(x, out)
         if not self.row_parallel:
             return out

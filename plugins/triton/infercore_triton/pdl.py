@@ -10,7 +10,8 @@ kernel launched after it, normally, then runs after both. Inside a CUDA graph th
 programmatic edge.
 
 ``INFERCORE_PDL=1`` turns it on for the decode step's skinny GEMMs (with the decode attention kernel in front
-signalling early); it stays off by default (on an H100 it did not beat the default launches: 1.189 against 1.163 ms per token on the 0.6B shape). A LoRA kernel's launch table chooses it per shape.
+signalling early). It stays off by default: on an H100 it did not beat the default launches (1.189 against
+1.163 ms per token on the 0.6B shape). A LoRA kernel's launch table chooses it per shape.
 """
 
 from __future__ import annotations
