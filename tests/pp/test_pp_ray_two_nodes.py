@@ -41,11 +41,14 @@ def _processes_under(folder: str) -> list[int]:
 
 
 @pytest.fixture
-def two_node_cluster() -> Iterator[str]:
+def two_node_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A head node and a second node started with ``ray start``; yields the head's address. Only this
     cluster's processes are stopped afterwards (found by its own temp folder), never others' Ray."""
     folder = tempfile.mkdtemp(prefix="ippr", dir="/tmp")  # short: Ray's socket paths must stay short
     port = 20000 + os.getpid() % 20000
+    # Ray 2.60's `ray start --head` turns token authentication on, and a node joining with `ray start
+    # --address` then fails without the token: this local cluster opts out, its driver (this process) too.
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     env = dict(os.environ)
     # The raylets' workers import infercore from where this test does.
     source = str(Path(infercore.__file__).resolve().parents[1])
