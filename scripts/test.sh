@@ -13,7 +13,8 @@ bash scripts/install.sh --all
 "$PY" -m ruff check .
 # Two passes: everything but the tests with wall-clock bounds, spread over $INFERCORE_TEST_WORKERS processes
 # (default 2; one file per process at a time, so a file's session fixtures are built once per process);
-# then the bounded ones alone, where no other test competes for the cores they time.
+# then the bounded ones alone, where no other test competes for the cores they time (and the two-node Ray
+# cluster, whose actors died under a second test process's load).
 # A pass that selects nothing (pytest's exit status 5, e.g. a path given with no bounded test in it) passes.
 WORKERS=${INFERCORE_TEST_WORKERS:-2}
 run_pass() { "$PY" -m pytest -q "$@" || [ $? -eq 5 ]; }

@@ -71,6 +71,7 @@ def two_node_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 @pytest.mark.heavy
+@pytest.mark.serial  # two Ray nodes of one machine: an actor died under a second test process's load
 def test_stages_on_two_nodes_match_one_stage(two_node_cluster: str, tiny_model_factory,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model_factory("LlamaForCausalLM")
