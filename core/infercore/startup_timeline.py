@@ -60,7 +60,7 @@ class StartupTimeline:
             self._stack.pop()
             self.phases.append((full, seconds))
             self._kernel_builds += builds.count
-            extra = f" ({builds.count} kernel builds)" if builds.count else ""
+            extra = f" ({builds.count} kernel builds: {builds.names()})" if builds.count else ""
             logger.info("start-up: %s took %.2f s%s", full, seconds, extra)
 
     def summary(self, what: str) -> str:
@@ -81,6 +81,7 @@ class _KernelBuilds:
         self.enabled = enabled
         self.count = 0
         self._counter: Any = None
+        self._names: dict[str, int] = {}
 
     def __enter__(self) -> _KernelBuilds:
         if self.enabled and "triton" in sys.modules:  # never import Triton just to count: a CPU start-up needs none of it
@@ -93,6 +94,12 @@ class _KernelBuilds:
         if self._counter is not None:
             self._counter.__exit__(None, None, None)
             self.count = sum(self._counter.builds.values())
+            self._names = dict(self._counter.builds)
+
+    def names(self) -> str:
+        """The kernels built, most variants first: ``"_decode_split_kernel×4, rms_norm×2"``."""
+        ranked = sorted(self._names.items(), key=lambda item: (-item[1], item[0]))
+        return ", ".join(f"{name}×{count}" if count > 1 else name for name, count in ranked)
 
 
 #: This process's timeline.

@@ -112,8 +112,8 @@ class _Launcher:
             self._signal_servers(again=True)
         self.stop_signal = sig
 
-    def start(self, sock: socket.socket, socket_dir: str) -> None:
-        """Spawn every engine, then every API server with its endpoints."""
+    def start_engines(self, socket_dir: str) -> None:
+        """Spawn the engine of every data-parallel rank, each bound to every API server's ipc sockets."""
         count = self.config.serve.api_server_count
         size = self.config.parallel.data_parallel_size
         engines_config = with_data_parallel_master(self.config)  # where the engines meet, when they must
@@ -127,6 +127,11 @@ class _Launcher:
             engine.start()
             logger.info("engine %d started (pid %d)", rank, engine.pid)
             self.engines.append(engine)
+
+    def start_servers(self, sock: socket.socket, socket_dir: str) -> None:
+        """Spawn every API server with its endpoints (after :meth:`start_engines`)."""
+        count = self.config.serve.api_server_count
+        size = self.config.parallel.data_parallel_size
         pids = [engine.pid or 0 for engine in self.engines]
         config_json = self.config.model_dump_json()
         for server in range(count):
@@ -200,7 +205,16 @@ def launch(config: InfercoreConfig, engine_factory: str) -> int:
     ended: BaseProcess | None = None
     clean = False
     try:
-        launcher.start(sock, socket_dir)
+        launcher.start_engines(socket_dir)
+        # Checked beside the engines' start-up: the parser registries import the server's protocol models.
+        from infercore.entrypoints.openai.chat_parsing import check_parser_flags
+
+        try:
+            check_parser_flags(config.serve)
+        except ValueError as exc:  # a parser name no plugin registers
+            print(f"infercore serve: {exc}", file=sys.stderr)
+            return 2  # the finally stops the engines
+        launcher.start_servers(sock, socket_dir)
         sock.close()  # the API servers hold their duplicates; the port is free once they all have stopped
         logger.info("serving on http://%s:%d with %d API server processes", config.serve.host, port,
                     config.serve.api_server_count)

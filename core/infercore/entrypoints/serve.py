@@ -154,6 +154,10 @@ def run_serve_config(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGI
                      client: EngineCoreClient | None = None) -> int:
     """Serve ``config`` until stopped; ``client`` is an engine already starting (it is closed if the
     flags turn out to be wrong)."""
+    if config.serve.api_server_count > 1:
+        from infercore.entrypoints.api_server_procs import launch
+
+        return launch(config, engine_factory)  # checks the parser flags once the engines are starting
     from infercore.entrypoints.openai.chat_parsing import check_parser_flags
 
     try:
@@ -163,8 +167,4 @@ def run_serve_config(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGI
             client.close()
         print(f"infercore serve: {exc}", file=sys.stderr)
         return 2
-    if config.serve.api_server_count > 1:
-        from infercore.entrypoints.api_server_procs import launch
-
-        return launch(config, engine_factory)
     return event_loop_runner()(serve(config, engine_factory, client=client))

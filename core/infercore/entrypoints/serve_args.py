@@ -95,6 +95,13 @@ def run_serve_command(args: argparse.Namespace) -> int:
     except ValueError as exc:  # ConfigError
         print(f"infercore serve: {exc}", file=sys.stderr)
         return 2
+    if config.serve.api_server_count > 1:
+        # The launcher only spawns and watches: it never imports the server (torch, transformers, uvicorn),
+        # so the engines start at once and every API server's imports run beside their start-up.
+        from infercore.engine.core_proc import DEFAULT_ENGINE_FACTORY
+        from infercore.entrypoints.api_server_procs import launch
+
+        return launch(config, DEFAULT_ENGINE_FACTORY)
     from infercore.entrypoints.early_engine import start_engine_early
 
     client = start_engine_early(config)
