@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from infercore.worker.draft_catch_up import CatchUpGraphs
@@ -95,28 +96,43 @@ def test_catch_up_replay_pads_tokens_and_requests() -> None:
 
 
 @torch.inference_mode()
-def test_draft_steps_feed_each_step_the_previous_tokens() -> None:
+@pytest.mark.parametrize("last_on_device", [False, True])
+def test_draft_steps_feed_each_step_the_previous_tokens(last_on_device: bool) -> None:
     table = np.arange(1, 1 + 4 * 8, dtype=np.int32).reshape(4, 8)
     calls: list[tuple[list[int], list[int], list[int]]] = []
+    runner = _runner(table)
+    steps: DraftSteps
 
     def step(ids: torch.Tensor, pos: torch.Tensor, hidden: torch.Tensor):
+        size = len(ids)
+        calls.append((steps.positions[:size].tolist(), steps.seq_lens[:size].tolist(), steps.slots[0, :size].tolist()))
         return hidden + 1, ids + 1
 
-    runner = _runner(table)
     steps = DraftSteps(runner, step, hidden_size=2, hidden_dtype=torch.float32, max_rows=4, max_steps=3)
     steps.capture()
-
-    def rerun(size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        calls.append((steps.positions[:size].tolist(), steps.seq_lens[:size].tolist(), steps.slots[0, :size].tolist()))
-        return steps._run(size)
-
-    _bind(steps, rerun)
+    for size, (graph, out) in steps.graphs.items():  # a replay reruns the whole chain
+        graph.rerun, graph.out = (lambda s=size: (steps._chain(s),)), (out,)
+    calls.clear()
     rows, last_pos, counts = np.array([3, 1, 0]), np.array([6, 2, 9]), np.array([4, 2, 1])
-    out = steps.run(rows, last_pos, counts, torch.tensor([10, 20, 30]), torch.zeros((3, 2)))
-    assert [t.tolist()[:1] for t in out] == [[11], [12], [13]]
-    assert out[0].tolist()[1] == 21  # row 1 drafts 2 tokens: one step
-    assert len(calls) == 3 and len(calls[0][0]) == 4  # three rows padded to the graph of 4
+    last = torch.from_numpy(last_pos) if last_on_device else last_pos
+    out = steps.run(rows, last, counts, torch.tensor([10, 20, 30]), torch.zeros((3, 2)))
+    # Row 0 drafts 4 tokens (three steps), row 1 two (one step), row 2 only its first; PAD after.
+    assert out.tolist() == [[10, 11, 12, 13], [20, 21, -1, -1], [30, -1, -1, -1]]
+    assert len(calls) == 3 and len(calls[0][0]) == 4  # three rows padded to the graph of 4, every step run
     positions, seq_lens, slots = calls[0]
     assert positions[:3] == [7, 3, 9] and seq_lens == [8, 4, 10, 0]
     assert slots == [table[3, 1] * BLOCK + 3, table[1, 0] * BLOCK + 3, -1, -1]
-    assert calls[2][0][:3] == [9, 2, 9] and calls[2][2][:3] == [table[3, 2] * BLOCK + 1, -1, -1]
+    assert calls[2][0][:3] == [9, 2, 9] and calls[2][1] == [10, 3, 10, 0]
+    assert calls[2][2] == [table[3, 2] * BLOCK + 1, -1, -1, -1]
+
+
+@torch.inference_mode()
+def test_eager_draft_steps_give_the_same_drafts() -> None:
+    table = np.arange(1, 1 + 4 * 8, dtype=np.int32).reshape(4, 8)
+    steps = DraftSteps(_runner(table), lambda ids, pos, hidden: (hidden + 1, ids + 1), hidden_size=2,
+                       hidden_dtype=torch.float32, max_rows=4, max_steps=3)
+    out = steps.run(np.array([3, 1, 0]), np.array([6, 2, 9]), np.array([4, 2, 1]), torch.tensor([10, 20, 30]),
+                    torch.zeros((3, 2)))
+    assert out.tolist() == [[10, 11, 12, 13], [20, 21, -1, -1], [30, -1, -1, -1]]
+    one = steps.run(np.array([2]), np.array([5]), np.array([1]), torch.tensor([7]), torch.zeros((1, 2)))
+    assert one.tolist() == [[7]]

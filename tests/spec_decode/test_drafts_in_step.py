@@ -78,20 +78,22 @@ def test_draft_steps_place_rows_from_device_positions() -> None:
     seen = []
     for given in (last_pos, torch.from_numpy(last_pos)):
         calls: list[tuple[list[int], list[int], list[int]]] = []
-        steps = DraftSteps(_runner(table), lambda ids, pos, hidden: (hidden + 1, ids + pos),
-                           hidden_size=2, hidden_dtype=torch.float32, max_rows=4, max_steps=3)
+
+        def step(ids: torch.Tensor, pos: torch.Tensor, hidden: torch.Tensor, calls: list = calls) -> tuple:
+            calls.append((pos.tolist(), [], []))
+            return hidden + 1, ids + pos
+
+        steps = DraftSteps(_runner(table), step, hidden_size=2, hidden_dtype=torch.float32, max_rows=4, max_steps=3)
         steps.capture()
-
-        def rerun(size: int, steps: DraftSteps = steps, calls: list = calls) -> tuple[torch.Tensor, torch.Tensor]:
-            calls.append((steps.positions[:size].tolist(), steps.seq_lens[:size].tolist(),
-                          steps.slots[0, :size].tolist()))
-            return steps._run(size)
-
-        _bind(steps, rerun)
+        for size, (graph, out) in steps.graphs.items():  # a replay reruns the whole chain
+            graph.rerun, graph.out = (lambda s=size, steps=steps: (steps._chain(s),)), (out,)
+        calls.clear()
         out = steps.run(rows, given, counts, torch.tensor([10, 20, 30]), torch.zeros((3, 2)))
-        seen.append(([t.tolist() for t in out], calls))
+        calls[0] = (calls[0][0], steps.seq_lens.tolist(), steps.slots[0].tolist())  # the last step's metadata
+        seen.append((out.tolist(), calls))
     assert seen[0] == seen[1]
-    assert seen[1][1][0][2][:3] == [table[3, 1] * BLOCK + 3, table[1, 0] * BLOCK + 3, -1]
+    assert seen[1][0] == [[10, 17, 25, 34], [20, 23, -1, -1], [30, -1, -1, -1]]
+    assert seen[1][1][0][2][:3] == [table[3, 2] * BLOCK + 1, -1, -1]  # after the last step
 
 
 @torch.inference_mode()

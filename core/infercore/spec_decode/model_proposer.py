@@ -168,8 +168,7 @@ class ModelProposer(Proposer):
             return {}
         order = catch[pick]  # batch indices of the drafting rows
         counts = allowed[order]
-        later = self.steps.run(rows[order], last_pos[order], counts, tokens, hidden)
-        host = torch.stack([tokens.long(), *later], 1).cpu().numpy()
+        host = self.steps.run(rows[order], last_pos[order], counts, tokens, hidden).cpu().numpy()
         return {int(i): host[n, : counts[n]].tolist() for n, i in enumerate(order.tolist())}
 
     #: Whether this method drafts inside the verifying step (:meth:`launch_drafts`) rather than after its
@@ -234,10 +233,7 @@ class ModelProposer(Proposer):
         counts = allowed[order]
         order_dev = self._dev(sample_of[order])
         last_pos = self._dev(stop[order] - 1 - num_drafts[order]) + accepted.index_select(0, order_dev)
-        later = self.steps.run(rows[order], last_pos, counts, tokens, hidden)
-        drafted = torch.stack([tokens.long(), *later], 1)
-        columns = torch.arange(drafted.shape[1], device=drafted.device)
-        drafted = torch.where(columns < self._dev(counts).unsqueeze(1), drafted, PAD_TOKEN_ID)
+        drafted = self.steps.run(rows[order], last_pos, counts, tokens, hidden)[:, :k]
         none[:, : drafted.shape[1]].index_copy_(0, order_dev, drafted)
         return none
 
