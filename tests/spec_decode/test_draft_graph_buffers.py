@@ -78,7 +78,7 @@ def test_catch_up_replay_pads_tokens_and_requests() -> None:
     graphs = CatchUpGraphs(_runner(table), fn, max_rows=4, max_tokens=16)
     graphs.capture()
     assert graphs.sizes == [8, 16]
-    _bind(graphs, graphs._run)
+    _bind(graphs, graphs._unpack_and_run)
     rows, query_lens = np.array([2, 0]), np.array([1, 3])
     positions = np.array([5, 8, 9, 10])
     ids = np.array([50, 60, 61, 62])

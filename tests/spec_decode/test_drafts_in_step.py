@@ -107,7 +107,7 @@ def test_catch_up_replay_takes_last_tokens_and_inputs_from_the_device() -> None:
 
     graphs = CatchUpGraphs(_runner(table), fn, max_rows=4, max_tokens=16)
     graphs.capture()
-    _bind(graphs, graphs._run)
+    _bind(graphs, graphs._unpack_and_run)
     rows, query_lens, positions = np.array([2, 0]), np.array([1, 3]), np.array([5, 8, 9, 10])
     feed = (torch.tensor([2]), torch.tensor([99]))
     hidden, tokens = graphs.replay(8, rows, query_lens, np.array([6, 11]), positions, np.array([50, 60, 61, 62]),

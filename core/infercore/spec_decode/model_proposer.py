@@ -213,26 +213,25 @@ class ModelProposer(Proposer):
         # Each row's last settled token (flat) if no draft were accepted; a sampled row's moves by ``accepted``,
         # and the input there is the target's token after the accepted ones.
         ends = np.cumsum(query_lens) - 1 - np.where(sampled[catch], num_drafts[catch], 0)
-        ends_dev = self._dev(ends)
         in_catch = np.flatnonzero(sampled[catch])
-        feed = None
-        if len(in_catch):
-            where = self._dev(in_catch)
-            which = self._dev(sample_of[catch[in_catch]])
-            ends_dev.index_add_(0, where, accepted.index_select(0, which))
-            feed = (ends_dev.index_select(0, where), bonus.index_select(0, which))
         allowed = np.minimum(np.clip(self.spec.max_model_len - 2 - start - scheduled, 0, k), capacity - (stop - 1))
         drafting = sampled & (allowed > 0) & draft
         pick = np.flatnonzero(drafting[catch])
+        order = catch[pick]
+        # Every index the device needs, in one upload.
+        ends_dev, where, which, order_dev, last_base = self._dev_parts(
+            ends, in_catch, sample_of[catch[in_catch]], sample_of[order], stop[order] - 1 - num_drafts[order])
+        feed = None
+        if len(in_catch):
+            ends_dev.index_add_(0, where, accepted.index_select(0, which))
+            feed = (ends_dev.index_select(0, where), bonus.index_select(0, which))
         hidden, tokens = self.runner.catch_up(rows[catch], query_lens, stop[catch], plan.positions, plan.input_ids,
                                               plan.target_rows, ends, pick, graphs_allowed=True, ends_dev=ends_dev,
                                               feed=feed)
         if not len(pick):
             return none
-        order = catch[pick]
         counts = allowed[order]
-        order_dev = self._dev(sample_of[order])
-        last_pos = self._dev(stop[order] - 1 - num_drafts[order]) + accepted.index_select(0, order_dev)
+        last_pos = last_base + accepted.index_select(0, order_dev)
         drafted = self.steps.run(rows[order], last_pos, counts, tokens, hidden)[:, :k]
         none[:, : drafted.shape[1]].index_copy_(0, order_dev, drafted)
         return none
@@ -290,6 +289,11 @@ class ModelProposer(Proposer):
 
     def _dev(self, values: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(self.runner.device, non_blocking=True)
+
+    def _dev_parts(self, *parts: np.ndarray) -> list[torch.Tensor]:
+        """``parts`` as int64 tensors on the device, from one upload."""
+        uploaded = self._dev(np.concatenate([np.asarray(part, dtype=np.int64) for part in parts]))
+        return list(uploaded.split([len(part) for part in parts]))
 
 
 def load_weights_into(model: Any, folder: str, load_format: str) -> None:

@@ -4,8 +4,10 @@ prompt tokens from padded counts alone (``AttentionBackend.captures_mixed_steps`
 A catch-up of ``t`` tokens over ``n`` requests pads to the smallest captured token count ``S >= t`` whose
 request count ``min(S, max_rows)`` holds ``n``: padding tokens are token 0 at position 0 written nowhere
 (slot -1), padding requests have no query tokens and no context, as the target's whole mixed graphs
-(``CommonAttentionMetadata.padded_for_graph``). The inputs go through static buffers: one copy each of
-the host's arrays, then one replay. Larger catch-ups (a prompt chunk's) run eagerly.
+(``CommonAttentionMetadata.padded_for_graph``). The inputs go up in two copies (per token, per request)
+into static staging buffers, which the graph itself unpacks into the model's inputs, then one replay:
+inputs the device holds (each request's last token, fed tokens) overwrite the staging first. Larger
+catch-ups (a prompt chunk's) run eagerly.
 """
 
 from __future__ import annotations
@@ -58,10 +60,12 @@ class CatchUpGraphs:
         self.seq_lens = torch.zeros(reqs, dtype=i32, device=device)
         self.tables = torch.zeros((groups, reqs, width), dtype=i32, device=device)
         pin = runner.target.platform.capabilities.pin_memory and device.type != "cpu"
-        # Host staging: ids, positions, target rows, slots per group (tokens); last (requests).
+        # Staging, on the host and on the device: per token its id, position, target row and slot per group;
+        # per request its query start (one more row), context length and last token (flat).
         self._host_tokens = torch.zeros((top, 3 + groups), dtype=i64, pin_memory=pin)
-        self._host_reqs = torch.zeros((reqs + 1, 2), dtype=i32, pin_memory=pin)
-        self._host_last = torch.zeros(reqs, dtype=i64, pin_memory=pin)
+        self._host_reqs = torch.zeros((reqs + 1, 3), dtype=i32, pin_memory=pin)
+        self.staged_tokens = torch.zeros((top, 3 + groups), dtype=i64, device=device)
+        self.staged_reqs = torch.zeros((reqs + 1, 3), dtype=i32, device=device)
         self._host_tables = torch.zeros((groups, reqs, width), dtype=i32, pin_memory=pin)
         self.graphs: dict[int, tuple[Any, tuple[torch.Tensor, torch.Tensor]]] = {}
 
@@ -83,6 +87,19 @@ class CatchUpGraphs:
         reqs = self._requests(size)
         return self.fn(self.ids[:size], self.positions[:size], self.target_rows[:size], self.last[:reqs])
 
+    def _unpack_and_run(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """What a graph holds: the staged inputs copied into the model's, then the pass."""
+        reqs = self._requests(size)
+        tokens, requests = self.staged_tokens[:size], self.staged_reqs[: reqs + 1]
+        self.ids[:size].copy_(tokens[:, 0])
+        self.positions[:size].copy_(tokens[:, 1])
+        self.target_rows[:size].copy_(tokens[:, 2])
+        self.slots[:, :size].copy_(tokens[:, 3:].t())
+        self.query_start_loc[: reqs + 1].copy_(requests[:, 0])
+        self.seq_lens[:reqs].copy_(requests[:reqs, 1])
+        self.last[:reqs].copy_(requests[:reqs, 2])
+        return self._run(size)
+
     @torch.inference_mode()
     def capture(self, pool: Any = None) -> None:
         """One graph per size, largest first; captured on one request holding every token (reading the
@@ -93,16 +110,16 @@ class CatchUpGraphs:
         with tensor_parallel_size(self.runner.draft_tp):
             for size in reversed(self.sizes):
                 reqs = self._requests(size)
-                self.query_start_loc[1: reqs + 1] = size
-                self.seq_lens[:reqs] = 0
-                self.seq_lens[0] = size
-                self.slots.fill_(-1)
-                self.last.zero_()
+                self.staged_tokens.zero_()
+                self.staged_tokens[:, 3:] = -1
+                self.staged_reqs.zero_()
+                self.staged_reqs[1: reqs + 1, 0] = size
+                self.staged_reqs[0, 1] = size
                 with set_forward_context(self._context(size)):
-                    self._run(size)
+                    self._unpack_and_run(size)
                     graph = platform.new_graph()
                     with platform.capture_graph(graph, pool):
-                        out = self._run(size)
+                        out = self._unpack_and_run(size)
                 self.graphs[size] = (graph, out)
         platform.synchronize()
         logger.info("captured %d draft catch-up graphs (%d..%d tokens) in %.1f s", len(self.graphs),
@@ -140,23 +157,15 @@ class CatchUpGraphs:
         req[n + 1: reqs + 1, 0] = t
         req[:n, 1] = seq_lens
         req[n:reqs, 1] = 0
-        last = self._host_last.numpy()
-        last[:n] = ends
-        last[n:reqs] = 0
-        staged = self._host_tokens[:size].to(runner.device, non_blocking=True)
-        self.ids[:size].copy_(staged[:, 0])
-        self.positions[:size].copy_(staged[:, 1])
-        self.target_rows[:size].copy_(staged[:, 2])
-        self.slots[:, :size].copy_(staged[:, 3:].t())
-        reqs_dev = self._host_reqs[: reqs + 1].to(runner.device, non_blocking=True)
-        self.query_start_loc[: reqs + 1].copy_(reqs_dev[:, 0])
-        self.seq_lens[:reqs].copy_(reqs_dev[:reqs, 1])
-        self.last[:reqs].copy_(self._host_last[:reqs], non_blocking=True)
+        req[:n, 2] = ends
+        req[n:reqs, 2] = 0
+        self.staged_tokens[:size].copy_(self._host_tokens[:size], non_blocking=True)
+        self.staged_reqs[: reqs + 1].copy_(self._host_reqs[: reqs + 1], non_blocking=True)
+        self.tables[:, :reqs].copy_(self._host_tables[:, :reqs], non_blocking=True)
         if ends_dev is not None:
-            self.last[:n].copy_(ends_dev)
+            self.staged_reqs[:n, 2].copy_(ends_dev)
         if feed is not None:
-            self.ids.index_copy_(0, *feed)
-        self.tables.copy_(self._host_tables, non_blocking=True)
+            self.staged_tokens.select(1, 0).index_copy_(0, *feed)
         graph, (hidden, drafted) = self.graphs[size]
         graph.replay()
         return hidden[:n], drafted[:n]
