@@ -143,6 +143,7 @@ def main() -> int:
     parser.add_argument("--log-dir", default=None, help="where the runs' logs go (default: a temporary folder)")
     parser.add_argument("--preimport", default="", help="comma-separated modules the LLM(...) runs import first")
     parser.add_argument("--skip-serve", action="store_true", help="only the LLM(...) runs")
+    parser.add_argument("--skip-llm", action="store_true", help="only the serve runs")
     parser.add_argument("--import-profile", action="store_true",
                         help="run LLM(...) under -X importtime and add the seconds of each top-level package")
     args = parser.parse_args()
@@ -153,9 +154,10 @@ def main() -> int:
         llm_folder = llm_w.write_model_folder(Path(tmp) / llm_w.name)
         serve_folder = serve_w.write_model_folder(Path(tmp) / f"serve-{serve_w.name}")
         for index in range(args.runs):
-            line = run_llm(llm_folder, llm_w.dtype, llm_w.max_model_len, json.loads(args.engine_args), log_dir, index,
-                           [name for name in args.preimport.split(",") if name], args.import_profile)
-            print(json.dumps({"workload": llm_w.name, **line}), flush=True)
+            if not args.skip_llm:
+                line = run_llm(llm_folder, llm_w.dtype, llm_w.max_model_len, json.loads(args.engine_args), log_dir, index,
+                              [name for name in args.preimport.split(",") if name], args.import_profile)
+                print(json.dumps({"workload": llm_w.name, **line}), flush=True)
             if args.skip_serve:
                 continue
             line = run_serve(serve_folder, serve_w.dtype, serve_w.max_model_len, shlex.split(args.serve_args),
