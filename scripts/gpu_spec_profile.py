@@ -29,11 +29,36 @@ HOST_CALLS = ("cudaGraphLaunch", "cudaStreamSynchronize", "cudaDeviceSynchronize
               "cudaEventSynchronize", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "aten::item")
 
 
-def _profile(llm: LLM, prompt: list[int], tokens: int, label: str) -> None:
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaGraphLaunch")
+
+
+def _source_of(ev: object) -> str:
+    """The innermost infercore frame that led to a host launch event (its op's recorded stack)."""
+    node = getattr(ev, "cpu_parent", None)
+    while node is not None:
+        for frame in getattr(node, "stack", None) or []:
+            if "infercore" in frame and "/torch/" not in frame:
+                return frame.split("infercore/", 1)[-1][:110]
+        node = getattr(node, "cpu_parent", None)
+    return "?"
+
+
+def _attribute(prof: object, tokens: int, label: str, top: int = 45) -> None:
+    """Host launches per output token, by the infercore line that made them."""
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for ev in prof.events():  # type: ignore[attr-defined]
+        if ev.name in LAUNCHES:
+            counts[(_source_of(ev), ev.name)] += 1
+    for (where, name), count in sorted(counts.items(), key=lambda kv: -kv[1])[:top]:
+        print(json.dumps({"label": label, "launches_per_token": round(count / tokens, 2), "call": name, "at": where}),
+              flush=True)
+
+
+def _profile(llm: LLM, prompt: list[int], tokens: int, label: str, attribute: bool = False) -> None:
     params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True, detokenize=False)
     llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
     llm.reset_prefix_cache()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=attribute) as prof:
         start = time.perf_counter()
         llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
         wall = time.perf_counter() - start
@@ -56,6 +81,8 @@ def _profile(llm: LLM, prompt: list[int], tokens: int, label: str) -> None:
                       "host_calls": {n: [c, round(t / 1000, 2)] for n, (c, t) in host.items()}}), flush=True)
     for name, (count, us) in top:
         print(json.dumps({"label": label, "kernel": name, "count": count, "ms": round(us / 1000, 3)}), flush=True)
+    if attribute:
+        _attribute(prof, tokens, label)
 
 
 def _timed(llm: LLM, prompt: list[int], tokens: int, label: str, rate: float) -> None:
@@ -78,6 +105,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--rates", default="", help="comma-separated acceptance rates to time unprofiled")
     parser.add_argument("--methods", default="eagle3", help="comma-separated: eagle3, draft_model (the 0.6B shape)")
+    parser.add_argument("--attribute", action="store_true",
+                        help="also count host launches per token by the infercore line that made them (slower)")
+    parser.add_argument("--skip-after", action="store_true", help="no runs drafting after the step")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r.strip()]
     workload = WORKLOADS[args.workload]
@@ -89,7 +119,7 @@ def main() -> None:
         for method in args.methods.split(","):
             spec = {"method": method, "num_speculative_tokens": args.k,
                     "model": folders["eagle3" if method == "eagle3" else "draft"]}
-            runs += [(method, spec), (f"{method}_after", spec)]
+            runs += [(method, spec)] + ([] if args.skip_after else [(f"{method}_after", spec)])
         for label, spec in runs:
             in_step = ModelProposer.drafts_in_step
             if label.endswith("_after"):
@@ -99,7 +129,7 @@ def main() -> None:
                       **({"speculative_config": spec} if spec else {}))
             if spec:
                 force_acceptance_rate(llm, args.rate)
-            _profile(llm, prompt, args.tokens, label)
+            _profile(llm, prompt, args.tokens, label, args.attribute)
             for rate in rates if spec else [None] if rates else []:
                 if spec:
                     force_acceptance_rate(llm, rate)

@@ -116,3 +116,19 @@ def test_registered_for_every_triton_platform() -> None:
     assert not ops.get("rms_norm", "cpu").target.startswith("infercore_triton.")  # the CPU platform's own
     assert ops.get("int4_linear", "cuda").target == "infercore_triton.int4_gemm:int4_linear"
     assert ops.get("int4_linear", "cpu").target == "infercore.ops.reference:int4_linear"
+
+
+@pytest.mark.parametrize("mode", ["static", "runtime"])
+def test_pure_decode_split_counts_at_run_time_on_request(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """``INFERCORE_DECODE_SPLITS=runtime``: a pure-decode step passes its split count at run time (one compiled
+    variant for every captured batch size) and attends as the compiled count does."""
+    monkeypatch.setenv("INFERCORE_DECODE_SPLITS", mode)
+    case = make_case([40, 7, 90], [1, 1, 1], 8, 2, 64, 16, torch.bfloat16, seed=3)
+    builder = TritonAttentionBackend.get_builder_cls()(KVCacheSpec(16, 2, 64, torch.bfloat16), torch.device("cpu"), 8, 256)
+    builder.num_sms = 132
+    meta = builder.build(_common(case, case.q.shape[0]))
+    assert meta.num_splits > 1 and meta.runtime_splits == (mode == "runtime")
+    impl = TritonAttentionBackend.get_impl_cls()(AttentionLayerSpec(num_heads=8, head_size=64, scale=0.125, num_kv_heads=2))
+    out = torch.full_like(case.q, float("nan"))
+    impl.forward(case.q, case.k, case.v, case.kv_cache, meta, out)
+    assert rel_err(out, reference_attention(case, 0.125)) < TOLERANCE[torch.bfloat16]

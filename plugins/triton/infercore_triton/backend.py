@@ -5,6 +5,7 @@ An fp8 (e4m3) cache is quantized with saturation on write and read back with the
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,17 @@ MAX_SPLITS = 32
 #: multiprocessor and 64-token tiles. Over an fp8 cache the split count was not re-measured: two per SM.
 PROGRAMS_PER_SM = 12
 FP8_PROGRAMS_PER_SM = 2
+
+
+#: ``INFERCORE_DECODE_SPLITS=runtime`` passes pure-decode steps' split counts to the decode kernel at run time,
+#: as mixed steps' are: one compiled variant serves every captured batch size (a fresh machine's start-up
+#: compiles about ten fewer); ``static`` (the default) compiles each size's count into its variant.
+SPLITS_ENV = "INFERCORE_DECODE_SPLITS"
+
+
+def runtime_split_counts() -> bool:
+    """Whether pure-decode steps take their split count at run time (``INFERCORE_DECODE_SPLITS=runtime``)."""
+    return os.environ.get(SPLITS_ENV, "static") == "runtime"
 
 
 def choose_num_splits(num_reqs: int, num_kv_heads: int, max_context: int, num_sms: int,
@@ -200,7 +212,7 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder):
             max_query_len=common.max_query_len, query_start_loc=common.query_start_loc,
             seq_lens=common.seq_lens, block_table=common.block_table, slot_mapping=common.slot_mapping,
             num_decodes=num_decodes, num_splits=num_splits, decode_config=config,
-            uniform=uniform, runtime_splits=not common.is_pure_decode,
+            uniform=uniform, runtime_splits=not common.is_pure_decode or runtime_split_counts(),
             visible_until=common.visible_until, short_queries=short, all_short=all_short,
         )
 
