@@ -120,8 +120,8 @@ def test_registered_for_every_triton_platform() -> None:
 
 @pytest.mark.parametrize("mode", ["static", "runtime"])
 def test_pure_decode_split_counts_at_run_time_on_request(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
-    """``INFERCORE_DECODE_SPLITS=runtime``: a pure-decode step passes its split count at run time (one compiled
-    variant for every captured batch size) and attends as the compiled count does."""
+    """A pure-decode step passes its split count at run time (one compiled variant for every captured batch
+    size) unless ``INFERCORE_DECODE_SPLITS=static``, and attends as the compiled count does."""
     monkeypatch.setenv("INFERCORE_DECODE_SPLITS", mode)
     case = make_case([40, 7, 90], [1, 1, 1], 8, 2, 64, 16, torch.bfloat16, seed=3)
     builder = TritonAttentionBackend.get_builder_cls()(KVCacheSpec(16, 2, 64, torch.bfloat16), torch.device("cpu"), 8, 256)
