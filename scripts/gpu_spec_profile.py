@@ -29,36 +29,11 @@ HOST_CALLS = ("cudaGraphLaunch", "cudaStreamSynchronize", "cudaDeviceSynchronize
               "cudaEventSynchronize", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "aten::item")
 
 
-LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaGraphLaunch")
-
-
-def _source_of(ev: object) -> str:
-    """The innermost infercore frame that led to a host launch event (its op's recorded stack)."""
-    node = getattr(ev, "cpu_parent", None)
-    while node is not None:
-        for frame in getattr(node, "stack", None) or []:
-            if "infercore" in frame and "/torch/" not in frame:
-                return frame.split("infercore/", 1)[-1][:110]
-        node = getattr(node, "cpu_parent", None)
-    return "?"
-
-
-def _attribute(prof: object, tokens: int, label: str, top: int = 45) -> None:
-    """Host launches per output token, by the infercore line that made them."""
-    counts: dict[tuple[str, str], int] = defaultdict(int)
-    for ev in prof.events():  # type: ignore[attr-defined]
-        if ev.name in LAUNCHES:
-            counts[(_source_of(ev), ev.name)] += 1
-    for (where, name), count in sorted(counts.items(), key=lambda kv: -kv[1])[:top]:
-        print(json.dumps({"label": label, "launches_per_token": round(count / tokens, 2), "call": name, "at": where}),
-              flush=True)
-
-
-def _profile(llm: LLM, prompt: list[int], tokens: int, label: str, attribute: bool = False) -> None:
+def _profile(llm: LLM, prompt: list[int], tokens: int, label: str) -> None:
     params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True, detokenize=False)
     llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
     llm.reset_prefix_cache()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=attribute) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
         wall = time.perf_counter() - start
@@ -81,8 +56,6 @@ def _profile(llm: LLM, prompt: list[int], tokens: int, label: str, attribute: bo
                       "host_calls": {n: [c, round(t / 1000, 2)] for n, (c, t) in host.items()}}), flush=True)
     for name, (count, us) in top:
         print(json.dumps({"label": label, "kernel": name, "count": count, "ms": round(us / 1000, 3)}), flush=True)
-    if attribute:
-        _attribute(prof, tokens, label)
 
 
 def _timed(llm: LLM, prompt: list[int], tokens: int, label: str, rate: float) -> None:
@@ -105,8 +78,6 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--rates", default="", help="comma-separated acceptance rates to time unprofiled")
     parser.add_argument("--methods", default="eagle3", help="comma-separated: eagle3, draft_model (the 0.6B shape)")
-    parser.add_argument("--attribute", action="store_true",
-                        help="also count host launches per token by the infercore line that made them (slower)")
     parser.add_argument("--skip-after", action="store_true", help="no runs drafting after the step")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r.strip()]
@@ -129,7 +100,7 @@ def main() -> None:
                       **({"speculative_config": spec} if spec else {}))
             if spec:
                 force_acceptance_rate(llm, args.rate)
-            _profile(llm, prompt, args.tokens, label, args.attribute)
+            _profile(llm, prompt, args.tokens, label)
             for rate in rates if spec else [None] if rates else []:
                 if spec:
                     force_acceptance_rate(llm, rate)
