@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -59,8 +60,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_TIMELINE_LINE = re.compile(r"infercore\.startup( \[api \d+\])?: (.*)")
+
+
 def _timeline(log: str) -> list[str]:
-    return [line.split("infercore.startup: ", 1)[1] for line in log.splitlines() if "infercore.startup: " in line]
+    """The start-up lines of every process of the run (an API server's carry its ``[api N]`` tag)."""
+    found = (_TIMELINE_LINE.search(line) for line in log.splitlines())
+    return [f"{(m.group(1) or '').strip()} {m.group(2)}".strip() for m in found if m]
 
 
 def import_seconds_by_package(log: str, top: int = 15) -> dict[str, float]:
