@@ -159,6 +159,46 @@ def test_benchmark_acceptance_rate_accepts_each_draft_with_that_probability(rate
     assert abs(float((out.num_tokens - 1).double().mean()) - expected) < 0.03 * max(expected, 1.0)
 
 
+@pytest.mark.parametrize("rate", [None, 0.0, 0.6, 1.0])
+def test_all_greedy_rows_verify_as_the_general_path_does(rate: float | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows all greedy with point-mass drafts take the short path; the same tokens as the general path (run
+    here by passing the drafts' one-hot distributions) for drafts that match, partly match or miss, and at
+    the benchmark's forced rates."""
+    generator = torch.Generator().manual_seed(7)
+    drafts = [[int(t) for t in torch.randint(0, VOCAB, (n,), generator=generator)] for n in (4, 4, 2, 0, 3, 1)]
+    logits = torch.randn(sum(len(d) + 1 for d in drafts), VOCAB, generator=generator)
+    at = 0
+    for row, tokens in enumerate(drafts):  # rows 0 and 4: the target agrees with every draft; others at random
+        for j, token in enumerate(tokens):
+            if row in (0, 4) or j == 0:
+                logits[at + j, token] = 10.0
+        at += len(tokens) + 1
+    params = [SamplingParams(temperature=0)] * len(drafts)
+    width = max(len(d) for d in drafts)
+    one_hot = torch.zeros(len(drafts), width, VOCAB)
+    for row, tokens in enumerate(drafts):
+        for j, token in enumerate(tokens):
+            one_hot[row, j, token] = 1.0
+    short_paths: list[int] = []
+    original = RejectionSampler._verify_all_greedy
+
+    def counted(self: RejectionSampler, *args: object) -> object:
+        short_paths.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(RejectionSampler, "_verify_all_greedy", counted)
+    torch.manual_seed(3)
+    short = verify(logits, params, drafts, sampler=RejectionSampler(benchmark_acceptance_rate=rate))
+    assert short_paths == [1]
+    torch.manual_seed(3)
+    general = verify(logits, params, drafts, draft_probs=one_hot, sampler=RejectionSampler(benchmark_acceptance_rate=rate))
+    assert short_paths == [1]  # the one-hot distributions took the general path
+    assert short.num_tokens.tolist() == general.num_tokens.tolist()
+    assert short.token_ids.tolist() == general.token_ids.tolist()
+    if rate is None:
+        assert short.num_tokens.tolist()[0] == 5 and short.num_tokens.tolist()[4] == 4
+
+
 def test_benchmark_acceptance_rate_is_checked() -> None:
     with pytest.raises(ValueError, match="benchmark_acceptance_rate"):
         RejectionSampler(benchmark_acceptance_rate=1.5)

@@ -73,12 +73,15 @@ class RejectionSampler(Sampler):
         if logits.shape[0] != expected:
             raise ValueError(f"verify takes sum(num_drafts + 1) = {expected} rows of logits; got {logits.shape[0]}")
         positions_host = first_host[:, None] + np.minimum(np.arange(width), num_drafts[:, None])
-        first = _to(first_host, device)
-        positions = _to(positions_host, device)
-        counts = _to(num_drafts, device)
+        # One upload: each row's first position, its drafts' positions, its draft count.
+        uploaded = _to(np.concatenate([first_host, positions_host.ravel(), num_drafts]), device)
+        first, positions, counts = uploaded.split([num_rows, num_rows * width, num_rows])
+        positions = positions.view(num_rows, width)
         drafts = draft_token_ids.long().clamp_min(0)
 
         logits = self._target_logits(logits.float(), metadata)
+        if metadata.temperature is None and draft_probs is None:
+            return self._verify_all_greedy(logits, metadata, drafts, counts, first, positions)
         greedy_positions = (metadata.temperature == 0 if metadata.temperature is not None
                             else torch.ones(logits.shape[0], dtype=torch.bool, device=device))
         greedy = greedy_positions.index_select(0, first)
@@ -94,6 +97,29 @@ class RejectionSampler(Sampler):
         columns = torch.arange(width + 1, device=device)
         padded = torch.cat([drafts, drafts.new_zeros(num_rows, 1)], dim=1)
         token_ids = torch.where(columns < accepted.unsqueeze(1), padded, PAD_TOKEN_ID)
+        token_ids.scatter_(1, accepted.unsqueeze(1), final.unsqueeze(1))
+        return VerifiedTokens(token_ids, accepted + 1)
+
+    def _verify_all_greedy(self, logits: torch.Tensor, metadata: SamplingMetadata, drafts: torch.Tensor,
+                           counts: torch.Tensor, first: torch.Tensor, positions: torch.Tensor) -> VerifiedTokens:
+        """:meth:`verify` where every row is greedy and the drafts are point masses: one argmax per position;
+        a draft passes where it is the argmax there (at the benchmark's rate: where its uniform is below the
+        rate, as ``accept_drafts`` tests a point-mass draft), and the row's last token is the argmax at the
+        first position not accepted. The same tokens as the general path, in far fewer launches."""
+        num_rows, width = drafts.shape
+        best = logits.argmax(dim=-1)  # [T]
+        if self.benchmark_acceptance_rate is not None:
+            uniforms = (acceptance_uniforms(metadata.seeds.index_select(0, positions.flatten())).view(num_rows, width)
+                        if metadata.seeds is not None else torch.rand((num_rows, width), device=logits.device))
+            ok = uniforms < self.benchmark_acceptance_rate
+        else:
+            ok = drafts == best.index_select(0, positions.flatten()).view(num_rows, width)
+        ok &= torch.arange(width, device=ok.device) < counts.unsqueeze(1)
+        accepted = ok.long().cumprod(dim=1).sum(dim=1)
+        final = best.index_select(0, first + accepted)
+        columns = torch.arange(width + 1, device=drafts.device)
+        padded = torch.cat([drafts, final.unsqueeze(1)], dim=1)
+        token_ids = torch.where(columns <= accepted.unsqueeze(1), padded, PAD_TOKEN_ID)
         token_ids.scatter_(1, accepted.unsqueeze(1), final.unsqueeze(1))
         return VerifiedTokens(token_ids, accepted + 1)
 
