@@ -188,11 +188,14 @@ class ModelProposer(Proposer):
         rows, start, scheduled = layout.rows, layout.num_computed, layout.num_scheduled
         num_rows, num_sampled = len(rows), len(sampled_idx)
         shift, k = self.input_shift, self.spec.config.num_speculative_tokens
-        none = torch.full((num_sampled, k), PAD_TOKEN_ID, dtype=torch.int64, device=accepted.device)
+
+        def none() -> torch.Tensor:  # no drafts for any sampled row
+            return torch.full((num_sampled, k), PAD_TOKEN_ID, dtype=torch.int64, device=accepted.device)
+
         live = np.ones(num_rows, dtype=bool)
         if not draft and self.lazy_catch_up:
             self._first_stale(rows, start, req_ids, live)  # who holds each row, since when
-            return none
+            return none()
         num_drafts = batch.num_drafts[rows]
         sampled = np.zeros(num_rows, dtype=bool)
         sampled[sampled_idx] = True
@@ -209,7 +212,7 @@ class ModelProposer(Proposer):
         plan = self._catch_up_plan(batch, layout, req_ids, live, stop)
         catch, query_lens = plan.catch, plan.query_lens
         if not len(catch):
-            return none
+            return none()
         # Each row's last settled token (flat) if no draft were accepted; a sampled row's moves by ``accepted``,
         # and the input there is the target's token after the accepted ones.
         ends = np.cumsum(query_lens) - 1 - np.where(sampled[catch], num_drafts[catch], 0)
@@ -229,12 +232,15 @@ class ModelProposer(Proposer):
                                               plan.target_rows, ends, pick, graphs_allowed=True, ends_dev=ends_dev,
                                               feed=feed)
         if not len(pick):
-            return none
+            return none()
         counts = allowed[order]
         last_pos = last_base + accepted.index_select(0, order_dev)
         drafted = self.steps.run(rows[order], last_pos, counts, tokens, hidden)[:, :k]
-        none[:, : drafted.shape[1]].index_copy_(0, order_dev, drafted)
-        return none
+        if len(order) == num_sampled and drafted.shape[1] == k and np.array_equal(sample_of[order], np.arange(num_sampled)):
+            return drafted  # every sampled row drafts, in order (a view the caller copies before the next step)
+        padded = none()
+        padded[:, : drafted.shape[1]].index_copy_(0, order_dev, drafted)
+        return padded
 
     def _catch_up_plan(self, batch: InputBatch, layout: BatchLayout, req_ids: list[str], live: np.ndarray,
                        stop: np.ndarray) -> CatchUpPlan:
