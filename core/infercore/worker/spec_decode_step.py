@@ -97,19 +97,21 @@ class SpeculativeStep:
         first = np.concatenate(([0], np.cumsum(counts)))[:-1]
         owner = np.repeat(np.arange(len(rows)), counts)
         offset = np.arange(int(counts.sum())) - first[owner]
-        index = torch.from_numpy(np.repeat(ends - counts, counts) + offset).to(self.device, non_blocking=True)
+        width = int(num_drafts.max())
+        columns = np.minimum(batch.num_tokens[rows][:, None] + np.arange(width), batch.max_model_len - 1)
+        drafts = np.where(np.arange(width) < num_drafts[:, None], batch.token_ids[rows[:, None], columns],
+                          PAD_TOKEN_ID)
+        # One upload: the verified positions' flat indices, then the drafts.
+        uploaded = torch.from_numpy(np.concatenate([np.repeat(ends - counts, counts) + offset, drafts.ravel()])).to(
+            self.device, torch.int64, non_blocking=True)
+        index, drafts_dev = uploaded.split([len(offset), drafts.size])
         logits = compute_logits(out.index_select(0, index)).float()
         metadata = self._metadata(batch, rows, states, num_drafts, owner, offset)
         if grammar_bitmask is not None:
             expand = torch.from_numpy(owner).to(grammar_bitmask.device, non_blocking=True)
             metadata = dataclasses.replace(metadata, grammar_bitmask=grammar_bitmask.index_select(0, expand))
         raw_logprobs = logits.log_softmax(dim=-1) if metadata.max_num_logprobs is not None else None
-        width = int(num_drafts.max())
-        columns = np.minimum(batch.num_tokens[rows][:, None] + np.arange(width), batch.max_model_len - 1)
-        drafts = np.where(np.arange(width) < num_drafts[:, None], batch.token_ids[rows[:, None], columns],
-                          PAD_TOKEN_ID)
-        verified = self.sampler.verify(logits, metadata, torch.from_numpy(drafts).to(self.device, non_blocking=True),
-                                       num_drafts)
+        verified = self.sampler.verify(logits, metadata, drafts_dev.view(len(rows), width), num_drafts)
         if bool(batch.sampling.penalised[rows].any()):
             self._record_penalties(batch, rows, verified.token_ids)
         if raw_logprobs is not None:
