@@ -226,17 +226,22 @@ class ModelProposer(Proposer):
             ends, in_catch, sample_of[catch[in_catch]], sample_of[order], stop[order] - 1 - num_drafts[order])
         feed = None
         if len(in_catch):
-            ends_dev.index_add_(0, where, accepted.index_select(0, which))
-            feed = (ends_dev.index_select(0, where), bonus.index_select(0, which))
+            moved = _take(accepted, sample_of[catch[in_catch]], which)
+            if _is_prefix(in_catch):  # the first catch-up requests (every one, at batch 1)
+                ends_dev[: len(in_catch)] += moved
+                feed = (ends_dev[: len(in_catch)], _take(bonus, sample_of[catch[in_catch]], which))
+            else:
+                ends_dev.index_add_(0, where, moved)
+                feed = (ends_dev.index_select(0, where), _take(bonus, sample_of[catch[in_catch]], which))
         hidden, tokens = self.runner.catch_up(rows[catch], query_lens, stop[catch], plan.positions, plan.input_ids,
                                               plan.target_rows, ends, pick, graphs_allowed=True, ends_dev=ends_dev,
                                               feed=feed)
         if not len(pick):
             return none()
         counts = allowed[order]
-        last_pos = last_base + accepted.index_select(0, order_dev)
+        last_pos = last_base + _take(accepted, sample_of[order], order_dev)
         drafted = self.steps.run(rows[order], last_pos, counts, tokens, hidden)[:, :k]
-        if len(order) == num_sampled and drafted.shape[1] == k and np.array_equal(sample_of[order], np.arange(num_sampled)):
+        if len(order) == num_sampled and drafted.shape[1] == k and _is_prefix(sample_of[order]):
             return drafted  # every sampled row drafts, in order (a view the caller copies before the next step)
         padded = none()
         padded[:, : drafted.shape[1]].index_copy_(0, order_dev, drafted)
@@ -300,6 +305,16 @@ class ModelProposer(Proposer):
         """``parts`` as int64 tensors on the device, from one upload."""
         uploaded = self._dev(np.concatenate([np.asarray(part, dtype=np.int64) for part in parts]))
         return list(uploaded.split([len(part) for part in parts]))
+
+
+def _is_prefix(index: np.ndarray) -> bool:
+    """Whether ``index`` is ``0, 1, ..., n - 1`` (taking it is taking the first ``n``)."""
+    return bool(np.array_equal(index, np.arange(len(index))))
+
+
+def _take(values: torch.Tensor, index: np.ndarray, index_dev: torch.Tensor) -> torch.Tensor:
+    """``values[index]``: the first ``len(index)`` as they are where ``index`` is a prefix, else a gather."""
+    return values[: len(index)] if _is_prefix(index) else values.index_select(0, index_dev)
 
 
 def load_weights_into(model: Any, folder: str, load_format: str) -> None:
