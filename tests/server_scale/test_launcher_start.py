@@ -1,6 +1,6 @@
-"""The ``--api-server-count N`` launcher starts the engines before any heavy import (torch, transformers,
-uvicorn are the API servers' and the engines' own imports, run beside the engines' start-up), and a parser
-flag no plugin serves is still refused with exit code 2, the engines it had started stopped."""
+"""The ``--api-server-count N`` launcher spawns the engines and the API servers before any heavy import
+(torch, transformers and uvicorn are the children's own imports, run side by side), and a parser flag no
+plugin serves is still refused, with exit code 2, before anything starts."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ _PROBE = textwrap.dedent("""
 
     def start_servers(self, sock, socket_dir):
         seen["servers"] = True
+        seen["heavy_at_server_spawn"] = sorted(m for m in ("torch", "transformers", "uvicorn", "fastapi")
+                                              if m in sys.modules)
         self.stop_signal = 15  # watch() returns at once
 
     api_server_procs._Launcher.start_engines = start_engines
@@ -38,14 +40,14 @@ def _probe(*flags: str) -> tuple[dict, str]:
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
-def test_the_launcher_spawns_the_engines_before_any_heavy_import() -> None:
-    seen, stderr = _probe()
-    assert seen["heavy_at_engine_spawn"] == [], stderr[-2000:]
+def test_the_launcher_spawns_every_child_before_any_heavy_import() -> None:
+    seen, stderr = _probe("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+    assert seen["heavy_at_engine_spawn"] == [] and seen["heavy_at_server_spawn"] == [], stderr[-2000:]
     assert seen.get("servers") and seen["code"] == 0
 
 
-def test_an_unknown_tool_parser_is_refused_and_no_server_starts() -> None:
+def test_an_unknown_tool_parser_is_refused_and_nothing_starts() -> None:
     seen, stderr = _probe("--enable-auto-tool-choice", "--tool-call-parser", "no_such_parser")
     assert seen["code"] == 2
-    assert "servers" not in seen
+    assert "servers" not in seen and "heavy_at_engine_spawn" not in seen
     assert "no_such_parser" in stderr

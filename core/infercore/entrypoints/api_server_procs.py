@@ -39,6 +39,7 @@ from infercore.demo import resolve_demo_model
 from infercore.distributed.dp_rendezvous import with_data_parallel_master
 from infercore.frontend.core_client import EngineEndpoint, make_socket_dir, run_engine
 from infercore.frontend.dp_client import rank_config
+from infercore.parsers.lookup import check_parser_flags
 
 logger = logging.getLogger("infercore.server")
 
@@ -187,6 +188,11 @@ def launch(config: InfercoreConfig, engine_factory: str) -> int:
     """Run ``--api-server-count`` API servers in front of the engine(s) until stopped; the exit code."""
     from infercore.demo import DEMO_NOTICE
 
+    try:
+        check_parser_flags(config.serve)  # the plugin registries alone: nothing heavy is imported
+    except ValueError as exc:  # a parser name no plugin registers
+        print(f"infercore serve: {exc}", file=sys.stderr)
+        return 2
     if config.model.model == DEMO_MODEL:
         logger.warning(DEMO_NOTICE)
     resolve_demo_model(config)
@@ -206,14 +212,6 @@ def launch(config: InfercoreConfig, engine_factory: str) -> int:
     clean = False
     try:
         launcher.start_engines(socket_dir)
-        # Checked beside the engines' start-up: the parser registries import the server's protocol models.
-        from infercore.entrypoints.openai.chat_parsing import check_parser_flags
-
-        try:
-            check_parser_flags(config.serve)
-        except ValueError as exc:  # a parser name no plugin registers
-            print(f"infercore serve: {exc}", file=sys.stderr)
-            return 2  # the finally stops the engines
         launcher.start_servers(sock, socket_dir)
         sock.close()  # the API servers hold their duplicates; the port is free once they all have stopped
         logger.info("serving on http://%s:%d with %d API server processes", config.serve.host, port,

@@ -162,8 +162,8 @@ def run_serve_config(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGI
     if config.serve.api_server_count > 1:
         from infercore.entrypoints.api_server_procs import launch
 
-        return launch(config, engine_factory)  # checks the parser flags once the engines are starting
-    from infercore.entrypoints.openai.chat_parsing import check_parser_flags
+        return launch(config, engine_factory)  # checks the parser flags first
+    from infercore.parsers.lookup import check_parser_flags
 
     try:
         check_parser_flags(config.serve)

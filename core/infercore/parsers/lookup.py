@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infercore.parsers.reasoning_parser import ReasoningParser
 from infercore.parsers.tool_parser import ToolParser
 from infercore.plugins import get_plugin_manager
+
+if TYPE_CHECKING:
+    from infercore.config import ServeConfig
 
 
 def _load(kind: str, name: str, option: str, base: type) -> type:
@@ -30,3 +33,13 @@ def get_reasoning_parser(name: str, tokenizer: Any | None = None, **kwargs: Any)
     """A new reasoning parser (one per request) registered as ``name``; ``kwargs`` are the
     request's chat template kwargs, such as ``enable_thinking``."""
     return _load("reasoning_parser", name, "--reasoning-parser", ReasoningParser)(tokenizer, **kwargs)
+
+
+def check_parser_flags(serve: ServeConfig) -> None:
+    """Raise ValueError, naming the known parsers, when the server's parser flags can't be served."""
+    if serve.enable_auto_tool_choice and not serve.tool_call_parser:
+        raise ValueError("--enable-auto-tool-choice needs --tool-call-parser NAME to read the model's tool calls")
+    if serve.tool_call_parser:
+        get_tool_parser(serve.tool_call_parser)
+    if serve.reasoning_parser:
+        get_reasoning_parser(serve.reasoning_parser)

@@ -22,19 +22,10 @@ from infercore.entrypoints.openai.protocol import ChatCompletionRequest, DeltaMe
 from infercore.entrypoints.openai.tool_choice_parsers import NamedFunctionParser, RequiredCallsParser
 from infercore.parsers import DeltaMessage as ParsedDelta
 from infercore.parsers import ReasoningParser, ToolParser, ToolRequest, get_reasoning_parser, get_tool_parser
+from infercore.parsers.lookup import check_parser_flags
 from infercore.plugins import get_plugin_manager
 from infercore.sampling_params import StructuredOutputsParams
 from infercore.structured_output.request import tool_choice_params
-
-
-def check_parser_flags(serve: ServeConfig) -> None:
-    """Raise ValueError, naming the known parsers, when the server's parser flags can't be served."""
-    if serve.enable_auto_tool_choice and not serve.tool_call_parser:
-        raise ValueError("--enable-auto-tool-choice needs --tool-call-parser NAME to read the model's tool calls")
-    if serve.tool_call_parser:
-        get_tool_parser(serve.tool_call_parser)
-    if serve.reasoning_parser:
-        get_reasoning_parser(serve.reasoning_parser)
 
 
 def is_constrained(req: ChatCompletionRequest) -> bool:
