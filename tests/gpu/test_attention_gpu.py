@@ -44,6 +44,27 @@ def test_decode_long_contexts(dtype: torch.dtype, head_size: int, group: int, bl
             assert rel_err(out, ref) < GPU_TOLERANCE[dtype], (splits, config)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("group", "short"), [(4, 4), (4, 6), (2, 4), (8, 4)])
+@pytest.mark.parametrize("window", [None, 1000])
+def test_verification_sharing_the_kv_reads_matches_the_reference(dtype: torch.dtype, group: int, short: int,
+                                                                 window: int | None,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """``INFERCORE_VERIFY_SHARED_KV=1``: short queries (a row's token and its drafts) at long contexts, one split
+    and the split count a decode step of as many rows would take, against the reference."""
+    monkeypatch.setenv("INFERCORE_VERIFY_SHARED_KV", "1")
+    query_lens = [short, 1, 3, short, 2, short]
+    seq_lens = [4000, 77, 1500, 8192, 513, short]
+    case = make_case(seq_lens, query_lens, 4 * group, 4, 128, 16, dtype, "cuda", seed=group + short)
+    write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
+    ref = _reference(case, 128**-0.5, window)
+    for splits in (1, choose_num_splits(sum(query_lens), 4, 8192, 132)):
+        out = torch.full_like(case.q, float("nan"))
+        decode_attention(case.q, case.kv_cache, case.seq_lens, case.block_table, 128**-0.5, out, num_splits=splits,
+                         sliding_window=window, query_start_loc=case.query_start_loc, short_queries=short)
+        assert rel_err(out, ref) < GPU_TOLERANCE[dtype], splits
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("head_size", [64, 128])
 @pytest.mark.parametrize("group", [1, 4, 8])

@@ -17,6 +17,27 @@ SEQ_LENS = [40, 9, 77, 30, 21, 5, 64]
 QUERY_LENS = [1, 9, 20, 1, 1, 5, 37]
 
 
+def _count_launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the split kernels ``decode_attention`` launches from now on."""
+    from infercore_triton import decode_attention as decode_module
+    from infercore_triton import verify_attention as verify_module
+
+    launched: list[str] = []
+    for module, name in ((decode_module, "_decode_split_kernel"), (verify_module, "_verify_split_kernel")):
+        kernel = getattr(module, name)
+
+        class _Counted:
+            def __init__(self, kernel=kernel, name=name) -> None:  # noqa: ANN001
+                self.kernel, self.name = kernel, name
+
+            def __getitem__(self, grid):  # noqa: ANN001, ANN204
+                launched.append(self.name)
+                return self.kernel[grid]
+
+        monkeypatch.setattr(module, name, _Counted())
+    return launched
+
+
 def _padded(case, extra_tokens: int, extra_reqs: int):  # noqa: ANN001, ANN202
     """The case's inputs as the runner pads them: tokens with no request, requests with no tokens."""
     total, n = case.q.shape[0], case.seq_lens.shape[0]
@@ -95,8 +116,15 @@ SPEC_SEQ_LENS = [40, 9, 77, 30, 21, 64]
 SPEC_QUERY_LENS = [4, 9, 4, 1, 2, 37]
 
 
+@pytest.mark.parametrize("shared_kv", [False, True])
 @pytest.mark.parametrize(("num_splits", "window"), [(1, None), (3, None), (2, 24)])
-def test_short_queries_attend_as_decodes_of_their_tokens(num_splits: int, window: int | None) -> None:
+def test_short_queries_attend_as_decodes_of_their_tokens(num_splits: int, window: int | None, shared_kv: bool,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per query token (the decode kernel's short path) or per sequence, all its tokens on one read of the
+    context (``verify_attention``, ``INFERCORE_VERIFY_SHARED_KV=1``): the same attention."""
+    if shared_kv:
+        monkeypatch.setenv("INFERCORE_VERIFY_SHARED_KV", "1")
+    launched = _count_launches(monkeypatch)
     group, kv_heads, head = 2, 2, 64
     case = make_case(SPEC_SEQ_LENS, SPEC_QUERY_LENS, group * kv_heads, kv_heads, head, 16, torch.float32, seed=11)
     write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
@@ -105,6 +133,7 @@ def test_short_queries_attend_as_decodes_of_their_tokens(num_splits: int, window
     scale = head**-0.5
     decode_attention(q, case.kv_cache, seq_lens, table, scale, out, num_splits=num_splits, sliding_window=window,
                      query_start_loc=qsl, short_queries=4)
+    assert launched == (["_verify_split_kernel"] if shared_kv else ["_decode_split_kernel"])
     total = case.q.shape[0]
     want = reference_attention(case, scale, sliding_window=window)
     lens = torch.tensor(SPEC_QUERY_LENS)
@@ -115,3 +144,30 @@ def test_short_queries_attend_as_decodes_of_their_tokens(num_splits: int, window
                       config=PrefillConfig(block_m=32, block_n=16), uniform_grid=True, short_queries=4)
     assert rel_err(out[:total], want) < TOLERANCE[torch.float32]
     assert torch.isnan(out[total:]).all()
+
+
+@pytest.mark.parametrize(("short", "dtype", "num_splits"), [(4, torch.bfloat16, 1), (6, torch.bfloat16, 4),
+                                                           (6, torch.float32, 2)])
+def test_shared_kv_verification_with_wider_groups(short: int, dtype: torch.dtype, num_splits: int,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group of 4 query heads: 4 tokens fill the 16 rows exactly, 6 (k = 5) take 32; queries of 1 to
+    ``short`` tokens beside a longer one (left to the prefill kernel)."""
+    monkeypatch.setenv("INFERCORE_VERIFY_SHARED_KV", "1")
+    launched = _count_launches(monkeypatch)
+    group, kv_heads, head = 4, 2, 64
+    query_lens = [short, 1, 3, 12, short, 2]
+    seq_lens = [50, 7, 90, 40, short, 130]
+    case = make_case(seq_lens, query_lens, group * kv_heads, kv_heads, head, 16, dtype, seed=5)
+    write_kv(case.k, case.v, case.kv_cache, case.slot_mapping)
+    q, qsl, lens, table = _padded(case, extra_tokens=3, extra_reqs=2)
+    out = torch.full_like(q, float("nan"))
+    scale = head**-0.5
+    decode_attention(q, case.kv_cache, lens, table, scale, out, num_splits=num_splits, query_start_loc=qsl,
+                     short_queries=short)
+    assert launched == ["_verify_split_kernel"]
+    total = case.q.shape[0]
+    want = reference_attention(case, scale)
+    counts = torch.tensor(query_lens)
+    mine = torch.repeat_interleave(counts <= short, counts)
+    assert rel_err(out[:total][mine], want[mine]) < TOLERANCE[dtype]
+    assert torch.isnan(out[:total][~mine]).all()

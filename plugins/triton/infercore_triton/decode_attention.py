@@ -28,6 +28,7 @@ import triton.language as tl
 from infercore.plugin_api import KernelSettings, current_platform
 from infercore_triton.pdl import pdl_enabled
 from infercore_triton.split_k_counters import tile_counters
+from infercore_triton.verify_attention import shares_kv, verify_attention
 
 #: Window passed to the kernels when attention is not windowed: longer than any context.
 NO_WINDOW = 1 << 30
@@ -565,30 +566,35 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     else:
         part_out = out.new_empty((1, 1, 1, 1), dtype=torch.float32)
         part_lse = out.new_empty((1, 1, 1), dtype=torch.float32)
-    if query_start_loc is None or short:
-        rows = num_rows
+    if short and counters is None and shares_kv(kv_cache):
+        verify_attention(q, kv_cache, seq_lens, block_table, query_start_loc, scale * k_scale, out, part_out,
+                         part_lse, num_splits, short, sliding_window or NO_WINDOW, config.block_n,
+                         dot_precision(q.dtype), config.num_warps, config.num_stages)
     else:
-        rows = min(num_seqs, triton.cdiv(2 * multiprocessor_count(q.device), kv_heads))
-    _decode_split_kernel[(rows, kv_heads, num_splits)](
-        q, k_cache, v_cache, block_table, seq_lens, seq_lens if query_start_loc is None else query_start_loc,
-        out, part_out, part_lse, counters if counters is not None else part_lse,
-        scale * k_scale, float(v_scale), sliding_window or NO_WINDOW, num_seqs, num_splits,
-        q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        block_table.stride(0),
-        out.stride(0), out.stride(1),
-        part_out.stride(0), part_out.stride(1), part_out.stride(2),
-        part_lse.stride(0), part_lse.stride(1),
-        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
-        PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=0 if runtime_splits and num_splits > 1 else num_splits,
-        DOT_PRECISION=dot_precision(q.dtype),
-        FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, FP8_K_WORDS=fp8_ptx and config.fp8_k_words and head_size % 4 == 0,
-        FP8_V_WORDS=fp8_ptx and config.fp8_v_words and head_size % 4 == 0, FP8_QK=fp8_qk, FP8_PV=fp8_pv,
-        QUERY_STARTS=query_start_loc is not None, SHORT=short, LAST_REDUCES=counters is not None,
-        SPLITS_PAD=max(REDUCE_SPLITS_PAD, triton.next_power_of_2(num_splits)),
-        LAUNCH_DEPENDENTS=pdl_enabled(q.device),
-        num_warps=config.num_warps, num_stages=config.num_stages,
-    )
+        if query_start_loc is None or short:
+            rows = num_rows
+        else:
+            rows = min(num_seqs, triton.cdiv(2 * multiprocessor_count(q.device), kv_heads))
+        _decode_split_kernel[(rows, kv_heads, num_splits)](
+            q, k_cache, v_cache, block_table, seq_lens, seq_lens if query_start_loc is None else query_start_loc,
+            out, part_out, part_lse, counters if counters is not None else part_lse,
+            scale * k_scale, float(v_scale), sliding_window or NO_WINDOW, num_seqs, num_splits,
+            q.stride(0), q.stride(1),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            block_table.stride(0),
+            out.stride(0), out.stride(1),
+            part_out.stride(0), part_out.stride(1), part_out.stride(2),
+            part_lse.stride(0), part_lse.stride(1),
+            GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size, HEAD_PAD=head_pad,
+            PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=0 if runtime_splits and num_splits > 1 else num_splits,
+            DOT_PRECISION=dot_precision(q.dtype),
+            FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, FP8_K_WORDS=fp8_ptx and config.fp8_k_words and head_size % 4 == 0,
+            FP8_V_WORDS=fp8_ptx and config.fp8_v_words and head_size % 4 == 0, FP8_QK=fp8_qk, FP8_PV=fp8_pv,
+            QUERY_STARTS=query_start_loc is not None, SHORT=short, LAST_REDUCES=counters is not None,
+            SPLITS_PAD=max(REDUCE_SPLITS_PAD, triton.next_power_of_2(num_splits)),
+            LAUNCH_DEPENDENTS=pdl_enabled(q.device),
+            num_warps=config.num_warps, num_stages=config.num_stages,
+        )
     if num_splits > 1 and counters is None:
         _decode_reduce_kernel[(num_rows, num_heads)](
             part_out, part_lse, out, num_splits, seq_lens if query_start_loc is None else query_start_loc, seq_lens,
