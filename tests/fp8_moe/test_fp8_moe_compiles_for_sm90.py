@@ -3,22 +3,13 @@ pipelined, within its shared memory."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-#: Shared memory one thread block of an H100/H200 may use.
-SM90_SHARED_BYTES = 227 * 1024
+from sm90_compile import SM90_SHARED_BYTES, run_compile_script
 
 
 def test_fp8_moe_gemm_compiles_for_sm90(tmp_path: Path) -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path),
-           "TRITON_DEFAULT_FP_FUSION": "1"}
-    script = Path(__file__).with_name("compile_fp8_moe_sm90.py")
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
+    lines = run_compile_script(Path(__file__).with_name("compile_fp8_moe_sm90.py"), tmp_path)
     assert len(lines) == 6, lines
     shared = [int(line.split(": ")[1].split()[0]) for line in lines]
     assert all(size <= SM90_SHARED_BYTES for size in shared), lines
