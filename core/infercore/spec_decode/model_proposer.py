@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from infercore.spec_decode.device_index import is_prefix, take, upload
 from infercore.spec_decode.proposer import PAD_TOKEN_ID, Drafts, Proposer
 
 if TYPE_CHECKING:
@@ -221,27 +222,27 @@ class ModelProposer(Proposer):
         drafting = sampled & (allowed > 0) & draft
         pick = np.flatnonzero(drafting[catch])
         order = catch[pick]
+        samples = sample_of[catch[in_catch]]  # the sampled catch-up requests' places among the samples
         # Every index the device needs, in one upload.
-        ends_dev, where, which, order_dev, last_base = self._dev_parts(
-            ends, in_catch, sample_of[catch[in_catch]], sample_of[order], stop[order] - 1 - num_drafts[order])
+        ends_dev, where, which, order_dev, last_base = upload(
+            self.runner.device, ends, in_catch, samples, sample_of[order], stop[order] - 1 - num_drafts[order])
         feed = None
         if len(in_catch):
-            moved = _take(accepted, sample_of[catch[in_catch]], which)
-            if _is_prefix(in_catch):  # the first catch-up requests (every one, at batch 1)
+            moved = take(accepted, samples, which)
+            if is_prefix(in_catch):  # the first catch-up requests (every one, at batch 1)
                 ends_dev[: len(in_catch)] += moved
-                feed = (ends_dev[: len(in_catch)], _take(bonus, sample_of[catch[in_catch]], which))
             else:
                 ends_dev.index_add_(0, where, moved)
-                feed = (ends_dev.index_select(0, where), _take(bonus, sample_of[catch[in_catch]], which))
+            feed = (take(ends_dev, in_catch, where), take(bonus, samples, which))
         hidden, tokens = self.runner.catch_up(rows[catch], query_lens, stop[catch], plan.positions, plan.input_ids,
                                               plan.target_rows, ends, pick, graphs_allowed=True, ends_dev=ends_dev,
                                               feed=feed)
         if not len(pick):
             return none()
         counts = allowed[order]
-        last_pos = last_base + _take(accepted, sample_of[order], order_dev)
+        last_pos = last_base + take(accepted, sample_of[order], order_dev)
         drafted = self.steps.run(rows[order], last_pos, counts, tokens, hidden)[:, :k]
-        if len(order) == num_sampled and drafted.shape[1] == k and _is_prefix(sample_of[order]):
+        if len(order) == num_sampled and drafted.shape[1] == k and is_prefix(sample_of[order]):
             return drafted  # every sampled row drafts, in order (a view the caller copies before the next step)
         padded = none()
         padded[:, : drafted.shape[1]].index_copy_(0, order_dev, drafted)
@@ -300,21 +301,6 @@ class ModelProposer(Proposer):
 
     def _dev(self, values: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(self.runner.device, non_blocking=True)
-
-    def _dev_parts(self, *parts: np.ndarray) -> list[torch.Tensor]:
-        """``parts`` as int64 tensors on the device, from one upload."""
-        uploaded = self._dev(np.concatenate([np.asarray(part, dtype=np.int64) for part in parts]))
-        return list(uploaded.split([len(part) for part in parts]))
-
-
-def _is_prefix(index: np.ndarray) -> bool:
-    """Whether ``index`` is ``0, 1, ..., n - 1`` (taking it is taking the first ``n``)."""
-    return bool(np.array_equal(index, np.arange(len(index))))
-
-
-def _take(values: torch.Tensor, index: np.ndarray, index_dev: torch.Tensor) -> torch.Tensor:
-    """``values[index]``: the first ``len(index)`` as they are where ``index`` is a prefix, else a gather."""
-    return values[: len(index)] if _is_prefix(index) else values.index_select(0, index_dev)
 
 
 def load_weights_into(model: Any, folder: str, load_format: str) -> None:

@@ -32,6 +32,7 @@ import torch
 
 from infercore.sample.metadata import SamplingMetadata
 from infercore.sample.sampler import Sampler
+from infercore.spec_decode.device_index import upload
 from infercore.spec_decode.proposer import PAD_TOKEN_ID
 from infercore.spec_decode.uniforms import acceptance_uniforms
 
@@ -74,8 +75,7 @@ class RejectionSampler(Sampler):
             raise ValueError(f"verify takes sum(num_drafts + 1) = {expected} rows of logits; got {logits.shape[0]}")
         positions_host = first_host[:, None] + np.minimum(np.arange(width), num_drafts[:, None])
         # One upload: each row's first position, its drafts' positions, its draft count.
-        uploaded = _to(np.concatenate([first_host, positions_host.ravel(), num_drafts]), device)
-        first, positions, counts = uploaded.split([num_rows, num_rows * width, num_rows])
+        first, positions, counts = upload(device, first_host, positions_host, num_drafts)
         positions = positions.view(num_rows, width)
         drafts = draft_token_ids.long().clamp_min(0)
 
@@ -183,7 +183,3 @@ class RejectionSampler(Sampler):
         empty = residual.amax(dim=-1, keepdim=True) == float("-inf")
         return torch.where(empty, scaled, residual)
 
-
-def _to(values: np.ndarray, device: torch.device) -> torch.Tensor:
-    """An int64 device tensor of host ``values``, copied without waiting for the device."""
-    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(device, non_blocking=True)

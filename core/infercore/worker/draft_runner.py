@@ -24,6 +24,7 @@ from torch import nn
 
 from infercore.attention.backend import CommonAttentionMetadata
 from infercore.forward_context import ForwardContext, set_forward_context
+from infercore.spec_decode.device_index import is_prefix
 from infercore.spec_decode.draft_parallel import tensor_parallel_size
 from infercore.worker.draft_catch_up import CatchUpFn, CatchUpGraphs, Feed
 from infercore.worker.draft_steps import DraftSteps, StepFn
@@ -118,7 +119,7 @@ class DraftRunner:
             assert graphs is not None
             hidden, tokens = graphs.replay(size, rows, query_lens, seq_lens, positions, input_ids, target_rows, ends,
                                            ends_dev, feed)
-            if np.array_equal(pick, np.arange(len(pick))):  # the first requests (every one, at batch 1)
+            if is_prefix(pick):  # the first requests (every one, at batch 1)
                 return hidden[: len(pick)], tokens[: len(pick)]
             index = self._dev(pick, torch.int64)
             return hidden.index_select(0, index), tokens.index_select(0, index)

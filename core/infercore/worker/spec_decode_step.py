@@ -33,6 +33,7 @@ from infercore.plugins.manager import get_plugin_manager
 from infercore.sample import Sampler
 from infercore.sample.logprobs import gather_logprobs
 from infercore.sample.metadata import SamplingMetadata
+from infercore.spec_decode.device_index import upload
 from infercore.spec_decode.model_proposer import ModelProposer
 from infercore.spec_decode.position_metadata import positions_metadata
 from infercore.spec_decode.proposer import PAD_TOKEN_ID, Proposer, ProposerSpec
@@ -102,9 +103,7 @@ class SpeculativeStep:
         drafts = np.where(np.arange(width) < num_drafts[:, None], batch.token_ids[rows[:, None], columns],
                           PAD_TOKEN_ID)
         # One upload: the verified positions' flat indices, then the drafts.
-        uploaded = torch.from_numpy(np.concatenate([np.repeat(ends - counts, counts) + offset, drafts.ravel()])).to(
-            self.device, torch.int64, non_blocking=True)
-        index, drafts_dev = uploaded.split([len(offset), drafts.size])
+        index, drafts_dev = upload(self.device, np.repeat(ends - counts, counts) + offset, drafts)
         logits = compute_logits(out.index_select(0, index)).float()
         metadata = self._metadata(batch, rows, states, num_drafts, owner, offset)
         if grammar_bitmask is not None:
