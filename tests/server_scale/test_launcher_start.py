@@ -15,18 +15,13 @@ _PROBE = textwrap.dedent("""
 
     seen = {}
 
-    def start_engines(self, socket_dir):
-        seen["heavy_at_engine_spawn"] = sorted(m for m in ("torch", "transformers", "uvicorn", "fastapi")
-                                              if m in sys.modules)
-
-    def start_servers(self, sock, socket_dir):
+    def start(self, sock, socket_dir):
         seen["servers"] = True
-        seen["heavy_at_server_spawn"] = sorted(m for m in ("torch", "transformers", "uvicorn", "fastapi")
-                                              if m in sys.modules)
+        seen["heavy_at_spawn"] = sorted(m for m in ("torch", "transformers", "uvicorn", "fastapi")
+                                        if m in sys.modules)
         self.stop_signal = 15  # watch() returns at once
 
-    api_server_procs._Launcher.start_engines = start_engines
-    api_server_procs._Launcher.start_servers = start_servers
+    api_server_procs._Launcher.start = start
     code = cli.main(["serve", "--api-server-count", "2", "--port", "0", *sys.argv[1:]])
     print(json.dumps({"code": code, **seen}))
 """)
@@ -42,12 +37,12 @@ def _probe(*flags: str) -> tuple[dict, str]:
 
 def test_the_launcher_spawns_every_child_before_any_heavy_import() -> None:
     seen, stderr = _probe("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
-    assert seen["heavy_at_engine_spawn"] == [] and seen["heavy_at_server_spawn"] == [], stderr[-2000:]
+    assert seen["heavy_at_spawn"] == [], stderr[-2000:]
     assert seen.get("servers") and seen["code"] == 0
 
 
 def test_an_unknown_tool_parser_is_refused_and_nothing_starts() -> None:
     seen, stderr = _probe("--enable-auto-tool-choice", "--tool-call-parser", "no_such_parser")
     assert seen["code"] == 2
-    assert "servers" not in seen and "heavy_at_engine_spawn" not in seen
+    assert "servers" not in seen and "heavy_at_spawn" not in seen
     assert "no_such_parser" in stderr

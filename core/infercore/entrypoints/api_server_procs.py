@@ -39,7 +39,6 @@ from infercore.demo import resolve_demo_model
 from infercore.distributed.dp_rendezvous import with_data_parallel_master
 from infercore.frontend.core_client import EngineEndpoint, make_socket_dir, run_engine
 from infercore.frontend.dp_client import rank_config
-from infercore.parsers.lookup import check_parser_flags
 
 logger = logging.getLogger("infercore.server")
 
@@ -113,8 +112,8 @@ class _Launcher:
             self._signal_servers(again=True)
         self.stop_signal = sig
 
-    def start_engines(self, socket_dir: str) -> None:
-        """Spawn the engine of every data-parallel rank, each bound to every API server's ipc sockets."""
+    def start(self, sock: socket.socket, socket_dir: str) -> None:
+        """Spawn every engine, then every API server with its endpoints."""
         count = self.config.serve.api_server_count
         size = self.config.parallel.data_parallel_size
         engines_config = with_data_parallel_master(self.config)  # where the engines meet, when they must
@@ -128,11 +127,6 @@ class _Launcher:
             engine.start()
             logger.info("engine %d started (pid %d)", rank, engine.pid)
             self.engines.append(engine)
-
-    def start_servers(self, sock: socket.socket, socket_dir: str) -> None:
-        """Spawn every API server with its endpoints (after :meth:`start_engines`)."""
-        count = self.config.serve.api_server_count
-        size = self.config.parallel.data_parallel_size
         pids = [engine.pid or 0 for engine in self.engines]
         config_json = self.config.model_dump_json()
         for server in range(count):
@@ -185,14 +179,10 @@ class _Launcher:
 
 
 def launch(config: InfercoreConfig, engine_factory: str) -> int:
-    """Run ``--api-server-count`` API servers in front of the engine(s) until stopped; the exit code."""
+    """Run ``--api-server-count`` API servers in front of the engine(s) until stopped (the flags already
+    checked, parsers included); the exit code."""
     from infercore.demo import DEMO_NOTICE
 
-    try:
-        check_parser_flags(config.serve)  # the plugin registries alone: nothing heavy is imported
-    except ValueError as exc:  # a parser name no plugin registers
-        print(f"infercore serve: {exc}", file=sys.stderr)
-        return 2
     if config.model.model == DEMO_MODEL:
         logger.warning(DEMO_NOTICE)
     resolve_demo_model(config)
@@ -211,8 +201,7 @@ def launch(config: InfercoreConfig, engine_factory: str) -> int:
     ended: BaseProcess | None = None
     clean = False
     try:
-        launcher.start_engines(socket_dir)
-        launcher.start_servers(sock, socket_dir)
+        launcher.start(sock, socket_dir)
         sock.close()  # the API servers hold their duplicates; the port is free once they all have stopped
         logger.info("serving on http://%s:%d with %d API server processes", config.serve.host, port,
                     config.serve.api_server_count)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 import types
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -157,19 +156,6 @@ def event_loop_runner() -> Callable[[Coroutine[Any, Any, int]], int]:
 
 def run_serve_config(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
                      client: EngineCoreClient | None = None) -> int:
-    """Serve ``config`` until stopped; ``client`` is an engine already starting (it is closed if the
-    flags turn out to be wrong)."""
-    if config.serve.api_server_count > 1:
-        from infercore.entrypoints.api_server_procs import launch
-
-        return launch(config, engine_factory)  # checks the parser flags first
-    from infercore.parsers.lookup import check_parser_flags
-
-    try:
-        check_parser_flags(config.serve)
-    except ValueError as exc:  # a parser name no plugin registers
-        if client is not None:
-            client.close()
-        print(f"infercore serve: {exc}", file=sys.stderr)
-        return 2
+    """Serve ``config`` with one API server until stopped (its flags already checked: see
+    ``serve_args.run_serve_command``); ``client`` is an engine already starting."""
     return event_loop_runner()(serve(config, engine_factory, client=client))

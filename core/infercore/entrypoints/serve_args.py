@@ -90,9 +90,12 @@ def run_serve_command(args: argparse.Namespace) -> int:
     """``infercore serve``: read the flags, start the engine process, and only then import the server
     (torch, transformers, uvicorn), so that its imports overlap the engine's start-up."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from infercore.parsers.lookup import check_parser_flags
+
     try:
         config = config_from_args(args)
-    except ValueError as exc:  # ConfigError
+        check_parser_flags(config.serve)  # the plugin registries alone, before any process starts
+    except ValueError as exc:  # ConfigError, or a parser name no plugin registers
         print(f"infercore serve: {exc}", file=sys.stderr)
         return 2
     if config.serve.api_server_count > 1:
