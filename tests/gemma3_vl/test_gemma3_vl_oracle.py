@@ -82,13 +82,18 @@ def test_gemma3_async_scheduling_and_preemption_match_hf(gemma3_vl_folder, oracl
         oracle.check(out, images, f"preempted {prompt['prompt']!r}")
 
 
+def _hf_composes_windows_with_images() -> bool:
+    """Whether this transformers builds Gemma 3's sliding mask as AND(window, OR(causal, same image))."""
+    from transformers.models.gemma3 import modeling_gemma3
+
+    return hasattr(modeling_gemma3, "create_masks_for_vision_model")
+
+
+@pytest.mark.skipif(not _hf_composes_windows_with_images(),
+                    reason="this transformers composes Gemma 3's sliding mask with images otherwise")
 def test_gemma3_window_shorter_than_an_image_matches_hf(tmp_path):
     """Sliding layers of window 8 under 16-token images: an image token sees its image only within the window
     (HF's AND(window, OR(causal, same image)), which transformers names create_masks_for_vision_model)."""
-    from transformers.models.gemma3 import modeling_gemma3
-
-    if not hasattr(modeling_gemma3, "create_masks_for_vision_model"):
-        pytest.skip("this transformers composes Gemma 3's sliding mask with images otherwise")
     from infercore.tiny_vision_models import build_gemma3_vl_folder
 
     folder = build_gemma3_vl_folder(tmp_path, seed=1, sliding_window=8)

@@ -13,7 +13,19 @@ from infercore.ops.moe_fp8_reference import dequantize_w13, quantize_w13
 from infercore.ops.moe_fp8_reference import fused_moe_fp8_block as reference
 from infercore.ops.moe_reference import fused_moe as unquantized_reference
 
-pytestmark = requires_gpu
+
+def _has_fp8_dot() -> bool:
+    if not torch.cuda.is_available():
+        return False
+    from infercore_triton.fp8_support import has_fp8_dot
+
+    return has_fp8_dot(torch.device("cuda"))
+
+
+# Every case runs the W8A8 kernel, which needs FP8 tensor cores.
+pytestmark = [*requires_gpu, pytest.mark.skipif(not _has_fp8_dot(), reason="needs a GPU with FP8 tensor cores "
+                                                                          "(compute capability 8.9 or newer)")]
+
 HIDDEN, INTER, EXPERTS, TOP_K, BLOCK = 2048, 768, 128, 8, 128
 #: Relative error (Frobenius norm) against the reference: bf16 roundings (the kernel rounds each row's
 #: weighted output, the reference its unweighted one, and the gate/up products sum in another order) move
@@ -22,13 +34,6 @@ BOUND = 1e-2
 #: W8A8 against the unquantized experts on the same (dequantized) weights: e4m3 activations (the reference
 #: itself is 0.044 off at this shape, 64 tokens, on the CPU).
 W8A8_BOUND = 8e-2
-
-
-def _needs_fp8_dot() -> None:
-    from infercore_triton.fp8_support import has_fp8_dot
-
-    if not has_fp8_dot(torch.device("cuda")):
-        pytest.skip("the GPU has no FP8 tensor cores (compute capability below 8.9)")
 
 
 def case(tokens: int, inter: int = INTER):
@@ -48,7 +53,6 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("tokens", [1, 64, 512])
 def test_fp8_fused_moe_matches_reference_at_qwen3_30b_a3b_shape(tokens: int) -> None:
-    _needs_fp8_dot()
     from infercore_triton.fused_moe_fp8 import fused_moe_fp8_block
 
     x, w13_q, w13_s, w2_q, w2_s, weights, ids = case(tokens)
@@ -62,7 +66,6 @@ def test_fp8_fused_moe_matches_reference_at_qwen3_30b_a3b_shape(tokens: int) -> 
 
 def test_tensor_parallel_share_of_the_intermediate_size() -> None:
     # TP=2 gives each rank 384 intermediate features per expert (three whole blocks each of gate and up).
-    _needs_fp8_dot()
     from infercore_triton.fused_moe_fp8 import fused_moe_fp8_block
 
     x, w13_q, w13_s, w2_q, w2_s, weights, ids = case(64, INTER // 2)
@@ -71,7 +74,6 @@ def test_tensor_parallel_share_of_the_intermediate_size() -> None:
 
 
 def test_fp8_fused_moe_replays_in_a_cuda_graph() -> None:
-    _needs_fp8_dot()
     from infercore_triton.fused_moe_fp8 import fused_moe_fp8_block
 
     x, w13_q, w13_s, w2_q, w2_s, weights, ids = case(32)

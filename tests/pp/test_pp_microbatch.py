@@ -52,17 +52,9 @@ def test_two_steps_run_on_the_two_stages_at_once(tiny_model_factory, tmp_path: P
     assert overlaps, "no step of the first stage ran while the second stage ran another"
 
 
-def free_cores() -> float:
-    """Cores idle over the last second."""
-    import psutil
-
-    return (os.cpu_count() or 1) * (1 - psutil.cpu_percent(interval=1.0) / 100)
-
-
 @pytest.mark.heavy
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="two stages in flight need two cores; this machine has one")
 def test_two_steps_in_flight_beat_one() -> None:
-    if free_cores() < 1.8:
-        pytest.skip("throughput of two stages needs two free cores")
     spec = importlib.util.spec_from_file_location("pipeline_microbatches", BENCHMARK)
     bench = importlib.util.module_from_spec(spec)
     assert spec.loader is not None

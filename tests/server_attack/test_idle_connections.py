@@ -16,24 +16,28 @@ import httpx
 import pytest
 from server.conftest import ServerProcess
 
-pytestmark = pytest.mark.serial  # a time bound: runs after the parallel pass, alone
-
 #: The half-open connections of one client, as in the attack (past the default --max-connections of 4096).
 NUM_IDLE = 5000
 IDLE_ADDRESS = "127.0.0.2"
 HEALTH_WITHIN_S = 2.0
 HEADER_TIMEOUT_S = 1.0
 SLACK_S = 2.0
+_SOFT, _HARD = resource.getrlimit(resource.RLIMIT_NOFILE)
+#: Descriptors the server is given: enough for both ends of every idle connection, within the hard limit.
+WANTED = 3 * NUM_IDLE if _HARD == resource.RLIM_INFINITY else min(_HARD, 3 * NUM_IDLE)
+
+pytestmark = [
+    pytest.mark.serial,  # a time bound: runs after the parallel pass, alone
+    pytest.mark.skipif(WANTED < 2 * NUM_IDLE + 256,
+                       reason=f"the descriptor limit ({_HARD}) is too low for {NUM_IDLE} connections on each side"),
+]
 
 
 @pytest.fixture(scope="module")
 def default_limits_server(attack_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A server with the default connection limits, allowed enough descriptors to hold 5,000 sockets."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = min(hard, 3 * NUM_IDLE) if hard != resource.RLIM_INFINITY else 3 * NUM_IDLE
-    if wanted < 2 * NUM_IDLE + 256:
-        pytest.skip(f"the descriptor limit ({hard}) is too low for {NUM_IDLE} connections on each side")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, WANTED), hard))
     server = ServerProcess(attack_model, tmp_path_factory.mktemp("idle-logs"),
                            ["--cpu-threads", "1", "--request-header-timeout", str(HEADER_TIMEOUT_S)])
     try:
