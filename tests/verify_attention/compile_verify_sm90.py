@@ -16,7 +16,7 @@ from infercore_triton.verify_attention import _verify_split_kernel
 POINTERS = {"q_ptr": "*bf16", "k_cache_ptr": "*bf16", "v_cache_ptr": "*bf16", "block_table_ptr": "*i32",
             "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32", "out_ptr": "*bf16", "part_out_ptr": "*fp32",
             "part_lse_ptr": "*fp32"}
-INTS = ("sliding_window", "num_seqs", "num_splits", "stride_qt", "stride_qh", "stride_cb", "stride_cs", "stride_ch",
+INTS = ("sliding_window", "num_splits", "stride_qt", "stride_qh", "stride_cb", "stride_cs", "stride_ch",
         "stride_bt", "stride_ot", "stride_oh", "stride_pt", "stride_ph", "stride_ps", "stride_lt", "stride_lh")
 
 

@@ -30,23 +30,22 @@ def shares_kv(kv_cache: torch.Tensor) -> bool:
     return os.environ.get(SHARED_KV_ENV) == "1" and kv_cache.element_size() > 1
 
 
-@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_seqs",
-                               "num_splits"])
+@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_splits"])
 def _verify_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
     out_ptr, part_out_ptr, part_lse_ptr,
-    scale, sliding_window, num_seqs, num_splits,
+    scale, sliding_window, num_splits,
     stride_qt, stride_qh, stride_cb, stride_cs, stride_ch, stride_bt,
     stride_ot, stride_oh, stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
     GROUP: tl.constexpr, SHORT: tl.constexpr, ROWS: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_SPLIT: tl.constexpr,
 ):
-    seq = tl.program_id(0).to(tl.int64)
+    seq = tl.program_id(0).to(tl.int64)  # the grid has one row of programs per sequence
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     q_start = tl.load(query_start_loc_ptr + seq)
     q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
-    if (seq < num_seqs) & (q_len > 0) & (q_len <= SHORT):
+    if (q_len > 0) & (q_len <= SHORT):
         seq_len = tl.load(seq_lens_ptr + seq)
         r = tl.arange(0, ROWS)
         t = r // GROUP
@@ -113,7 +112,7 @@ def verify_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     group = num_heads // kv_heads
     _verify_split_kernel[(seq_lens.shape[0], kv_heads, num_splits)](
         q, k_cache, v_cache, block_table, seq_lens, query_start_loc, out, part_out, part_lse,
-        scale, sliding_window, seq_lens.shape[0], num_splits,
+        scale, sliding_window, num_splits,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0),
         out.stride(0), out.stride(1), part_out.stride(0), part_out.stride(1), part_out.stride(2),
         part_lse.stride(0), part_lse.stride(1),
