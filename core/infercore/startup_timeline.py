@@ -79,9 +79,9 @@ class _KernelBuilds:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.count = 0
+        #: Variants built, per kernel name.
+        self.builds: dict[str, int] = {}
         self._counter: Any = None
-        self._names: dict[str, int] = {}
 
     def __enter__(self) -> _KernelBuilds:
         if self.enabled and "triton" in sys.modules:  # never import Triton just to count: a CPU start-up needs none of it
@@ -93,12 +93,15 @@ class _KernelBuilds:
     def __exit__(self, *exc: object) -> None:
         if self._counter is not None:
             self._counter.__exit__(None, None, None)
-            self.count = sum(self._counter.builds.values())
-            self._names = dict(self._counter.builds)
+            self.builds = dict(self._counter.builds)
+
+    @property
+    def count(self) -> int:
+        return sum(self.builds.values())
 
     def names(self) -> str:
         """The kernels built, most variants first: ``"_decode_split_kernel×4, rms_norm×2"``."""
-        ranked = sorted(self._names.items(), key=lambda item: (-item[1], item[0]))
+        ranked = sorted(self.builds.items(), key=lambda item: (-item[1], item[0]))
         return ", ".join(f"{name}×{count}" if count > 1 else name for name, count in ranked)
 
 
