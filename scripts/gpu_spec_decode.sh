@@ -21,7 +21,8 @@
 #   CPU dry run (tiny sizes): CPU_DRY_RUN=1 METHOD=draft_model bash scripts/gpu_spec_decode.sh
 # Knobs (environment): PART (latency | throughput | both | c256, default both), METHOD, KS, RATES
 # (comma-separated), BASELINE=0 (skip the runs without speculation), DISABLE (disable_by_batch_size for
-# latency/throughput runs: unset = default, "null" = never), PROMPT_PERIOD, WORKLOAD, DRAFT_WORKLOAD,
+# latency/throughput runs: unset = default, "null" = never), BACKOFF=0 (disable_by_acceptance null: no request
+# pauses drafting however few drafts land, the raw cost of verifying), PROMPT_PERIOD, WORKLOAD, DRAFT_WORKLOAD,
 # INPUT_LEN, OUTPUT_LEN, REPEATS, NUM_REQUESTS (throughput), STEP_S.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +60,7 @@ spec() {
         eagle3) model=", \"model\": \"$HEAD_DIR\"" ;;
     esac
     [[ -n "${2:-}" ]] && disable=", \"disable_by_batch_size\": $2"
+    [[ "${BACKOFF:-1}" == 0 ]] && disable="$disable, \"disable_by_acceptance\": null"
     echo "{\"method\": \"$METHOD\", \"num_speculative_tokens\": $1$model$disable}"
 }
 if [[ "$PART" == latency || "$PART" == both ]]; then

@@ -20,11 +20,14 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from infercore import LLM, SamplingParams
+from infercore.benchmarks.full_drafts import register_full_drafts
 from infercore.benchmarks.spec_folders import write_folders
 from infercore.benchmarks.speculative import force_acceptance_rate, periodic
 from infercore.benchmarks.workloads import WORKLOADS
 from infercore.spec_decode.model_proposer import ModelProposer
 
+#: The proposers that read a model, and which of ``write_folders``' folders each reads.
+MODEL_FOLDERS = {"eagle3": "eagle3", "draft_model": "draft"}
 HOST_CALLS = ("cudaGraphLaunch", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync",
               "cudaEventSynchronize", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "aten::item")
 
@@ -50,7 +53,7 @@ def _profile(llm: LLM, prompt: list[int], tokens: int, label: str) -> None:
             h = host[ev.name]
             h[0] += 1
             h[1] += ev.cpu_time
-    top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:18]
+    top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:30]
     print(json.dumps({"label": label, "tokens": tokens, "wall_ms_per_token": round(wall * 1000 / tokens, 3),
                       "device_ms_per_token": round(device_us / 1000 / tokens, 3),
                       "host_calls": {n: [c, round(t / 1000, 2)] for n, (c, t) in host.items()}}), flush=True)
@@ -77,9 +80,11 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--rates", default="", help="comma-separated acceptance rates to time unprofiled")
-    parser.add_argument("--methods", default="eagle3", help="comma-separated: eagle3, draft_model (the 0.6B shape)")
+    parser.add_argument("--methods", default="eagle3", help="comma-separated: eagle3, draft_model (the 0.6B shape), "
+                        "bench_ngram_full (n-gram drafts topped up to k: the verify step alone)")
     parser.add_argument("--skip-after", action="store_true", help="no runs drafting after the step")
     args = parser.parse_args()
+    register_full_drafts()
     rates = [float(r) for r in args.rates.split(",") if r.strip()]
     workload = WORKLOADS[args.workload]
     prompt = periodic(list(range(1, 513)), 64)
@@ -88,9 +93,11 @@ def main() -> None:
         folder = workload.write_model_folder(Path(tmp) / workload.name)
         runs: list[tuple[str, dict | None]] = [("plain", None)]
         for method in args.methods.split(","):
-            spec = {"method": method, "num_speculative_tokens": args.k,
-                    "model": folders["eagle3" if method == "eagle3" else "draft"]}
-            runs += [(method, spec)] + ([] if args.skip_after else [(f"{method}_after", spec)])
+            spec: dict = {"method": method, "num_speculative_tokens": args.k}
+            if method in MODEL_FOLDERS:
+                spec["model"] = folders[MODEL_FOLDERS[method]]
+            after = args.skip_after or method not in MODEL_FOLDERS
+            runs += [(method, spec)] + ([] if after else [(f"{method}_after", spec)])
         for label, spec in runs:
             in_step = ModelProposer.drafts_in_step
             if label.endswith("_after"):

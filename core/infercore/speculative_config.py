@@ -27,6 +27,11 @@ KNOWN_METHODS: dict[str, bool] = {
 #: there the verify pass is no longer bound by reading the weights, so rejected drafts cost real compute.
 DEFAULT_DISABLE_BY_BATCH_SIZE = 32
 
+#: A request pauses drafting while its drafts average fewer accepted tokens per verifying step than this
+#: (:mod:`infercore.scheduler.draft_backoff`): a verifying step costs about 1.2-1.35 plain steps at batch 1
+#: on a GPU, so below about a quarter of a token it loses.
+DEFAULT_DISABLE_BY_ACCEPTANCE = 0.25
+
 #: Why ``mtp`` has no in-tree proposer.
 MTP_REFUSAL = ("speculative method 'mtp' drafts with the multi-token-prediction layers a checkpoint carries; none of "
                "the families infercore runs (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, Phi-3, Gemma 3) has "
@@ -50,6 +55,10 @@ class SpeculativeConfig(BaseModel):
     disable_by_batch_size: int | None = Field(
         DEFAULT_DISABLE_BY_BATCH_SIZE, description="no drafts in steps with at least this many running requests "
         f"(default {DEFAULT_DISABLE_BY_BATCH_SIZE}; null: never off)")
+    disable_by_acceptance: float | None = Field(
+        DEFAULT_DISABLE_BY_ACCEPTANCE, description="a request whose last 8 verifying steps accepted fewer drafts "
+        "per step than this pauses drafting, for 16 steps and twice as long after each failing window since "
+        f"(default {DEFAULT_DISABLE_BY_ACCEPTANCE}; null: always draft)")
 
     @model_validator(mode="before")
     @classmethod
@@ -87,6 +96,14 @@ class SpeculativeConfig(BaseModel):
             raise ValueError(f"must be at least 1 (got {value})")
         return value
 
+    @field_validator("disable_by_acceptance")
+    @classmethod
+    def _non_negative(cls, value: float | None) -> float | None:
+        if value is not None and not 0 <= value < float("inf"):
+            raise ValueError(f"must be a number of accepted drafts per step, at least 0 (got {value}); null turns "
+                             "the pausing off")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> SpeculativeConfig:
         if self.method == "ngram":
@@ -99,6 +116,10 @@ class SpeculativeConfig(BaseModel):
                              f"{self.method!r}; leave them out")
         if self.method == "mtp" and "mtp" not in _registry():
             raise ValueError(MTP_REFUSAL)
+        if self.disable_by_acceptance is not None and self.disable_by_acceptance > self.num_speculative_tokens:
+            raise ValueError(f"disable_by_acceptance ({self.disable_by_acceptance}) is more accepted drafts per step "
+                             f"than the {self.num_speculative_tokens} drafted (num_speculative_tokens): every request "
+                             "would pause; give at most num_speculative_tokens, or null to always draft")
         if method_needs_model(self.method) and not self.model:
             raise ValueError(f"speculative method {self.method!r} proposes with a draft model; give its repo id "
                              "or folder as speculative_config's 'model'")

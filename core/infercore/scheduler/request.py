@@ -6,6 +6,7 @@ import enum
 
 from infercore.lora.request import LoRARequest
 from infercore.sampling_params import SamplingParams
+from infercore.scheduler.draft_backoff import DraftBackoff
 from infercore.wire.messages import EngineCoreRequest, FinishReason, Logprobs
 from infercore.wire.multimodal import MultiModalFeature
 
@@ -53,7 +54,7 @@ class Request:
         "num_computed_tokens", "status", "stop_reason", "num_cached_tokens", "block_hashes",
         "max_tokens", "min_tokens", "stop_eos_token_id", "stop_token_ids", "num_preemptions",
         "prompt_logprobs_parts", "prompt_logprobs_sent", "num_output_placeholders", "lora_request", "lora_id",
-        "spec_token_ids", "mm_features", "num_tokens_sent",
+        "spec_token_ids", "draft_backoff", "mm_features", "num_tokens_sent",
     )
 
     def __init__(
@@ -93,6 +94,9 @@ class Request:
         #: Draft tokens the proposer made after the last step (speculative decoding); the next schedule
         #: takes them as scheduled tokens or drops them.
         self.spec_token_ids: list[int] = []
+        #: Its acceptance window and pause (:mod:`infercore.scheduler.draft_backoff`); None until it first
+        #: verifies drafts with ``disable_by_acceptance`` set.
+        self.draft_backoff: DraftBackoff | None = None
         #: Tokens the workers were given (pipeline parallelism: they learn sampled tokens from the scheduler).
         self.num_tokens_sent = 0
         self.status = RequestStatus.WAITING

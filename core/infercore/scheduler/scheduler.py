@@ -8,6 +8,7 @@ from typing import Any
 
 from infercore.config import CacheConfig, SchedulerConfig
 from infercore.pooling.scheduling import pooled_output
+from infercore.scheduler.draft_backoff import DraftBackoff
 from infercore.scheduler.encoder_budget import EncoderBudget
 from infercore.scheduler.image_spans import ImageSpans
 from infercore.scheduler.kv_cache_manager import KVCacheManager, make_kv_cache_manager
@@ -57,8 +58,9 @@ class Scheduler:
     capped so that neither ``max_model_len`` nor ``max_tokens`` is passed, none in steps with at least
     ``disable_by_batch_size`` running requests, and none for requests with a grammar (their bitmask
     covers one position per step) or while an earlier step is in flight (async scheduling: the engine
-    overlaps only steps that may not draft, see :meth:`drafts_allowed`). When the
-    step comes back, ``num_computed_tokens`` goes back by the rejected drafts: their KV entries are
+    overlaps only steps that may not draft, see :meth:`drafts_allowed`), nor for a request whose drafts
+    keep failing while it pauses (``disable_by_acceptance``, :mod:`infercore.scheduler.draft_backoff`).
+    When the step comes back, ``num_computed_tokens`` goes back by the rejected drafts: their KV entries are
     written over by the next step, and no block is cached before its tokens are all accepted (blocks
     are hashed from ``all_token_ids``, which never holds a draft).
 
@@ -230,7 +232,11 @@ class Scheduler:
                         continue
                     num_new, samples = fitted, False
             rid = request.request_id
-            if request.spec_token_ids:
+            pause = request.draft_backoff
+            if pause is not None and pause.paused and num_new == 1:  # a decode step without drafts
+                pause.tick()
+                request.spec_token_ids = []
+            elif request.spec_token_ids:
                 drafts = self._take_drafts(request, drafts_allowed and num_new == 1 and not placeholders, budget - 1)
                 if drafts:
                     spec_tokens[rid] = drafts
@@ -280,6 +286,7 @@ class Scheduler:
             total_num_scheduled_tokens=self.max_num_batched_tokens - budget,
             finished_req_ids=finished,
             scheduled_spec_decode_tokens=spec_tokens,
+            draft_next=self._draft_next(),
         )
         cached_blocks = kv.take_newly_cached()
         if num_scheduled:
@@ -296,7 +303,19 @@ class Scheduler:
         spec = self.speculative_config
         if spec is None:
             return False
-        return spec.disable_by_batch_size is None or len(self.running) < spec.disable_by_batch_size
+        if spec.disable_by_batch_size is not None and len(self.running) >= spec.disable_by_batch_size:
+            return False
+        # A request drafts again when its pause ends (infercore.scheduler.draft_backoff): its drafts are
+        # made in the step before, where its pause has one step left.
+        return spec.disable_by_acceptance is None or any(
+            r.draft_backoff is None or r.draft_backoff.pause_left <= 1 for r in self.running)
+
+    def _draft_next(self) -> bool:
+        """Whether the step just scheduled should make drafts for the next: some running request is not
+        paused there (``SchedulerOutput.draft_next``)."""
+        if self.speculative_config is None or self.speculative_config.disable_by_acceptance is None:
+            return True
+        return any(r.draft_backoff is None or not r.draft_backoff.paused for r in self.running)
 
     def _take_drafts(self, request: Request, allowed: bool, budget: int) -> list[int]:
         """The drafts of ``request`` this step verifies (taken off the request either way): at most the
@@ -445,6 +464,8 @@ class Scheduler:
         logprobs = runner_output.logprobs
         spec_tokens = scheduler_output.scheduled_spec_decode_tokens
         new_drafts = runner_output.draft_token_ids
+        spec = self.speculative_config
+        backoff_threshold = spec.disable_by_acceptance if spec is not None else None
         outputs: list[EngineCoreOutput] = []
         any_finished = False
         for i, (rid, sampled) in enumerate(zip(runner_output.req_ids, runner_output.sampled_token_ids)):
@@ -457,6 +478,10 @@ class Scheduler:
                 # The rejected drafts' KV entries are written over by the next step.
                 request.num_computed_tokens -= len(drafts) + 1 - len(sampled)
                 self.spec_counters.count(len(drafts), len(sampled) - 1)
+                if backoff_threshold is not None:
+                    if request.draft_backoff is None:
+                        request.draft_backoff = DraftBackoff()
+                    request.draft_backoff.record(len(sampled) - 1, backoff_threshold)
             new_tokens = append_sampled(request, sampled, self.max_model_len)
             if new_drafts is not None and request.status == _RUNNING:
                 request.spec_token_ids = new_drafts[i]

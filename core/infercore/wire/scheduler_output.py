@@ -101,6 +101,10 @@ class SchedulerOutput:
     total_num_scheduled_tokens: int
     finished_req_ids: set[str]
     scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
+    #: Speculative decoding: whether this step makes drafts for the next one. False where every running
+    #: request's next step verifies none, each paused by the draft back-off (the worker applies
+    #: ``disable_by_batch_size`` itself, from the step's request count).
+    draft_next: bool = True
 
     @property
     def req_ids(self) -> list[str]:

@@ -310,7 +310,7 @@ class ModelRunner:
         forward, layout, req_ids = self._launch_forward(so, reorder=grammar_bitmask is None)
         if forward is None:
             return ModelRunnerOutput(req_ids=[], sampled_token_ids=[], logprobs=None, prompt_logprobs=None)
-        return self._collect(self._sample(req_ids, layout, forward, grammar_bitmask))
+        return self._collect(self._sample(req_ids, layout, forward, grammar_bitmask, so.draft_next))
 
     @torch.inference_mode()
     def execute_model_async(self, so: SchedulerOutput) -> ModelRunnerOutput | None:
@@ -323,7 +323,7 @@ class ModelRunner:
         forward, layout, req_ids = self._launch_forward(so)
         previous = self.finish_pending()
         if forward is not None:
-            self._pending = self._sample(req_ids, layout, forward, None)
+            self._pending = self._sample(req_ids, layout, forward, None, so.draft_next)
         return previous
 
     def finish_pending(self) -> ModelRunnerOutput | None:
@@ -352,9 +352,10 @@ class ModelRunner:
         return self._forward(layout, graph, meta), layout, req_ids
 
     def _sample(self, req_ids: list[str], layout: BatchLayout, forward: StepForward,
-                grammar_bitmask: torch.Tensor | None) -> PendingSample:
+                grammar_bitmask: torch.Tensor | None, draft_next: bool = True) -> PendingSample:
         """Sample every request whose scheduled tokens reach the end of its known tokens (on the last
-        pipeline stage; the others only pass the step on)."""
+        pipeline stage; the others only pass the step on); ``draft_next``: whether a proposer drafts for the
+        next step (``SchedulerOutput.draft_next``)."""
         batch = self.input_batch
         if not self.last_stage:
             return PendingSample(req_ids, np.zeros(0, dtype=np.int64), [], None)
@@ -364,7 +365,7 @@ class ModelRunner:
         if self.pooling is not None:  # a pooling model pools every request instead (infercore.pooling)
             return pool_step(self.pooling, req_ids, layout, forward.out, batch, prompt_logprobs)
         states = [batch.requests[req_ids[i]] for i in sampled_idx]
-        pending = PendingSample(req_ids, sampled_idx, states, prompt_logprobs, layout=layout)
+        pending = PendingSample(req_ids, sampled_idx, states, prompt_logprobs, layout=layout, draft_next=draft_next)
         if not states:  # a model-based proposer still catches up on the step's prompt tokens, in the step
             if self.spec is not None:
                 self.spec.sampled_in_step(batch, pending, torch.zeros(0, dtype=torch.int64, device=self.device))

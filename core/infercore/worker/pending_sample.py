@@ -28,4 +28,6 @@ class PendingSample:
     verified: Any = None
     #: The step's BatchLayout (a model-based proposer catches up on the step's tokens from it).
     layout: Any = None
+    #: Whether the proposer drafts for the next step (``SchedulerOutput.draft_next``).
+    draft_next: bool = True
     pooled: dict[str, torch.Tensor] | None = None  # pooling requests' results on the device (infercore.pooling)

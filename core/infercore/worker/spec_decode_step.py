@@ -164,10 +164,11 @@ class SpeculativeStep:
         return isinstance(self.proposer, ModelProposer) and self.proposer.drafts_in_step
 
     def _drafting(self, pending: PendingSample) -> bool:
-        """Whether a step drafts: it has fewer than ``disable_by_batch_size`` requests (else the scheduler
-        would drop the drafts)."""
+        """Whether a step drafts: the scheduler takes drafts from it (``draft_next``: some request is not
+        paused by the draft back-off) and it has fewer than ``disable_by_batch_size`` requests (else the
+        scheduler would drop the drafts)."""
         limit = self.disable_by_batch_size
-        return limit is None or len(pending.req_ids) < limit
+        return pending.draft_next and (limit is None or len(pending.req_ids) < limit)
 
     def host_rows(self, num_rows: int) -> torch.Tensor:
         """The host buffer for ``num_rows`` rows of ``VerifiedSample.counts_and_tokens``."""
