@@ -51,12 +51,12 @@ def test_eagle3_verifying_steps_never_wait_for_the_device(tiny_model_factory, tm
     original = ModelRunner._sample
     checked = []
 
-    def sample(self, req_ids, layout, forward, grammar_bitmask):
+    def sample(self, req_ids, layout, forward, grammar_bitmask, draft_next=True):
         if self.spec is None or not self.input_batch.num_drafts[layout.rows].any():
-            return original(self, req_ids, layout, forward, grammar_bitmask)
+            return original(self, req_ids, layout, forward, grammar_bitmask, draft_next)
         torch.cuda.set_sync_debug_mode("error")
         try:
-            pending = original(self, req_ids, layout, forward, grammar_bitmask)
+            pending = original(self, req_ids, layout, forward, grammar_bitmask, draft_next)
         finally:
             torch.cuda.set_sync_debug_mode("default")
         checked.append(pending.verified.drafted)
