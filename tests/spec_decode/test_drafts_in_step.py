@@ -161,6 +161,35 @@ def test_eagle_drafts_after_overlapped_steps_equal_those_of_synchronous_steps(qw
     assert sum(len(d) for d in synchronous.values()) >= 10
 
 
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["synchronous", "overlapped"])
+def test_a_catch_up_that_drafts_nothing_writes_the_cache_entries_of_the_whole_pass(qwen3_folder, tmp_path,
+                                                                                  monkeypatch, async_scheduling) -> None:
+    """Steps of 3 requests or more draft nothing, and the EAGLE head catches up through its K/V entries alone
+    (``ModelProposer.write_kv``: no output projection, MLP or LM head); the drafts once drafting resumes are
+    those of a head that ran its whole layer in those steps."""
+    from infercore.spec_decode.eagle import EagleProposer
+
+    head = build_eagle3_head_folder(tmp_path / "head", qwen3_folder, draft_vocab_size=96)
+    spec = {"method": "eagle3", "model": str(head), "num_speculative_tokens": 3, "disable_by_batch_size": 3,
+            "disable_by_acceptance": None}
+    calls = []
+    original = EagleProposer.write_kv
+
+    def counted(self, *args):
+        calls.append(len(args[0]))
+        return original(self, *args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(EagleProposer, "write_kv", counted)
+        alone = _drafts_by_request(qwen3_folder, spec, monkeypatch, async_scheduling)
+    assert calls and max(calls) >= 3  # busy steps of 3-4 requests caught up through write_kv
+    with monkeypatch.context() as patch:
+        patch.setattr(EagleProposer, "writes_kv_alone", False)
+        whole = _drafts_by_request(qwen3_folder, spec, monkeypatch, async_scheduling)
+    assert alone == whole
+    assert sum(len(d) for d in whole.values()) >= 10
+
+
 def test_eagle3_drafts_in_step_under_tensor_parallelism(qwen3_folder, tmp_path) -> None:
     """Two tensor-parallel ranks (gloo), each drafting inside its verifying steps with a whole head (one that
     carries its own ``embed_tokens``, as the public heads do): the tokens of one rank without speculation."""

@@ -115,17 +115,21 @@ class LlamaAttention(nn.Module):
         return input_quant_of(self.qkv_proj)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor | QuantizedActivation) -> torch.Tensor:
+        return self.o_proj(self.attend(positions, hidden))
+
+    def attend(self, positions: torch.Tensor, hidden: torch.Tensor | QuantizedActivation) -> torch.Tensor:
+        """The attention's output before ``o_proj``, the tokens' K/V written to the cache on the way (a draft
+        head's catch-up that only needs its cache stops here)."""
         # q, k, v are row-strided column slices of the QKV output; the attention backends take them so.
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         if self.fused_qk_norm_rotary:
             # The backend may norm and rotate q/k in the same pass as its KV cache write.
-            return self.o_proj(self.attn.forward_qk_norm_rotary(positions, q, k, v, self.rotary_emb,
-                                                                self.q_norm, self.k_norm))
+            return self.attn.forward_qk_norm_rotary(positions, q, k, v, self.rotary_emb, self.q_norm, self.k_norm)
         if self.qk_norm:
             q = self.q_norm(q.reshape(-1, self.head_dim)).view(q.shape)
             k = self.k_norm(k.reshape(-1, self.head_dim)).view(k.shape)
         q, k = self.rotary_emb(positions, q, k)
-        return self.o_proj(self.attn(q, k, v))
+        return self.attn(q, k, v)
 
 
 class LlamaMLP(nn.Module):

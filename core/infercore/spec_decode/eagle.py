@@ -61,6 +61,7 @@ class EagleProposer(ModelProposer):
 
     input_shift = 1
     lazy_catch_up = False
+    writes_kv_alone = True
     eagle3 = False
 
     def bind(self, target: ModelRunner, make_runner: MakeRunner) -> None:
@@ -118,6 +119,12 @@ class EagleProposer(ModelProposer):
         hidden = head.combine(self.capture.buffer.index_select(0, target_rows))
         out = head(input_ids.clamp_max(head.vocab_size - 1), positions, hidden).index_select(0, last)
         return out, head.draft_tokens(out, self.target_logits)
+
+    def write_kv(self, input_ids: torch.Tensor, positions: torch.Tensor, target_rows: torch.Tensor) -> None:
+        """A catch-up that drafts nothing: the head's K/V entries of the tokens, without its output."""
+        head = self.head
+        hidden = head.combine(self.capture.buffer.index_select(0, target_rows))
+        head.write_kv(input_ids.clamp_max(head.vocab_size - 1), positions, hidden)
 
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor,
                hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -59,9 +59,15 @@ class EagleLayer(nn.Module):
 
     def forward(self, positions: torch.Tensor, embeds: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """EAGLE-3: ``(embeds, h)`` → next ``h``; EAGLE-1: ``embeds`` is ``fc(cat(embed, h))`` and ``hidden`` it too."""
-        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1) if self.eagle3 else embeds
-        hidden = hidden + self.self_attn(positions, x)
+        hidden = hidden + self.self_attn(positions, self._attention_input(embeds, hidden))
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+    def write_kv(self, positions: torch.Tensor, embeds: torch.Tensor, hidden: torch.Tensor) -> None:
+        """Only the tokens' K/V entries, as :meth:`forward` writes them (no output projection, no MLP)."""
+        self.self_attn.attend(positions, self._attention_input(embeds, hidden))
+
+    def _attention_input(self, embeds: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1) if self.eagle3 else embeds
 
 
 class EagleHead(nn.Module):
@@ -103,6 +109,16 @@ class EagleHead(nn.Module):
             return self.layer(positions, embeds, hidden)
         x = self.fc(torch.cat([embeds, hidden], dim=-1))
         return self.layer(positions, x, x)
+
+    def write_kv(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor) -> None:
+        """:meth:`forward`'s K/V cache entries alone: what a catch-up pass that drafts nothing needs (the
+        entries depend on each token's own inputs only, not on the attention over the others)."""
+        embeds = self.embed_tokens(input_ids)
+        if self.eagle3:
+            self.layer.write_kv(positions, embeds, hidden)
+            return
+        x = self.fc(torch.cat([embeds, hidden], dim=-1))
+        self.layer.write_kv(positions, x, x)
 
     def draft_tokens(self, hidden: torch.Tensor, target_logits: nn.Module | None = None) -> torch.Tensor:
         """Target token ids of the head's argmax at each row of ``hidden``."""

@@ -115,7 +115,7 @@ class ModelProposer(Proposer):
         limit = config.disable_by_batch_size
         rows = self.spec.max_num_seqs if limit is None else max(min(self.spec.max_num_seqs, limit - 1), 1)
         self.steps = self.runner.make_steps(self.decode, self.hidden_size, rows, config.num_speculative_tokens - 1)
-        self.runner.make_catch_up(self.forward, rows)
+        self.runner.make_catch_up(self.forward, rows, self.write_kv if self.writes_kv_alone else None)
 
     @abstractmethod
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor,
@@ -130,6 +130,15 @@ class ModelProposer(Proposer):
         ``input_ids`` at ``positions`` (an EAGLE head with the target's captured hidden states at
         ``target_rows``). Returns the hidden states at the flat indices ``last`` and the draft token ids
         from them."""
+
+    #: Whether the draft's K/V entries of a token depend on that token's own inputs alone (one layer: EAGLE),
+    #: so that a catch-up in which no row drafts runs :meth:`write_kv` instead of the whole model.
+    writes_kv_alone = False
+
+    def write_kv(self, input_ids: torch.Tensor, positions: torch.Tensor, target_rows: torch.Tensor) -> None:
+        """A catch-up that drafts nothing, where :attr:`writes_kv_alone`: write the tokens' K/V entries (inside
+        the runner's forward context), as :meth:`forward` would."""
+        raise NotImplementedError(f"{type(self).__name__} catches up through its whole model")
 
     @torch.inference_mode()
     def propose_step(self, batch: InputBatch, layout: BatchLayout, req_ids: list[str], sampled_idx: np.ndarray,

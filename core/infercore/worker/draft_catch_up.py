@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 #: ``(input_ids [T], positions [T], target_rows [T], last [N]) -> (hidden [N, H], draft token ids [N])``.
 CatchUpFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+#: ``write_kv(input_ids, positions, target_rows)``: a catch-up's K/V cache entries alone (``ModelProposer.write_kv``).
+WriteKVFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 #: ``(flat token index, input id)`` pairs on the device that overwrite the host's inputs of a catch-up.
 Feed = tuple[torch.Tensor, torch.Tensor]

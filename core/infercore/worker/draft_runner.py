@@ -26,7 +26,7 @@ from infercore.attention.backend import CommonAttentionMetadata
 from infercore.forward_context import ForwardContext, set_forward_context
 from infercore.spec_decode.device_index import is_prefix
 from infercore.spec_decode.draft_parallel import tensor_parallel_size
-from infercore.worker.draft_catch_up import CatchUpFn, CatchUpGraphs, Feed
+from infercore.worker.draft_catch_up import CatchUpFn, CatchUpGraphs, Feed, WriteKVFn
 from infercore.worker.draft_steps import DraftSteps, StepFn
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ class DraftRunner:
         self.caches: list[torch.Tensor] = []
         self.catch_up_graphs: CatchUpGraphs | None = None
         self.catch_up_fn: CatchUpFn | None = None
+        #: Writes the draft's K/V entries of a catch-up's tokens alone (None: the method's model cannot).
+        self.write_kv_fn: WriteKVFn | None = None
         self.builders: list[Any] = []
         # The target's budget pays for this cache too.
         target.kv_setup.companion = self.setup
@@ -87,11 +89,14 @@ class DraftRunner:
                 steps.graphs.clear()
         return steps
 
-    def make_catch_up(self, fn: CatchUpFn, max_rows: int) -> None:
+    def make_catch_up(self, fn: CatchUpFn, max_rows: int, write_kv: WriteKVFn | None = None) -> None:
         """Capture the catch-up pass (:mod:`infercore.worker.draft_catch_up`) where the backend launches
-        padded steps from their counts alone and the platform captures; else it stays eager."""
+        padded steps from their counts alone and the platform captures; else it stays eager. ``write_kv``
+        (a method whose K/V entries depend on each token's own inputs alone: EAGLE) serves the passes in which
+        no row drafts."""
         target = self.target
         self.catch_up_fn = fn
+        self.write_kv_fn = write_kv
         if not (self.backend.captures_mixed_steps and target.platform.capabilities.graph_capture
                 and not target.config.model.enforce_eager):
             return
@@ -113,6 +118,13 @@ class DraftRunner:
 
         Inputs the host does not know yet come from the device: ``ends_dev`` replaces ``ends`` (each
         request's last token, flat), and ``feed`` = ``(index, ids)`` overwrites those flat tokens' inputs."""
+        if not len(pick) and self.write_kv_fn is not None:  # no row drafts: the cache entries are all it needs
+            ids = self._dev(input_ids, torch.int64)
+            if feed is not None:
+                ids.index_copy_(0, *feed)
+            with self.forward_context(rows, query_lens, seq_lens, positions):
+                self.write_kv_fn(ids, self._dev(positions, torch.int64), self._dev(target_rows, torch.int64))
+            return torch.empty((0, 0), device=self.device), torch.empty(0, dtype=torch.int64, device=self.device)
         graphs = self.catch_up_graphs
         size = graphs.size_for(len(positions), len(rows)) if graphs is not None and graphs_allowed else None
         if size is not None:
