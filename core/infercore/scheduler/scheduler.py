@@ -312,8 +312,12 @@ class Scheduler:
 
     def _draft_next(self) -> bool:
         """Whether the step just scheduled should make drafts for the next: some running request is not
-        paused there (``SchedulerOutput.draft_next``)."""
-        if self.speculative_config is None or self.speculative_config.disable_by_acceptance is None:
+        paused there (``SchedulerOutput.draft_next``). Steps of ``disable_by_batch_size`` requests or more are
+        not looked at: the runner drafts nothing in them anyway."""
+        spec = self.speculative_config
+        if spec is None or spec.disable_by_acceptance is None:
+            return True
+        if spec.disable_by_batch_size is not None and len(self.running) >= spec.disable_by_batch_size:
             return True
         return any(r.draft_backoff is None or not r.draft_backoff.paused for r in self.running)
 
