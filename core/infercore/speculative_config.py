@@ -57,7 +57,7 @@ class SpeculativeConfig(BaseModel):
         f"(default {DEFAULT_DISABLE_BY_BATCH_SIZE}; null: never off)")
     disable_by_acceptance: float | None = Field(
         DEFAULT_DISABLE_BY_ACCEPTANCE, description="a request whose last 8 verifying steps accepted fewer drafts "
-        "per step than this pauses drafting, for 16 steps and twice as long after each failing window since "
+        "per step than this pauses drafting for 16 steps, then probes 4 steps; each failing probe doubles the pause "
         f"(default {DEFAULT_DISABLE_BY_ACCEPTANCE}; null: always draft)")
 
     @model_validator(mode="before")

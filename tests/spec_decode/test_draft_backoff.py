@@ -10,20 +10,22 @@ from engine_cases import ENGINE_DEFAULTS
 from infercore import LLM, SamplingParams
 from infercore.benchmarks.full_drafts import register_full_drafts
 from infercore.benchmarks.speculative import force_acceptance_rate
-from infercore.scheduler.draft_backoff import FIRST_PAUSE, MAX_PAUSE, WINDOW, DraftBackoff
+from infercore.scheduler.draft_backoff import FIRST_PAUSE, MAX_PAUSE, PROBE_WINDOW, WINDOW, DraftBackoff
 from infercore.speculative_config import SpeculativeConfig
 
 
-def test_a_failing_window_pauses_and_each_failing_window_after_doubles_the_pause() -> None:
+def test_a_failing_window_pauses_and_each_failing_probe_after_doubles_the_pause() -> None:
     backoff = DraftBackoff()
-    pauses = []
+    pauses, windows = [], []
     for _ in range(8):
-        for _ in range(WINDOW):
+        windows.append(backoff.window)
+        for _ in range(backoff.window):
             assert not backoff.paused
             backoff.record(0, 0.25)
         pauses.append(backoff.pause_left)
         while backoff.paused:
             backoff.tick()
+    assert windows == [WINDOW] + [PROBE_WINDOW] * 7
     assert pauses == [FIRST_PAUSE * 2 ** i for i in range(6)] + [MAX_PAUSE, MAX_PAUSE]
 
 
@@ -33,9 +35,9 @@ def test_a_passing_window_starts_the_doubling_over_and_never_pauses() -> None:
         backoff.record(0, 0.25)
     while backoff.paused:
         backoff.tick()
-    for _ in range(WINDOW):  # 2 accepted in 8 steps: exactly the threshold's 0.25 per step passes
-        backoff.record(1 if backoff.steps % 4 == 0 else 0, 0.25)
-    assert not backoff.paused and backoff.next_pause == FIRST_PAUSE
+    for _ in range(PROBE_WINDOW):  # 1 accepted in 4 steps: exactly the threshold's 0.25 per step passes
+        backoff.record(1 if backoff.steps == 0 else 0, 0.25)
+    assert not backoff.paused and backoff.next_pause == FIRST_PAUSE and backoff.window == WINDOW
     for _ in range(WINDOW - 1):
         backoff.record(0, 0.25)
     assert not backoff.paused  # a window is judged only when full
@@ -66,7 +68,8 @@ def _run(folder, rate: float, disable_by_acceptance: float | None, async_schedul
 
 def test_drafts_that_never_land_pause_and_the_tokens_stay_the_same(tiny_model_factory) -> None:
     """Forced acceptance 0: each of the 2 requests verifies drafts in its first window, then only in short
-    probes between doubling pauses (16, 32, 64 steps): 32 of its 200 steps, not 200; greedy tokens unchanged."""
+    probes between doubling pauses (16, 32, 64 steps): 8 + 3 * 4 = 20 of its 200 steps, not 200; greedy tokens
+    unchanged."""
     folder = tiny_model_factory("Qwen3ForCausalLM")
     always, tokens = _run(folder, 0.0, None)
     paused, paused_tokens = _run(folder, 0.0, 0.25)
@@ -74,7 +77,7 @@ def test_drafts_that_never_land_pause_and_the_tokens_stay_the_same(tiny_model_fa
     drafts_always = always.llm_engine.engine_core.scheduler.get_stats().spec_num_drafts
     drafts_paused = paused.llm_engine.engine_core.scheduler.get_stats().spec_num_drafts
     assert drafts_always >= 2 * 190
-    assert drafts_paused == 2 * 4 * WINDOW, (drafts_always, drafts_paused)
+    assert drafts_paused == 2 * (WINDOW + 3 * PROBE_WINDOW), (drafts_always, drafts_paused)
 
 
 def test_drafts_that_pay_never_pause(tiny_model_factory) -> None:
