@@ -303,23 +303,28 @@ class Scheduler:
         spec = self.speculative_config
         if spec is None:
             return False
-        if spec.disable_by_batch_size is not None and len(self.running) >= spec.disable_by_batch_size:
+        if self._busy(spec):
             return False
         # A request drafts again when its pause ends (infercore.scheduler.draft_backoff): its drafts are
         # made in the step before, where its pause has one step left.
-        return spec.disable_by_acceptance is None or any(
-            r.draft_backoff is None or r.draft_backoff.pause_left <= 1 for r in self.running)
+        return self._unpaused_within(spec, 1)
 
     def _draft_next(self) -> bool:
         """Whether the step just scheduled should make drafts for the next: some running request is not
         paused there (``SchedulerOutput.draft_next``). Steps of ``disable_by_batch_size`` requests or more are
         not looked at: the runner drafts nothing in them anyway."""
         spec = self.speculative_config
-        if spec is None or spec.disable_by_acceptance is None:
-            return True
-        if spec.disable_by_batch_size is not None and len(self.running) >= spec.disable_by_batch_size:
-            return True
-        return any(r.draft_backoff is None or not r.draft_backoff.paused for r in self.running)
+        return spec is None or self._busy(spec) or self._unpaused_within(spec, 0)
+
+    def _busy(self, spec: SpeculativeConfig) -> bool:
+        """Whether ``disable_by_batch_size`` keeps drafts out at this many running requests."""
+        return spec.disable_by_batch_size is not None and len(self.running) >= spec.disable_by_batch_size
+
+    def _unpaused_within(self, spec: SpeculativeConfig, steps: int) -> bool:
+        """Whether some running request's pause (``disable_by_acceptance``) ends within ``steps`` scheduled
+        steps (0: it is not paused for the next one)."""
+        return spec.disable_by_acceptance is None or any(
+            r.draft_backoff is None or r.draft_backoff.pause_left <= steps for r in self.running)
 
     def _take_drafts(self, request: Request, allowed: bool, budget: int) -> list[int]:
         """The drafts of ``request`` this step verifies (taken off the request either way): at most the

@@ -115,16 +115,19 @@ class EagleProposer(ModelProposer):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, target_rows: torch.Tensor,
                 last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The head over the tokens with ``h`` from the target's captured states at ``target_rows``."""
-        head = self.head
-        hidden = head.combine(self.capture.buffer.index_select(0, target_rows))
-        out = head(input_ids.clamp_max(head.vocab_size - 1), positions, hidden).index_select(0, last)
-        return out, head.draft_tokens(out, self.target_logits)
+        ids, hidden = self._catch_up_inputs(input_ids, target_rows)
+        out = self.head(ids, positions, hidden).index_select(0, last)
+        return out, self.head.draft_tokens(out, self.target_logits)
 
     def write_kv(self, input_ids: torch.Tensor, positions: torch.Tensor, target_rows: torch.Tensor) -> None:
         """A catch-up that drafts nothing: the head's K/V entries of the tokens, without its output."""
+        ids, hidden = self._catch_up_inputs(input_ids, target_rows)
+        self.head.write_kv(ids, positions, hidden)
+
+    def _catch_up_inputs(self, input_ids: torch.Tensor, target_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A catch-up's token ids within the head's vocabulary, and ``h`` from the target's captured states."""
         head = self.head
-        hidden = head.combine(self.capture.buffer.index_select(0, target_rows))
-        head.write_kv(input_ids.clamp_max(head.vocab_size - 1), positions, hidden)
+        return input_ids.clamp_max(head.vocab_size - 1), head.combine(self.capture.buffer.index_select(0, target_rows))
 
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor,
                hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -104,21 +104,21 @@ class EagleHead(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """Tokens, positions and ``h`` (one per token) → the layer's output, the next step's ``h``."""
-        embeds = self.embed_tokens(input_ids)
-        if self.eagle3:
-            return self.layer(positions, embeds, hidden)
-        x = self.fc(torch.cat([embeds, hidden], dim=-1))
-        return self.layer(positions, x, x)
+        return self.layer(positions, *self._layer_inputs(input_ids, hidden))
 
     def write_kv(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor) -> None:
         """:meth:`forward`'s K/V cache entries alone: what a catch-up pass that drafts nothing needs (the
         entries depend on each token's own inputs only, not on the attention over the others)."""
+        self.layer.write_kv(positions, *self._layer_inputs(input_ids, hidden))
+
+    def _layer_inputs(self, input_ids: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's ``(embeds, hidden)``: EAGLE-3's token embeddings and ``h``; EAGLE-1's
+        ``fc(cat(embed, h))`` twice."""
         embeds = self.embed_tokens(input_ids)
         if self.eagle3:
-            self.layer.write_kv(positions, embeds, hidden)
-            return
+            return embeds, hidden
         x = self.fc(torch.cat([embeds, hidden], dim=-1))
-        self.layer.write_kv(positions, x, x)
+        return x, x
 
     def draft_tokens(self, hidden: torch.Tensor, target_logits: nn.Module | None = None) -> torch.Tensor:
         """Target token ids of the head's argmax at each row of ``hidden``."""

@@ -94,11 +94,7 @@ class RejectionSampler(Sampler):
         seeds = (metadata.seeds.index_select(0, final_position) if metadata.seeds is not None
                  else torch.zeros(num_rows, dtype=torch.int64, device=device))
         final = self._gumbel_op(device)(final_logits, torch.where(greedy, 0.0, 1.0), seeds)
-        columns = torch.arange(width + 1, device=device)
-        padded = torch.cat([drafts, drafts.new_zeros(num_rows, 1)], dim=1)
-        token_ids = torch.where(columns < accepted.unsqueeze(1), padded, PAD_TOKEN_ID)
-        token_ids.scatter_(1, accepted.unsqueeze(1), final.unsqueeze(1))
-        return VerifiedTokens(token_ids, accepted + 1)
+        return _verified(drafts, accepted, final)
 
     def _verify_all_greedy(self, logits: torch.Tensor, metadata: SamplingMetadata, drafts: torch.Tensor,
                            counts: torch.Tensor, first: torch.Tensor, positions: torch.Tensor) -> VerifiedTokens:
@@ -116,12 +112,7 @@ class RejectionSampler(Sampler):
             ok = drafts == best.index_select(0, positions.flatten()).view(num_rows, width)
         ok &= torch.arange(width, device=ok.device) < counts.unsqueeze(1)
         accepted = ok.long().cumprod(dim=1).sum(dim=1)
-        final = best.index_select(0, first + accepted)
-        columns = torch.arange(width + 1, device=drafts.device)
-        padded = torch.cat([drafts, final.unsqueeze(1)], dim=1)
-        token_ids = torch.where(columns <= accepted.unsqueeze(1), padded, PAD_TOKEN_ID)
-        token_ids.scatter_(1, accepted.unsqueeze(1), final.unsqueeze(1))
-        return VerifiedTokens(token_ids, accepted + 1)
+        return _verified(drafts, accepted, best.index_select(0, first + accepted))
 
     def _target_logits(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
         """The positions' logits after what the sampler applies before its draw, the top-k/top-p cut
@@ -183,3 +174,12 @@ class RejectionSampler(Sampler):
         empty = residual.amax(dim=-1, keepdim=True) == float("-inf")
         return torch.where(empty, scaled, residual)
 
+
+def _verified(drafts: torch.Tensor, accepted: torch.Tensor, final: torch.Tensor) -> VerifiedTokens:
+    """Each row's accepted drafts, then its ``final`` token, then ``PAD_TOKEN_ID`` ([B, K + 1])."""
+    num_rows, width = drafts.shape
+    columns = torch.arange(width + 1, device=drafts.device)
+    padded = torch.cat([drafts, drafts.new_zeros(num_rows, 1)], dim=1)
+    token_ids = torch.where(columns < accepted.unsqueeze(1), padded, PAD_TOKEN_ID)
+    token_ids.scatter_(1, accepted.unsqueeze(1), final.unsqueeze(1))
+    return VerifiedTokens(token_ids, accepted + 1)

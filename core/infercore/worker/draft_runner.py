@@ -118,15 +118,10 @@ class DraftRunner:
 
         Inputs the host does not know yet come from the device: ``ends_dev`` replaces ``ends`` (each
         request's last token, flat), and ``feed`` = ``(index, ids)`` overwrites those flat tokens' inputs."""
-        if not len(pick) and self.write_kv_fn is not None:  # no row drafts: the cache entries are all it needs
-            ids = self._dev(input_ids, torch.int64)
-            if feed is not None:
-                ids.index_copy_(0, *feed)
-            with self.forward_context(rows, query_lens, seq_lens, positions):
-                self.write_kv_fn(ids, self._dev(positions, torch.int64), self._dev(target_rows, torch.int64))
-            return torch.empty((0, 0), device=self.device), torch.empty(0, dtype=torch.int64, device=self.device)
+        kv_only = not len(pick) and self.write_kv_fn is not None  # no row drafts: the cache entries are all it needs
         graphs = self.catch_up_graphs
-        size = graphs.size_for(len(positions), len(rows)) if graphs is not None and graphs_allowed else None
+        size = (graphs.size_for(len(positions), len(rows)) if graphs is not None and graphs_allowed and not kv_only
+                else None)
         if size is not None:
             assert graphs is not None
             hidden, tokens = graphs.replay(size, rows, query_lens, seq_lens, positions, input_ids, target_rows, ends,
@@ -138,10 +133,15 @@ class DraftRunner:
         ids = self._dev(input_ids, torch.int64)
         if feed is not None:
             ids.index_copy_(0, *feed)
-        last = (ends_dev.index_select(0, self._dev(pick, torch.int64)) if ends_dev is not None
-                else self._dev(ends[pick], torch.int64))
+        positions_dev, target_rows_dev = self._dev(positions, torch.int64), self._dev(target_rows, torch.int64)
         with self.forward_context(rows, query_lens, seq_lens, positions):
-            return self.catch_up_fn(ids, self._dev(positions, torch.int64), self._dev(target_rows, torch.int64), last)
+            if kv_only:
+                assert self.write_kv_fn is not None
+                self.write_kv_fn(ids, positions_dev, target_rows_dev)
+                return torch.empty((0, 0), device=self.device), torch.empty(0, dtype=torch.int64, device=self.device)
+            last = (ends_dev.index_select(0, self._dev(pick, torch.int64)) if ends_dev is not None
+                    else self._dev(ends[pick], torch.int64))
+            return self.catch_up_fn(ids, positions_dev, target_rows_dev, last)
 
     def capacity(self, rows: np.ndarray, num_blocks: np.ndarray) -> np.ndarray:
         """Positions each row's blocks hold (``num_blocks`` entries of the interleaved table)."""
