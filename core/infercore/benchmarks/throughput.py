@@ -71,6 +71,8 @@ def make_llm(workload: Workload, folder: Path, args: argparse.Namespace) -> Any:
         kwargs["max_num_batched_tokens"] = args.max_num_batched_tokens
     if args.kv_cache_dtype and "kv_cache_dtype" not in workload.engine_kwargs:
         kwargs["kv_cache_dtype"] = args.kv_cache_dtype
+    if args.num_gpu_blocks_override:
+        kwargs["num_gpu_blocks_override"] = args.num_gpu_blocks_override
     return LLM(**kwargs, **engine_kwargs(args))
 
 
@@ -264,6 +266,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    default=None, help="KV cache dtype of workloads that do not set their own (w-gpu-fp8kv is "
                    "W-GPU with fp8, reported as a fraction of w-gpu when both run in one call)")
     p.add_argument("--sync-scheduling", action="store_true", help="turn async scheduling off")
+    p.add_argument("--num-gpu-blocks-override", type=int, default=None, metavar="N",
+                   help="KV cache blocks (instead of sizing from free memory): compares engines at one KV capacity")
     add_speculative_arguments(p)
     p.add_argument("--profile", action="store_true", help="print where the host time goes (cProfile) to stderr")
     p.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")

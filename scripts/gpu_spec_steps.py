@@ -1,0 +1,127 @@
+"""Where a speculative engine's throughput goes at c = 256: W-GPU-8B's requests through ``LLM.generate``
+without speculation and with each method at ``disable_by_batch_size``'s default, every engine step timed and
+bucketed by how many requests were running (busy steps, at or above the limit, draft nothing), and one window
+of busy steps under the torch profiler (device time per kernel). JSON lines out.
+
+    python scripts/gpu_spec_steps.py [--methods eagle3,draft_model] [--k 3] [--rate 0.7] [--window 200,20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from infercore import LLM
+from infercore.benchmarks.full_drafts import register_full_drafts
+from infercore.benchmarks.spec_folders import write_folders
+from infercore.benchmarks.speculative import force_acceptance_rate, periodic
+from infercore.benchmarks.workloads import WORKLOADS
+from infercore.engine.core import EngineCore
+
+MODEL_FOLDERS = {"eagle3": "eagle3", "draft_model": "draft"}
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+class StepClock:
+    """Times every ``EngineCore.step`` of one engine and profiles steps ``first .. first + count``."""
+
+    def __init__(self, core: EngineCore, limit: int, first: int, count: int) -> None:
+        self.core, self.limit, self.first, self.count = core, limit, first, count
+        self.buckets: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        self.n = 0
+        self.prof: Any = None
+        self.kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        original = core.step
+
+        def timed() -> Any:
+            if self.n == self.first:
+                _sync()
+                self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                self.prof.__enter__()
+            running = len(core.scheduler.running)
+            start = time.perf_counter()
+            out = original()
+            wall = time.perf_counter() - start
+            bucket = self.buckets["busy" if running >= limit else "small"]
+            bucket[0] += 1
+            bucket[1] += wall
+            self.n += 1
+            if self.n == self.first + self.count and self.prof is not None:
+                _sync()
+                self.prof.__exit__(None, None, None)
+                for ev in self.prof.events():
+                    if ev.device_type == torch.autograd.DeviceType.CUDA:
+                        k = self.kernels[ev.name[:80]]
+                        k[0] += 1
+                        k[1] += ev.device_time
+                self.prof = None
+            return out
+
+        core.step = timed  # type: ignore[method-assign]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workload", default="w-gpu-8b")
+    parser.add_argument("--methods", default="eagle3,draft_model")
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=0.7)
+    parser.add_argument("--no-plain", action="store_true", help="only the speculative engines")
+    parser.add_argument("--window", default="200,20", help="first profiled engine step, number of steps")
+    args = parser.parse_args()
+    register_full_drafts()
+    first, count = (int(x) for x in args.window.split(","))
+    workload = WORKLOADS[args.workload]
+    prompts, max_tokens = workload.requests(0)
+    prompts = [periodic(p, 64) for p in prompts]
+    params = workload.sampling_params(max_tokens, 0)
+    with tempfile.TemporaryDirectory() as tmp:
+        folders = write_folders(Path(tmp), args.workload, "w-gpu")
+        folder = workload.write_model_folder(Path(tmp) / workload.name)
+        runs: list[tuple[str, dict | None]] = [] if args.no_plain else [("plain", None)]
+        for method in args.methods.split(","):
+            spec: dict = {"method": method, "num_speculative_tokens": args.k}
+            if method in MODEL_FOLDERS:
+                spec["model"] = folders[MODEL_FOLDERS[method]]
+            runs.append((method, spec))
+        for label, spec in runs:
+            llm = LLM(model=str(folder), load_format="dummy", dtype=workload.dtype,
+                      max_model_len=workload.max_model_len, skip_tokenizer_init=True, **workload.engine_kwargs,
+                      **({"speculative_config": spec} if spec else {}))
+            if spec:
+                force_acceptance_rate(llm, args.rate)
+            core = llm.llm_engine.engine_core
+            limit = core.scheduler.speculative_config.disable_by_batch_size if spec else 32
+            llm.generate([{"prompt_token_ids": p} for p in prompts[:4]], params[:4], use_tqdm=False)
+            clock = StepClock(core, limit or 10**9, first, count)
+            llm.reset_prefix_cache()
+            start = time.perf_counter()
+            outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+            wall = time.perf_counter() - start
+            tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+            print(json.dumps({"label": label, "wall_s": round(wall, 3), "output_tok_s": round(tokens / wall, 1),
+                              "steps": {b: [n, round(t, 3)] for b, (n, t) in clock.buckets.items()}}), flush=True)
+            top = sorted(clock.kernels.items(), key=lambda kv: -kv[1][1])[:25]
+            total = sum(us for _, us in clock.kernels.values())
+            print(json.dumps({"label": label, "window_device_ms": round(total / 1000, 2)}), flush=True)
+            for name, (n, us) in top:
+                print(json.dumps({"label": label, "kernel": name, "count": n, "ms": round(us / 1000, 3)}), flush=True)
+            del llm
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
