@@ -78,6 +78,8 @@ def main() -> None:
     parser.add_argument("--methods", default="eagle3,draft_model")
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--rate", type=float, default=0.7)
+    parser.add_argument("--draft-workload", default="w-gpu", help="the draft model's shape")
+    parser.add_argument("--num-requests", type=int, default=None)
     parser.add_argument("--no-plain", action="store_true", help="only the speculative engines")
     parser.add_argument("--window", default="200,20", help="first profiled engine step, number of steps")
     args = parser.parse_args()
@@ -85,10 +87,12 @@ def main() -> None:
     first, count = (int(x) for x in args.window.split(","))
     workload = WORKLOADS[args.workload]
     prompts, max_tokens = workload.requests(0)
+    if args.num_requests:
+        prompts, max_tokens = prompts[: args.num_requests], max_tokens[: args.num_requests]
     prompts = [periodic(p, 64) for p in prompts]
     params = workload.sampling_params(max_tokens, 0)
     with tempfile.TemporaryDirectory() as tmp:
-        folders = write_folders(Path(tmp), args.workload, "w-gpu")
+        folders = write_folders(Path(tmp), args.workload, args.draft_workload)
         folder = workload.write_model_folder(Path(tmp) / workload.name)
         runs: list[tuple[str, dict | None]] = [] if args.no_plain else [("plain", None)]
         for method in args.methods.split(","):

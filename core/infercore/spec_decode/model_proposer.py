@@ -96,7 +96,7 @@ class ModelProposer(Proposer):
     #: The width of the hidden states :meth:`decode` takes and returns.
     hidden_size: int
     _valid_until: np.ndarray | None = None
-    _owner: list[str | None]
+    _owner: np.ndarray  # per batch row, the request whose positions ``_valid_until`` counts (object array)
 
     def propose(self, *, token_ids: np.ndarray, num_tokens: np.ndarray, num_drafts: np.ndarray) -> Drafts:
         """Model-based proposers draft in :meth:`propose_step`; the history alone gives none."""
@@ -297,16 +297,13 @@ class ModelProposer(Proposer):
         row (what it had computed before, prefix hits, counts as present)."""
         if self._valid_until is None:
             self._valid_until = np.zeros(self.spec.max_num_seqs, dtype=np.int64)
-            self._owner = [None] * self.spec.max_num_seqs
-        first = start.copy()
-        for i, (row, rid) in enumerate(zip(rows.tolist(), req_ids, strict=True)):
-            if not live[i]:
-                continue
-            if self._owner[row] != rid:
-                self._owner[row] = rid
-                self._valid_until[row] = start[i]
-            first[i] = min(int(self._valid_until[row]), int(start[i]))
-        return first
+            self._owner = np.full(self.spec.max_num_seqs, None, dtype=object)
+        ids = np.empty(len(req_ids), dtype=object)
+        ids[:] = req_ids
+        new = live & (self._owner[rows] != ids)
+        self._owner[rows[new]] = ids[new]
+        self._valid_until[rows[new]] = start[new]
+        return np.where(live, np.minimum(self._valid_until[rows], start), start)
 
     def _dev(self, values: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(self.runner.device, non_blocking=True)

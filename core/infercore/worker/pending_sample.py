@@ -30,4 +30,7 @@ class PendingSample:
     layout: Any = None
     #: Whether the proposer drafts for the next step (``SchedulerOutput.draft_next``).
     draft_next: bool = True
+    #: A step that drafts nothing, whose catch-up (if its proposer needs one) is already queued on the device: its
+    #: tokens come back as a plain sample and nothing is left for the proposer once they arrive.
+    caught_up: bool = False
     pooled: dict[str, torch.Tensor] | None = None  # pooling requests' results on the device (infercore.pooling)

@@ -131,7 +131,8 @@ class SpeculativeStep:
         """A step that verified nothing, for a proposer that drafts inside the step: its sampled ``tokens``
         [S] as verified rows of one token each (``pending.verified``), with the proposer's catch-up and next
         drafts queued behind them; the rows for the host copy. None where the proposer drafts after the
-        step instead.
+        step instead, and where the step drafts nothing (``disable_by_batch_size``, the draft back-off): then
+        only the catch-up is queued (``pending.caught_up``) and the tokens come back as a plain sample.
 
         Its catch-up then reads the target's states of this very step, also when async scheduling has
         already queued the next step's forward pass before this one's tokens are collected."""
@@ -140,6 +141,9 @@ class SpeculativeStep:
         accepted = torch.zeros(len(tokens), dtype=torch.int64, device=tokens.device)
         drafts_next = self._launch_drafts(batch, pending, accepted, tokens.long().unsqueeze(1))
         if drafts_next is None:
+            return None
+        if not self._drafting(pending):  # caught up, no drafts: the tokens come back as a plain sample
+            pending.caught_up = True
             return None
         k = self.num_speculative_tokens
         rows_out = torch.full((len(tokens), k + 2), PAD_TOKEN_ID, dtype=torch.int64, device=tokens.device)
@@ -206,6 +210,8 @@ class SpeculativeStep:
         """The next drafts of a collected step's requests, in its ``req_ids`` order ([] for those that
         did not sample)."""
         drafts: list[list[int]] = [[] for _ in pending.req_ids]
+        if pending.caught_up:  # a step without drafts, caught up inside it (:meth:`sampled_in_step`)
+            return drafts
         draft = self._drafting(pending)
         verified = pending.verified
         if verified is not None and verified.drafted:  # drafted inside the step: in the same host copy
