@@ -190,6 +190,39 @@ def test_a_catch_up_that_drafts_nothing_writes_the_cache_entries_of_the_whole_pa
     assert sum(len(d) for d in whole.values()) >= 10
 
 
+@pytest.mark.parametrize("method", ["eagle3", "draft_model"])
+def test_steps_that_draft_nothing_come_back_as_plain_samples(qwen3_folder, tiny_model_factory, tmp_path, monkeypatch,
+                                                             method) -> None:
+    """A step of ``disable_by_batch_size`` requests or more drafts nothing: its catch-up (EAGLE's K/V entries; a
+    draft model's, lazily, none) is queued inside it and its tokens come back as one per row, the plain sampler's
+    copy, with nothing left for the proposer when they arrive. Steps that draft still carry verified rows."""
+    if method == "eagle3":
+        model = build_eagle3_head_folder(tmp_path / "head", qwen3_folder, draft_vocab_size=96)
+    else:
+        model = tiny_model_factory("LlamaForCausalLM", seed=1)
+    spec = {"method": method, "model": str(model), "num_speculative_tokens": 3, "disable_by_batch_size": 3,
+            "disable_by_acceptance": None}
+    steps: list[tuple[int, bool, bool, bool]] = []  # requests, plain sample, caught up, drafted
+    original = SpeculativeStep.step_drafts
+
+    def record(self: SpeculativeStep, batch: Any, pending: Any) -> list[list[int]]:
+        drafts = original(self, batch, pending)
+        if len(pending.states):
+            steps.append((len(pending.req_ids), pending.verified is None, pending.caught_up, any(drafts)))
+        return drafts
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SpeculativeStep, "step_drafts", record)
+        llm = LLM(**{**ENGINE_DEFAULTS, "model": str(qwen3_folder), "speculative_config": spec})
+        params = [SamplingParams(temperature=0, max_tokens=8 * (i + 1), ignore_eos=True) for i in range(4)]
+        llm.generate(ALL_PROMPTS[:4], params, use_tqdm=False)
+    busy = [s for s in steps if s[0] >= 3]
+    assert len(busy) >= 5
+    assert all(plain and caught_up and not drafted for _, plain, caught_up, drafted in busy), busy
+    drafting = [s for s in steps if s[3]]
+    assert drafting and not any(plain for _, plain, _, _ in drafting)
+
+
 def test_eagle3_drafts_in_step_under_tensor_parallelism(qwen3_folder, tmp_path) -> None:
     """Two tensor-parallel ranks (gloo), each drafting inside its verifying steps with a whole head (one that
     carries its own ``embed_tokens``, as the public heads do): the tokens of one rank without speculation."""
