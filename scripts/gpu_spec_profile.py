@@ -21,13 +21,12 @@ from torch.profiler import ProfilerActivity, profile
 
 from infercore import LLM, SamplingParams
 from infercore.benchmarks.full_drafts import register_full_drafts
-from infercore.benchmarks.spec_folders import write_folders
+from infercore.benchmarks.kernel_timing import kernel_totals
+from infercore.benchmarks.spec_folders import MODEL_FOLDERS, speculative_config, write_folders
 from infercore.benchmarks.speculative import force_acceptance_rate, periodic
 from infercore.benchmarks.workloads import WORKLOADS
 from infercore.spec_decode.model_proposer import ModelProposer
 
-#: The proposers that read a model, and which of ``write_folders``' folders each reads.
-MODEL_FOLDERS = {"eagle3": "eagle3", "draft_model": "draft"}
 HOST_CALLS = ("cudaGraphLaunch", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync",
               "cudaEventSynchronize", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "aten::item")
 
@@ -40,16 +39,11 @@ def _profile(llm: LLM, prompt: list[int], tokens: int, label: str) -> None:
         start = time.perf_counter()
         llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
         wall = time.perf_counter() - start
-    kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    kernels = kernel_totals(prof.events())
+    device_us = sum(us for _, us in kernels.values())
     host: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    device_us = 0.0
     for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            k = kernels[ev.name[:90]]
-            k[0] += 1
-            k[1] += ev.device_time
-            device_us += ev.device_time
-        elif ev.name in HOST_CALLS:
+        if ev.name in HOST_CALLS:
             h = host[ev.name]
             h[0] += 1
             h[1] += ev.cpu_time
@@ -93,9 +87,7 @@ def main() -> None:
         folder = workload.write_model_folder(Path(tmp) / workload.name)
         runs: list[tuple[str, dict | None]] = [("plain", None)]
         for method in args.methods.split(","):
-            spec: dict = {"method": method, "num_speculative_tokens": args.k}
-            if method in MODEL_FOLDERS:
-                spec["model"] = folders[MODEL_FOLDERS[method]]
+            spec = speculative_config(method, args.k, folders)
             after = args.skip_after or method not in MODEL_FOLDERS
             runs += [(method, spec)] + ([] if after else [(f"{method}_after", spec)])
         for label, spec in runs:

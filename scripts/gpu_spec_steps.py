@@ -21,12 +21,12 @@ from torch.profiler import ProfilerActivity, profile
 
 from infercore import LLM
 from infercore.benchmarks.full_drafts import register_full_drafts
-from infercore.benchmarks.spec_folders import write_folders
+from infercore.benchmarks.kernel_timing import kernel_totals
+from infercore.benchmarks.spec_folders import speculative_config, write_folders
 from infercore.benchmarks.speculative import force_acceptance_rate, periodic
 from infercore.benchmarks.workloads import WORKLOADS
 from infercore.engine.core import EngineCore
-
-MODEL_FOLDERS = {"eagle3": "eagle3", "draft_model": "draft"}
+from infercore.speculative_config import DEFAULT_DISABLE_BY_BATCH_SIZE
 
 
 def _sync() -> None:
@@ -42,7 +42,7 @@ class StepClock:
         self.buckets: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
         self.n = 0
         self.prof: Any = None
-        self.kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        self.kernels: dict[str, list[float]] = {}
         original = core.step
 
         def timed() -> Any:
@@ -61,11 +61,7 @@ class StepClock:
             if self.n == self.first + self.count and self.prof is not None:
                 _sync()
                 self.prof.__exit__(None, None, None)
-                for ev in self.prof.events():
-                    if ev.device_type == torch.autograd.DeviceType.CUDA:
-                        k = self.kernels[ev.name[:80]]
-                        k[0] += 1
-                        k[1] += ev.device_time
+                self.kernels = kernel_totals(self.prof.events(), width=80)
                 self.prof = None
             return out
 
@@ -95,11 +91,7 @@ def main() -> None:
         folders = write_folders(Path(tmp), args.workload, args.draft_workload)
         folder = workload.write_model_folder(Path(tmp) / workload.name)
         runs: list[tuple[str, dict | None]] = [] if args.no_plain else [("plain", None)]
-        for method in args.methods.split(","):
-            spec: dict = {"method": method, "num_speculative_tokens": args.k}
-            if method in MODEL_FOLDERS:
-                spec["model"] = folders[MODEL_FOLDERS[method]]
-            runs.append((method, spec))
+        runs += [(method, speculative_config(method, args.k, folders)) for method in args.methods.split(",")]
         for label, spec in runs:
             llm = LLM(model=str(folder), load_format="dummy", dtype=workload.dtype,
                       max_model_len=workload.max_model_len, skip_tokenizer_init=True, **workload.engine_kwargs,
@@ -107,7 +99,7 @@ def main() -> None:
             if spec:
                 force_acceptance_rate(llm, args.rate)
             core = llm.llm_engine.engine_core
-            limit = core.scheduler.speculative_config.disable_by_batch_size if spec else 32
+            limit = core.scheduler.speculative_config.disable_by_batch_size if spec else DEFAULT_DISABLE_BY_BATCH_SIZE
             llm.generate([{"prompt_token_ids": p} for p in prompts[:4]], params[:4], use_tqdm=False)
             clock = StepClock(core, limit or 10**9, first, count)
             llm.reset_prefix_cache()

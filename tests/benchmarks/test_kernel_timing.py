@@ -1,4 +1,5 @@
-"""The graph-replay kernel timer: argument checks on the host; on a GPU, a copy's time against its bytes."""
+"""The graph-replay kernel timer: argument checks on the host; on a GPU, a copy's time against its bytes. The
+profile tally of device time per kernel."""
 
 from __future__ import annotations
 
@@ -23,3 +24,17 @@ def test_a_copy_takes_about_its_bytes_over_the_bandwidth() -> None:
     # A tiny call measures the device's few microseconds, not the host's launch.
     small = torch.zeros(16, device="cuda")
     assert graph_median_us(lambda: small.add_(1)) < 20
+
+
+def test_kernel_totals_sum_device_events_by_name() -> None:
+    from types import SimpleNamespace
+
+    from infercore.benchmarks.kernel_timing import kernel_totals
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    events = [SimpleNamespace(device_type=cuda, name="gemm_kernel_long_name", device_time=3.0),
+              SimpleNamespace(device_type=cuda, name="gemm_kernel_other_name", device_time=2.0),
+              SimpleNamespace(device_type=cpu, name="aten::mm", device_time=0.0),
+              SimpleNamespace(device_type=cuda, name="norm", device_time=1.5)]
+    assert kernel_totals(events, width=11) == {"gemm_kernel": [2, 5.0], "norm": [1, 1.5]}
+

@@ -67,3 +67,14 @@ def graph_median_us(fn: Callable[[], Any], calls: int = 10, repeats: int = 15, f
     _replay_ms(with_calls), _replay_ms(alone)
     samples = [(_replay_ms(with_calls) - _replay_ms(alone)) / calls * 1e3 for _ in range(repeats)]
     return statistics.median(samples)
+
+
+def kernel_totals(events: Any, width: int = 90) -> dict[str, list[float]]:
+    """``{kernel name (first width characters): [calls, device µs]}`` of a torch profiler's ``events()``."""
+    totals: dict[str, list[float]] = {}
+    for ev in events:
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            entry = totals.setdefault(ev.name[:width], [0, 0.0])
+            entry[0] += 1
+            entry[1] += ev.device_time
+    return totals
