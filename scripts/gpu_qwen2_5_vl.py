@@ -7,6 +7,10 @@ throughput over ``--hf-num-requests`` requests in static batches of ``--hf-batch
 images' pixel values), and the ratio.
 
     python scripts/gpu_qwen2_5_vl.py [--num-requests 256] [--output-len 256] [--hf-num-requests 64]
+
+``--profile`` also says where infercore's run goes: the vision tower's device time (CUDA events around it),
+engine steps timed and bucketed as steps with prompt tokens and pure decode steps, and the kernels of a
+window of each under the torch profiler.
 """
 
 from __future__ import annotations
@@ -51,6 +55,89 @@ def prompt_text(tokenizer: Any) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+class RunProbe:
+    """Times the engine steps of one ``generate`` (bucketed: steps with prompt tokens, decode-only steps), the
+    vision tower's device time, and profiles ``window`` steps from the start and from the middle of the run."""
+
+    def __init__(self, llm: Any, window: int) -> None:
+        import torch
+
+        self.torch, self.cuda = torch, torch.cuda.is_available()
+        core = llm.llm_engine.engine_core
+        self.buckets: dict[str, list[float]] = {}
+        self.kernels: dict[str, dict[str, list[float]]] = {}
+        self.tower: list[list[Any]] = []
+        self.window, self.n, self.prof, self.prof_end = window, 0, None, 0
+        self.starts = {0: "first_steps", 2 * window + 60: "middle_steps"}
+        self.label, self.kind = "", "empty"
+        visual = core.executor.worker.runner.model.visual
+        visual.register_forward_pre_hook(lambda *_: self.tower.append([self._mark()]))
+        visual.register_forward_hook(lambda *_: self.tower[-1].append(self._mark()))
+        schedule, step = core.scheduler.schedule, core.step
+
+        def scheduled() -> Any:
+            out = schedule()
+            tokens, reqs = out.total_num_scheduled_tokens, len(out.num_scheduled_tokens)
+            self.kind = "prompt" if tokens > reqs else "decode" if tokens else "empty"
+            return out
+
+        def timed() -> Any:
+            self._edges()
+            begin = time.perf_counter()
+            out = step()
+            bucket = self.buckets.setdefault(self.kind, [0, 0.0])
+            bucket[0] += 1
+            bucket[1] += time.perf_counter() - begin
+            self.n += 1
+            return out
+
+        core.scheduler.schedule, core.step = scheduled, timed  # type: ignore[method-assign]
+
+    def _mark(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def _close(self) -> None:
+        from infercore.benchmarks.kernel_timing import kernel_totals
+
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        self.prof.__exit__(None, None, None)
+        self.kernels[self.label] = kernel_totals(self.prof.events(), width=80)
+        self.prof = None
+
+    def _edges(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        if self.prof is not None and self.n == self.prof_end:
+            self._close()
+        if self.prof is None and self.n in self.starts:
+            if self.cuda:
+                self.torch.cuda.synchronize()
+            self.label, self.prof_end = self.starts[self.n], self.n + self.window
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+            self.prof = profile(activities=activities)
+            self.prof.__enter__()
+
+    def report(self) -> None:
+        if self.prof is not None:
+            self._close()
+        elif self.cuda:
+            self.torch.cuda.synchronize()
+        spans = [(a, b) for a, *rest in self.tower for b in rest[:1]]
+        tower_ms = sum(a.elapsed_time(b) if self.cuda else 1000 * (b - a) for a, b in spans)
+        emit({"profile": "steps", "steps": {k: [n, round(t, 3)] for k, (n, t) in self.buckets.items()},
+              "tower_calls": len(spans), "tower_ms": round(tower_ms, 1)})
+        for label, kernels in self.kernels.items():
+            total = sum(us for _, us in kernels.values())
+            emit({"profile": label, "window_steps": self.window, "device_ms": round(total / 1000, 2)})
+            for name, (n, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:20]:
+                emit({"profile": label, "kernel": name, "count": n, "ms": round(us / 1000, 3)})
+
+
 def run_infercore(folder: Path, args: argparse.Namespace, pictures: list[np.ndarray]) -> dict[str, Any]:
     import torch
 
@@ -66,9 +153,12 @@ def run_infercore(folder: Path, args: argparse.Namespace, pictures: list[np.ndar
     llm.reset_prefix_cache()
     requests = [{"prompt": text, "multi_modal_data": {"image": as_pil(p)}}
                 for p in pictures[: args.num_requests]]
+    probe = RunProbe(llm, args.window) if args.profile else None
     start = time.perf_counter()
     outputs = llm.generate(requests, params, use_tqdm=False)
     elapsed = time.perf_counter() - start
+    if probe is not None:
+        probe.report()
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     result = {"engine": "infercore", "bench": "throughput", "requests": len(requests), "output_tokens": tokens,
               "prompt_tokens": len(outputs[0].prompt_token_ids), "wall_s": round(elapsed, 3),
@@ -159,6 +249,8 @@ def main() -> int:
     parser.add_argument("--hf-num-requests", type=int, default=64)
     parser.add_argument("--hf-batch-size", type=int, default=64)
     parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="where the infercore run's time goes (see above)")
+    parser.add_argument("--window", type=int, default=8, help="engine steps per profiled window")
     parser.add_argument("--tiny", action="store_true", help="a tiny model on the CPU: checks the script runs")
     args = parser.parse_args()
     args.device, args.dtype = ("cpu", "float32") if args.tiny else ("cuda", "bfloat16")
