@@ -20,7 +20,8 @@ announced by a ``DeprecationWarning`` for one minor release and happens in the n
 * :class:`CommonAttentionMetadata`: the slot-mapping rule, and that ``*_cpu`` tensors may be longer
   than the batch (read the first ``num_reqs (+1)`` entries).
 * :class:`AttentionImpl`: built with an :class:`AttentionLayerSpec`; ``forward`` writes every K/V of
-  the step before any attention of the layer reads the cache (same-step prefix sharing).
+  the step before any attention of the layer reads the cache (same-step prefix sharing). One that sets
+  ``writes_kv_alone`` (1.16) implements ``write_kv``: the same cache write with no attention.
 * :class:`CausalLM` / :class:`ModelSpec`: a model is built with ``from_spec(spec)`` in the dtype the
   loader sets, declares its KV cache through its :class:`Attention` layers, and ``load_weights``
   receives raw checkpoint names and returns the parameter names it filled.

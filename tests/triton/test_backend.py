@@ -132,3 +132,17 @@ def test_pure_decode_split_counts_at_run_time_on_request(monkeypatch: pytest.Mon
     out = torch.full_like(case.q, float("nan"))
     impl.forward(case.q, case.k, case.v, case.kv_cache, meta, out)
     assert rel_err(out, reference_attention(case, 0.125)) < TOLERANCE[torch.bfloat16]
+
+
+def test_write_kv_alone_stores_what_forward_stores() -> None:
+    case = make_case([40, 7, 90, 64, 20], [1, 1, 1, 10, 20], 8, 2, 64, 16, torch.bfloat16, seed=3)
+    builder = TritonAttentionBackend.get_builder_cls()(KVCacheSpec(16, 2, 64, torch.bfloat16), torch.device("cpu"), 8,
+                                                       256)
+    meta = builder.build(_common(case, case.q.shape[0]))
+    impl = TritonAttentionBackend.get_impl_cls()(AttentionLayerSpec(num_heads=8, head_size=64, scale=0.125, num_kv_heads=2))
+    assert impl.writes_kv_alone
+    attended, written = case.kv_cache.clone(), case.kv_cache.clone()
+    impl.forward(case.q, case.k, case.v, attended, meta, torch.empty_like(case.q))
+    impl.write_kv(case.k, case.v, written, meta)
+    assert not torch.equal(written, case.kv_cache)
+    assert torch.equal(written, attended)

@@ -121,12 +121,16 @@ class AttentionImpl(ABC):
 
     An implementation that sets :attr:`fuses_qk_norm_rotary` also implements
     :meth:`forward_qk_norm_rotary`, which the layer then calls for Qwen3-style attention instead of
-    norming and rotating q and k itself before :meth:`forward`.
+    norming and rotating q and k itself before :meth:`forward`. One that sets :attr:`writes_kv_alone`
+    implements :meth:`write_kv`, the cache write without the attention (1.16).
     """
 
     #: Whether :meth:`forward_qk_norm_rotary` is implemented (optional; default: the layer norms and
     #: rotates q and k with the platform's ``qk_norm_rotary`` op and calls :meth:`forward`).
     fuses_qk_norm_rotary: ClassVar[bool] = False
+    #: Whether :meth:`write_kv` is implemented (optional, 1.16; default: a layer asked only for its cache
+    #: entries runs :meth:`forward` and drops the output).
+    writes_kv_alone: ClassVar[bool] = False
 
     def __init__(self, spec: AttentionLayerSpec, *positional: object) -> None:
         # ``*positional`` only catches impls constructed the pre-1.0 way, to say what changed.
@@ -177,6 +181,16 @@ class AttentionImpl(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} sets fuses_qk_norm_rotary but does not implement "
                                   "forward_qk_norm_rotary; implement it or leave the flag False")
+
+    def write_kv(self, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, metadata: Any) -> None:
+        """Write this step's ``k``/``v`` into ``kv_cache`` at the slot mapping, exactly as :meth:`forward` does
+        (fp8 scaling included), and attend to nothing.
+
+        Called only when :attr:`writes_kv_alone` is set: by a layer whose output nobody reads, only its cache
+        entries (a draft head's catch-up over tokens it will not draft from). Shapes as in :meth:`forward`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} sets writes_kv_alone but does not implement write_kv; "
+                                  "implement it or leave the flag False")
 
 
 class AttentionBackend(ABC):

@@ -77,6 +77,20 @@ class Attention(nn.Module):
         self._run(call, (q, k, v, out))
         return out.view(n, self.num_heads * self.head_size)
 
+    def write_kv(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Only the cache entries of :meth:`forward` (``q``, ``k`` and ``v`` as there): the backend's cache write
+        alone where its impl sets ``writes_kv_alone``, else :meth:`forward` with its output dropped."""
+        impl = self._bound_impl()
+        if not impl.writes_kv_alone:
+            self.forward(q, k, v)
+            return
+        _, k, v = self._heads(q, k, v)
+
+        def call(metadata: Any, k: torch.Tensor, v: torch.Tensor) -> None:
+            impl.write_kv(k, v, self.kv_cache, metadata)
+
+        self._run(call, (k, v))
+
     def forward_qk_norm_rotary(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                rotary: RotaryEmbedding, q_norm: RMSNorm, k_norm: RMSNorm) -> torch.Tensor:
         """:meth:`forward` of ``q`` and ``k`` before their per-head RMSNorm and rotary (Qwen3's attention).

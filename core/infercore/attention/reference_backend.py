@@ -49,18 +49,24 @@ class ReferenceMetadataBuilder(AttentionMetadataBuilder):
 class ReferenceAttentionImpl(AttentionImpl):
     """Writes every K/V of the step, then attends request by request with the torch reference."""
 
+    writes_kv_alone = True
+
     def __init__(self, spec: AttentionLayerSpec) -> None:
         super().__init__(spec)
         self._slopes = torch.tensor(spec.alibi_slopes) if spec.alibi_slopes is not None else None
 
+    def write_kv(self, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, metadata: Any) -> None:
+        meta: ReferenceMetadata = metadata
+        n = meta.num_actual_tokens
+        write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping, self.spec.k_scale, self.spec.v_scale)
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                 metadata: Any, out: torch.Tensor) -> torch.Tensor:
         meta: ReferenceMetadata = metadata
-        n = meta.num_actual_tokens
         spec = self.spec
         if spec.attn_type == ENCODER_ONLY:
             return encoder_only_attention(q, k, v, meta.query_start_loc, meta.num_reqs, self.scale, out)
-        write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping, spec.k_scale, spec.v_scale)
+        self.write_kv(k, v, kv_cache, meta)
         slopes = self._slopes.to(q.device) if self._slopes is not None else None
         return paged_attention(q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_table, self.scale,
                                out, self.sliding_window, slopes, meta.num_reqs, spec.k_scale, spec.v_scale,

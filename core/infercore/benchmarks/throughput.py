@@ -108,12 +108,15 @@ def run_infercore(workload: Workload, llm: Any, args: argparse.Namespace,
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     prompt_tokens = sum(len(p) for p in prompts)
     elapsed = statistics.median(walls)
+    stats_after = llm.llm_engine.engine_core.scheduler.get_stats()
     result = {"engine": "infercore", "version": __version__, "async_scheduling": llm.llm_engine.engine_core.async_mode,
               "requests": len(prompts), "prompt_tokens": prompt_tokens, "output_tokens": tokens,
               "wall_s": round(elapsed, 3), "output_tok_s": round(tokens / elapsed, 1),
               "prompt_tok_s": round(prompt_tokens / elapsed, 1),
               "triton_builds_during_run": dict(builds.builds),
-              "allocator_events_during_run": increase(allocator_before, allocator_counters())}
+              "allocator_events_during_run": increase(allocator_before, allocator_counters()),
+              "kv_blocks": stats_after.num_total_blocks,
+              "preemptions": stats_after.num_preemptions - stats_before.num_preemptions}
     if args.speculative_config is not None:
         result.update({"speculative_config": args.speculative_config,
                        "benchmark_acceptance_rate": acceptance_rate,

@@ -125,11 +125,25 @@ class LlamaAttention(nn.Module):
         if self.fused_qk_norm_rotary:
             # The backend may norm and rotate q/k in the same pass as its KV cache write.
             return self.attn.forward_qk_norm_rotary(positions, q, k, v, self.rotary_emb, self.q_norm, self.k_norm)
+        return self.attn(*self._norm_rotate(positions, q, k), v)
+
+    def write_kv(self, positions: torch.Tensor, hidden: torch.Tensor | QuantizedActivation) -> None:
+        """The tokens' K/V cache entries alone, as :meth:`attend` writes them, without the attention where the
+        backend can skip it (a draft head's catch-up over tokens it will not draft from)."""
+        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        if self.fused_qk_norm_rotary:
+            q, k = self.rotary_emb.forward_with_qk_norm(positions, q, k, self.q_norm, self.k_norm)
+        else:
+            q, k = self._norm_rotate(positions, q, k)
+        self.attn.write_kv(q, k, v)
+
+    def _norm_rotate(self, positions: torch.Tensor, q: torch.Tensor,
+                     k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q and k normed per head (Qwen3-style, where the model has the norms), then rotated, op by op."""
         if self.qk_norm:
             q = self.q_norm(q.reshape(-1, self.head_dim)).view(q.shape)
             k = self.k_norm(k.reshape(-1, self.head_dim)).view(k.shape)
-        q, k = self.rotary_emb(positions, q, k)
-        return self.attn(q, k, v)
+        return self.rotary_emb(positions, q, k)
 
 
 class LlamaMLP(nn.Module):

@@ -64,7 +64,7 @@ class EagleLayer(nn.Module):
 
     def write_kv(self, positions: torch.Tensor, embeds: torch.Tensor, hidden: torch.Tensor) -> None:
         """Only the tokens' K/V entries, as :meth:`forward` writes them (no output projection, no MLP)."""
-        self.self_attn.attend(positions, self._attention_input(embeds, hidden))
+        self.self_attn.write_kv(positions, self._attention_input(embeds, hidden))
 
     def _attention_input(self, embeds: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         return torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1) if self.eagle3 else embeds

@@ -170,15 +170,19 @@ class TorchPagedMetadataBuilder(AttentionMetadataBuilder):
 class TorchPagedAttentionImpl(AttentionImpl):
     """Writes K/V into the paged cache, then attends (grouped batched decode, per-request prefill)."""
 
+    writes_kv_alone = True
+
+    def write_kv(self, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, metadata: Any) -> None:
+        meta: TorchPagedMetadata = metadata
+        self._write(self._native(k, k, v, kv_cache, meta.block_table, None), k, v, kv_cache, meta)
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                 metadata: Any, out: torch.Tensor) -> torch.Tensor:
         meta: TorchPagedMetadata = metadata
         if self.spec.attn_type == ENCODER_ONLY:  # bidirectional, no KV cache
             return encoder_only_attention(q, k, v, meta.query_start_loc_cpu, meta.num_reqs, self.scale, out)
-        n = meta.num_actual_tokens
         lib = self._native(q, k, v, kv_cache, meta.block_table, out)
-        if lib is None or not self._write_native(lib, k[:n], v[:n], kv_cache, meta.slot_mapping):
-            write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
+        self._write(lib, k, v, kv_cache, meta)
         if self.alibi_slopes is not None:
             return self._with_alibi(q, kv_cache, meta, out)
         if meta.decodes is not None and not (lib is not None and self._decode_native(lib, q, kv_cache, meta, out)):
@@ -207,9 +211,18 @@ class TorchPagedAttentionImpl(AttentionImpl):
             out[req.start:req.end] = attend(q[req.start:req.end], keys, values, mask, self.scale, slopes)
         return out
 
+    def _write(self, lib: ctypes.CDLL | None, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
+               meta: TorchPagedMetadata) -> None:
+        """Store the step's K/V: the C kernel where it takes them, else the torch reference."""
+        n = meta.num_actual_tokens
+        if lib is None or not self._write_native(lib, k[:n], v[:n], kv_cache, meta.slot_mapping):
+            write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
+
     def _native(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
-                block_table: torch.Tensor, out: torch.Tensor) -> ctypes.CDLL | None:
-        """The C kernels, when built and the tensors are laid out as they read them (else None)."""
+                block_table: torch.Tensor, out: torch.Tensor | None) -> ctypes.CDLL | None:
+        """The C kernels, when built and the tensors are laid out as they read them (else None; no ``out``:
+        the cache write alone)."""
+        out = q if out is None else out
         if (q.dtype not in _NATIVE_DTYPES or kv_cache.dtype not in _NATIVE_DTYPES or out.dtype != q.dtype
                 or k.dtype != q.dtype or v.dtype != q.dtype or not kv_cache.is_contiguous()
                 or block_table.dtype != torch.int32 or block_table.stride(-1) != 1

@@ -229,6 +229,11 @@ class TritonAttentionImpl(AttentionImpl):
     """
 
     fuses_qk_norm_rotary = True
+    writes_kv_alone = True
+
+    def write_kv(self, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, metadata: Any) -> None:
+        meta: TritonAttentionMetadata = metadata
+        write_kv(k, v, kv_cache, meta.slot_mapping, *self._scales(kv_cache))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                 metadata: Any, out: torch.Tensor) -> torch.Tensor:
