@@ -4,6 +4,9 @@ bucketed by how many requests were running (busy steps, at or above the limit, d
 of busy steps under the torch profiler (device time per kernel). JSON lines out.
 
     python scripts/gpu_spec_steps.py [--methods eagle3,draft_model] [--k 3] [--rate 0.7] [--window 200,20]
+
+``--log-small`` also prints every small step (fewer running requests than the limit): its running count, wall
+milliseconds and the draft-side catch-up passes it ran (rows, tokens, the captured graph size or null: eager).
 """
 
 from __future__ import annotations
@@ -37,9 +40,12 @@ def _sync() -> None:
 class StepClock:
     """Times every ``EngineCore.step`` of one engine and profiles steps ``first .. first + count``."""
 
-    def __init__(self, core: EngineCore, limit: int, first: int, count: int) -> None:
+    def __init__(self, core: EngineCore, limit: int, first: int, count: int, catch_ups: list[Any] | None = None
+                 ) -> None:
         self.core, self.limit, self.first, self.count = core, limit, first, count
         self.buckets: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        #: With ``catch_ups`` (the draft runner's log): per small step, (running, wall ms, its catch-ups).
+        self.small: list[tuple[int, float, list[Any]]] = []
         self.n = 0
         self.prof: Any = None
         self.kernels: dict[str, list[float]] = {}
@@ -51,9 +57,12 @@ class StepClock:
                 self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
                 self.prof.__enter__()
             running = len(core.scheduler.running)
+            mark = len(catch_ups) if catch_ups is not None else 0
             start = time.perf_counter()
             out = original()
             wall = time.perf_counter() - start
+            if catch_ups is not None and running < limit:
+                self.small.append((running, round(wall * 1000, 2), catch_ups[mark:]))
             bucket = self.buckets["busy" if running >= limit else "small"]
             bucket[0] += 1
             bucket[1] += wall
@@ -68,6 +77,24 @@ class StepClock:
         core.step = timed  # type: ignore[method-assign]
 
 
+def log_catch_ups() -> list[tuple[int, int, int | None]]:
+    """Record every draft-side catch-up pass: (rows, tokens, the captured graph size that serves it or None)."""
+    from infercore.worker.draft_runner import DraftRunner
+
+    log: list[tuple[int, int, int | None]] = []
+    original = DraftRunner.catch_up
+
+    def catch_up(self: DraftRunner, rows: Any, query_lens: Any, seq_lens: Any, positions: Any, *args: Any,
+                 **kwargs: Any) -> Any:
+        graphs = self.catch_up_graphs
+        size = graphs.size_for(len(positions), len(rows)) if graphs is not None else None
+        log.append((len(rows), len(positions), size))
+        return original(self, rows, query_lens, seq_lens, positions, *args, **kwargs)
+
+    DraftRunner.catch_up = catch_up  # type: ignore[method-assign]
+    return log
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workload", default="w-gpu-8b")
@@ -78,7 +105,9 @@ def main() -> None:
     parser.add_argument("--num-requests", type=int, default=None)
     parser.add_argument("--no-plain", action="store_true", help="only the speculative engines")
     parser.add_argument("--window", default="200,20", help="first profiled engine step, number of steps")
+    parser.add_argument("--log-small", action="store_true", help="print every small step (see above)")
     args = parser.parse_args()
+    catch_ups = log_catch_ups() if args.log_small else None
     register_full_drafts()
     first, count = (int(x) for x in args.window.split(","))
     workload = WORKLOADS[args.workload]
@@ -101,7 +130,7 @@ def main() -> None:
             core = llm.llm_engine.engine_core
             limit = core.scheduler.speculative_config.disable_by_batch_size if spec else DEFAULT_DISABLE_BY_BATCH_SIZE
             llm.generate([{"prompt_token_ids": p} for p in prompts[:4]], params[:4], use_tqdm=False)
-            clock = StepClock(core, limit or 10**9, first, count)
+            clock = StepClock(core, limit or 10**9, first, count, catch_ups)
             llm.reset_prefix_cache()
             start = time.perf_counter()
             outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
@@ -109,6 +138,8 @@ def main() -> None:
             tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
             print(json.dumps({"label": label, "wall_s": round(wall, 3), "output_tok_s": round(tokens / wall, 1),
                               "steps": {b: [n, round(t, 3)] for b, (n, t) in clock.buckets.items()}}), flush=True)
+            for running, ms, passes in clock.small:
+                print(json.dumps({"label": label, "small_step": running, "ms": ms, "catch_ups": passes}), flush=True)
             top = sorted(clock.kernels.items(), key=lambda kv: -kv[1][1])[:25]
             total = sum(us for _, us in clock.kernels.values())
             print(json.dumps({"label": label, "window_device_ms": round(total / 1000, 2)}), flush=True)
