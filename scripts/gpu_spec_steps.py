@@ -6,7 +6,7 @@ of busy steps under the torch profiler (device time per kernel). JSON lines out.
     python scripts/gpu_spec_steps.py [--methods eagle3,draft_model] [--k 3] [--rate 0.7] [--window 200,20]
 
 ``--log-small`` also prints every small step (fewer running requests than the limit): its running count, wall
-milliseconds and the draft-side catch-up passes it ran (rows, tokens, the captured graph size or null: eager).
+milliseconds and the draft side's passes in it, each timed between device syncs (:func:`log_draft_passes`).
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ def _sync() -> None:
 class StepClock:
     """Times every ``EngineCore.step`` of one engine and profiles steps ``first .. first + count``."""
 
-    def __init__(self, core: EngineCore, limit: int, first: int, count: int, catch_ups: list[Any] | None = None
+    def __init__(self, core: EngineCore, limit: int, first: int, count: int, draft_log: list[Any] | None = None
                  ) -> None:
         self.core, self.limit, self.first, self.count = core, limit, first, count
         self.buckets: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-        #: With ``catch_ups`` (the draft runner's log): per small step, (running, wall ms, its catch-ups).
+        #: With ``draft_log`` (:func:`log_draft_passes`' log): per small step, (running, wall ms, its draft passes).
         self.small: list[tuple[int, float, list[Any]]] = []
         self.n = 0
         self.prof: Any = None
@@ -57,12 +57,12 @@ class StepClock:
                 self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
                 self.prof.__enter__()
             running = len(core.scheduler.running)
-            mark = len(catch_ups) if catch_ups is not None else 0
+            mark = len(draft_log) if draft_log is not None else 0
             start = time.perf_counter()
             out = original()
             wall = time.perf_counter() - start
-            if catch_ups is not None and running < limit:
-                self.small.append((running, round(wall * 1000, 2), catch_ups[mark:]))
+            if draft_log is not None and running < limit:
+                self.small.append((running, round(wall * 1000, 2), draft_log[mark:]))
             bucket = self.buckets["busy" if running >= limit else "small"]
             bucket[0] += 1
             bucket[1] += wall
@@ -77,21 +77,55 @@ class StepClock:
         core.step = timed  # type: ignore[method-assign]
 
 
-def log_catch_ups() -> list[tuple[int, int, int | None]]:
-    """Record every draft-side catch-up pass: (rows, tokens, the captured graph size that serves it or None)."""
+def log_draft_passes() -> list[list[Any]]:
+    """Record the draft side's work, each timed between device syncs (which perturbs the overlap; this is for
+    finding the slow pass): ``["catch_up", rows, tokens, graph size or None, ms]``, ``["chain", rows, graph size
+    or None, ms]``, ``["launch_drafts", "fell back"]`` (no lookahead room: drafting after the tokens arrive) and
+    ``["propose_step", rows]`` (that later drafting)."""
+    from infercore.spec_decode.model_proposer import ModelProposer
     from infercore.worker.draft_runner import DraftRunner
+    from infercore.worker.draft_steps import DraftSteps
 
-    log: list[tuple[int, int, int | None]] = []
-    original = DraftRunner.catch_up
+    log: list[list[Any]] = []
 
-    def catch_up(self: DraftRunner, rows: Any, query_lens: Any, seq_lens: Any, positions: Any, *args: Any,
-                 **kwargs: Any) -> Any:
+    def timed(record: list[Any], call: Any) -> Any:
+        _sync()
+        start = time.perf_counter()
+        out = call()
+        _sync()
+        log.append([*record, round((time.perf_counter() - start) * 1000, 3)])
+        return out
+
+    catch_up, chain = DraftRunner.catch_up, DraftSteps.run
+    launch, propose = ModelProposer.launch_drafts, ModelProposer.propose_step
+
+    def logged_catch_up(self: DraftRunner, rows: Any, query_lens: Any, seq_lens: Any, positions: Any, *args: Any,
+                        **kwargs: Any) -> Any:
         graphs = self.catch_up_graphs
         size = graphs.size_for(len(positions), len(rows)) if graphs is not None else None
-        log.append((len(rows), len(positions), size))
-        return original(self, rows, query_lens, seq_lens, positions, *args, **kwargs)
+        return timed(["catch_up", len(rows), len(positions), size],
+                     lambda: catch_up(self, rows, query_lens, seq_lens, positions, *args, **kwargs))
 
-    DraftRunner.catch_up = catch_up  # type: ignore[method-assign]
+    def logged_chain(self: DraftSteps, rows: Any, *args: Any, **kwargs: Any) -> Any:
+        size = next((s for s in self.sizes if s >= len(rows)), self.max_rows)
+        return timed(["chain", len(rows), size if self.graphs.get(size) is not None else None],
+                     lambda: chain(self, rows, *args, **kwargs))
+
+    def logged_launch(self: ModelProposer, *args: Any, **kwargs: Any) -> Any:
+        out = launch(self, *args, **kwargs)
+        if out is None:
+            log.append(["launch_drafts", "fell back"])
+        return out
+
+    def logged_propose(self: ModelProposer, batch: Any, layout: Any, req_ids: list[str], *args: Any,
+                       **kwargs: Any) -> Any:
+        log.append(["propose_step", len(req_ids)])
+        return propose(self, batch, layout, req_ids, *args, **kwargs)
+
+    DraftRunner.catch_up = logged_catch_up  # type: ignore[method-assign]
+    DraftSteps.run = logged_chain  # type: ignore[method-assign]
+    ModelProposer.launch_drafts = logged_launch  # type: ignore[method-assign]
+    ModelProposer.propose_step = logged_propose  # type: ignore[method-assign]
     return log
 
 
@@ -107,7 +141,7 @@ def main() -> None:
     parser.add_argument("--window", default="200,20", help="first profiled engine step, number of steps")
     parser.add_argument("--log-small", action="store_true", help="print every small step (see above)")
     args = parser.parse_args()
-    catch_ups = log_catch_ups() if args.log_small else None
+    draft_log = log_draft_passes() if args.log_small else None
     register_full_drafts()
     first, count = (int(x) for x in args.window.split(","))
     workload = WORKLOADS[args.workload]
@@ -130,7 +164,7 @@ def main() -> None:
             core = llm.llm_engine.engine_core
             limit = core.scheduler.speculative_config.disable_by_batch_size if spec else DEFAULT_DISABLE_BY_BATCH_SIZE
             llm.generate([{"prompt_token_ids": p} for p in prompts[:4]], params[:4], use_tqdm=False)
-            clock = StepClock(core, limit or 10**9, first, count, catch_ups)
+            clock = StepClock(core, limit or 10**9, first, count, draft_log)
             llm.reset_prefix_cache()
             start = time.perf_counter()
             outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
@@ -139,7 +173,8 @@ def main() -> None:
             print(json.dumps({"label": label, "wall_s": round(wall, 3), "output_tok_s": round(tokens / wall, 1),
                               "steps": {b: [n, round(t, 3)] for b, (n, t) in clock.buckets.items()}}), flush=True)
             for running, ms, passes in clock.small:
-                print(json.dumps({"label": label, "small_step": running, "ms": ms, "catch_ups": passes}), flush=True)
+                print(json.dumps({"label": label, "small_step": running, "ms": ms, "draft_passes": passes}),
+                      flush=True)
             top = sorted(clock.kernels.items(), key=lambda kv: -kv[1][1])[:25]
             total = sum(us for _, us in clock.kernels.values())
             print(json.dumps({"label": label, "window_device_ms": round(total / 1000, 2)}), flush=True)
