@@ -86,3 +86,34 @@ def test_write_kv_stores_what_forward_stores(backend: Any, dtype: torch.dtype) -
     impl.write_kv(k, v, written, meta)
     assert not torch.equal(written, cache)
     assert torch.equal(written, attended)
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_a_decoder_attention_writes_the_entries_its_attend_writes(qk_norm: bool) -> None:
+    """``LlamaAttention.write_kv`` projects, norms (Qwen3's per-head q/k norms) and rotates as ``attend`` does."""
+    from transformers import Qwen3Config
+
+    from infercore.models.llama import DecoderOptions, LlamaAttention
+
+    config = Qwen3Config(hidden_size=64, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD,
+                         max_position_embeddings=64)
+    attention = LlamaAttention(config, DecoderOptions(qk_norm=qk_norm), 0, torch.float32)
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for param in attention.parameters():
+            param.copy_(torch.randn(param.shape, generator=gen) * 0.2 + (1.0 if param.dim() == 1 else 0.0))
+    attention.attn.impl = ReferenceAttentionBackend.get_impl_cls()(attention.attn.spec)
+    common = _step([9, 5, 13, 6], [1, 1, 7, 6])
+    meta = ReferenceAttentionBackend.get_builder_cls()(KVCacheSpec(BLOCK, KV_HEADS, HEAD, torch.float32),
+                                                       torch.device("cpu"), 8, 64).build(common)
+    n = common.num_actual_tokens
+    positions = torch.cat([torch.arange(s - q, s) for s, q in ((9, 1), (5, 1), (13, 7), (6, 6))])
+    hidden = torch.randn(n, 64, generator=gen)
+    caches = []
+    for method in (attention.attend, attention.write_kv):
+        attention.attn.kv_cache = torch.zeros(2, 64, BLOCK, KV_HEADS, HEAD)
+        with torch.no_grad(), set_forward_context(ForwardContext(meta, n)):
+            method(positions, hidden)
+        caches.append(attention.attn.kv_cache)
+    assert caches[0].abs().sum() > 0
+    torch.testing.assert_close(caches[1], caches[0], rtol=0, atol=0)
