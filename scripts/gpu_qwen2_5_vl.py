@@ -123,6 +123,8 @@ class RunProbe:
             self.prof.__enter__()
 
     def report(self) -> None:
+        from infercore.benchmarks.kernel_timing import heaviest
+
         if self.prof is not None:
             self._close()
         elif self.cuda:
@@ -134,8 +136,8 @@ class RunProbe:
         for label, kernels in self.kernels.items():
             total = sum(us for _, us in kernels.values())
             emit({"profile": label, "window_steps": self.window, "device_ms": round(total / 1000, 2)})
-            for name, (n, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:20]:
-                emit({"profile": label, "kernel": name, "count": n, "ms": round(us / 1000, 3)})
+            for name, n, ms in heaviest(kernels, 20):
+                emit({"profile": label, "kernel": name, "count": n, "ms": ms})
 
 
 def run_infercore(folder: Path, args: argparse.Namespace, pictures: list[np.ndarray]) -> dict[str, Any]:

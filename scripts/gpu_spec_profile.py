@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from infercore import LLM, SamplingParams
 from infercore.benchmarks.full_drafts import register_full_drafts
-from infercore.benchmarks.kernel_timing import kernel_totals
+from infercore.benchmarks.kernel_timing import heaviest, kernel_totals
 from infercore.benchmarks.spec_folders import MODEL_FOLDERS, speculative_config, write_folders
 from infercore.benchmarks.speculative import force_acceptance_rate, periodic
 from infercore.benchmarks.workloads import WORKLOADS
@@ -47,12 +47,11 @@ def _profile(llm: LLM, prompt: list[int], tokens: int, label: str) -> None:
             h = host[ev.name]
             h[0] += 1
             h[1] += ev.cpu_time
-    top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:30]
     print(json.dumps({"label": label, "tokens": tokens, "wall_ms_per_token": round(wall * 1000 / tokens, 3),
                       "device_ms_per_token": round(device_us / 1000 / tokens, 3),
                       "host_calls": {n: [c, round(t / 1000, 2)] for n, (c, t) in host.items()}}), flush=True)
-    for name, (count, us) in top:
-        print(json.dumps({"label": label, "kernel": name, "count": count, "ms": round(us / 1000, 3)}), flush=True)
+    for name, count, ms in heaviest(kernels, 30):
+        print(json.dumps({"label": label, "kernel": name, "count": count, "ms": ms}), flush=True)
 
 
 def _timed(llm: LLM, prompt: list[int], tokens: int, label: str, rate: float) -> None:

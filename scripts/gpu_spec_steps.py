@@ -24,7 +24,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from infercore import LLM
 from infercore.benchmarks.full_drafts import register_full_drafts
-from infercore.benchmarks.kernel_timing import kernel_totals
+from infercore.benchmarks.kernel_timing import heaviest, kernel_totals
 from infercore.benchmarks.spec_folders import speculative_config, write_folders
 from infercore.benchmarks.speculative import force_acceptance_rate, periodic
 from infercore.benchmarks.workloads import WORKLOADS
@@ -107,9 +107,7 @@ def log_draft_passes() -> list[list[Any]]:
                      lambda: catch_up(self, rows, query_lens, seq_lens, positions, *args, **kwargs))
 
     def logged_chain(self: DraftSteps, rows: Any, *args: Any, **kwargs: Any) -> Any:
-        size = next((s for s in self.sizes if s >= len(rows)), self.max_rows)
-        return timed(["chain", len(rows), size if self.graphs.get(size) is not None else None],
-                     lambda: chain(self, rows, *args, **kwargs))
+        return timed(["chain", len(rows), self.graph_size(len(rows))], lambda: chain(self, rows, *args, **kwargs))
 
     def logged_launch(self: ModelProposer, *args: Any, **kwargs: Any) -> Any:
         out = launch(self, *args, **kwargs)
@@ -175,11 +173,10 @@ def main() -> None:
             for running, ms, passes in clock.small:
                 print(json.dumps({"label": label, "small_step": running, "ms": ms, "draft_passes": passes}),
                       flush=True)
-            top = sorted(clock.kernels.items(), key=lambda kv: -kv[1][1])[:25]
             total = sum(us for _, us in clock.kernels.values())
             print(json.dumps({"label": label, "window_device_ms": round(total / 1000, 2)}), flush=True)
-            for name, (n, us) in top:
-                print(json.dumps({"label": label, "kernel": name, "count": n, "ms": round(us / 1000, 3)}), flush=True)
+            for name, n, ms in heaviest(clock.kernels, 25):
+                print(json.dumps({"label": label, "kernel": name, "count": n, "ms": ms}), flush=True)
             del llm
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()

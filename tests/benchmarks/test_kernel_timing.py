@@ -38,3 +38,10 @@ def test_kernel_totals_sum_device_events_by_name() -> None:
               SimpleNamespace(device_type=cuda, name="norm", device_time=1.5)]
     assert kernel_totals(events, width=11) == {"gemm_kernel": [2, 5.0], "norm": [1, 1.5]}
 
+
+
+def test_heaviest_ranks_kernels_by_device_time() -> None:
+    from infercore.benchmarks.kernel_timing import heaviest
+
+    totals = {"norm": [4, 1500.0], "gemm": [2, 5000.0], "copy": [9, 20.0]}
+    assert heaviest(totals, 2) == [("gemm", 2, 5.0), ("norm", 4, 1.5)]

@@ -78,3 +78,9 @@ def kernel_totals(events: Any, width: int = 90) -> dict[str, list[float]]:
             entry[0] += 1
             entry[1] += ev.device_time
     return totals
+
+
+def heaviest(totals: dict[str, list[float]], count: int) -> list[tuple[str, int, float]]:
+    """The ``count`` kernels of :func:`kernel_totals` with the most device time: ``(name, calls, device ms)``."""
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])[:count]
+    return [(name, int(calls), round(us / 1000, 3)) for name, (calls, us) in ranked]

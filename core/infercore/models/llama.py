@@ -120,8 +120,7 @@ class LlamaAttention(nn.Module):
     def attend(self, positions: torch.Tensor, hidden: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         """The attention's output before ``o_proj``, the tokens' K/V written to the cache on the way (a draft
         head's catch-up that only needs its cache stops here)."""
-        # q, k, v are row-strided column slices of the QKV output; the attention backends take them so.
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k, v = self._qkv(hidden)
         if self.fused_qk_norm_rotary:
             # The backend may norm and rotate q/k in the same pass as its KV cache write.
             return self.attn.forward_qk_norm_rotary(positions, q, k, v, self.rotary_emb, self.q_norm, self.k_norm)
@@ -130,12 +129,17 @@ class LlamaAttention(nn.Module):
     def write_kv(self, positions: torch.Tensor, hidden: torch.Tensor | QuantizedActivation) -> None:
         """The tokens' K/V cache entries alone, as :meth:`attend` writes them, without the attention where the
         backend can skip it (a draft head's catch-up over tokens it will not draft from)."""
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k, v = self._qkv(hidden)
         if self.fused_qk_norm_rotary:
             q, k = self.rotary_emb.forward_with_qk_norm(positions, q, k, self.q_norm, self.k_norm)
         else:
             q, k = self._norm_rotate(positions, q, k)
         self.attn.write_kv(q, k, v)
+
+    def _qkv(self, hidden: torch.Tensor | QuantizedActivation) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k and v: row-strided column slices of the QKV output (the attention backends take them so)."""
+        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        return q, k, v
 
     def _norm_rotate(self, positions: torch.Tensor, q: torch.Tensor,
                      k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

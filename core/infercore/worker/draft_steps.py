@@ -138,6 +138,11 @@ class DraftSteps:
         logger.info("captured %d draft decode graphs (batch sizes %d..%d, %d steps each) in %.1f s", len(self.graphs),
                     self.sizes[0], self.sizes[-1], self.max_steps, time.perf_counter() - started)
 
+    def graph_size(self, n: int) -> int | None:
+        """The captured batch size whose graph runs a chain of ``n`` rows (None: the chain runs eagerly)."""
+        size = next((s for s in self.sizes if s >= n), self.max_rows)
+        return size if size in self.graphs else None
+
     def run(self, rows: np.ndarray, last_pos: np.ndarray | torch.Tensor, counts: np.ndarray, tokens: torch.Tensor,
             hidden: torch.Tensor) -> torch.Tensor:
         """Steps ``1 .. max(counts) - 1`` of batch rows ``rows`` whose settled tokens end at ``last_pos``
@@ -153,8 +158,8 @@ class DraftSteps:
         if n > self.max_rows or num_steps > self.max_steps:
             raise ValueError(f"{n} drafting rows or {num_steps} steps exceed the buffers ({self.max_rows}, "
                              f"{self.max_steps})")
-        size = next((s for s in self.sizes if s >= n), self.max_rows)
-        graph = self.graphs.get(size) if self.graphs else None
+        size = self.graph_size(n)
+        graph = self.graphs[size] if size is not None else None
         runner = self.runner
         stride = runner.stride
         table = runner.target.input_batch.block_table

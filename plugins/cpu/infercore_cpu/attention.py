@@ -174,14 +174,14 @@ class TorchPagedAttentionImpl(AttentionImpl):
 
     def write_kv(self, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, metadata: Any) -> None:
         meta: TorchPagedMetadata = metadata
-        self._write(self._native(k, k, v, kv_cache, meta.block_table, None), k, v, kv_cache, meta)
+        self._write(self._native(kv_cache, meta.block_table, k, v), k, v, kv_cache, meta)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                 metadata: Any, out: torch.Tensor) -> torch.Tensor:
         meta: TorchPagedMetadata = metadata
         if self.spec.attn_type == ENCODER_ONLY:  # bidirectional, no KV cache
             return encoder_only_attention(q, k, v, meta.query_start_loc_cpu, meta.num_reqs, self.scale, out)
-        lib = self._native(q, k, v, kv_cache, meta.block_table, out)
+        lib = self._native(kv_cache, meta.block_table, q, k, v, out)
         self._write(lib, k, v, kv_cache, meta)
         if self.alibi_slopes is not None:
             return self._with_alibi(q, kv_cache, meta, out)
@@ -218,15 +218,13 @@ class TorchPagedAttentionImpl(AttentionImpl):
         if lib is None or not self._write_native(lib, k[:n], v[:n], kv_cache, meta.slot_mapping):
             write_kv(k[:n], v[:n], kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
 
-    def _native(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
-                block_table: torch.Tensor, out: torch.Tensor | None) -> ctypes.CDLL | None:
-        """The C kernels, when built and the tensors are laid out as they read them (else None; no ``out``:
-        the cache write alone)."""
-        out = q if out is None else out
-        if (q.dtype not in _NATIVE_DTYPES or kv_cache.dtype not in _NATIVE_DTYPES or out.dtype != q.dtype
-                or k.dtype != q.dtype or v.dtype != q.dtype or not kv_cache.is_contiguous()
-                or block_table.dtype != torch.int32 or block_table.stride(-1) != 1
-                or q.stride(-1) != 1 or out.stride(-1) != 1 or q.device.type != "cpu"):
+    def _native(self, kv_cache: torch.Tensor, block_table: torch.Tensor, *tensors: torch.Tensor) -> ctypes.CDLL | None:
+        """The C kernels, when built and the cache and ``tensors`` (q, k, v and out; k and v for the cache write
+        alone) are laid out as they read them (else None)."""
+        first = tensors[0]
+        if (first.dtype not in _NATIVE_DTYPES or kv_cache.dtype not in _NATIVE_DTYPES
+                or any(t.dtype != first.dtype or t.stride(-1) != 1 for t in tensors) or not kv_cache.is_contiguous()
+                or block_table.dtype != torch.int32 or block_table.stride(-1) != 1 or first.device.type != "cpu"):
             return None
         return native.library()
 

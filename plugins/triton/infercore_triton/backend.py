@@ -240,9 +240,8 @@ class TritonAttentionImpl(AttentionImpl):
         meta: TritonAttentionMetadata = metadata
         if self.spec.attn_type == ENCODER_ONLY:  # bidirectional over the step's own k/v, no KV cache
             return encoder_attention(q, k, v, meta.query_start_loc, meta.num_reqs, meta.max_query_len, self.scale, out)
-        k_scale, v_scale = self._scales(kv_cache)
-        write_kv(k, v, kv_cache, meta.slot_mapping, k_scale, v_scale)
-        return self._attend(q, kv_cache, meta, out, k_scale, v_scale)
+        self.write_kv(k, v, kv_cache, meta)
+        return self._attend(q, kv_cache, meta, out, *self._scales(kv_cache))
 
     def forward_qk_norm_rotary(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                                metadata: Any, out: torch.Tensor, qk_norm_rotary: QKNormRotary) -> torch.Tensor:
