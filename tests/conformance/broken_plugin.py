@@ -1,6 +1,6 @@
 """A deliberately broken plugin for the conformance kit's own tests (written out as a conftest.py).
 
-It registers three broken attention backends (each built on the reference, with one thing wrong)
+It registers four broken attention backends (each built on the reference, with one thing wrong)
 and a broken ``gelu`` kernel for the cpu platform; the kit must fail each, naming the case.
 """
 
@@ -47,6 +47,22 @@ class _IgnoredPrefixImpl(_Base):
         return out
 
 
+class _SwappedWriteImpl(_Base):
+    """Attends rightly, but its cache write alone (``write_kv``) stores V where K belongs and K where V does."""
+
+    def forward(self, q, k, v, kv_cache, metadata, out):
+        self._writing_alone = False
+        try:
+            return super().forward(q, k, v, kv_cache, metadata, out)
+        finally:
+            self._writing_alone = True
+
+    def write_kv(self, k, v, kv_cache, metadata):
+        if getattr(self, "_writing_alone", True):
+            k, v = v, k
+        super().write_kv(k, v, kv_cache, metadata)
+
+
 def _backend(name: str, impl: type[AttentionImpl]) -> type[ReferenceAttentionBackend]:
     return type(name, (ReferenceAttentionBackend,), {"name": name, "get_impl_cls": staticmethod(lambda: impl)})
 
@@ -54,6 +70,7 @@ def _backend(name: str, impl: type[AttentionImpl]) -> type[ReferenceAttentionBac
 WrongScaleBackend = _backend("broken_scale", _WrongScaleImpl)
 WrongWindowBackend = _backend("broken_window", _WrongWindowImpl)
 IgnoredPrefixBackend = _backend("broken_prefix", _IgnoredPrefixImpl)
+SwappedWriteBackend = _backend("broken_write", _SwappedWriteImpl)
 
 
 def broken_gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
@@ -69,6 +86,7 @@ class BrokenPlugin:
         register("broken_scale", "conftest:WrongScaleBackend")
         register("broken_window", "conftest:WrongWindowBackend")
         register("broken_prefix", "conftest:IgnoredPrefixBackend")
+        register("broken_write", "conftest:SwappedWriteBackend")
 
     @hookimpl
     def register_custom_ops(self, register):

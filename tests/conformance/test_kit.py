@@ -36,26 +36,30 @@ def test_kit_passes_the_example_platform_and_model(gpt2_folder: Path) -> None:
     proc = run_kit("--infercore-platform", "acme", "--infercore-model", str(gpt2_folder), "-rs")
     assert proc.returncode == 0, _summary(proc)
     assert re.search(r"\d+ passed", proc.stdout), _summary(proc)
-    # The only cases left out are those the example backend declines in validate (an fp8 cache).
+    # The only cases left out are those the example backend declines in validate (an fp8 cache), and the
+    # write_kv check, which it does not claim.
     skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
-    assert all("backend 'acme_attention' declines case 'fp8 cache" in line for line in skips), skips
+    assert all("backend 'acme_attention' declines case 'fp8 cache" in line
+               or "backend 'acme_attention' does not set writes_kv_alone" in line for line in skips), skips
+    assert any("does not set writes_kv_alone" in line for line in skips), skips
 
 
 def test_kit_runs_the_whole_graph_case_for_backends_that_declare_it() -> None:
     """The Triton backend (through the interpreter) sets captures_mixed_steps: the kit pads a mixed step as
-    its whole-step graph would and checks it. (The cpu and acme backends do not, and their runs above
-    pass without it.)"""
+    its whole-step graph would and checks its output and cache, and its write_kv's cache. (The cpu and acme
+    backends do not, and their runs above pass without it.)"""
     proc = run_kit("--infercore-platform", "cpu", "--infercore-attention-backend", "triton", "-k", "whole-step")
-    assert proc.returncode == 0 and "1 passed" in proc.stdout, _summary(proc)
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, _summary(proc)
 
 
 def test_kit_runs_the_visible_bounds_cases_for_backends_that_declare_them() -> None:
     """Backends that set supports_visible_bounds (Gemma 3's image spans) are checked against the reference:
-    the cpu one on its two cases, Triton (which also captures mixed steps whole) on the whole-graph one too."""
+    the cpu one on its two cases, Triton (which also captures mixed steps whole) on the whole-graph one too;
+    both set writes_kv_alone, so each case also checks the cache write_kv leaves."""
     proc = run_kit("--infercore-platform", "cpu", "--infercore-attention-backend", "triton", "-k", "visible")
-    assert proc.returncode == 0 and "3 passed" in proc.stdout, _summary(proc)
+    assert proc.returncode == 0 and "6 passed" in proc.stdout, _summary(proc)
     proc = run_kit("--infercore-platform", "cpu", "-k", "visible")
-    assert proc.returncode == 0 and "2 passed" in proc.stdout, _summary(proc)
+    assert proc.returncode == 0 and "4 passed" in proc.stdout, _summary(proc)
 
 
 @pytest.fixture
@@ -85,3 +89,17 @@ def test_kit_fails_broken_backends_and_ops_naming_the_case(broken_dir: Path) -> 
     assert "custom op 'gelu' (default) of plugin 'broken' differs from its reference" in proc.stdout, _summary(proc)
     assert "custom op 'gelu' (tanh)" not in proc.stdout, "the tanh variant is right and must pass"
     assert "custom op 'linear'" not in proc.stdout, "cpu's real linear kernel must pass"
+
+
+def test_kit_checks_write_kv_where_a_backend_claims_it(broken_dir: Path) -> None:
+    """A backend that sets writes_kv_alone is held to it: one whose write_kv swaps K and V fails every case
+    (its forward is right); the reference and cpu (torch_paged) backends pass them all."""
+    proc = run_kit("--infercore-platform", "cpu", "--infercore-attention-backend", "broken_write",
+                   "--infercore-attention-backend", "reference", "--infercore-attention-backend", "torch_paged",
+                   "-k", "write_kv or attention_matches", cwd=broken_dir)
+    assert proc.returncode == 1, _summary(proc)
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
+    assert failed and all("test_write_kv_alone_matches_reference[broken_write-" in line for line in failed), failed
+    for case in ("fresh prefills", "pure decode", "prefix blocks", "sliding window"):
+        assert f"write_kv case {case!r}, backend 'broken_write'" in proc.stdout, (case, _summary(proc))
+    assert re.search(r"\d+ passed", proc.stdout) and "skipped" not in proc.stdout, _summary(proc)

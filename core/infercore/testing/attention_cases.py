@@ -265,6 +265,20 @@ def run_case(backend: type[AttentionBackend], case: AttentionCase, device: torch
     return CaseResult(output_error, cache_error)
 
 
+def write_case_error(backend: type[AttentionBackend], case: AttentionCase, device: torch.device,
+                     dtype: torch.dtype) -> float:
+    """How far the cache a backend's ``write_kv`` (the write without attention, for a backend that sets
+    ``writes_kv_alone``) leaves is from the reference's write of the case's step (relative)."""
+    _, k, v, cache, common = build_step(case, device, dtype)
+    ref_cache = cache.clone()
+    n = common.num_actual_tokens
+    write_kv(k[:n], v[:n], ref_cache, common.slot_mapping, *case.scales)
+    kv_spec = KVCacheSpec(BLOCK, KV_HEADS, HEAD, case.kv_cache_dtype(dtype))
+    builder = backend.get_builder_cls()(kv_spec, device, 64, 512)
+    backend.get_impl_cls()(layer_spec(case, dtype)).write_kv(k, v, cache, builder.build(common))
+    return float((cache.float() - ref_cache.float()).abs().max()) / float(ref_cache.float().abs().max())
+
+
 def bidirectional_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_start_loc_cpu: torch.Tensor,
                             num_reqs: int, scale: float) -> torch.Tensor:
     """Encoder-only attention, one unmasked SDPA per request: what an encoder-only backend must compute."""

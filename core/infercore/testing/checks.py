@@ -27,6 +27,7 @@ from infercore.testing.attention_cases import (
     attention_request,
     default_layout,
     run_case,
+    write_case_error,
 )
 from infercore.testing.op_cases import OP_INPUTS, OP_VARIANTS, op_error
 
@@ -177,6 +178,37 @@ def test_attention_matches_reference(backend_name: str | None, platform: Platfor
                                         f"reference by {result.output_error:.2e} (relative; allowed {tol:.0e})")
 
 
+def test_write_kv_alone_matches_reference(backend_name: str | None, platform: Platform, check_dtype: torch.dtype,
+                                         write_case: AttentionCase) -> None:
+    """A backend that sets ``writes_kv_alone`` stores through ``write_kv`` what the reference's cache write
+    stores (plugin API 1.16): a draft head's catch-up trusts it to write what ``forward`` would."""
+    name, backend = _backend(backend_name, platform, write_case, check_dtype)
+    reasons = backend.validate(attention_request(write_case, check_dtype, platform.device_type))
+    if reasons:
+        pytest.skip(f"backend {name!r} declines case {write_case.name!r}: {'; '.join(reasons)}")
+    error = write_case_error(backend, write_case, platform.device(), check_dtype)
+    assert error <= TOLERANCE[check_dtype], (f"write_kv case {write_case.name!r}, backend {name!r}: the K/V it "
+                                             f"stores differ from the reference by {error:.2e}")
+
+
+def _write_cases(config: pytest.Config, backend_name: str | None) -> list[Any]:
+    """The cases of the ``write_kv`` check: every case that writes the cache, for a backend (the platform's
+    choice, by default) that sets ``writes_kv_alone`` and keeps the default layout; else one skip saying why."""
+    platform = get_plugin_manager().registry("platform").load(_platform_name(config))()
+    request = attention_request(CASES[0], platform.capabilities.default_dtype, platform.device_type)
+    name = backend_name or platform.select_attention_backend(request)
+    backend = get_plugin_manager().registry("attention_backend").load(name)
+    label = backend_name or "platform-choice"
+    if not backend.get_impl_cls().writes_kv_alone or not default_layout(backend):
+        why = ("does not set writes_kv_alone (a cache write alone runs forward)" if default_layout(backend)
+               else "uses its own cache layout; the kit reads only the default one")
+        return [pytest.param(backend_name, None, id=f"{label}-no-write-kv",
+                             marks=pytest.mark.skip(reason=f"backend {name!r} {why}"))]
+    cases = CASES + _fp8_cases(config, backend_name) + _whole_graph_cases(config, backend_name) \
+        + _visible_bounds_cases(config, backend_name)
+    return [pytest.param(backend_name, case, id=f"{label}-{case.name}") for case in cases]
+
+
 def _fp8_cases(config: pytest.Config, backend_name: str | None) -> tuple[AttentionCase, ...]:
     """The fp8-cache cases, when the backend (the platform's choice for them, by default) accepts one."""
     platform = get_plugin_manager().registry("platform").load(_platform_name(config))()
@@ -235,6 +267,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                       for case in CASES + _fp8_cases(metafunc.config, b) + _whole_graph_cases(metafunc.config, b)
                       + _encoder_only_cases(metafunc.config, b) + _visible_bounds_cases(metafunc.config, b)]
             metafunc.parametrize(("backend_name", "case"), params)
+        elif "write_case" in metafunc.fixturenames:
+            metafunc.parametrize(("backend_name", "write_case"),
+                                 [p for b in backends for p in _write_cases(metafunc.config, b)])
         else:
             metafunc.parametrize("backend_name", backends, ids=[b or "platform-choice" for b in backends])
     if "op" not in metafunc.fixturenames:
