@@ -58,7 +58,7 @@ def _runner(block_table: np.ndarray) -> Any:
     target = SimpleNamespace(platform=_Platform(), max_blocks_per_req=block_table.shape[1],
                              input_batch=SimpleNamespace(block_table=block_table), dtype=torch.float32)
     return SimpleNamespace(device=torch.device("cpu"), group_of=[0], stride=1, block_size=BLOCK, target=target,
-                           builders=[_Builder()], draft_tp=None)
+                           builders=[_Builder()], draft_tp=None, max_verify_len=5)
 
 
 def _bind(graphs: Any, rerun: Callable[[int], tuple[torch.Tensor, torch.Tensor]]) -> None:

@@ -81,7 +81,7 @@ class CatchUpGraphs:
             query_start_loc=self.query_start_loc[: reqs + 1], seq_lens=self.seq_lens[:reqs],
             block_table=self.tables[g, :reqs], slot_mapping=self.slots[g, :size],
             query_start_loc_cpu=torch.zeros(reqs + 1, dtype=torch.int32), seq_lens_cpu=torch.zeros(reqs, dtype=torch.int32),
-            padded_for_graph=True) for g in range(len(self.runner.group_of))]
+            padded_for_graph=True, max_verify_len=self.runner.max_verify_len) for g in range(len(self.runner.group_of))]
         built = [builder.build(meta) for builder, meta in zip(self.runner.builders, metas, strict=True)]
         return ForwardContext(built[0], size, group_attn_metadata=tuple(built[1:]))
 

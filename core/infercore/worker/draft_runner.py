@@ -69,6 +69,13 @@ class DraftRunner:
         # The target's budget pays for this cache too.
         target.kv_setup.companion = self.setup
 
+    @property
+    def max_verify_len(self) -> int:
+        """The longest catch-up query of a verifying step: its 1 + k scheduled tokens and the target's token
+        after them. Attention metadata tells backends (``max_verify_len``) so that such queries attend as
+        decodes of their tokens, as the target's verification does, rather than through the prefill kernel."""
+        return self.target.max_verify_len + 1
+
     def allocate(self, pool_sizes: list[int]) -> None:
         """Allocate and bind the cache for the target's pools of ``pool_sizes`` blocks (one per group)."""
         self.caches = self.setup.allocate(self.backend, [pool_sizes[g] for g in self.group_of])
@@ -168,7 +175,7 @@ class DraftRunner:
                 max_seq_len=int(seq_lens.max()), query_start_loc=self._dev(qsl, torch.int32),
                 seq_lens=self._dev(seq_lens, torch.int32), block_table=self._dev(table, torch.int32),
                 slot_mapping=self._dev(slots, torch.int64), query_start_loc_cpu=torch.from_numpy(qsl),
-                seq_lens_cpu=torch.from_numpy(seq_lens.astype(np.int32))))
+                seq_lens_cpu=torch.from_numpy(seq_lens.astype(np.int32)), max_verify_len=self.max_verify_len))
         built = [builder.build(meta) for builder, meta in zip(self.builders, metas, strict=True)]
         return ForwardContext(built[0], num_tokens, group_attn_metadata=tuple(built[1:]))
 
