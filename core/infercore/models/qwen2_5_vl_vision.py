@@ -2,7 +2,9 @@
 
 * Patch embedding: HF's Conv3d whose kernel equals its stride is a linear map of each flattened
   (C, T, P, P) patch, so it is one matmul here.
-* 2D rotary: each head's first half rotates by the patch's row, its second half by its column.
+* 2D rotary: each head's first half rotates by the patch's row, its second half by its column. One
+  cos/sin table per image batch, indexed by patch, goes through the platform's ``rotary_embedding`` op
+  (one launch for q and k where a platform fuses it, in place) in every layer.
 * Window attention: the patches of a merge block stay together, and merge blocks are grouped into windows
   of ``window_size`` pixels (``window_size / patch / merge`` blocks a side). Hidden states are permuted once
   so every window is contiguous; layers in ``fullatt_block_indexes`` attend over the whole image, the others
@@ -35,6 +37,7 @@ from infercore.layers import (
     RowParallelLinear,
     SiluAndMul,
 )
+from infercore.ops import get_op
 
 Grid = tuple[int, int, int]
 
@@ -110,14 +113,6 @@ def _cumulative(lengths: list[int]) -> torch.Tensor:
     return torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0).to(torch.int32)
 
 
-def rotate_pairs_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """NeoX-style rotation of ``x`` [T, heads, D] (float32 math, result in ``x``'s dtype)."""
-    xf = x.float()
-    half = xf.shape[-1] // 2
-    rotated = torch.cat((-xf[..., half:], xf[..., :half]), dim=-1)
-    return (xf * cos + rotated * sin).to(x.dtype)
-
-
 class VisionRotary(nn.Module):
     """Axial 2D rotary: a quarter of the head's frequencies each for rows and columns, doubled (NeoX)."""
 
@@ -128,11 +123,12 @@ class VisionRotary(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, rows: torch.Tensor, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin [T, 1, head_dim] float32 for patches at (rows, cols)."""
+        """For patches at (rows, cols): a ``rotary_embedding`` cos/sin table [T, head_dim] float32, row ``i``
+        = cat(cos, sin) of patch ``i``'s angles (the NeoX pairing repeats them over both halves), and the
+        positions [T] that index it."""
         inv = self.inv_freq.float()
         angles = torch.cat((rows.float()[:, None] * inv, cols.float()[:, None] * inv), dim=-1)
-        angles = torch.cat((angles, angles), dim=-1)[:, None, :]
-        return angles.cos(), angles.sin()
+        return torch.cat((angles.cos(), angles.sin()), dim=-1), torch.arange(len(rows), device=rows.device)
 
 
 class VisionAttention(nn.Module):
@@ -145,12 +141,16 @@ class VisionAttention(nn.Module):
         self.num_heads = self.qkv.num_heads  # this rank's
         self.proj = RowParallelLinear(dim, dim, bias=True)
         self.attn = EncoderAttention(self.num_heads, self.head_dim, self.head_dim**-0.5)
+        self._rotary = get_op("rotary_embedding")
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cu_cpu: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], cu_cpu: torch.Tensor) -> torch.Tensor:
+        """``rotary``: the tower's cos/sin table and positions (:meth:`VisionRotary.forward`)."""
         n = x.shape[0]
         q, k, v = self.qkv(x).view(n, 3, self.num_heads, self.head_dim).unbind(1)
-        q, k = rotate_pairs_half(q, cos, sin), rotate_pairs_half(k, cos, sin)
-        return self.proj(self.attn(q, k, v, cu_cpu))
+        table, positions = rotary
+        q, k = self._rotary(positions, q.flatten(1), k.flatten(1), table, self.head_dim, True)
+        shape = (n, self.num_heads, self.head_dim)
+        return self.proj(self.attn(q.view(shape), k.view(shape), v, cu_cpu))
 
 
 class VisionMLP(nn.Module):
@@ -176,8 +176,8 @@ class VisionBlock(nn.Module):
         self.attn = VisionAttention(config.hidden_size, config.num_heads)
         self.mlp = VisionMLP(config.hidden_size, config.intermediate_size)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cu_cpu: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), cos, sin, cu_cpu)
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], cu_cpu: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), rotary, cu_cpu)
         return x + self.mlp(self.norm2(x))
 
 
@@ -223,9 +223,9 @@ class Qwen2_5_VisionTransformer(nn.Module):
         order = layout.block_order.to(device)
         x = self.patch_embed(pixel_values.to(device=device, dtype=self.dtype))
         x = x.view(-1, unit, x.shape[-1])[order].reshape(-1, x.shape[-1])
-        cos, sin = self.rotary(layout.rows.to(device), layout.cols.to(device))
+        rotary = self.rotary(layout.rows.to(device), layout.cols.to(device))
         for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, layout.image_cu if i in self.full_attention else layout.window_cu)
+            x = block(x, rotary, layout.image_cu if i in self.full_attention else layout.window_cu)
         merged = self.merger(x)
         return merged[torch.argsort(order)]
 
