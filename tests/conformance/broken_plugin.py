@@ -50,17 +50,15 @@ class _IgnoredPrefixImpl(_Base):
 class _SwappedWriteImpl(_Base):
     """Attends rightly, but its cache write alone (``write_kv``) stores V where K belongs and K where V does."""
 
+    def __init__(self, spec: AttentionLayerSpec) -> None:
+        super().__init__(spec)
+        self._right = _Base(spec)  # forward writes through its own (right) write_kv
+
     def forward(self, q, k, v, kv_cache, metadata, out):
-        self._writing_alone = False
-        try:
-            return super().forward(q, k, v, kv_cache, metadata, out)
-        finally:
-            self._writing_alone = True
+        return self._right.forward(q, k, v, kv_cache, metadata, out)
 
     def write_kv(self, k, v, kv_cache, metadata):
-        if getattr(self, "_writing_alone", True):
-            k, v = v, k
-        super().write_kv(k, v, kv_cache, metadata)
+        super().write_kv(v, k, kv_cache, metadata)
 
 
 def _backend(name: str, impl: type[AttentionImpl]) -> type[ReferenceAttentionBackend]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -239,6 +240,18 @@ def default_layout(backend: type[AttentionBackend]) -> bool:
     return tuple(backend.get_kv_cache_shape(3, BLOCK, KV_HEADS, HEAD)) == (2, 3, BLOCK, KV_HEADS, HEAD)
 
 
+def _backend_metadata(backend: type[AttentionBackend], case: AttentionCase, device: torch.device,
+                      dtype: torch.dtype, common: Any) -> Any:
+    """``backend``'s metadata for the case's step, built as the runner builds it."""
+    kv_spec = KVCacheSpec(BLOCK, KV_HEADS, HEAD, case.kv_cache_dtype(dtype))
+    return backend.get_builder_cls()(kv_spec, device, 64, 512).build(common)
+
+
+def _cache_error(cache: torch.Tensor, ref_cache: torch.Tensor) -> float:
+    """Largest difference between two caches, relative to the reference's largest entry."""
+    return float((cache.float() - ref_cache.float()).abs().max()) / float(ref_cache.float().abs().max())
+
+
 def run_case(backend: type[AttentionBackend], case: AttentionCase, device: torch.device,
              dtype: torch.dtype) -> CaseResult:
     """Run ``backend`` and the reference on the case's step; relative errors of output and cache."""
@@ -254,15 +267,11 @@ def run_case(backend: type[AttentionBackend], case: AttentionCase, device: torch
     expected = expected if case.encoder_only else paged_attention(q, ref_cache, common.query_start_loc_cpu, common.seq_lens_cpu, common.block_table,
                                spec.scale, torch.zeros_like(q), case.sliding_window, slopes, len(case.requests),
                                *case.scales, visible_until=common.visible_until_cpu)
-    kv_spec = KVCacheSpec(BLOCK, KV_HEADS, HEAD, case.kv_cache_dtype(dtype))
-    builder = backend.get_builder_cls()(kv_spec, device, 64, 512)
-    impl = backend.get_impl_cls()(spec)
     out = torch.zeros_like(q)
-    impl.forward(q, k, v, cache, builder.build(common), out)
+    backend.get_impl_cls()(spec).forward(q, k, v, cache, _backend_metadata(backend, case, device, dtype, common), out)
     scale = float(expected[:n].float().abs().max())
     output_error = float((out[:n].float() - expected[:n].float()).abs().max()) / scale
-    cache_error = float((cache.float() - ref_cache.float()).abs().max()) / float(ref_cache.float().abs().max())
-    return CaseResult(output_error, cache_error)
+    return CaseResult(output_error, _cache_error(cache, ref_cache))
 
 
 def write_case_error(backend: type[AttentionBackend], case: AttentionCase, device: torch.device,
@@ -273,10 +282,9 @@ def write_case_error(backend: type[AttentionBackend], case: AttentionCase, devic
     ref_cache = cache.clone()
     n = common.num_actual_tokens
     write_kv(k[:n], v[:n], ref_cache, common.slot_mapping, *case.scales)
-    kv_spec = KVCacheSpec(BLOCK, KV_HEADS, HEAD, case.kv_cache_dtype(dtype))
-    builder = backend.get_builder_cls()(kv_spec, device, 64, 512)
-    backend.get_impl_cls()(layer_spec(case, dtype)).write_kv(k, v, cache, builder.build(common))
-    return float((cache.float() - ref_cache.float()).abs().max()) / float(ref_cache.float().abs().max())
+    metadata = _backend_metadata(backend, case, device, dtype, common)
+    backend.get_impl_cls()(layer_spec(case, dtype)).write_kv(k, v, cache, metadata)
+    return _cache_error(cache, ref_cache)
 
 
 def bidirectional_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_start_loc_cpu: torch.Tensor,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from infercore.attention.backend import AttentionBackend
+from infercore.attention.backend import AttentionBackend, AttentionRequest
 from infercore.platforms.capabilities import KernelSettings
 from infercore.platforms.interface import Platform
 from infercore.platforms.selection import current_platform, set_current_platform
@@ -191,13 +191,20 @@ def test_write_kv_alone_matches_reference(backend_name: str | None, platform: Pl
                                              f"stores differ from the reference by {error:.2e}")
 
 
+def _chosen_backend(config: pytest.Config, backend_name: str | None, case: AttentionCase,
+                    dtype: torch.dtype | None = None) -> tuple[str, type[AttentionBackend], AttentionRequest]:
+    """The backend a case runs on (``backend_name``, else the platform's choice for it, at ``dtype`` or the
+    platform's default) and the request it is chosen by, for deciding which cases a run parametrizes."""
+    platform = get_plugin_manager().registry("platform").load(_platform_name(config))()
+    request = attention_request(case, dtype or platform.capabilities.default_dtype, platform.device_type)
+    name = backend_name or platform.select_attention_backend(request)
+    return name, get_plugin_manager().registry("attention_backend").load(name), request
+
+
 def _write_cases(config: pytest.Config, backend_name: str | None) -> list[Any]:
     """The cases of the ``write_kv`` check: every case that writes the cache, for a backend (the platform's
     choice, by default) that sets ``writes_kv_alone`` and keeps the default layout; else one skip saying why."""
-    platform = get_plugin_manager().registry("platform").load(_platform_name(config))()
-    request = attention_request(CASES[0], platform.capabilities.default_dtype, platform.device_type)
-    name = backend_name or platform.select_attention_backend(request)
-    backend = get_plugin_manager().registry("attention_backend").load(name)
+    name, backend, _ = _chosen_backend(config, backend_name, CASES[0])
     label = backend_name or "platform-choice"
     if not backend.get_impl_cls().writes_kv_alone or not default_layout(backend):
         why = ("does not set writes_kv_alone (a cache write alone runs forward)" if default_layout(backend)
@@ -211,42 +218,30 @@ def _write_cases(config: pytest.Config, backend_name: str | None) -> list[Any]:
 
 def _fp8_cases(config: pytest.Config, backend_name: str | None) -> tuple[AttentionCase, ...]:
     """The fp8-cache cases, when the backend (the platform's choice for them, by default) accepts one."""
-    platform = get_plugin_manager().registry("platform").load(_platform_name(config))()
-    caps = platform.capabilities
+    caps = get_plugin_manager().registry("platform").load(_platform_name(config)).capabilities
     dtype = torch.float32 if torch.float32 in caps.supported_dtypes else caps.default_dtype
-    request = attention_request(FP8_CASES[0], dtype, platform.device_type)
-    name = backend_name or platform.select_attention_backend(request)
-    backend = get_plugin_manager().registry("attention_backend").load(name)
+    _, backend, request = _chosen_backend(config, backend_name, FP8_CASES[0], dtype)
     return FP8_CASES if not backend.validate(request) and default_layout(backend) else ()
 
 
 def _whole_graph_cases(config: pytest.Config, backend_name: str | None) -> tuple[AttentionCase, ...]:
     """The whole-step graph cases, when the backend (the platform's choice, by default) declares it
     captures steps with prompt tokens whole."""
-    platform = get_plugin_manager().registry("platform").load(_platform_name(config))()
-    request = attention_request(WHOLE_GRAPH_CASES[0], platform.capabilities.default_dtype, platform.device_type)
-    name = backend_name or platform.select_attention_backend(request)
-    backend = get_plugin_manager().registry("attention_backend").load(name)
+    _, backend, _ = _chosen_backend(config, backend_name, WHOLE_GRAPH_CASES[0])
     return WHOLE_GRAPH_CASES if backend.captures_mixed_steps else ()
 
 
 def _encoder_only_cases(config: pytest.Config, backend_name: str | None) -> tuple[AttentionCase, ...]:
     """The encoder-only cases, when the backend (the platform's choice for them, by default) declares
     ``supports_encoder_only``; one that does not is refused such models by the engine."""
-    platform = get_plugin_manager().registry("platform").load(_platform_name(config))()
-    request = attention_request(ENCODER_ONLY_CASES[0], platform.capabilities.default_dtype, platform.device_type)
-    name = backend_name or platform.select_attention_backend(request)
-    backend = get_plugin_manager().registry("attention_backend").load(name)
+    _, backend, _ = _chosen_backend(config, backend_name, ENCODER_ONLY_CASES[0])
     return ENCODER_ONLY_CASES if backend.supports_encoder_only and default_layout(backend) else ()
 
 
 def _visible_bounds_cases(config: pytest.Config, backend_name: str | None) -> tuple[AttentionCase, ...]:
     """The visibility-bound cases, when the backend declares ``supports_visible_bounds`` (the whole-step
     graph one only when it also captures such steps whole); one that does not is refused such models."""
-    platform = get_plugin_manager().registry("platform").load(_platform_name(config))()
-    request = attention_request(VISIBLE_BOUNDS_CASES[0], platform.capabilities.default_dtype, platform.device_type)
-    name = backend_name or platform.select_attention_backend(request)
-    backend = get_plugin_manager().registry("attention_backend").load(name)
+    _, backend, _ = _chosen_backend(config, backend_name, VISIBLE_BOUNDS_CASES[0])
     if not (backend.supports_visible_bounds and default_layout(backend)):
         return ()
     return tuple(c for c in VISIBLE_BOUNDS_CASES if backend.captures_mixed_steps or not c.whole_graph)
