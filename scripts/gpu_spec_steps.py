@@ -40,34 +40,45 @@ def _sync() -> None:
 class StepClock:
     """Times every ``EngineCore.step`` of one engine and profiles steps ``first .. first + count``."""
 
-    def __init__(self, core: EngineCore, limit: int, first: int, count: int, draft_log: list[Any] | None = None
-                 ) -> None:
+    def __init__(self, core: EngineCore, limit: int, first: int, count: int, draft_log: list[Any] | None = None,
+                 small_first: bool = False) -> None:
         self.core, self.limit, self.first, self.count = core, limit, first, count
+        #: With ``small_first``, ``first`` counts small steps only (the profile starts at the first-th small step).
+        self.small_first = small_first
+        self.n_small = 0
+        #: Wall milliseconds of the small steps, by running count.
+        self.small_ms: dict[int, list[float]] = defaultdict(list)
         self.buckets: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
         #: With ``draft_log`` (:func:`log_draft_passes`' log): per small step, (running, wall ms, its draft passes).
         self.small: list[tuple[int, float, list[Any]]] = []
         self.n = 0
+        self.first_profiled = 0
         self.prof: Any = None
         self.kernels: dict[str, list[float]] = {}
         original = core.step
 
         def timed() -> Any:
-            if self.n == self.first:
+            running = len(core.scheduler.running)
+            at = self.n_small if self.small_first else self.n
+            if at == self.first and self.prof is None and not self.kernels and (running < limit or not small_first):
                 _sync()
                 self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
                 self.prof.__enter__()
-            running = len(core.scheduler.running)
+                self.first_profiled = self.n
             mark = len(draft_log) if draft_log is not None else 0
             start = time.perf_counter()
             out = original()
             wall = time.perf_counter() - start
             if draft_log is not None and running < limit:
                 self.small.append((running, round(wall * 1000, 2), draft_log[mark:]))
+            if running < limit:
+                self.small_ms[running].append(wall * 1000)
+                self.n_small += 1
             bucket = self.buckets["busy" if running >= limit else "small"]
             bucket[0] += 1
             bucket[1] += wall
             self.n += 1
-            if self.n == self.first + self.count and self.prof is not None:
+            if self.prof is not None and self.n == self.first_profiled + self.count:
                 _sync()
                 self.prof.__exit__(None, None, None)
                 self.kernels = kernel_totals(self.prof.events(), width=80)
@@ -136,12 +147,15 @@ def main() -> None:
     parser.add_argument("--draft-workload", default="w-gpu", help="the draft model's shape")
     parser.add_argument("--num-requests", type=int, default=None)
     parser.add_argument("--no-plain", action="store_true", help="only the speculative engines")
-    parser.add_argument("--window", default="200,20", help="first profiled engine step, number of steps")
+    parser.add_argument("--window", default="200,20", help="first profiled engine step, number of steps; "
+                        "small+N,COUNT starts at the N-th small step")
     parser.add_argument("--log-small", action="store_true", help="print every small step (see above)")
     args = parser.parse_args()
     draft_log = log_draft_passes() if args.log_small else None
     register_full_drafts()
-    first, count = (int(x) for x in args.window.split(","))
+    start_at, count_text = args.window.split(",")
+    small_first = start_at.startswith("small+")
+    first, count = int(start_at.removeprefix("small+")), int(count_text)
     workload = WORKLOADS[args.workload]
     prompts, max_tokens = workload.requests(0)
     if args.num_requests:
@@ -162,7 +176,7 @@ def main() -> None:
             core = llm.llm_engine.engine_core
             limit = core.scheduler.speculative_config.disable_by_batch_size if spec else DEFAULT_DISABLE_BY_BATCH_SIZE
             llm.generate([{"prompt_token_ids": p} for p in prompts[:4]], params[:4], use_tqdm=False)
-            clock = StepClock(core, limit or 10**9, first, count, draft_log)
+            clock = StepClock(core, limit or 10**9, first, count, draft_log, small_first)
             llm.reset_prefix_cache()
             start = time.perf_counter()
             outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
@@ -173,6 +187,8 @@ def main() -> None:
             for running, ms, passes in clock.small:
                 print(json.dumps({"label": label, "small_step": running, "ms": ms, "draft_passes": passes}),
                       flush=True)
+            by_running = {b: round(sum(v) / len(v), 2) for b, v in sorted(clock.small_ms.items())}
+            print(json.dumps({"label": label, "small_ms_by_running": by_running}), flush=True)
             total = sum(us for _, us in clock.kernels.values())
             print(json.dumps({"label": label, "window_device_ms": round(total / 1000, 2)}), flush=True)
             for name, n, ms in heaviest(clock.kernels, 25):
