@@ -10,7 +10,8 @@
   so every window is contiguous; layers in ``fullatt_block_indexes`` attend over the whole image, the others
   within their window. Attention is bidirectional, with no KV cache: :class:`EncoderAttention`, the platform's
   ``encoder_attention`` op.
-* RMSNorm, a SwiGLU MLP with biases, and the merger (RMSNorm, then an MLP on the 4 patches of a merge block
+* RMSNorm, a SwiGLU MLP with biases (its hidden width padded with zeros to a multiple of 8 per rank: see
+  :class:`VisionMLP`), and the merger (RMSNorm, then an MLP on the 4 patches of a merge block
   concatenated); the output is un-permuted back to the image's merge-block order.
 
 Linears and norms come from the layer catalogue, so the tower shards over tensor-parallel ranks (heads and
@@ -37,7 +38,10 @@ from infercore.layers import (
     RowParallelLinear,
     SiluAndMul,
 )
+from infercore.layers.tensor_parallel import divide, get_tp_state
 from infercore.ops import get_op
+from infercore.quantization.context import linear_method_for
+from infercore.quantization.unquantized import UnquantizedLinearMethod
 
 Grid = tuple[int, int, int]
 
@@ -153,14 +157,41 @@ class VisionAttention(nn.Module):
         return self.proj(self.attn(q.view(shape), k.view(shape), v, cu_cpu))
 
 
+#: The MLP's hidden width per rank is padded to a multiple of this many entries (16 bytes of bf16).
+HIDDEN_ALIGN = 8
+
+
 class VisionMLP(nn.Module):
-    """SwiGLU with biases: ``down(silu(gate(x)) * up(x))``."""
+    """SwiGLU with biases: ``down(silu(gate(x)) * up(x))``.
+
+    Unquantized, each rank's share of the hidden width is padded with zero rows of gate and up (biases too) and
+    zero columns of down to a multiple of :data:`HIDDEN_ALIGN`: Qwen2.5-VL-7B's 3420 otherwise gives down a
+    reduction cuBLAS takes with slow unaligned kernels. The padding adds exactly nothing (``silu(0) * 0 = 0``).
+    """
 
     def __init__(self, dim: int, hidden: int) -> None:
         super().__init__()
-        self.gate_up_proj = MergedColumnParallelLinear(dim, [hidden, hidden], bias=True)
+        self.tp_size = get_tp_state().size
+        self.hidden_per_rank = divide(hidden, self.tp_size, "vision MLP width")
+        padded = self.hidden_per_rank
+        if isinstance(linear_method_for(), UnquantizedLinearMethod):
+            padded = -(-padded // HIDDEN_ALIGN) * HIDDEN_ALIGN
+        self.padded_per_rank = padded
+        self.gate_up_proj = MergedColumnParallelLinear(dim, [padded * self.tp_size] * 2, bias=True)
         self.act_fn = SiluAndMul()
-        self.down_proj = RowParallelLinear(hidden, dim, bias=True)
+        self.down_proj = RowParallelLinear(padded * self.tp_size, dim, bias=True)
+
+    def pad_checkpoint(self, tensor: torch.Tensor, dim: int) -> torch.Tensor:
+        """A checkpoint tensor of gate, up (``dim`` 0) or down (``dim`` 1) with every rank's share of the hidden
+        width zero-padded to the width this MLP holds."""
+        extra = self.padded_per_rank - self.hidden_per_rank
+        if extra == 0:
+            return tensor
+        shape = list(tensor.shape)
+        shape[dim] = extra
+        zeros = tensor.new_zeros(shape)
+        pieces = [part for chunk in tensor.split(self.hidden_per_rank, dim=dim) for part in (chunk, zeros)]
+        return torch.cat(pieces, dim=dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
@@ -239,6 +270,9 @@ class Qwen2_5_VisionTransformer(nn.Module):
                 tensor = tensor.reshape(tensor.shape[0], -1)
             param = params[target]
             loader = getattr(param, "weight_loader", None)
+            if ".mlp.gate_up_proj." in target or target.endswith(".mlp.down_proj.weight"):
+                mlp = self.get_submodule(target.split(".mlp.")[0] + ".mlp")
+                tensor = mlp.pad_checkpoint(tensor, 1 if ".down_proj." in target else 0)
             if target.endswith(".qkv.weight") or target.endswith(".qkv.bias"):
                 for part, piece in zip("qkv", tensor.chunk(3, dim=0), strict=True):
                     loader(param, piece, part)
