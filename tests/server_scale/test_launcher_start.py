@@ -30,6 +30,10 @@ _PROBE = textwrap.dedent("""
 def _probe(*flags: str) -> tuple[dict, str]:
     import json
 
+    from infercore.demo import ensure_demo_model
+
+    # Built here first: the launcher builds a missing demo folder itself (torch and transformers) before spawning.
+    ensure_demo_model()
     done = subprocess.run([sys.executable, "-c", _PROBE, *flags], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip(), done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
