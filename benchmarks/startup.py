@@ -10,7 +10,8 @@ run's log and into the line as ``timeline``. Run it twice in a row to see a fres
 ``--preimport`` imports modules before infercore in the ``LLM(...)`` runs (e.g. transformers' model registry,
 ``transformers.models.auto.modeling_auto``, to see the start-up as it was when reading a config imported it);
 each line says which of the heavy optional modules (``HEAVY``) the process held once ``LLM(...)`` was ready;
-``--import-profile`` adds the import seconds of each top-level package (``-X importtime``, which slows imports).
+``--import-profile`` adds the import seconds of each top-level package (``-X importtime``, which slows imports);
+``--engine-imports`` first times what ``infercore serve``'s engine process imports, alone in a quiet process.
 """
 
 from __future__ import annotations
@@ -79,6 +80,38 @@ def import_seconds_by_package(log: str, top: int = 15) -> dict[str, float]:
         package = fields[2].strip().split(".")[0]
         totals[package] = totals.get(package, 0.0) + int(fields[0].split(":")[1]) / 1e6
     return {name: round(s, 2) for name, s in sorted(totals.items(), key=lambda kv: -kv[1])[:top]}
+
+
+#: What the serve command's engine process imports before its start-up begins: the spawned child's main module (the
+#: CLI), the spawn target's module, the engine class, the GPU plugins' hooks and kernels.
+_ENGINE_IMPORTS = """
+import importlib, json, sys, time
+start = time.perf_counter()
+for name in ("infercore.entrypoints.cli", "infercore.entrypoints.api_server_procs", "infercore.engine.core",
+             "infercore_cuda.hooks", "infercore_triton.hooks", "infercore_triton.backend",
+             "infercore_triton.decode_attention", "infercore_triton.fp8_block_gemm"):
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+print(json.dumps({"engine_imports_s": round(time.perf_counter() - start, 2)}))
+"""
+
+
+def engine_import_profile() -> dict[str, Any]:
+    """The engine process's imports in one quiet process under ``-X importtime``: their seconds, the seconds of each
+    top-level package, and the modules of largest cumulative time."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", _ENGINE_IMPORTS], capture_output=True,
+                          text=True, timeout=300)
+    cumulative = []
+    for line in done.stderr.splitlines():
+        fields = line.split("|")
+        if line.startswith("import time:") and len(fields) == 3 and fields[1].strip().isdigit():
+            cumulative.append((round(int(fields[1]) / 1e6, 2), fields[2].strip()))
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {"run": "engine imports", **(lines[-1] if lines else {"error": done.stderr[-1500:]}),
+            "import_s_by_package": import_seconds_by_package(done.stderr),
+            "heaviest_cumulative": sorted(cumulative, reverse=True)[:20]}
 
 
 def run_llm(folder: Path, dtype: str, max_model_len: int, extra: dict[str, Any], log_dir: Path,
@@ -152,9 +185,13 @@ def main() -> int:
     parser.add_argument("--skip-llm", action="store_true", help="only the serve runs")
     parser.add_argument("--import-profile", action="store_true",
                         help="run LLM(...) under -X importtime and add the seconds of each top-level package")
+    parser.add_argument("--engine-imports", action="store_true",
+                        help="first, one line: the serve engine process's imports timed alone (-X importtime)")
     args = parser.parse_args()
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="infercore-startup-"))
     log_dir.mkdir(parents=True, exist_ok=True)
+    if args.engine_imports:
+        print(json.dumps(engine_import_profile()), flush=True)
     with tempfile.TemporaryDirectory(prefix="startup-models-") as tmp:
         llm_w, serve_w = WORKLOADS[args.workload], WORKLOADS[args.serve_workload]
         llm_folder = llm_w.write_model_folder(Path(tmp) / llm_w.name)
