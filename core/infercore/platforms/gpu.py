@@ -7,7 +7,7 @@ out-of-tree GPU platform whose runtime torch exposes as a device module.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -77,6 +77,13 @@ class GpuPlatform(Platform):
         fn()
         module.synchronize()
         return int(module.max_memory_allocated())
+
+    def kernel_builds_ahead(self) -> AbstractContextManager[None] | None:
+        """Triton's kernels built on a pool of threads (:mod:`infercore.platforms.kernel_builds`), where
+        ``INFERCORE_KERNEL_BUILDS_AHEAD=1`` asks for it and the installed Triton can."""
+        from infercore.platforms import kernel_builds
+
+        return kernel_builds.build_ahead() if kernel_builds.requested() and kernel_builds.supported() else None
 
     # -- device graphs (platforms with capabilities.graph_capture) ---------------------------------
     def new_graph(self) -> torch.cuda.CUDAGraph:

@@ -116,6 +116,14 @@ class Platform(ABC):
         raise NotImplementedError(f"platform {self.name!r} cannot profile memory; set --kv-cache-memory-bytes "
                                   "or capabilities.profile_memory=False")
 
+    def kernel_builds_ahead(self) -> AbstractContextManager[None] | None:
+        """A context in which the kernels a pass launches are built, side by side, instead of run (since 1.17).
+
+        Start-up runs its passes (profiling, warm-up, the graphs' sizes) once inside it, then for real, so
+        kernels compiled on first launch are built in parallel rather than one after another. Such a pass
+        computes nothing; start-up never decides anything from it. Default: None (no such pass)."""
+        return None
+
     # -- device graphs: implemented by platforms with ``capabilities.graph_capture`` -------------
     def new_graph(self) -> Any:
         """An empty device graph to capture one step into (``graph.replay()`` runs it)."""

@@ -12,16 +12,18 @@ from infercore.forward_context import ForwardContext
 from infercore.worker.batch_layout import make_layout
 from infercore.worker.lora_graphs import LoRAGraphs
 from infercore.worker.mixed_graphs import MixedGraphs, mixed_capture_sizes
-from infercore.worker.whole_graphs import WholeGraphs, capture_sizes
+from infercore.worker.whole_graphs import WholeGraphs, capture_sizes, run_each_size
 
 if TYPE_CHECKING:
     from infercore.worker.model_runner import ModelRunner
 
 
 @torch.inference_mode()
-def capture_mixed_graphs(runner: ModelRunner, pool: Any) -> WholeGraphs | MixedGraphs | None:
+def capture_mixed_graphs(runner: ModelRunner, pool: Any, eager_only: bool = False
+                         ) -> WholeGraphs | MixedGraphs | None:
     """Graphs of steps with prompt tokens, for token counts up to ``max_mixed_graph_tokens``: whole
-    when the attention backend allows it, else in pieces around attention (None: no size fits)."""
+    when the attention backend allows it, else in pieces around attention (None: no size fits). With
+    ``eager_only``, each size's pass runs once, uncaptured, and nothing is kept (None)."""
     prompt_len = runner.max_model_len
     sizes = [s for s in mixed_capture_sizes(runner.config.model.max_mixed_graph_tokens, runner.max_num_tokens)
              if math.ceil(s / prompt_len) <= runner.max_num_reqs]
@@ -41,15 +43,24 @@ def capture_mixed_graphs(runner: ModelRunner, pool: Any) -> WholeGraphs | MixedG
         return runner._context(common, size)
 
     buf = runner.buffers
-    graphs.capture(lambda size: runner.model(buf.input_ids[:size], buf.positions[:size]), context, pool)
+
+    def run(size: int) -> torch.Tensor:
+        return runner.model(buf.input_ids[:size], buf.positions[:size])
+
+    if eager_only:
+        run_each_size(sizes, run, context)
+        return None
+    graphs.capture(run, context, pool)
     return graphs
 
 
 @torch.inference_mode()
-def capture_decode_graphs(runner: ModelRunner, pool: Any) -> WholeGraphs | LoRAGraphs:
+def capture_decode_graphs(runner: ModelRunner, pool: Any, eager_only: bool = False
+                          ) -> WholeGraphs | LoRAGraphs | None:
     """A whole graph per decode batch size, each on that size's arena views (ending with the LM head
     when ``runner.logits_in_decode_graphs``); serving LoRA, each size twice, with the LoRA kernels and
-    without (:class:`LoRAGraphs`)."""
+    without (:class:`LoRAGraphs`). With ``eager_only``, each pass runs once, uncaptured, and nothing is
+    kept (None)."""
     graphs = WholeGraphs(runner.platform, capture_sizes(runner.max_num_reqs))
     buf, width = runner.buffers, runner.max_blocks_per_req
 
@@ -66,6 +77,17 @@ def capture_decode_graphs(runner: ModelRunner, pool: Any) -> WholeGraphs | LoRAG
         hidden = runner.model(buf.input_ids[:size], buf.positions[:size])
         return runner.model.compute_logits(hidden) if runner.logits_in_decode_graphs else hidden
 
+    if eager_only:
+        try:
+            run_each_size(graphs.sizes, run, context)
+            if runner.lora is not None:
+                runner.lora.state.active = False
+                run_each_size(graphs.sizes, run, context)
+        finally:
+            if runner.lora is not None:
+                runner.lora.state.active = True
+            buf.bind_general()
+        return None
     graphs.capture(run, context, pool)
     if runner.lora is not None:
         without = WholeGraphs(runner.platform, capture_sizes(runner.max_num_reqs), "decode (no adapter)")

@@ -125,7 +125,35 @@ class ModelRunner:
                 self.mm.profile(self.config.multimodal.max_num_encoder_input_tokens or self.max_num_tokens)
             profile_forward(self, self.max_num_tokens)
 
+        self._build_kernels_ahead(profile)
         return self.kv_setup.determine_num_blocks(profile)
+
+    def _build_kernels_ahead(self, passes: Callable[[], None]) -> None:
+        """Run ``passes`` once inside the platform's :meth:`~infercore.platforms.interface.Platform.kernel_builds_ahead`
+        (their kernels built side by side, nothing computed), so that running them for real finds them built. A
+        failure there costs only the builds it did not reach: those happen when first run, as without it."""
+        parallel = self.config.parallel
+        if parallel.tensor_parallel_size * parallel.pipeline_parallel_size > 1:
+            return  # not with collectives in the passes (unmeasured there)
+        ahead = self.platform.kernel_builds_ahead()
+        if ahead is None:
+            return
+        with startup_phase("kernel builds ahead"):
+            try:
+                with ahead:
+                    passes()
+            except Exception as exc:
+                logger.info("building kernels ahead stopped early (%s: %s); the rest build when first run",
+                            type(exc).__name__, exc)
+            self.platform.synchronize()
+            self.platform.empty_cache()
+
+    def _warm_up(self) -> None:
+        """The sampler's kernels and (on the last stage) the LM head's at small row counts."""
+        warm_up_sampler(self.sampler, self.vocab_size, self.dtype, self.device)
+        if self.last_stage:
+            warm_up_logits(self.model, self.hf_config.get_text_config().hidden_size, self.max_num_reqs,
+                           self.dtype, self.device)
 
     def _new_builders(self) -> list[Any]:
         """A metadata builder per KV cache group (each may keep buffers of its own)."""
@@ -157,13 +185,20 @@ class ModelRunner:
         if self.spec is not None:  # a draft model's cache, in the same block tables
             self.spec.allocate(layout.pool_sizes)
         logger.info("KV cache: %s", layout.describe())
-        with startup_phase("warm-up"):
-            warm_up_sampler(self.sampler, self.vocab_size, self.dtype, self.device)
-            if self.last_stage:
-                warm_up_logits(self.model, self.hf_config.get_text_config().hidden_size, self.max_num_reqs,
-                               self.dtype, self.device)
         # Pipeline stages run eagerly: their hand-over is not captured in graphs (yet).
-        if self.platform.capabilities.graph_capture and not self.config.model.enforce_eager and not self.pipelined:
+        graphs = (self.platform.capabilities.graph_capture and not self.config.model.enforce_eager
+                  and not self.pipelined)
+
+        def passes() -> None:  # what follows, uncaptured: the warm-up, then every graph's size once
+            self._warm_up()
+            if graphs:
+                capture_mixed_graphs(self, None, eager_only=True)
+                capture_decode_graphs(self, None, eager_only=True)
+
+        self._build_kernels_ahead(passes)
+        with startup_phase("warm-up"):
+            self._warm_up()
+        if graphs:
             with startup_phase("graph capture"):
                 pool = self.platform.graph_pool_handle()
                 self.mixed_graphs = capture_mixed_graphs(self, pool)

@@ -25,6 +25,15 @@ def capture_sizes(max_num_seqs: int) -> list[int]:
     return sizes
 
 
+def run_each_size(sizes: list[int], run: Callable[[int], torch.Tensor],
+                  context: Callable[[int], ForwardContext]) -> None:
+    """``run(size)`` once for each size, largest first, under ``context(size)``: a capture's passes, uncaptured
+    (for building their kernels ahead: see :meth:`~infercore.platforms.interface.Platform.kernel_builds_ahead`)."""
+    for size in sorted(sizes, reverse=True):
+        with set_forward_context(context(size)):
+            run(size)
+
+
 def smallest_captured(sizes: list[int], captured: Container[int], wanted: int) -> int | None:
     """The smallest of ``sizes`` (ascending) that holds ``wanted``, if it was captured; else None."""
     for size in sizes:

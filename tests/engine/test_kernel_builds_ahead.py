@@ -1,0 +1,113 @@
+"""Start-up's passes run once inside the platform's ``kernel_builds_ahead`` context before they run for real; a
+failure inside it costs nothing, and the graphs' uncaptured passes leave the runner as they found it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+from engine_cases import PROMPTS
+
+from infercore import SamplingParams
+from infercore.platforms import kernel_builds
+from infercore.platforms.interface import Platform
+from infercore.worker import model_runner
+from infercore.worker.graph_capture import capture_decode_graphs, capture_mixed_graphs
+
+GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+
+
+class Recorder:
+    """A ``kernel_builds_ahead`` context that records what ran inside it (and can make a pass fail there)."""
+
+    def __init__(self, fail_inside: bool = False) -> None:
+        self.inside = False
+        self.entered = 0
+        self.fail_inside = fail_inside
+        self.calls: list[tuple[str, bool]] = []
+
+    @contextlib.contextmanager
+    def context(self) -> Iterator[None]:
+        self.inside = True
+        self.entered += 1
+        try:
+            yield
+        finally:
+            self.inside = False
+
+    def wrap(self, name: str, fn):
+        def spy(*args, **kwargs):
+            self.calls.append((name, self.inside))
+            if self.inside and self.fail_inside:
+                raise RuntimeError("a pass that fails while kernels build ahead")
+            return fn(*args, **kwargs)
+        return spy
+
+
+def _install(monkeypatch: pytest.MonkeyPatch, recorder: Recorder) -> None:
+    monkeypatch.setattr(Platform, "kernel_builds_ahead", lambda self: recorder.context())
+    monkeypatch.setattr(model_runner, "profile_forward", recorder.wrap("profile", model_runner.profile_forward))
+    monkeypatch.setattr(model_runner, "warm_up_sampler", recorder.wrap("sampler", model_runner.warm_up_sampler))
+
+
+def _tokens(llm) -> list[list[int]]:
+    return [o.outputs[0].token_ids for o in llm.generate(PROMPTS[:4], GREEDY, use_tqdm=False)]
+
+
+@pytest.mark.parametrize("fail_inside", [False, True])
+def test_start_up_runs_its_passes_ahead_then_for_real(make_llm, monkeypatch: pytest.MonkeyPatch,
+                                                      fail_inside: bool) -> None:
+    expected = _tokens(make_llm())
+    recorder = Recorder(fail_inside)
+    _install(monkeypatch, recorder)
+    # Without the override the profile runs (and is the pass whose kernels the first context builds).
+    llm = make_llm(num_gpu_blocks_override=None, kv_cache_memory_bytes=1 << 22)
+    assert recorder.entered == 2  # the profiling pass, then the warm-up and graphs' passes
+    assert ("profile", True) in recorder.calls and ("sampler", True) in recorder.calls
+    # Each pass ran for real after its ahead run, whether or not that one failed.
+    assert recorder.calls[-1] == ("sampler", False)
+    assert [c for c in recorder.calls if c[0] == "sampler"] == [("sampler", True), ("sampler", False)]
+    assert _tokens(llm) == expected
+
+
+def test_graph_passes_run_uncaptured_and_leave_the_runner_as_it_was(make_llm) -> None:
+    llm = make_llm()
+    expected = _tokens(llm)
+    runner = llm.llm_engine.engine_core.executor.runner
+    runner.buffers.bind_general()  # as start-up finds them (a step may leave a decode layout bound)
+    assert capture_mixed_graphs(runner, None, eager_only=True) is None
+    assert capture_decode_graphs(runner, None, eager_only=True) is None
+    assert runner.graphs is None and runner.buffers.decode_shape is None  # the general layout is bound again
+    assert _tokens(llm) == expected
+
+
+def test_building_ahead_is_asked_for_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(kernel_builds.BUILD_AHEAD_ENV, raising=False)
+    assert not kernel_builds.requested()
+    monkeypatch.setenv(kernel_builds.BUILD_AHEAD_ENV, "1")
+    assert kernel_builds.requested()
+    monkeypatch.setenv(kernel_builds.BUILD_AHEAD_ENV, "0")
+    assert not kernel_builds.requested()
+
+
+def test_build_ahead_turns_launches_into_builds_and_restores_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside ``build_ahead`` a Triton launch is a build (``warmup=True``) under Triton's async compile mode;
+    after it, launches launch again."""
+    pytest.importorskip("triton")
+    if not kernel_builds.supported():
+        pytest.skip("this Triton has no AsyncCompileMode")
+    from triton.runtime import _async_compile
+    from triton.runtime.jit import JITFunction
+
+    seen: list[tuple[bool, bool]] = []
+
+    def launch(self, *args, grid, warmup=False, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        seen.append((warmup, _async_compile.active_mode.get() is not None))
+
+    monkeypatch.setattr(JITFunction, "run", launch)
+    kernel = object.__new__(JITFunction)
+    with kernel_builds.build_ahead(workers=2):
+        JITFunction.run(kernel, 1, grid=(1,), warmup=False)
+    JITFunction.run(kernel, 1, grid=(1,), warmup=False)
+    assert seen == [(True, True), (False, False)]
