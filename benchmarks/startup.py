@@ -11,7 +11,9 @@ run's log and into the line as ``timeline``. Run it twice in a row to see a fres
 ``transformers.models.auto.modeling_auto``, to see the start-up as it was when reading a config imported it);
 each line says which of the heavy optional modules (``HEAVY``) the process held once ``LLM(...)`` was ready;
 ``--import-profile`` adds the import seconds of each top-level package (``-X importtime``, which slows imports);
-``--engine-imports`` first times what ``infercore serve``'s engine process imports, alone in a quiet process.
+``--engine-imports`` first times what ``infercore serve``'s engine process imports, alone in a quiet process;
+``--empty-kernel-cache`` gives each run an empty Triton cache (kernel builds as on a fresh machine; set
+``INFERCORE_KERNEL_BUILDS_AHEAD=1`` around the command to build them side by side).
 """
 
 from __future__ import annotations
@@ -185,6 +187,8 @@ def main() -> int:
     parser.add_argument("--skip-llm", action="store_true", help="only the serve runs")
     parser.add_argument("--import-profile", action="store_true",
                         help="run LLM(...) under -X importtime and add the seconds of each top-level package")
+    parser.add_argument("--empty-kernel-cache", action="store_true",
+                        help="each run starts with an empty Triton cache of its own (a fresh machine's kernel builds)")
     parser.add_argument("--engine-imports", action="store_true",
                         help="first, one line: the serve engine process's imports timed alone (-X importtime)")
     args = parser.parse_args()
@@ -197,6 +201,8 @@ def main() -> int:
         llm_folder = llm_w.write_model_folder(Path(tmp) / llm_w.name)
         serve_folder = serve_w.write_model_folder(Path(tmp) / f"serve-{serve_w.name}")
         for index in range(args.runs):
+            if args.empty_kernel_cache:
+                os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"triton-cache-{index}-", dir=log_dir)
             if not args.skip_llm:
                 line = run_llm(llm_folder, llm_w.dtype, llm_w.max_model_len, json.loads(args.engine_args), log_dir, index,
                               [name for name in args.preimport.split(",") if name], args.import_profile)
