@@ -12,7 +12,7 @@ from engine_cases import PROMPTS
 from infercore import SamplingParams
 from infercore.platforms import kernel_builds
 from infercore.platforms.interface import Platform
-from infercore.worker import model_runner
+from infercore.worker import model_runner, warm_up
 from infercore.worker.graph_capture import capture_decode_graphs, capture_mixed_graphs
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
@@ -48,7 +48,7 @@ class Recorder:
 def _install(monkeypatch: pytest.MonkeyPatch, recorder: Recorder) -> None:
     monkeypatch.setattr(Platform, "kernel_builds_ahead", lambda self: recorder.context())
     monkeypatch.setattr(model_runner, "profile_forward", recorder.wrap("profile", model_runner.profile_forward))
-    monkeypatch.setattr(model_runner, "warm_up_sampler", recorder.wrap("sampler", model_runner.warm_up_sampler))
+    monkeypatch.setattr(warm_up, "warm_up_sampler", recorder.wrap("sampler", warm_up.warm_up_sampler))
 
 
 def _tokens(llm) -> list[list[int]]:

@@ -26,6 +26,7 @@ from infercore.worker.batch_layout import BatchLayout, make_layout
 from infercore.worker.graph_capture import capture_decode_graphs, capture_mixed_graphs
 from infercore.worker.inflight_patch import patch_inflight_tokens
 from infercore.worker.input_batch import InputBatch
+from infercore.worker.kernel_builds_ahead import build_kernels_ahead
 from infercore.worker.kv_cache_setup import KVCacheSetup
 from infercore.worker.lora_graphs import LoRAGraphs
 from infercore.worker.mixed_graphs import MixedGraphs
@@ -36,7 +37,7 @@ from infercore.worker.profile_forward import profile_forward
 from infercore.worker.spec_decode_step import SpeculativeStep, make_sampler_and_step
 from infercore.worker.step_buffers import StepBuffers
 from infercore.worker.step_logprobs import sampled_logprobs, step_prompt_logprobs
-from infercore.worker.warm_up import warm_up_logits, warm_up_sampler
+from infercore.worker.warm_up import warm_up
 from infercore.worker.whole_graphs import WholeGraphs
 
 logger = logging.getLogger(__name__)
@@ -125,35 +126,8 @@ class ModelRunner:
                 self.mm.profile(self.config.multimodal.max_num_encoder_input_tokens or self.max_num_tokens)
             profile_forward(self, self.max_num_tokens)
 
-        self._build_kernels_ahead(profile)
+        build_kernels_ahead(self, profile)
         return self.kv_setup.determine_num_blocks(profile)
-
-    def _build_kernels_ahead(self, passes: Callable[[], None]) -> None:
-        """Run ``passes`` once inside the platform's :meth:`~infercore.platforms.interface.Platform.kernel_builds_ahead`
-        (their kernels built side by side, nothing computed), so that running them for real finds them built. A
-        failure there costs only the builds it did not reach: those happen when first run, as without it."""
-        parallel = self.config.parallel
-        if parallel.tensor_parallel_size * parallel.pipeline_parallel_size > 1:
-            return  # not with collectives in the passes (unmeasured there)
-        ahead = self.platform.kernel_builds_ahead()
-        if ahead is None:
-            return
-        with startup_phase("kernel builds ahead"):
-            try:
-                with ahead:
-                    passes()
-            except Exception as exc:
-                logger.info("building kernels ahead stopped early (%s: %s); the rest build when first run",
-                            type(exc).__name__, exc)
-            self.platform.synchronize()
-            self.platform.empty_cache()
-
-    def _warm_up(self) -> None:
-        """The sampler's kernels and (on the last stage) the LM head's at small row counts."""
-        warm_up_sampler(self.sampler, self.vocab_size, self.dtype, self.device)
-        if self.last_stage:
-            warm_up_logits(self.model, self.hf_config.get_text_config().hidden_size, self.max_num_reqs,
-                           self.dtype, self.device)
 
     def _new_builders(self) -> list[Any]:
         """A metadata builder per KV cache group (each may keep buffers of its own)."""
@@ -190,14 +164,14 @@ class ModelRunner:
                   and not self.pipelined)
 
         def passes() -> None:  # what follows, uncaptured: the warm-up, then every graph's size once
-            self._warm_up()
+            warm_up(self)
             if graphs:
                 capture_mixed_graphs(self, None, eager_only=True)
                 capture_decode_graphs(self, None, eager_only=True)
 
-        self._build_kernels_ahead(passes)
+        build_kernels_ahead(self, passes)
         with startup_phase("warm-up"):
-            self._warm_up()
+            warm_up(self)
         if graphs:
             with startup_phase("graph capture"):
                 pool = self.platform.graph_pool_handle()

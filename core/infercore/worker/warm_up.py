@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 from torch import nn
 
 from infercore.sample import Sampler, SamplingMetadata
 from infercore.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from infercore.worker.model_runner import ModelRunner
+
+
+def warm_up(runner: ModelRunner) -> None:
+    """The runner's sampler kernels and (on the last pipeline stage) its LM head's at small row counts."""
+    warm_up_sampler(runner.sampler, runner.vocab_size, runner.dtype, runner.device)
+    if runner.last_stage:
+        warm_up_logits(runner.model, runner.hf_config.get_text_config().hidden_size, runner.max_num_reqs,
+                       runner.dtype, runner.device)
 
 
 @torch.inference_mode()
