@@ -60,7 +60,7 @@ class StepClock:
         def timed() -> Any:
             running = len(core.scheduler.running)
             at = self.n_small if self.small_first else self.n
-            if at == self.first and self.prof is None and not self.kernels and (running < limit or not small_first):
+            if at == self.first and (running < limit or not small_first):
                 _sync()
                 self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
                 self.prof.__enter__()
@@ -69,11 +69,11 @@ class StepClock:
             start = time.perf_counter()
             out = original()
             wall = time.perf_counter() - start
-            if draft_log is not None and running < limit:
-                self.small.append((running, round(wall * 1000, 2), draft_log[mark:]))
             if running < limit:
                 self.small_ms[running].append(wall * 1000)
                 self.n_small += 1
+                if draft_log is not None:
+                    self.small.append((running, round(wall * 1000, 2), draft_log[mark:]))
             bucket = self.buckets["busy" if running >= limit else "small"]
             bucket[0] += 1
             bucket[1] += wall

@@ -91,12 +91,11 @@ def test_building_ahead_is_asked_for_by_the_environment(monkeypatch: pytest.Monk
     assert not kernel_builds.requested()
 
 
+@pytest.mark.skipif(not kernel_builds.supported(),
+                    reason="the installed Triton has no AsyncCompileMode (or Triton is not installed)")
 def test_build_ahead_turns_launches_into_builds_and_restores_them(monkeypatch: pytest.MonkeyPatch) -> None:
     """Inside ``build_ahead`` a Triton launch is a build (``warmup=True``) under Triton's async compile mode;
     after it, launches launch again."""
-    pytest.importorskip("triton")
-    if not kernel_builds.supported():
-        pytest.skip("this Triton has no AsyncCompileMode")
     from triton.runtime import _async_compile
     from triton.runtime.jit import JITFunction
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 import pytest
 
@@ -61,15 +63,12 @@ def test_the_prompt_bounds_while_decoding_are_flags(field: str, default: int | N
 
 def test_serve_builds_only_its_own_parser() -> None:
     """`infercore serve` skips the benchmarks' imports (the engine process starts sooner); help still lists all."""
-    import subprocess
-    import sys
-
     code = ("import sys; from infercore.entrypoints.cli import build_parser; p = build_parser('serve'); "
             "p.parse_args(['serve', '/models/x']); "
             "print(sorted(m for m in sys.modules if m.startswith('infercore.benchmarks')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     with pytest.raises(SystemExit):
-        build_parser('serve').parse_args(["bench", "latency"])  # only serve is there
+        build_parser("serve").parse_args(["bench", "latency"])  # only serve is there
     for command in ("plugins", "serve", "bench"):
         assert command in build_parser().format_help()

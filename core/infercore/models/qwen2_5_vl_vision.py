@@ -171,15 +171,15 @@ class VisionMLP(nn.Module):
 
     def __init__(self, dim: int, hidden: int) -> None:
         super().__init__()
-        self.tp_size = get_tp_state().size
-        self.hidden_per_rank = divide(hidden, self.tp_size, "vision MLP width")
+        tp_size = get_tp_state().size
+        self.hidden_per_rank = divide(hidden, tp_size, "vision MLP width")
         padded = self.hidden_per_rank
         if isinstance(linear_method_for(), UnquantizedLinearMethod):
             padded = -(-padded // HIDDEN_ALIGN) * HIDDEN_ALIGN
         self.padded_per_rank = padded
-        self.gate_up_proj = MergedColumnParallelLinear(dim, [padded * self.tp_size] * 2, bias=True)
+        self.gate_up_proj = MergedColumnParallelLinear(dim, [padded * tp_size] * 2, bias=True)
         self.act_fn = SiluAndMul()
-        self.down_proj = RowParallelLinear(padded * self.tp_size, dim, bias=True)
+        self.down_proj = RowParallelLinear(padded * tp_size, dim, bias=True)
 
     def pad_checkpoint(self, tensor: torch.Tensor, dim: int) -> torch.Tensor:
         """A checkpoint tensor of gate, up (``dim`` 0) or down (``dim`` 1) with every rank's share of the hidden

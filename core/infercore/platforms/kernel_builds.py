@@ -4,9 +4,10 @@ Triton compiles a kernel the first time it is launched with a new specialisation
 new ones, one after another (profiling, warm-up, graph capture), so on a machine whose caches are empty their
 builds add up: about 15 s of the 8B shape's start-up on an H100. Inside :func:`build_ahead`, every Triton
 launch compiles instead of running: the build goes to a pool of threads (Triton's ``AsyncCompileMode``) and the
-pass moves on at once, its outputs left unwritten. Builds on threads do run side by side: four sm_90 builds of
-the verification kernel took 3.6 s on two threads against 7.0 s on one (Triton 3.9, on two CPU cores). Leaving the block waits for the builds. Run for real afterwards, the same pass finds
-every kernel it launches already built.
+pass moves on at once, its outputs left unwritten. Leaving the block waits for the builds. Run for real
+afterwards, the same pass finds every kernel it launches already built. Builds on threads do run side by side:
+four sm_90 builds of the verification kernel took 3.6 s on two threads against 7.0 s on one (Triton 3.9, two
+CPU cores).
 
 A pass run this way computes nothing, so it must not decide anything from its outputs; a failure inside it only
 leaves the remaining kernels to be built when first run. GPU platforms offer it through
