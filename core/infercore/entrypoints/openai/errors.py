@@ -78,14 +78,50 @@ def _texts(value: object) -> str:
     return ""
 
 
+_TYPE_NAMES = frozenset({"str", "int", "float", "bool", "list", "dict", "tuple", "bytes", "none"})
+
+
+def _names_a_type(part: object) -> bool:
+    """Whether a loc element is a type's name (``constrained-str``, ``list[int]``, ``NamedToolChoice``), which
+    no request field or key of ours is."""
+    return isinstance(part, str) and bool(part) and (
+        part in _TYPE_NAMES or part[0].isupper() or any(c in part for c in "[-'"))
+
+
+def _union_tags(errors: list[dict]) -> set[tuple[int, object]]:
+    """(position, element) of each loc element that names a union member: pydantic reports a union that nothing
+    fits as one error per member, whose locs share a prefix and then differ in a type's name."""
+    tags: set[tuple[int, object]] = set()
+    locs = [tuple(e.get("loc", ())) for e in errors]
+    for loc in locs:
+        for i, part in enumerate(loc):
+            if _names_a_type(part) and any(other[:i] == loc[:i] and len(other) > i and _names_a_type(other[i])
+                                           and other[i] != part for other in locs):
+                tags.add((i, part))
+    return tags
+
+
+def _field(loc: tuple, tags: set[tuple[int, object]]) -> tuple[str, ...]:
+    """``loc`` without ``body`` and union member names: the field as the client wrote it."""
+    return tuple(str(p) for i, p in enumerate(loc) if p != "body" and (i, p) not in tags)
+
+
+def _union_prefix(loc: tuple, tags: set[tuple[int, object]]) -> tuple:
+    """``loc`` up to its first union member name (all of it when there is none)."""
+    cut = next((i for i, p in enumerate(loc) if (i, p) in tags), len(loc))
+    return loc[:cut]
+
+
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    """A sentence naming the first invalid field (and how many more there are), and that field."""
-    errors = exc.errors()
+    """A sentence naming the first invalid field (and how many more there are), and that field. A union that
+    no member fits (``prompt`` is text, texts, token ids or lists of them) is one problem: the sentence gives
+    the member error that got furthest into the value, and how many forms the field takes."""
+    errors = list(exc.errors())
     if not errors:
         return "the request body is invalid", None
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    field = ".".join(loc) or None
+    tags = _union_tags(errors)
+    loc = list(_field(tuple(first.get("loc", ())), tags))
     if first.get("type") == "json_invalid":
         return "the request body is not valid JSON; send a JSON object", None
     if not loc and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
@@ -94,11 +130,21 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     if surrogate is not None and loc:
         return (f"{loc[0]} holds a lone surrogate code point (U+{ord(surrogate):04X}), which is not text that can "
                 "be encoded as UTF-8; send valid Unicode text"), loc[0]
+    union = _union_prefix(tuple(first.get("loc", ())), tags)
+    members = [e for e in errors if _union_prefix(tuple(e.get("loc", ())), tags) == union]
+    if len(members) > 1:  # the member error deepest into the value, a wrong value before a wrong type
+        first = max(members, key=lambda e: (len(e.get("loc", ())), not str(e.get("type", "")).endswith("_type")))
+        loc = list(_field(tuple(first.get("loc", ())), tags))
+    field = ".".join(loc) or None
     text = f"invalid value for {field or 'the body'}: {first.get('msg', 'invalid')}"
     if "input" in first and first.get("type") != "missing":
         text += f" (got {_short(first['input'])})"
-    if len(errors) > 1:
-        text += f"; and {len(errors) - 1} more problem(s)"
+    if len(members) > 1:
+        forms = len({_field(tuple(e.get("loc", ()))[:len(union) + 1], set()) for e in members})
+        text += f"; {'.'.join(_field(union, tags))} takes {forms} forms and this fits none"
+    problems = len({_union_prefix(tuple(e.get("loc", ())), tags) for e in errors})
+    if problems > 1:
+        text += f"; and {problems - 1} more problem(s)"
     return text, field
 
 
