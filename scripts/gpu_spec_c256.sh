@@ -2,8 +2,8 @@
 # #36's c = 256 line in one call (about 4 minutes on an H100): W-GPU-8B's 256 requests through `bench throughput`
 # without speculation, then with an EAGLE-3 head, a 0.6B-shape draft model and full n-gram drafts, each k = 3 at
 # forced acceptance 0.7 and `disable_by_batch_size` at its default (32), then the plain run again (the noise).
-# SHARED_KV="0 1" runs each speculative engine twice, without and with INFERCORE_VERIFY_SHARED_KV=1 (verification
-# and draft catch-up attention reading each row's context once for all of its query tokens); default "0".
+# SHARED_KV="0 1" runs each speculative engine twice, with INFERCORE_VERIFY_SHARED_KV=0 and =1 (verification and
+# draft catch-up attention reading each row's context once for all of its query tokens, the default); default "1".
 # With PROFILE=1, scripts/gpu_spec_steps.py then times every engine step (busy vs small, and the small steps' mean
 # milliseconds by running count) and profiles a window of small steps (the tail, where speculation runs).
 #   GPU: bash scripts/device_run.sh bash scripts/gpu_spec_c256.sh
@@ -24,7 +24,7 @@ import json, sys
 d = json.loads(sys.stdin.read())
 import os
 keys = ("output_tok_s", "wall_s", "speculative_config", "spec_num_drafts", "spec_mean_accepted_length")
-print(json.dumps({"shared_kv": os.environ.get("INFERCORE_VERIFY_SHARED_KV", "0"), **{k: d.get(k) for k in keys}}))'
+print(json.dumps({"shared_kv": os.environ.get("INFERCORE_VERIFY_SHARED_KV", "1"), **{k: d.get(k) for k in keys}}))'
 }
 spec() { echo "{\"method\": \"$1\", \"num_speculative_tokens\": 3${2:+, \"model\": \"$2\"}}"; }
 run
@@ -34,7 +34,7 @@ for method in ${METHODS:-eagle3 draft_model bench_ngram_full}; do
         draft_model) config=$(spec draft_model "$DRAFT") ;;
         *) config=$(spec "$method") ;;
     esac
-    for shared in ${SHARED_KV:-0}; do
+    for shared in ${SHARED_KV:-1}; do
         INFERCORE_VERIFY_SHARED_KV=$shared run --speculative-config "$config" --benchmark-acceptance-rate 0.7
     done
 done

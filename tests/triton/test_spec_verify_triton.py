@@ -1,7 +1,8 @@
 """Speculative decoding through the Triton backend (kernels through the interpreter): verification queries
-(the row's last token and its drafts) attend through the decode kernel, one decode per query token, on
-steps padded as whole graphs and on eager steps alike, and so do the draft model's catch-up queries (those
-tokens and the target's token after them); greedy tokens stay those of the plain run."""
+(the row's last token and its drafts) attend through the decode attention op's short-query path (by default
+the shared-KV verification kernel, every token of a row on one read of its context), on steps padded as whole
+graphs and on eager steps alike, and so do the draft model's catch-up queries (those tokens and the target's
+token after them); greedy tokens stay those of the plain run."""
 
 from __future__ import annotations
 

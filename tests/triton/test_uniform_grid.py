@@ -120,10 +120,9 @@ SPEC_QUERY_LENS = [4, 9, 4, 1, 2, 37]
 @pytest.mark.parametrize(("num_splits", "window"), [(1, None), (3, None), (2, 24)])
 def test_short_queries_attend_as_decodes_of_their_tokens(num_splits: int, window: int | None, shared_kv: bool,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Per query token (the decode kernel's short path) or per sequence, all its tokens on one read of the
-    context (``verify_attention``, ``INFERCORE_VERIFY_SHARED_KV=1``): the same attention."""
-    if shared_kv:
-        monkeypatch.setenv("INFERCORE_VERIFY_SHARED_KV", "1")
+    """Per query token (the decode kernel's short path, ``INFERCORE_VERIFY_SHARED_KV=0``) or per sequence, all
+    its tokens on one read of the context (``verify_attention``, the default): the same attention."""
+    monkeypatch.setenv("INFERCORE_VERIFY_SHARED_KV", "1" if shared_kv else "0")
     launched = _count_launches(monkeypatch)
     group, kv_heads, head = 2, 2, 64
     case = make_case(SPEC_SEQ_LENS, SPEC_QUERY_LENS, group * kv_heads, kv_heads, head, 16, torch.float32, seed=11)

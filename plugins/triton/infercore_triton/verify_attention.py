@@ -9,8 +9,11 @@ its window's start; the splits cut the sequence's whole range, so a split may ho
 (an empty partial, merged away). Partials and the merge are the decode kernel's (one partial row per flat
 query token), so the output is the same computation regrouped.
 
-Off unless ``INFERCORE_VERIFY_SHARED_KV=1`` (unmeasured on a GPU), and only over bf16/fp16/fp32 caches with
-the splits merged in their own launch; otherwise the decode kernel's per-token path runs.
+On by default over bf16/fp16/fp32 caches with the splits merged in their own launch; otherwise, or with
+``INFERCORE_VERIFY_SHARED_KV=0``, the decode kernel's per-token path runs. At c = 256 on the 8B shape (W-GPU-8B,
+k = 3, forced acceptance 0.7, an H100) it took a draft model from 0.996 to 1.002 of the run without
+speculation and an EAGLE-3 head to 1.005: speculation runs in the tail, where each row's query tokens would
+otherwise read its whole context once each.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ SHARED_KV_ENV = "INFERCORE_VERIFY_SHARED_KV"
 
 
 def shares_kv(kv_cache: torch.Tensor) -> bool:
-    """Whether short queries over ``kv_cache`` may take this kernel: asked for, and not an fp8 cache (the
-    caller also needs the splits merged in their own launch)."""
-    return os.environ.get(SHARED_KV_ENV) == "1" and kv_cache.element_size() > 1
+    """Whether short queries over ``kv_cache`` may take this kernel: not turned off (``=0``), and not an fp8
+    cache (the caller also needs the splits merged in their own launch)."""
+    return os.environ.get(SHARED_KV_ENV, "1").strip() != "0" and kv_cache.element_size() > 1
 
 
 @triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_splits"])
