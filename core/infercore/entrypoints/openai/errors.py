@@ -88,11 +88,10 @@ def _names_a_type(part: object) -> bool:
         part in _TYPE_NAMES or part[0].isupper() or any(c in part for c in "[-'"))
 
 
-def _union_tags(errors: list[dict]) -> set[tuple[int, object]]:
+def _union_tags(locs: list[tuple]) -> set[tuple[int, object]]:
     """(position, element) of each loc element that names a union member: pydantic reports a union that nothing
     fits as one error per member, whose locs share a prefix and then differ in a type's name."""
     tags: set[tuple[int, object]] = set()
-    locs = [tuple(e.get("loc", ())) for e in errors]
     for loc in locs:
         for i, part in enumerate(loc):
             if _names_a_type(part) and any(other[:i] == loc[:i] and len(other) > i and _names_a_type(other[i])
@@ -119,9 +118,9 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = list(exc.errors())
     if not errors:
         return "the request body is invalid", None
-    first = errors[0]
-    tags = _union_tags(errors)
-    loc = list(_field(tuple(first.get("loc", ())), tags))
+    locs = [tuple(e.get("loc", ())) for e in errors]
+    tags = _union_tags(locs)
+    first, loc = errors[0], list(_field(locs[0], tags))
     if first.get("type") == "json_invalid":
         return "the request body is not valid JSON; send a JSON object", None
     if not loc and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
@@ -130,19 +129,22 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     if surrogate is not None and loc:
         return (f"{loc[0]} holds a lone surrogate code point (U+{ord(surrogate):04X}), which is not text that can "
                 "be encoded as UTF-8; send valid Unicode text"), loc[0]
-    union = _union_prefix(tuple(first.get("loc", ())), tags)
-    members = [e for e in errors if _union_prefix(tuple(e.get("loc", ())), tags) == union]
+    prefixes = [_union_prefix(each, tags) for each in locs]
+    # One problem per union that nothing fits (its errors share the prefix before a member name), else per error.
+    problem = [prefix if len(prefix) < len(whole) else i for i, (prefix, whole) in enumerate(zip(prefixes, locs))]
+    union = prefixes[0]
+    members = [i for i, key in enumerate(problem) if key == problem[0]]
     if len(members) > 1:  # the member error deepest into the value, a wrong value before a wrong type
-        first = max(members, key=lambda e: (len(e.get("loc", ())), not str(e.get("type", "")).endswith("_type")))
-        loc = list(_field(tuple(first.get("loc", ())), tags))
+        deepest = max(members, key=lambda i: (len(locs[i]), not str(errors[i].get("type", "")).endswith("_type")))
+        first, loc = errors[deepest], list(_field(locs[deepest], tags))
     field = ".".join(loc) or None
     text = f"invalid value for {field or 'the body'}: {first.get('msg', 'invalid')}"
     if "input" in first and first.get("type") != "missing":
         text += f" (got {_short(first['input'])})"
     if len(members) > 1:
-        forms = len({_field(tuple(e.get("loc", ()))[:len(union) + 1], set()) for e in members})
+        forms = len({locs[i][len(union)] for i in members})
         text += f"; {'.'.join(_field(union, tags))} takes {forms} forms and this fits none"
-    problems = len({_union_prefix(tuple(e.get("loc", ())), tags) for e in errors})
+    problems = len(set(problem))
     if problems > 1:
         text += f"; and {problems - 1} more problem(s)"
     return text, field
