@@ -4,9 +4,10 @@ Workload: one W-GPU prefill step (16 query / 8 KV heads of 128, bf16, blocks of 
 of ``--prompt-len`` tokens (w-gpu-prefill: 2,048), or of random lengths in [100, 1024] when it is 0,
 until ``--tokens`` query tokens. Every configuration (block_m, block_n, warps, stages, packed heads)
 is compiled first, in ``--jobs`` processes at once; then each is timed and checked against torch SDPA
-on the same prompts made dense, which is also timed as a yardstick. Prints one JSON line per
-configuration, then the SDPA line, then the fastest configuration and the default's time. Stops
-timing new configurations once ``--budget-s`` seconds have passed.
+on the same prompts made dense, which is also timed as a yardstick (and, for prompts of one length,
+each SDPA backend over all prompts in one call). Prints one JSON line per configuration, then the SDPA
+lines, then the fastest configuration and the default's time. Stops timing new configurations once
+``--budget-s`` seconds have passed.
 
 Example (w-gpu-prefill's attention)::
 
@@ -89,6 +90,36 @@ def _sdpa(step: Step, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None
                                             enable_gqa=True)
         if out is not None:
             out[starts[i]: starts[i] + length] = oi[0].transpose(0, 1)
+
+
+def _sdpa_batched(step: Step, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """torch SDPA over every prompt in one call (prompts of one length), K/V expanded to the query heads
+    (not every backend takes GQA): [prompts, heads, length, head_size]."""
+    length, heads = step.lengths[0], step.q.shape[1]
+    q = step.q.view(len(step.lengths), length, heads, -1).transpose(1, 2)
+    group = heads // k.shape[1]
+    k, v = (t[:, :, :length].repeat_interleave(group, dim=1) for t in (k, v))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _sdpa_backends(step: Step, k: torch.Tensor, v: torch.Tensor, ref: torch.Tensor, flops: float) -> None:
+    """One line per torch SDPA backend (flash, memory-efficient, cuDNN) over the step's prompts in one call:
+    the yardsticks a library kernel sets for the Triton one. Only for prompts of one length."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if len(set(step.lengths)) != 1:
+        return
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+        line = {"engine": f"torch sdpa {backend.name.lower()}, all prompts in one call"}
+        try:
+            with sdpa_kernel(backend):
+                out = _sdpa_batched(step, k, v)
+                line["rel_err"] = round(_rel_err(out.transpose(1, 2).reshape(ref.shape), ref), 5)
+                us = _median_us(lambda: _sdpa_batched(step, k, v))
+        except Exception as exc:  # noqa: BLE001 - a backend that refuses these shapes
+            print(json.dumps({**line, "error": f"{type(exc).__name__}: {str(exc)[:160]}"}), flush=True)
+            continue
+        print(json.dumps({**line, "us": round(us, 1), "TFLOPs": round(flops / us / 1e6, 1)}), flush=True)
 
 
 def _configs() -> list[PrefillConfig]:
@@ -183,6 +214,7 @@ def main() -> None:
     us = _median_us(lambda: _sdpa(step, k, v))
     print(json.dumps({"engine": "torch sdpa, dense, one call per prompt", "us": round(us, 1),
                       "TFLOPs": round(flops / us / 1e6, 1)}), flush=True)
+    _sdpa_backends(step, k, v, ref, flops)
     if results:
         best = min(results, key=results.__getitem__)
         shipped = default_config(h // args.kv_heads, d, step.q.device)
