@@ -4,9 +4,10 @@ Workload: one W-GPU prefill step (16 query / 8 KV heads of 128, bf16, blocks of 
 of ``--prompt-len`` tokens (w-gpu-prefill: 2,048), or of random lengths in [100, 1024] when it is 0,
 until ``--tokens`` query tokens. Every configuration (block_m, block_n, warps, stages, packed heads)
 is compiled first, in ``--jobs`` processes at once; then each is timed and checked against torch SDPA
-on the same prompts made dense, which is also timed as a yardstick (and, for prompts of one length,
-each SDPA backend over all prompts in one call). Prints one JSON line per configuration, then the SDPA
-lines, then the fastest configuration and the default's time. Stops timing new configurations once
+on the same prompts made dense, which is also timed as a yardstick, as are the library's other kernels
+(each SDPA backend over all prompts in one call, variable-length flash and cuDNN over the step's packed
+fresh K/V, flash over the paged cache). Prints one JSON line per configuration, then the library lines,
+then the fastest configuration and the default's time. Stops timing new configurations once
 ``--budget-s`` seconds have passed.
 
 Example (w-gpu-prefill's attention)::
@@ -102,21 +103,60 @@ def _sdpa_batched(step: Step, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def _sdpa_backends(step: Step, k: torch.Tensor, v: torch.Tensor, ref: torch.Tensor, flops: float) -> None:
-    """One line per torch SDPA backend (flash, memory-efficient, cuDNN) over the step's prompts in one call:
-    the yardsticks a library kernel sets for the Triton one. Only for prompts of one length."""
+def _packed_kv(step: Step, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each prompt's K and V as the step computed them, packed token after token: [tokens, kv_heads, head_size]
+    (what a kernel over the step's fresh K/V would read instead of the paged cache)."""
+    parts = [(k[i, :, :length].transpose(0, 1), v[i, :, :length].transpose(0, 1)) for i, length in enumerate(step.lengths)]
+    return torch.cat([p[0] for p in parts]).contiguous(), torch.cat([p[1] for p in parts]).contiguous()
+
+
+def _varlen_calls(step: Step, k: torch.Tensor, v: torch.Tensor) -> dict[str, object]:
+    """The library's variable-length kernels over the step's packed fresh K/V (and FA2 over the paged cache),
+    each a function returning [tokens, heads, head_size]: the candidates for a fresh-prompt prefill path."""
+    kp, vp = _packed_kv(step, k, v)
+    group = step.q.shape[1] // kp.shape[1]
+    ke, ve = kp.repeat_interleave(group, dim=1), vp.repeat_interleave(group, dim=1)
+    cu = step.query_start_loc.to(torch.int32)
+    longest = max(step.lengths)
+    scale = step.q.shape[-1] ** -0.5
+    calls: dict[str, object] = {}
+    with contextlib.suppress(ImportError):
+        from torch.nn.attention.varlen import varlen_attn
+
+        calls["torch varlen_attn (flash), fresh K/V, GQA"] = lambda: varlen_attn(
+            step.q, kp, vp, cu, cu, longest, longest, scale=scale, window_size=(-1, 0), enable_gqa=True)
+        calls["torch varlen_attn (flash), fresh K/V, heads expanded"] = lambda: varlen_attn(
+            step.q, ke, ve, cu, cu, longest, longest, scale=scale, window_size=(-1, 0))
+    aten = torch.ops.aten
+    calls["aten._flash_attention_forward, paged cache"] = lambda: aten._flash_attention_forward(
+        step.q, step.kv_cache[0], step.kv_cache[1], cu, cu, longest, longest, 0.0, True, False, scale=scale,
+        seqused_k=step.seq_lens.to(torch.int32), block_table=step.block_table.to(torch.int32))[0]
+    calls["aten._cudnn_attention_forward, fresh K/V, heads expanded"] = lambda: aten._cudnn_attention_forward(
+        step.q, ke, ve, None, cu, cu, longest, longest, False, 0.0, True, False, scale=scale)[0]
+    return calls
+
+
+def _library_kernels(step: Step, k: torch.Tensor, v: torch.Tensor, ref: torch.Tensor, flops: float) -> None:
+    """One line per library kernel: torch SDPA's backends over all prompts in one call (prompts of one length,
+    K/V expanded to the query heads: not every backend takes GQA), then the variable-length kernels of
+    :func:`_varlen_calls`. The yardsticks a library sets for the Triton kernel, and candidates to call."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    if len(set(step.lengths)) != 1:
-        return
-    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION):
-        line = {"engine": f"torch sdpa {backend.name.lower()}, all prompts in one call"}
+    calls: dict[str, object] = {}
+    if len(set(step.lengths)) == 1:
+        shape = ref.shape
+        for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+            def call(backend: SDPBackend = backend) -> torch.Tensor:
+                with sdpa_kernel(backend):
+                    return _sdpa_batched(step, k, v).transpose(1, 2).reshape(shape)
+            calls[f"torch sdpa {backend.name.lower()}, all prompts in one call"] = call
+    calls.update(_varlen_calls(step, k, v))
+    for name, call in calls.items():
+        line: dict[str, object] = {"engine": name}
         try:
-            with sdpa_kernel(backend):
-                out = _sdpa_batched(step, k, v)
-                line["rel_err"] = round(_rel_err(out.transpose(1, 2).reshape(ref.shape), ref), 5)
-                us = _median_us(lambda: _sdpa_batched(step, k, v))
-        except Exception as exc:  # noqa: BLE001 - a backend that refuses these shapes
+            line["rel_err"] = round(_rel_err(call(), ref), 5)
+            us = _median_us(call)
+        except Exception as exc:  # noqa: BLE001 - a kernel that refuses these shapes or is not built
             print(json.dumps({**line, "error": f"{type(exc).__name__}: {str(exc)[:160]}"}), flush=True)
             continue
         print(json.dumps({**line, "us": round(us, 1), "TFLOPs": round(flops / us / 1e6, 1)}), flush=True)
@@ -173,6 +213,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=28, help="attention layers per step (the summary's total)")
     parser.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1), help="compiling processes")
     parser.add_argument("--budget-s", type=float, default=110.0, help="stop timing new configurations after this")
+    parser.add_argument("--default-only", action="store_true", help="time only the shipped launch, not the sweep")
     parser.add_argument("--shard", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--shards", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -183,7 +224,7 @@ def main() -> None:
     if args.shard >= 0:
         _compile_shard(args, step)
         return
-    if args.jobs > 1:
+    if args.jobs > 1 and not args.default_only:
         _compile_in_parallel(args, began + args.budget_s / 2)
     h, d = args.heads, args.head_size
     flops = sum(4 * h * d * length * (length + 1) / 2 for length in step.lengths)
@@ -197,7 +238,8 @@ def main() -> None:
     _sdpa(step, k, v, ref)
     out = torch.empty_like(step.q)
     results: dict[PrefillConfig, float] = {}
-    for config in _configs():
+    configs = [default_config(h // args.kv_heads, d, step.q.device)] if args.default_only else _configs()
+    for config in configs:
         if time.monotonic() - began > args.budget_s:
             print(json.dumps({"stopped": "budget spent", "untimed": len(_configs()) - len(results)}), flush=True)
             break
@@ -214,7 +256,7 @@ def main() -> None:
     us = _median_us(lambda: _sdpa(step, k, v))
     print(json.dumps({"engine": "torch sdpa, dense, one call per prompt", "us": round(us, 1),
                       "TFLOPs": round(flops / us / 1e6, 1)}), flush=True)
-    _sdpa_backends(step, k, v, ref, flops)
+    _library_kernels(step, k, v, ref, flops)
     if results:
         best = min(results, key=results.__getitem__)
         shipped = default_config(h // args.kv_heads, d, step.q.device)
