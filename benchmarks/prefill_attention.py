@@ -131,6 +131,8 @@ def _varlen_calls(step: Step, k: torch.Tensor, v: torch.Tensor) -> dict[str, obj
     calls["aten._flash_attention_forward, paged cache"] = lambda: aten._flash_attention_forward(
         step.q, step.kv_cache[0], step.kv_cache[1], cu, cu, longest, longest, 0.0, True, False, scale=scale,
         seqused_k=step.seq_lens.to(torch.int32), block_table=step.block_table.to(torch.int32))[0]
+    calls["aten._cudnn_attention_forward, fresh K/V, GQA"] = lambda: aten._cudnn_attention_forward(
+        step.q, kp, vp, None, cu, cu, longest, longest, False, 0.0, True, False, scale=scale)[0]
     calls["aten._cudnn_attention_forward, fresh K/V, heads expanded"] = lambda: aten._cudnn_attention_forward(
         step.q, ke, ve, None, cu, cu, longest, longest, False, 0.0, True, False, scale=scale)[0]
     return calls
