@@ -12,8 +12,8 @@ run's log and into the line as ``timeline``. Run it twice in a row to see a fres
 each line says which of the heavy optional modules (``HEAVY``) the process held once ``LLM(...)`` was ready;
 ``--import-profile`` adds the import seconds of each top-level package (``-X importtime``, which slows imports);
 ``--engine-imports`` first times what ``infercore serve``'s engine process imports, alone in a quiet process;
-``--empty-kernel-cache`` gives each run an empty Triton cache (kernel builds as on a fresh machine; set
-``INFERCORE_KERNEL_BUILDS_AHEAD=1`` around the command to build them side by side).
+``--empty-kernel-cache`` gives each run an empty Triton cache (kernel builds as on a fresh machine: on CUDA they
+build side by side by default; ``INFERCORE_KERNEL_BUILDS_AHEAD=0`` around the command builds them one by one).
 """
 
 from __future__ import annotations

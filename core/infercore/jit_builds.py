@@ -15,16 +15,23 @@ from typing import Any
 class JitBuildCounter:
     """Context manager: counts, per kernel name, the Triton variants built inside it.
 
-    Does nothing (and counts nothing) where Triton or its runtime hooks are missing.
+    A variant counts once however often it is asked for: while kernels build ahead (in the background), every
+    launch of a variant not yet built asks again. Does nothing (and counts nothing) where Triton or its runtime
+    hooks are missing.
     """
 
     def __init__(self) -> None:
         self.builds: Counter[str] = Counter()
+        self._seen: set[tuple[str, str, str]] = set()
         self._knobs: Any = None
         self._previous: Any = None
 
-    def _hook(self, *, fn: Any, **_: Any) -> bool:
-        self.builds[getattr(fn, "name", str(fn))] += 1
+    def _hook(self, *, fn: Any, key: Any = None, **kwargs: Any) -> bool:
+        name = getattr(fn, "name", str(fn))
+        variant = (name, repr(key), repr(kwargs.get("compile", {}).get("device")))
+        if key is None or variant not in self._seen:
+            self._seen.add(variant)
+            self.builds[name] += 1
         return False  # go on and build it
 
     def __enter__(self) -> JitBuildCounter:

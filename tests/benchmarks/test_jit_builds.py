@@ -30,6 +30,21 @@ def test_counts_builds_by_kernel_and_restores_the_previous_hook() -> None:
         knobs.runtime.jit_cache_hook = None
 
 
+def test_a_variant_asked_for_again_counts_once() -> None:
+    """While kernels build ahead, every launch of a variant not yet built calls the hook again with its key."""
+    knobs.runtime.jit_cache_hook = None
+    try:
+        with JitBuildCounter() as counter:
+            hook = knobs.runtime.jit_cache_hook
+            split = SimpleNamespace(name="_decode_split_kernel")
+            for key in ("splits=4", "splits=4", "splits=8", "splits=4"):
+                assert hook(fn=split, key=key, compile={"device": 0}) is False
+            assert hook(fn=split, key="splits=4", compile={"device": 1}) is False  # another device builds its own
+        assert dict(counter.builds) == {"_decode_split_kernel": 3}
+    finally:
+        knobs.runtime.jit_cache_hook = None
+
+
 def test_restores_the_hook_when_the_body_raises() -> None:
     knobs.runtime.jit_cache_hook = None
     with pytest.raises(RuntimeError), JitBuildCounter():

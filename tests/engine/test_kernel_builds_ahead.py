@@ -59,6 +59,7 @@ def _tokens(llm) -> list[list[int]]:
 def test_start_up_runs_its_passes_ahead_then_for_real(make_llm, monkeypatch: pytest.MonkeyPatch,
                                                       fail_inside: bool) -> None:
     expected = _tokens(make_llm())
+    monkeypatch.setenv(kernel_builds.BUILD_AHEAD_ENV, "1")  # every start-up, whatever earlier ones left
     recorder = Recorder(fail_inside)
     _install(monkeypatch, recorder)
     # Without the override the profile runs (and is the pass whose kernels the first context builds).
@@ -84,11 +85,56 @@ def test_graph_passes_run_uncaptured_and_leave_the_runner_as_it_was(make_llm) ->
 
 def test_building_ahead_is_asked_for_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(kernel_builds.BUILD_AHEAD_ENV, raising=False)
-    assert not kernel_builds.requested()
+    assert kernel_builds.requested() is None  # the marker decides
+    for value, wanted in (("auto", None), ("1", True), ("0", False), (" AUTO ", None)):
+        monkeypatch.setenv(kernel_builds.BUILD_AHEAD_ENV, value)
+        assert kernel_builds.requested() is wanted
+
+
+@pytest.mark.skipif(not kernel_builds.supported(),
+                    reason="the installed Triton has no AsyncCompileMode (or Triton is not installed)")
+def test_by_default_a_configuration_builds_ahead_once_per_triton_cache(make_llm, monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path) -> None:
+    """Unset, the variable leaves it to the markers: the first start-up of a configuration builds ahead (both
+    passes) and leaves a marker per pass beside Triton's cache; the next start-up of it does not; a configuration
+    that launches other kernels, a new cache, or ``=1`` builds ahead again; ``=0`` never does."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(kernel_builds.BUILD_AHEAD_ENV, raising=False)
+    recorder = Recorder()
+    _install(monkeypatch, recorder)
+    expected = _tokens(make_llm())
+    assert recorder.entered == 2
+    markers = tmp_path / "cache" / kernel_builds.MARKER_FOLDER
+    assert len(list(markers.iterdir())) == 2
+    llm = make_llm()
+    assert recorder.entered == 2  # built before: no ahead run
+    assert _tokens(llm) == expected
+    make_llm(max_num_seqs=3)
+    assert recorder.entered == 4 and len(list(markers.iterdir())) == 4
     monkeypatch.setenv(kernel_builds.BUILD_AHEAD_ENV, "1")
-    assert kernel_builds.requested()
+    make_llm()
+    assert recorder.entered == 6
     monkeypatch.setenv(kernel_builds.BUILD_AHEAD_ENV, "0")
-    assert not kernel_builds.requested()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "other"))
+    monkeypatch.setattr(Platform, "kernel_builds_ahead", lambda self: None if kernel_builds.requested() is False
+                        else recorder.context())
+    make_llm()
+    assert recorder.entered == 6
+    monkeypatch.delenv(kernel_builds.BUILD_AHEAD_ENV)
+    make_llm()
+    assert recorder.entered == 8  # a new cache has no markers
+
+
+def test_an_ahead_run_that_fails_leaves_no_marker(make_llm, monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    pytest.importorskip("triton", reason="the markers live beside Triton's cache")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(kernel_builds.BUILD_AHEAD_ENV, raising=False)
+    recorder = Recorder(fail_inside=True)
+    _install(monkeypatch, recorder)
+    make_llm()
+    make_llm()
+    assert recorder.entered == 4  # nothing recorded as built, so it tries again
+    assert not (tmp_path / kernel_builds.MARKER_FOLDER).exists()
 
 
 @pytest.mark.skipif(not kernel_builds.supported(),

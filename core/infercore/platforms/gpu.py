@@ -36,6 +36,10 @@ class GpuPlatform(Platform):
     """A GPU reached through a torch device module (``torch.cuda``, ``torch.xpu``), by default running
     the "triton" attention backend. Subclasses give the identity, capabilities and ``probe``."""
 
+    #: Whether start-up builds Triton's kernels ahead (:meth:`kernel_builds_ahead`) when the environment leaves the
+    #: choice open: on where it was measured to pay (NVIDIA), off elsewhere until it is (plugin API 1.18).
+    builds_kernels_ahead_by_default: bool = False
+
     def _module(self) -> Any:
         return torch.get_device_module(self.device_type)
 
@@ -79,11 +83,15 @@ class GpuPlatform(Platform):
         return int(module.max_memory_allocated())
 
     def kernel_builds_ahead(self) -> AbstractContextManager[None] | None:
-        """Triton's kernels built on a pool of threads (:mod:`infercore.platforms.kernel_builds`), where
-        ``INFERCORE_KERNEL_BUILDS_AHEAD=1`` asks for it and the installed Triton can."""
+        """Triton's kernels built on a pool of threads (:mod:`infercore.platforms.kernel_builds`) where the
+        installed Triton can: where ``INFERCORE_KERNEL_BUILDS_AHEAD=1`` asks for it, or, unset, on a platform that
+        :attr:`builds_kernels_ahead_by_default` (start-up then skips it where an earlier one built the same kernels)."""
         from infercore.platforms import kernel_builds
 
-        return kernel_builds.build_ahead() if kernel_builds.requested() and kernel_builds.supported() else None
+        wanted = kernel_builds.requested()
+        if wanted is None:
+            wanted = self.builds_kernels_ahead_by_default
+        return kernel_builds.build_ahead() if wanted and kernel_builds.supported() else None
 
     # -- device graphs (platforms with capabilities.graph_capture) ---------------------------------
     def new_graph(self) -> torch.cuda.CUDAGraph:

@@ -11,26 +11,67 @@ CPU cores).
 
 A pass run this way computes nothing, so it must not decide anything from its outputs; a failure inside it only
 leaves the remaining kernels to be built when first run. GPU platforms offer it through
-:meth:`~infercore.platforms.interface.Platform.kernel_builds_ahead` where :data:`BUILD_AHEAD_ENV` asks for it.
+:meth:`~infercore.platforms.interface.Platform.kernel_builds_ahead` unless :data:`BUILD_AHEAD_ENV` says ``0``.
+
+Where the kernels are already in Triton's cache the ahead run is pure cost (the passes run twice: about 1.5 s of
+the 8B shape's warm start-up on an H100), so by default a start-up builds ahead only where no earlier start-up of
+the same configuration did: each ahead run that completes leaves a marker named by the configuration's key
+(:func:`built_before`, :func:`mark_built`) beside Triton's cache, and goes when that cache is cleared.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-#: ``INFERCORE_KERNEL_BUILDS_AHEAD=1`` turns building ahead on (off by default until measured on every platform).
+#: ``INFERCORE_KERNEL_BUILDS_AHEAD``: ``1`` builds ahead at every start-up, ``0`` never; unset (or ``auto``) builds
+#: ahead where this configuration's kernels were not built ahead before (:func:`built_before`).
 BUILD_AHEAD_ENV = "INFERCORE_KERNEL_BUILDS_AHEAD"
+#: The folder beside Triton's cache where completed ahead runs leave their markers.
+MARKER_FOLDER = "infercore-builds-ahead"
 #: Threads that build at once, at most.
 MAX_WORKERS = 32
 
 
-def requested() -> bool:
-    """Whether the environment asks for building ahead."""
-    return os.environ.get(BUILD_AHEAD_ENV, "0").strip() == "1"
+def requested() -> bool | None:
+    """What the environment asks for: True (``1``: always build ahead), False (``0``: never) or None (unset or
+    ``auto``: where :func:`built_before` says no)."""
+    value = os.environ.get(BUILD_AHEAD_ENV, "auto").strip().lower()
+    if value in ("", "auto"):
+        return None
+    return value == "1"
+
+
+def _marker(key: str) -> Path | None:
+    """The marker of ``key`` in Triton's cache folder (None without Triton)."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return None
+    folder = getattr(getattr(knobs, "cache", None), "dir", None)
+    return Path(folder) / MARKER_FOLDER / key if folder else None
+
+
+def built_before(key: str) -> bool:
+    """Whether an ahead run of ``key`` (a start-up pass of one configuration) completed over this Triton cache."""
+    marker = _marker(key)
+    return marker is not None and marker.exists()
+
+
+def mark_built(key: str) -> None:
+    """Record that the ahead run of ``key`` completed (its kernels are in Triton's cache); best effort: a cache
+    folder that cannot be written only means building ahead again next time."""
+    marker = _marker(key)
+    if marker is None:
+        return
+    with contextlib.suppress(OSError):
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
 
 
 def _async_compile_mode() -> Any:

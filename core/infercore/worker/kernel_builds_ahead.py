@@ -1,13 +1,19 @@
 """Start-up's passes run once ahead of themselves, inside the platform's
 :meth:`~infercore.platforms.interface.Platform.kernel_builds_ahead`: their kernels build side by side and nothing
-is computed, so that running them for real finds every kernel built."""
+is computed, so that running them for real finds every kernel built. By default only where no earlier start-up of
+the same configuration built them (:func:`start_up_key`, :func:`infercore.platforms.kernel_builds.built_before`)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import torch
+
+from infercore.platforms import kernel_builds
 from infercore.startup_timeline import startup_phase
 
 if TYPE_CHECKING:
@@ -15,16 +21,48 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Settings that never change which kernels a start-up pass launches (where the model comes from, how it is served).
+_NOT_IN_KEY = {"serve": True, "load": True,
+               "model": {"model", "tokenizer", "revision", "served_model_name", "seed", "skip_tokenizer_init"}}
 
-def build_kernels_ahead(runner: ModelRunner, passes: Callable[[], None]) -> None:
-    """Run ``passes`` once inside the runner's platform's ``kernel_builds_ahead`` (nothing where it offers none).
-    A failure there costs only the builds it did not reach: those happen when the passes first run, as without
-    it. One device only: with tensor or pipeline parallelism the passes hold collectives (unmeasured there)."""
+
+def _device_name(device: torch.device) -> str:
+    """The device's model name where torch's module for it tells one (``cuda``, ``xpu``), else its type."""
+    get = getattr(getattr(torch, device.type, None), "get_device_name", None)
+    try:
+        return str(get(device)) if get is not None else device.type
+    except Exception:  # noqa: BLE001 - a backend without the query: the type still separates the caches' users
+        return device.type
+
+
+def start_up_key(runner: ModelRunner, name: str) -> str:
+    """A digest of what decides the kernels start-up pass ``name`` builds: the engine's settings (less where the model
+    comes from and how it is served), the model's shape, the device and the versions of torch, Triton and infercore."""
+    import triton
+
+    from infercore.version import __version__
+
+    shape = {k: v for k, v in runner.hf_config.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
+    parts = [name, runner.config.model_dump_json(exclude=_NOT_IN_KEY), json.dumps(shape, sort_keys=True, default=str),
+             _device_name(runner.device), torch.__version__, triton.__version__, __version__]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def build_kernels_ahead(runner: ModelRunner, name: str, passes: Callable[[], None]) -> None:
+    """Run ``passes`` (start-up pass ``name``) once inside the runner's platform's ``kernel_builds_ahead`` (nothing
+    where it offers none, or where the environment leaves the choice to :func:`start_up_key`'s marker and an earlier
+    start-up left it). A failure there costs only the builds it did not reach: those happen when the passes first
+    run, as without it. One device only: with tensor or pipeline parallelism the passes hold collectives
+    (unmeasured there)."""
     parallel = runner.config.parallel
     if parallel.tensor_parallel_size * parallel.pipeline_parallel_size > 1:
         return
     ahead = runner.platform.kernel_builds_ahead()
     if ahead is None:
+        return
+    key = start_up_key(runner, name) if kernel_builds.requested() is None else None
+    if key is not None and kernel_builds.built_before(key):
+        logger.debug("%s: kernels built ahead by an earlier start-up (marker %s)", name, key)
         return
     with startup_phase("kernel builds ahead"):
         try:
@@ -33,5 +71,8 @@ def build_kernels_ahead(runner: ModelRunner, passes: Callable[[], None]) -> None
         except Exception as exc:
             logger.info("building kernels ahead stopped early (%s: %s); the rest build when first run",
                         type(exc).__name__, exc)
+        else:
+            if key is not None:
+                kernel_builds.mark_built(key)
         runner.platform.synchronize()
         runner.platform.empty_cache()

@@ -126,7 +126,7 @@ class ModelRunner:
                 self.mm.profile(self.config.multimodal.max_num_encoder_input_tokens or self.max_num_tokens)
             profile_forward(self, self.max_num_tokens)
 
-        build_kernels_ahead(self, profile)
+        build_kernels_ahead(self, "profiling", profile)
         return self.kv_setup.determine_num_blocks(profile)
 
     def _new_builders(self) -> list[Any]:
@@ -169,7 +169,7 @@ class ModelRunner:
                 capture_mixed_graphs(self, None, eager_only=True)
                 capture_decode_graphs(self, None, eager_only=True)
 
-        build_kernels_ahead(self, passes)
+        build_kernels_ahead(self, "warm-up and graphs", passes)
         with startup_phase("warm-up"):
             warm_up(self)
         if graphs:
