@@ -43,7 +43,8 @@ def start_up_key(runner: ModelRunner, name: str) -> str:
     from infercore.version import __version__
 
     shape = {k: v for k, v in runner.hf_config.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
-    parts = [name, runner.config.model_dump_json(exclude=_NOT_IN_KEY), json.dumps(shape, sort_keys=True, default=str),
+    settings = runner.config.model_dump(exclude=_NOT_IN_KEY)
+    parts = [name, json.dumps(settings, sort_keys=True, default=str), json.dumps(shape, sort_keys=True, default=str),
              _device_name(runner.device), torch.__version__, triton.__version__, __version__]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
