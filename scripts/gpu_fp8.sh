@@ -16,6 +16,9 @@
 #   latency_launch_reduce  (only when named in PARTS) FP8 latency with INFERCORE_FP8_SPLIT_REDUCE=launch: split-K
 #               partials summed by a second launch instead of by each tile's last split (its line's
 #               "workload" is w-gpu-8b-fp8 too: it follows the latency lines)
+#   latency_quant_in_gemm  (only when named in PARTS) FP8 latency with INFERCORE_FP8_QUANT_IN_GEMM=1: the linears
+#               that quantize their own input (o_proj) do it inside the GEMM at decode sizes, one launch fewer a
+#               layer (its line follows the latency lines, as latency_launch_reduce's does)
 #   moe         (only when named in PARTS; PARTS=moe runs it alone) FP8 mixture of experts at Qwen3-30B-A3B's
 #               shape: tests/gpu/test_fused_moe_fp8_gpu.py (Triton fused_moe_fp8_block vs the reference, E=128,
 #               top-8, H=2048, I=768, M = 1/64/512; TP share; graph replay), then benchmarks/fp8_moe.py --sweep
@@ -89,6 +92,9 @@ sys.exit(r.returncode)' ;;
         latency_launch_reduce)  # not in the default PARTS: FP8 with split-K summed by a launch of its own
             step "$part" 50 env "$(table_env)" INFERCORE_FP8_SPLIT_REDUCE=launch infercore bench latency \
                 --workload w-gpu-8b-fp8 --output-len "$OUTPUT_LEN" --repeats "$REPEATS" ;;
+        latency_quant_in_gemm)  # not in the default PARTS: FP8 with o_proj's activation quantized inside its GEMM
+            step "$part" 50 env "$(table_env)" INFERCORE_FP8_QUANT_IN_GEMM=1 infercore bench latency \
+                --workload w-gpu-8b-fp8 --output-len "$OUTPUT_LEN" --repeats "$REPEATS" ;;
         throughput)
             step throughput 300 env "$(table_env)" infercore bench throughput --workload w-gpu-8b,w-gpu-8b-fp8 \
                 --num-requests "$NUM_REQUESTS" --no-progress ;;
@@ -97,7 +103,7 @@ sys.exit(r.returncode)' ;;
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 lat = {}
-for l in lines:  # the first line per workload: latency_launch_reduce's comes after
+for l in lines:  # the first line per workload: latency_launch_reduce's and latency_quant_in_gemm's come after
     if l.get("benchmark") == "latency":
         lat.setdefault(l["workload"], l["decode_ms_per_token"])
 tput = {l["workload"]: l.get("output_tok_s") for l in lines if "output_tok_s" in l}

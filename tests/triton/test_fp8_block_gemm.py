@@ -129,3 +129,50 @@ def test_per_channel_weights_through_the_block_kernel(monkeypatch: pytest.Monkey
     monkeypatch.setattr(fp8_scaled_mm, "has_fp8_dot", lambda device: True)
     monkeypatch.setattr(fp8_scaled_mm, "channel_triton_max_m", lambda: 8)
     assert rel_err(fp8_scaled_mm._gemm(xq, xs, wq, ws.reshape(-1), bias, torch.float32), ref) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("m", "k", "config"), [
+    (1, 96, BlockGemmConfig(block_m=16, tile_n=16, split_k=2)),  # a partial last group, split K
+    (3, 128, BlockGemmConfig(block_m=16, tile_n=32, split_k=1)),
+    (8, 64, BlockGemmConfig(block_m=16, tile_n=16, split_k=2)),
+])
+def test_quantizing_inside_the_gemm_equals_quantizing_first(m: int, k: int, config: BlockGemmConfig,
+                                                           dtype: torch.dtype) -> None:
+    """``a_scale=None``: each program quantizes the groups it reads with the quantizer's own arithmetic, so the
+    product is the one of ``quantize_groups`` then the GEMM, to the bit."""
+    x, wq, ws, bias = _case(m, 64, k, 32, seed=m)
+    x = x.to(dtype) * 3
+    x[0, :7] = 0.0  # a group's leading zeros and a row's large value set the scales
+    x[-1, 5] = 1e3
+    xq, xs = quantize_groups(x, 32)
+    first = fp8_block_gemm(xq, xs, wq, ws, 32, 32, bias, torch.float32, config)
+    inside = fp8_block_gemm(x, None, wq, ws, 32, 32, bias, torch.float32, config)
+    assert torch.equal(inside, first)
+
+
+def test_per_channel_scales_are_never_quantized_inside() -> None:
+    x, wq, ws, _ = _case(2, 64, 64, 32)
+    with pytest.raises(ValueError, match="whole rows"):
+        fp8_block_gemm(x, None, wq, ws.reshape(-1), 32, 32, None, torch.float32, per_channel=True)
+
+
+@pytest.mark.parametrize(("setting", "m", "inside"), [("1", 1, True), ("1", 8, True), ("1", 9, False),
+                                                       ("0", 1, False), (None, 1, False)])
+def test_the_linear_quantizes_inside_only_decode_batches_and_only_when_asked(
+        monkeypatch: pytest.MonkeyPatch, setting: str | None, m: int, inside: bool) -> None:
+    from infercore_triton import fp8_block_gemm as module
+
+    if setting is None:
+        monkeypatch.delenv(module.QUANT_IN_GEMM_ENV, raising=False)
+    else:
+        monkeypatch.setenv(module.QUANT_IN_GEMM_ENV, setting)
+    monkeypatch.setattr(module, "has_fp8_dot", lambda device: True)
+    scales: list[object] = []
+    gemm = module.fp8_block_gemm
+    monkeypatch.setattr(module, "fp8_block_gemm", lambda a, a_scale, *rest: scales.append(a_scale) or gemm(a, a_scale, *rest))
+    x, wq, ws, bias = _case(m, 64, 64, 32)
+    out = module.fp8_block_linear(x, wq, ws, 32, 32, bias)
+    assert (scales[0] is None) == inside
+    xq, xs = quantize_groups(x, 32)
+    assert torch.equal(out, gemm(xq, xs, wq, ws, 32, 32, bias, x.dtype))  # the two-launch product, to the bit
