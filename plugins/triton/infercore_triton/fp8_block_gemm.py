@@ -168,7 +168,8 @@ def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, b: torch.Tenso
         a.stride(0), a.stride(1), *a_scale_strides, b.stride(0), b.stride(1), *b_scale_strides,
         out.stride(0), out.stride(1), steps_per_split, fp8_reference.FP8_MAX, fp8_reference.MIN_SCALE,
         GROUP_N=1 if per_channel else block_n, PER_COLUMN=per_channel, HAS_BIAS=bias is not None,
-        SPLIT=split_k > 1, LAST_REDUCES=counters is not None, QUANTIZE_A=quantize_a, BLOCK_M=cfg.block_m, BLOCK_N=cfg.tile_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
+        SPLIT=split_k > 1, LAST_REDUCES=counters is not None, QUANTIZE_A=quantize_a, BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.tile_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
     if split_k > 1 and counters is None:
