@@ -19,7 +19,7 @@
 #        32 turns it off for most of W-GPU-8B's 256 requests); ... KS=4 BASELINE=0 DISABLE=null;
 #        env PART=c256 METHOD=eagle3; env PART=c256 METHOD=draft_model BASELINE=0
 #   CPU dry run (tiny sizes): CPU_DRY_RUN=1 METHOD=draft_model bash scripts/gpu_spec_decode.sh
-# Knobs (environment): PART (latency | throughput | both | c256, default both), METHOD, KS, RATES
+# Knobs (environment): PART (latency | throughput | both | c256, default both), METHOD, KS (spaces or commas), RATES
 # (comma-separated), BASELINE=0 (skip the runs without speculation), DISABLE (disable_by_batch_size for
 # latency/throughput runs: unset = default, "null" = never), BACKOFF=0 (disable_by_acceptance null: no request
 # pauses drafting however few drafts land, the raw cost of verifying), PROMPT_PERIOD, WORKLOAD, DRAFT_WORKLOAD,
@@ -41,6 +41,7 @@ else
     EXTRA=()
 fi
 KS=${KS:-"3 4 5"}
+KS=${KS//,/ }  # "3,4,5" as "3 4 5": one engine per k either way
 WORKLOAD=${WORKLOAD:-w-gpu-8b}
 DRAFT_WORKLOAD=${DRAFT_WORKLOAD:-w-gpu}
 INPUT_LEN=${INPUT_LEN:-512}
