@@ -64,4 +64,6 @@ def test_two_steps_in_flight_beat_one() -> None:
                               max_num_batched_tokens=None)
     one, two = bench.measure(args)
     assert two["most_in_pipe"] == 2
-    assert two["total_tok_per_s"] >= 1.5 * one["total_tok_per_s"], (one, two)
+    # Quiet, two steps in flight give about 1.7x on two cores; on a loaded CI machine 1.43x was seen. Steps that
+    # did not overlap would give about 1.0x, so 1.3x still tells the two apart without failing on a busy host.
+    assert two["total_tok_per_s"] >= 1.3 * one["total_tok_per_s"], (one, two)
