@@ -243,7 +243,7 @@ def main() -> None:
     configs = [default_config(h // args.kv_heads, d, step.q.device)] if args.default_only else _configs()
     for config in configs:
         if time.monotonic() - began > args.budget_s:
-            print(json.dumps({"stopped": "budget spent", "untimed": len(_configs()) - len(results)}), flush=True)
+            print(json.dumps({"stopped": "budget spent", "untimed": len(configs) - len(results)}), flush=True)
             break
         line = {"config": asdict(config)}
         try:
