@@ -152,7 +152,35 @@ def test_build_ahead_turns_launches_into_builds_and_restores_them(monkeypatch: p
 
     monkeypatch.setattr(JITFunction, "run", launch)
     kernel = object.__new__(JITFunction)
+    assert not kernel_builds.building_ahead()
     with kernel_builds.build_ahead(workers=2):
+        assert kernel_builds.building_ahead()
         JITFunction.run(kernel, 1, grid=(1,), warmup=False)
     JITFunction.run(kernel, 1, grid=(1,), warmup=False)
     assert seen == [(True, True), (False, False)]
+    assert not kernel_builds.building_ahead()
+    with pytest.raises(RuntimeError), kernel_builds.build_ahead(workers=1):
+        raise RuntimeError("a pass that fails inside")
+    assert not kernel_builds.building_ahead()
+
+
+@pytest.mark.skipif(not kernel_builds.supported(),
+                    reason="the installed Triton has no AsyncCompileMode (or Triton is not installed)")
+def test_the_sampler_warm_up_never_indexes_with_ids_a_skipped_kernel_left_unwritten(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside ``build_ahead`` the sampling kernels leave their output ids unwritten: anything. The warm-up's
+    penalised row must not count them into its table (on a GPU an out-of-range one was a device-side assert in
+    ``index_put_`` that took the engine down at start-up; here, ids past the vocabulary stand in for it and the
+    CPU's ``index_put_`` raises instead)."""
+    import torch
+
+    from infercore.sample.sampler import Sampler
+
+    vocab = 64
+    monkeypatch.setattr(Sampler, "_sample",
+                        lambda self, logits, metadata: torch.full((logits.shape[0],), vocab + 7, dtype=torch.long))
+    sampler = Sampler()
+    with kernel_builds.build_ahead(workers=1):
+        warm_up.warm_up_sampler(sampler, vocab, torch.float32, torch.device("cpu"))
+    with pytest.raises(IndexError):  # run for real, the same ids are an error: the guard is what held above
+        warm_up.warm_up_sampler(sampler, vocab, torch.float32, torch.device("cpu"))

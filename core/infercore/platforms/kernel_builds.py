@@ -9,8 +9,11 @@ afterwards, the same pass finds every kernel it launches already built. Builds o
 four sm_90 builds of the verification kernel took 3.6 s on two threads against 7.0 s on one (Triton 3.9, two
 CPU cores).
 
-A pass run this way computes nothing, so it must not decide anything from its outputs; a failure inside it only
-leaves the remaining kernels to be built when first run. GPU platforms offer it through
+A pass run this way computes nothing, so it must not decide anything from its outputs, nor index with them: an
+index a skipped kernel left unwritten can be anything, and a device-side bounds assert (torch's checked
+``index_put_``, ``gather``) poisons the device context for good. Code that indexes with a kernel's output asks
+:func:`building_ahead` first. Any other failure inside the pass only leaves the remaining kernels to be built when
+first run. GPU platforms offer it through
 :meth:`~infercore.platforms.interface.Platform.kernel_builds_ahead` unless :data:`BUILD_AHEAD_ENV` says ``0``.
 
 Where the kernels are already in Triton's cache the ahead run is pure cost (the passes run twice: about 1.5 s of
@@ -36,6 +39,14 @@ BUILD_AHEAD_ENV = "INFERCORE_KERNEL_BUILDS_AHEAD"
 MARKER_FOLDER = "infercore-builds-ahead"
 #: Threads that build at once, at most.
 MAX_WORKERS = 32
+#: Whether a :func:`build_ahead` block is running (its launches leave their outputs unwritten).
+_building = False
+
+
+def building_ahead() -> bool:
+    """Whether this process is inside :func:`build_ahead`: Triton kernels' outputs are then unwritten memory, which
+    nothing may index with (a device-side bounds assert cannot be recovered from)."""
+    return _building
 
 
 def requested() -> bool | None:
@@ -108,10 +119,13 @@ def build_ahead(workers: int | None = None) -> Iterator[None]:
         mode = mode_cls(pool, ignore_errors=True)
     except TypeError:  # a release whose mode raises every failed build
         mode = mode_cls(pool)
+    global _building
     JITFunction.run = build_only  # type: ignore[method-assign]
+    _building = True
     try:
         with mode:
             yield
     finally:
+        _building = False
         JITFunction.run = launch  # type: ignore[method-assign]
         pool.shutdown(wait=True)

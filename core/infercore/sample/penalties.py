@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from infercore.ops import reference
+from infercore.platforms import kernel_builds
 from infercore.sample.transfer import to_device
 
 #: The ``apply_penalties`` custom op's signature (see ``infercore.ops.reference.apply_penalties``).
@@ -68,6 +69,9 @@ class PenaltyTensors:
            self.frequency)
 
     def record(self, sampled_token_ids: torch.Tensor) -> None:
-        """Count this step's sampled tokens [B] in their rows' output counts, on the device."""
+        """Count this step's sampled tokens [B] in their rows' output counts, on the device (not while kernels build
+        ahead: the ids are then unwritten memory, and an out-of-range one is a device-side assert)."""
+        if kernel_builds.building_ahead():
+            return
         ones = torch.ones(sampled_token_ids.shape, dtype=torch.int32, device=sampled_token_ids.device)
         self.tables.output_counts.index_put_((self.rows, sampled_token_ids), ones, accumulate=True)

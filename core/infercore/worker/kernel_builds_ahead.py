@@ -72,6 +72,7 @@ def build_kernels_ahead(runner: ModelRunner, name: str, passes: Callable[[], Non
         except Exception as exc:
             logger.info("building kernels ahead stopped early (%s: %s); the rest build when first run",
                         type(exc).__name__, exc)
+            logger.debug("where building kernels ahead stopped", exc_info=exc)
         else:
             if key is not None:
                 kernel_builds.mark_built(key)
