@@ -7,15 +7,18 @@ engine), the op that quantizes its input first (``fp8_op_us``, what o_proj pays)
 through ``torch._scaled_mm`` (``fp8_channel_us``, quantization included), FP8's speedups over bf16, the
 settings used and the largest relative difference from core's W8A8 reference. The per-channel GEMM alone,
 through ``_scaled_mm`` and through the Triton kernel with per-column scales, gives the switch-over written to
-the table (``channel_triton_max_m``).
+the table (``channel_triton_max_m``). The same block-scaled GEMM through cuBLASLt's block scaling
+(``fp8_cublas_us``, :mod:`infercore_triton.fp8_block_cublas`; ``null`` with the probe's reason where this torch
+refuses it) shows from which M ``INFERCORE_FP8_BLOCK_CUBLAS_MIN_M`` pays.
 
 ``--sweep`` first times every candidate setting (:func:`candidates`: 16-64-row tiles with K split for
 decode batches, 128-row tiles over 8 warps and up to 5 stages for large ones) per projection and M bucket
 and keeps those beating the default by 3% or more (the default otherwise); ``--write-table PATH`` writes them where
 ``INFERCORE_FP8_BLOCK_TABLE`` makes the kernel (and an engine started afterwards) use them. Candidates
 compile in parallel processes first (``--compile-workers``), and ``--budget-s`` bounds the sweep: buckets
-not reached keep the default. (``torch._scaled_mm`` with 128 x 128 block scales is refused on an H200 with
-torch 2.11: "Invalid scaling configuration".)
+not reached keep the default. (``torch._scaled_mm`` with 128 x 128 block scales in the checkpoint's own layouts
+is refused on an H200 with torch 2.11, "Invalid scaling configuration": cuBLASLt wants them as
+:mod:`infercore_triton.fp8_block_cublas` lays them out.)
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import torch.nn.functional as F
 from infercore.benchmarks.kernel_timing import graph_median_us
 from infercore.ops import fp8_math
 from infercore_triton import fp8_block_configs as fbc
+from infercore_triton import fp8_block_cublas
 from infercore_triton import fp8_block_gemm as fbg
 from infercore_triton.fp8_quant import quantize_groups
 from infercore_triton.fp8_scaled_mm import fp8_linear
@@ -200,12 +204,18 @@ def _bench_shape(name: str, n: int, k: int, rows: list[int]) -> Iterable[dict[st
             xcq, wc.t(), scale_a=xcs, scale_b=wcs.reshape(1, -1), out_dtype=torch.bfloat16))
         channel_triton_us = _time(lambda xcq=xcq, xcs=xcs: fbg.fp8_block_gemm(
             xcq, xcs, wc, wcs, BLOCK, BLOCK, None, torch.bfloat16, per_channel=True))
+        cublas_us = cublas_err = None
+        if fp8_block_cublas.fits(wq, BLOCK, BLOCK, torch.bfloat16) and fp8_block_cublas.available(x.device):
+            cublas_us = round(_time(lambda xq=xq, xs=xs: fp8_block_cublas.gemm(xq, xs, wq, ws)), 2)
+            cublas_err = round(_rel(fp8_block_cublas.gemm(xq, xs, wq, ws), fp8_math.fp8_block_linear(
+                x, wq, ws, BLOCK, BLOCK)), 5)
         out = fbg.fp8_block_linear(x, wq, ws, BLOCK, BLOCK)
         ref = fp8_math.fp8_block_linear(x, wq, ws, BLOCK, BLOCK)
         yield {"bench": "fp8_block_gemm", "shape": name, "m": m, "n": n, "k": k, "bf16_us": round(bf16_us, 2),
                "fp8_gemm_us": round(gemm_us, 2), "fp8_op_us": round(op_us, 2),
                "fp8_channel_us": round(channel_us, 2), "channel_scaled_mm_us": round(scaled_mm_us, 2),
-               "channel_triton_us": round(channel_triton_us, 2), "speedup_fused": round(bf16_us / gemm_us, 3),
+               "channel_triton_us": round(channel_triton_us, 2), "fp8_cublas_us": cublas_us,
+               "cublas_rel_err": cublas_err, "speedup_fused": round(bf16_us / gemm_us, 3),
                "speedup_op": round(bf16_us / op_us, 3), "speedup_channel": round(bf16_us / channel_us, 3),
                "fp8_tbps": round(wq.numel() / gemm_us / 1e6, 3), "bf16_tbps": round(wb.numel() * 2 / bf16_us / 1e6, 3),
                "config": repr(cfg), "rel_err": round(_rel(out, ref), 5)}

@@ -19,6 +19,10 @@
 #   latency_quant_in_gemm  (only when named in PARTS) FP8 latency with INFERCORE_FP8_QUANT_IN_GEMM=1: the linears
 #               that quantize their own input (o_proj) do it inside the GEMM at decode sizes, one launch fewer a
 #               layer (its line follows the latency lines, as latency_launch_reduce's does)
+#   throughput_cublas  (only when named in PARTS, after throughput) FP8 throughput with
+#               INFERCORE_FP8_BLOCK_CUBLAS_MIN_M=$CUBLAS_MIN_M (64): block-scaled linears of that many rows and more
+#               through cuBLASLt's block scaling; its line {"part": "throughput_cublas", ...} carries the ratio to
+#               the bf16 line of the throughput part
 #   moe         (only when named in PARTS; PARTS=moe runs it alone) FP8 mixture of experts at Qwen3-30B-A3B's
 #               shape: tests/gpu/test_fused_moe_fp8_gpu.py (Triton fused_moe_fp8_block vs the reference, E=128,
 #               top-8, H=2048, I=768, M = 1/64/512; TP share; graph replay), then benchmarks/fp8_moe.py --sweep
@@ -95,6 +99,21 @@ sys.exit(r.returncode)' ;;
         latency_quant_in_gemm)  # not in the default PARTS: FP8 with o_proj's activation quantized inside its GEMM
             step "$part" 50 env "$(table_env)" INFERCORE_FP8_QUANT_IN_GEMM=1 infercore bench latency \
                 --workload w-gpu-8b-fp8 --output-len "$OUTPUT_LEN" --repeats "$REPEATS" ;;
+        throughput_cublas)  # not in the default PARTS: the block-scaled linears from CUBLAS_MIN_M rows on cuBLASLt
+            step "$part" 300 env "$(table_env)" INFERCORE_FP8_BLOCK_CUBLAS_MIN_M="${CUBLAS_MIN_M:-64}" infercore bench \
+                throughput --workload w-gpu-8b-fp8 --num-requests "$NUM_REQUESTS" --no-progress
+            python3 - "$RES" "${CUBLAS_MIN_M:-64}" <<'EOF' | tee -a "$RES"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+runs = [l for l in lines if l.get("workload") in ("w-gpu-8b", "w-gpu-8b-fp8") and "output_tok_s" in l]
+bf16 = next((l["output_tok_s"] for l in runs if l["workload"] == "w-gpu-8b"), None)
+last = runs[-1] if runs and runs[-1]["workload"] == "w-gpu-8b-fp8" else None
+out = {"part": "throughput_cublas", "min_m": int(sys.argv[2]), "output_tok_s": last and last["output_tok_s"]}
+if bf16 and last:
+    out["ratio_to_bf16"] = round(last["output_tok_s"] / bf16, 3)
+print(json.dumps(out))
+EOF
+            ;;
         throughput)
             step throughput 300 env "$(table_env)" infercore bench throughput --workload w-gpu-8b,w-gpu-8b-fp8 \
                 --num-requests "$NUM_REQUESTS" --no-progress ;;
@@ -106,7 +125,10 @@ lat = {}
 for l in lines:  # the first line per workload: latency_launch_reduce's and latency_quant_in_gemm's come after
     if l.get("benchmark") == "latency":
         lat.setdefault(l["workload"], l["decode_ms_per_token"])
-tput = {l["workload"]: l.get("output_tok_s") for l in lines if "output_tok_s" in l}
+tput = {}
+for l in lines:  # the first line per workload: throughput_cublas's comes after
+    if "output_tok_s" in l and "workload" in l:
+        tput.setdefault(l["workload"], l["output_tok_s"])
 gemm = [l for l in lines if l.get("bench") == "fp8_block_gemm"]
 out = {"part": "summary", "latency_ms_per_token": lat, "throughput_tok_s": tput}
 if "w-gpu-8b" in lat and "w-gpu-8b-fp8" in lat:

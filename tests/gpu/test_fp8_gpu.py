@@ -39,6 +39,31 @@ def _weights(n: int, k: int, block: bool) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+def test_block_scaled_cublas_gemm_matches_the_reference(m: int, n: int, k: int,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuBLASLt's block scaling with the scales laid out as ``fp8_block_cublas`` lays them out, through the op from
+    the threshold up (``INFERCORE_FP8_BLOCK_CUBLAS_MIN_M=1``: every size); skipped where the probe refused it."""
+    from infercore_triton import fp8_block_cublas
+    from infercore_triton.fp8_block_gemm import fp8_block_linear
+
+    x = torch.randn(m, k, device="cuda").bfloat16()
+    w, scale = _weights(n, k, block=True)
+    if not fp8_block_cublas.fits(w, 128, 128, torch.bfloat16):
+        pytest.skip("cuBLASLt block scaling needs compute capability 9.0")
+    if not fp8_block_cublas.available(x.device):
+        pytest.skip("this torch or driver refuses cuBLASLt block-scaled FP8 GEMMs (the probe's line in the log)")
+    monkeypatch.setenv(fp8_block_cublas.MIN_M_ENV, "1")
+    calls: list[int] = []
+    gemm = fp8_block_cublas.gemm
+    monkeypatch.setattr(fp8_block_cublas, "gemm", lambda xq, *rest: calls.append(xq.shape[0]) or gemm(xq, *rest))
+    bias = torch.randn(n, device="cuda").bfloat16()
+    out = fp8_block_linear(x, w, scale, 128, 128, bias)
+    assert calls == [m]
+    assert out.dtype == torch.bfloat16
+    assert rel_err(out, fp8_math.fp8_block_linear(x, w, scale, 128, 128, bias)) < BOUND
+
+
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
 def test_block_scaled_triton_gemm_matches_the_reference(m: int, n: int, k: int) -> None:
     from infercore_triton.fp8_block_gemm import fp8_block_linear
 

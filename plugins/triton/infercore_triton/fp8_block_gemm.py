@@ -10,6 +10,9 @@ are at hand). Launch settings come from
 :mod:`infercore_triton.fp8_block_configs` (a measured table, one a sweep wrote, or the default). No host
 sync and no per-M compile: the op is safe to capture in CUDA graphs.
 
+From :data:`~infercore_triton.fp8_block_cublas.MIN_M_ENV` rows up (unset: never) the product goes through cuBLASLt's
+block scaling instead (:mod:`infercore_triton.fp8_block_cublas`), where the device passed its probe.
+
 Activations come quantized (``fp8_block_linear_quantized``: the norm or activation before the linear
 quantized them in its own pass) or are quantized here (``fp8_block_linear``): in a launch of their own first, or,
 with ``INFERCORE_FP8_QUANT_IN_GEMM=1`` and at most :data:`QUANT_IN_GEMM_MAX_M` rows (decode), by each program for
@@ -29,6 +32,7 @@ import triton
 import triton.language as tl
 
 from infercore.plugin_api import fp8_reference, op_reference
+from infercore_triton import fp8_block_cublas
 from infercore_triton.fp8_block_configs import (  # noqa: F401 - the settings' names, as they were here
     TUNED,
     BlockGemmConfig,
@@ -191,7 +195,10 @@ def fp8_block_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: to
     if not (has_fp8_dot(x.device) and _kernel_fits(block_n, block_k)):
         return op_reference.fp8_block_linear(x, weight, weight_scale_inv, block_n, block_k, bias)
     x2 = x.reshape(-1, x.shape[-1])
-    if quantizes_in_gemm(x2.shape[0]):
+    if fp8_block_cublas.serves(x2.shape[0], weight, block_n, block_k, x.dtype):
+        xq, xs = quantize_groups(x2, block_k)
+        out = fp8_block_cublas.gemm(xq, xs, weight, weight_scale_inv, bias)
+    elif quantizes_in_gemm(x2.shape[0]):
         out = fp8_block_gemm(x2, None, weight, weight_scale_inv, block_n, block_k, bias, x.dtype)
     else:
         xq, xs = quantize_groups(x2, block_k)
@@ -208,5 +215,8 @@ def fp8_block_linear_quantized(x_q: torch.Tensor, x_scale: torch.Tensor, weight:
         return op_reference.fp8_block_linear_quantized(x_q, x_scale, weight, weight_scale_inv, block_n, block_k,
                                                        bias, out_dtype)
     q2, s2 = x_q.reshape(-1, x_q.shape[-1]), x_scale.reshape(-1, x_scale.shape[-1])
-    out = fp8_block_gemm(q2, s2, weight, weight_scale_inv, block_n, block_k, bias, out_dtype)
+    if fp8_block_cublas.serves(q2.shape[0], weight, block_n, block_k, out_dtype):
+        out = fp8_block_cublas.gemm(q2, s2, weight, weight_scale_inv, bias)
+    else:
+        out = fp8_block_gemm(q2, s2, weight, weight_scale_inv, block_n, block_k, bias, out_dtype)
     return out.reshape(*x_q.shape[:-1], weight.shape[0])

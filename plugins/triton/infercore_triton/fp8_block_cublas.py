@@ -1,0 +1,116 @@
+"""Block-scaled FP8 GEMMs through cuBLASLt: activations scaled per row and 128 columns (1x128), weights per
+128 x 128 block, as ``fp8_block_linear`` takes them, in one ``torch.nn.functional.scaled_mm`` call (Hopper,
+CUDA 12.9+; older torch releases through ``torch._scaled_mm``, which reads the recipes from the scales' shapes).
+
+cuBLASLt wants the scales in its own layouts, which the checkpoint's are one view away from:
+
+* the activation's [M, K/128] scales outer-dim-major (stride (1, M)): one small copy a call;
+* the weight's ``weight_scale_inv`` [N/128, K/128], row-major, read as its transpose [K/128, N/128] (stride
+  (1, K/128)): no copy, where K/128 is a multiple of 4 (cuBLASLt pads that dimension to 4 otherwise; such weights
+  stay on the Triton kernel).
+
+Where it runs: from :data:`MIN_M_ENV` rows up (unset: never, the Triton kernel serves every size), on a GPU of
+compute capability 9.0 whose torch passed a probe: a small GEMM against core's reference, once per device and
+outside graph capture. A refused or wrong probe logs one INFO line and leaves the Triton kernel in charge.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from infercore.plugin_api import fp8_reference
+
+logger = logging.getLogger(__name__)
+
+#: ``INFERCORE_FP8_BLOCK_CUBLAS_MIN_M=N``: block-scaled FP8 linears of at least N rows run through cuBLASLt.
+MIN_M_ENV = "INFERCORE_FP8_BLOCK_CUBLAS_MIN_M"
+#: The scale blocks cuBLASLt's block scaling takes (1x128 activations, 128x128 weights).
+BLOCK = 128
+#: cuBLASLt block scaling is a Hopper (sm_90) feature.
+CAPABILITY = (9, 0)
+#: Largest relative error the probe accepts against the reference (both accumulate in float32).
+PROBE_TOLERANCE = 1e-2
+
+_probed: dict[int, bool] = {}
+
+
+def min_m() -> int | None:
+    """The row count from which block-scaled FP8 linears go through cuBLASLt (:data:`MIN_M_ENV`); None: never."""
+    raw = os.environ.get(MIN_M_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{MIN_M_ENV}={raw!r}: give a row count (a whole number), or leave it unset") from None
+    return value if value > 0 else None
+
+
+def fits(weight: torch.Tensor, block_n: int, block_k: int, out_dtype: torch.dtype) -> bool:
+    """Whether cuBLASLt's block scaling takes this weight as it is stored (128 x 128 blocks, K/128 a multiple of
+    4, N a multiple of 16) with a bf16 output, on a device of :data:`CAPABILITY`."""
+    n, k = weight.shape
+    return (block_n == BLOCK and block_k == BLOCK and out_dtype == torch.bfloat16 and k % BLOCK == 0
+            and (k // BLOCK) % 4 == 0 and n % 16 == 0 and weight.device.type == "cuda" and torch.version.hip is None
+            and torch.cuda.get_device_capability(weight.device) == CAPABILITY)
+
+
+def gemm(xq: torch.Tensor, xs: torch.Tensor, weight: torch.Tensor, weight_scale_inv: torch.Tensor,
+         bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``(xq * xs) @ (weight * weight_scale_inv)^T`` in bf16: ``xq`` fp8 [M, K] with ``xs`` float32 [M, K/128],
+    ``weight`` fp8 [N, K] with ``weight_scale_inv`` float32 [N/128, K/128] (see :func:`fits`)."""
+    scale_a = torch.empty_strided(xs.shape, (1, xs.shape[0]), dtype=torch.float32, device=xs.device).copy_(xs)
+    scale_b = weight_scale_inv.float().contiguous().t()
+    functional = torch.nn.functional
+    if hasattr(functional, "scaled_mm") and hasattr(functional, "ScalingType"):
+        recipe = functional.ScalingType
+        out = functional.scaled_mm(xq, weight.t(), scale_a, recipe.BlockWise1x128, scale_b, recipe.BlockWise128x128,
+                                   output_dtype=torch.bfloat16)
+    else:
+        out = torch._scaled_mm(xq, weight.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
+    return out if bias is None else out + bias
+
+
+def _probe(device: torch.device) -> bool:
+    """One small GEMM against core's reference: whether this torch and driver do block-scaled FP8 right."""
+    generator = torch.Generator(device=device).manual_seed(0)
+    m, n, k = 64, 256, 512
+    x = torch.randn(m, k, device=device, generator=generator).bfloat16()
+    wq, ws = fp8_reference.quantize_blockwise(torch.randn(n, k, device=device, generator=generator) * 0.05,
+                                              BLOCK, BLOCK)
+    xq, xs = fp8_reference.quantize_per_group(x, BLOCK)
+    try:
+        out = gemm(xq, xs, wq, ws).float()
+    except (RuntimeError, TypeError, ValueError) as exc:
+        logger.info("cuBLASLt block-scaled FP8 GEMMs are not available here (%s: %s); the Triton kernel serves "
+                    "every size", type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        return False
+    ref = fp8_reference.fp8_block_linear(x.float(), wq, ws, BLOCK, BLOCK)
+    err = float((out - ref).norm() / ref.norm().clamp_min(1e-12))
+    if err > PROBE_TOLERANCE:
+        logger.info("cuBLASLt block-scaled FP8 GEMM disagrees with the reference (relative error %.3g); the "
+                    "Triton kernel serves every size", err)
+        return False
+    return True
+
+
+def available(device: torch.device) -> bool:
+    """Whether ``device`` passed the probe (run on first ask, outside graph capture; while a graph is being
+    captured an unprobed device counts as unavailable, and is probed at the next ask outside one)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _probed:
+        if torch.cuda.is_current_stream_capturing():
+            return False
+        _probed[index] = _probe(torch.device("cuda", index))
+    return _probed[index]
+
+
+def serves(m: int, weight: torch.Tensor, block_n: int, block_k: int, out_dtype: torch.dtype) -> bool:
+    """Whether a block-scaled FP8 linear of ``m`` rows goes through cuBLASLt (:data:`MIN_M_ENV`, :func:`fits`,
+    :func:`available`); the row count is checked first, so steps below the threshold pay one comparison."""
+    threshold = min_m()
+    return (threshold is not None and m >= threshold and fits(weight, block_n, block_k, out_dtype)
+            and available(weight.device))
