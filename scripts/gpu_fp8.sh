@@ -16,9 +16,6 @@
 #   latency_launch_reduce  (only when named in PARTS) FP8 latency with INFERCORE_FP8_SPLIT_REDUCE=launch: split-K
 #               partials summed by a second launch instead of by each tile's last split (its line's
 #               "workload" is w-gpu-8b-fp8 too: it follows the latency lines)
-#   latency_quant_in_gemm  (only when named in PARTS) FP8 latency with INFERCORE_FP8_QUANT_IN_GEMM=1: the linears
-#               that quantize their own input (o_proj) do it inside the GEMM at decode sizes, one launch fewer a
-#               layer (its line follows the latency lines, as latency_launch_reduce's does)
 #   throughput_cublas  (only when named in PARTS, after throughput) FP8 throughput with
 #               INFERCORE_FP8_BLOCK_CUBLAS_MIN_M=$CUBLAS_MIN_M (64): block-scaled linears of that many rows and more
 #               through cuBLASLt's block scaling; its line {"part": "throughput_cublas", ...} carries the ratio to
@@ -96,9 +93,6 @@ sys.exit(r.returncode)' ;;
         latency_launch_reduce)  # not in the default PARTS: FP8 with split-K summed by a launch of its own
             step "$part" 50 env "$(table_env)" INFERCORE_FP8_SPLIT_REDUCE=launch infercore bench latency \
                 --workload w-gpu-8b-fp8 --output-len "$OUTPUT_LEN" --repeats "$REPEATS" ;;
-        latency_quant_in_gemm)  # not in the default PARTS: FP8 with o_proj's activation quantized inside its GEMM
-            step "$part" 50 env "$(table_env)" INFERCORE_FP8_QUANT_IN_GEMM=1 infercore bench latency \
-                --workload w-gpu-8b-fp8 --output-len "$OUTPUT_LEN" --repeats "$REPEATS" ;;
         throughput_cublas)  # not in the default PARTS: the block-scaled linears from CUBLAS_MIN_M rows on cuBLASLt
             step "$part" 300 env "$(table_env)" INFERCORE_FP8_BLOCK_CUBLAS_MIN_M="${CUBLAS_MIN_M:-64}" infercore bench \
                 throughput --workload w-gpu-8b-fp8 --num-requests "$NUM_REQUESTS" --no-progress
@@ -122,7 +116,7 @@ EOF
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 lat = {}
-for l in lines:  # the first line per workload: latency_launch_reduce's and latency_quant_in_gemm's come after
+for l in lines:  # the first line per workload: latency_launch_reduce's comes after
     if l.get("benchmark") == "latency":
         lat.setdefault(l["workload"], l["decode_ms_per_token"])
 tput = {}

@@ -56,8 +56,7 @@ def main() -> None:
     for bm, bn, split, warps, stages, per_column in ((16, 32, True, 4, 4, False), (128, 128, False, 8, 5, False),
                                                      (64, 128, True, 8, 4, False), (16, 64, True, 4, 3, True)):
         constants = {"GROUP_N": 1 if per_column else 128, "PER_COLUMN": per_column, "HAS_BIAS": True,
-                     "SPLIT": split, "LAST_REDUCES": split, "QUANTIZE_A": False, "BLOCK_M": bm, "BLOCK_N": bn,
-                     "BLOCK_K": 128,
+                     "SPLIT": split, "LAST_REDUCES": split, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128,
                      "stride_ak": 1, "stride_bk": 1, "stride_cn": 1, "stride_ask": 0 if per_column else 1}
         shared = compile_kernel(_fp8_block_gemm_kernel, constants, gemm, num_warps=warps, num_stages=stages)
         print(f"fp8_block_gemm {bm}x{bn} split={split} warps={warps} stages={stages} per_column={per_column}: "
@@ -65,18 +64,6 @@ def main() -> None:
         if shared < (stages - 1) * (bm + bn) * 128:
             raise SystemExit(f"fp8_block_gemm {bm}x{bn}: {shared} bytes of shared memory hold fewer than "
                              f"{stages - 1} stages of its tiles: the loads are not pipelined")
-    # The decode variant that quantizes its bf16 activation group by group (INFERCORE_FP8_QUANT_IN_GEMM): the
-    # weight tiles must still be pipelined.
-    for bn, warps, stages in ((32, 4, 4), (64, 4, 3)):
-        constants = {"GROUP_N": 128, "PER_COLUMN": False, "HAS_BIAS": False, "SPLIT": True, "LAST_REDUCES": True,
-                     "QUANTIZE_A": True, "BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": 128, "stride_ak": 1,
-                     "stride_bk": 1, "stride_cn": 1, "stride_ask": 1}
-        shared = compile_kernel(_fp8_block_gemm_kernel, constants, {**gemm, "a_ptr": "*bf16"}, num_warps=warps,
-                                num_stages=stages)
-        print(f"fp8_block_gemm quantizing 16x{bn} warps={warps} stages={stages}: {shared} bytes of shared memory")
-        if shared < (stages - 1) * bn * 128:
-            raise SystemExit(f"fp8_block_gemm quantizing 16x{bn}: {shared} bytes of shared memory hold fewer than "
-                             f"{stages - 1} stages of its weight tiles: the loads are not pipelined")
 
 
 if __name__ == "__main__":

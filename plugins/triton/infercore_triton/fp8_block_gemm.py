@@ -14,24 +14,18 @@ From :data:`~infercore_triton.fp8_block_cublas.MIN_M_ENV` rows up (unset: never)
 block scaling instead (:mod:`infercore_triton.fp8_block_cublas`), where the device passed its probe.
 
 Activations come quantized (``fp8_block_linear_quantized``: the norm or activation before the linear
-quantized them in its own pass) or are quantized here (``fp8_block_linear``): in a launch of their own first, or,
-with ``INFERCORE_FP8_QUANT_IN_GEMM=1`` and at most :data:`QUANT_IN_GEMM_MAX_M` rows (decode), by each program for
-the groups it reads, with the quantizer's own arithmetic (one launch fewer per such linear: an attention output
-into ``o_proj``; every program of a column repeats the few rows' quantization). Off by default: on an H100 the 8B
-shape's ``bench latency`` took 4.945 ms/token with it against 4.056 with the separate launch, so the repeated
-quantization costs more than the launch it saves.
+quantized them in its own pass) or are quantized here first (``fp8_block_linear``).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from infercore.plugin_api import fp8_reference, op_reference
+from infercore.plugin_api import op_reference
 from infercore_triton import fp8_block_cublas
 from infercore_triton.fp8_block_configs import (  # noqa: F401 - the settings' names, as they were here
     TUNED,
@@ -45,16 +39,6 @@ from infercore_triton.fp8_support import has_fp8_dot
 from infercore_triton.skinny_gemm import split_k_reduce
 from infercore_triton.split_k_counters import tile_counters
 
-#: ``INFERCORE_FP8_QUANT_IN_GEMM=1``: ``fp8_block_linear`` quantizes a decode batch's activations inside the GEMM.
-QUANT_IN_GEMM_ENV = "INFERCORE_FP8_QUANT_IN_GEMM"
-#: The most rows the GEMM quantizes itself (each program repeats its groups' quantization for every row).
-QUANT_IN_GEMM_MAX_M = 8
-
-
-def quantizes_in_gemm(m: int) -> bool:
-    """Whether ``fp8_block_linear`` quantizes an ``m``-row activation inside the GEMM (see the module docstring)."""
-    return 0 < m <= QUANT_IN_GEMM_MAX_M and os.environ.get(QUANT_IN_GEMM_ENV, "0") == "1"
-
 
 @functools.cache
 def _num_sms(device: torch.device) -> int:
@@ -66,13 +50,12 @@ def _num_sms(device: torch.device) -> int:
 @triton.jit(do_not_specialize=["M"])
 def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_ptr, bias_ptr, counter_ptr, M, N, K,
                            stride_am, stride_ak, stride_asm, stride_ask, stride_bn, stride_bk,
-                           stride_bsn, stride_bsk, stride_cm, stride_cn, steps_per_split, fp8_max, min_scale,
+                           stride_bsn, stride_bsk, stride_cm, stride_cn, steps_per_split,
                            GROUP_N: tl.constexpr, PER_COLUMN: tl.constexpr, HAS_BIAS: tl.constexpr,
-                           SPLIT: tl.constexpr, LAST_REDUCES: tl.constexpr, QUANTIZE_A: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                           SPLIT: tl.constexpr, LAST_REDUCES: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # BLOCK_K is the scale group along K, so each step's partial product takes one activation scale
-    # per row and one weight scale per column. QUANTIZE_A: ``a`` holds the unquantized activation, quantized
-    # here group by group exactly as fp8_quant's kernel does (``a_scale_ptr`` is then unused).
+    # per row and one weight scale per column.
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -92,13 +75,7 @@ def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_p
                     mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(b_ptr + cols[None, :].to(tl.int64) * stride_bn + k[:, None] * stride_bk,
                     mask=col_ok[None, :] & k_ok[:, None], other=0.0)
-        if QUANTIZE_A:
-            x = a.to(tl.float32)
-            a_scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), axis=1), fp8_max), min_scale)
-            q = tl.clamp(tl.math.div_rn(x, a_scale[:, None]), -fp8_max, fp8_max)
-            a = q.to(b.dtype, fp_downcast_rounding="rtne")
-        else:
-            a_scale = tl.load(a_scale_ptr + rows * stride_asm + step * stride_ask, mask=row_ok, other=0.0)
+        a_scale = tl.load(a_scale_ptr + rows * stride_asm + step * stride_ask, mask=row_ok, other=0.0)
         if PER_COLUMN:
             b_scales = tl.load(b_scale_ptr + cols * stride_bsn + step * stride_bsk, mask=col_ok, other=0.0)
             acc += tl.dot(a, b) * a_scale[:, None] * b_scales[None, :]
@@ -135,17 +112,13 @@ def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_p
                  mask=mask)
 
 
-def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, b: torch.Tensor, b_scale: torch.Tensor,
+def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
                    block_n: int, block_k: int, bias: torch.Tensor | None, out_dtype: torch.dtype,
                    config: BlockGemmConfig | None = None, per_channel: bool = False) -> torch.Tensor:
     """``(a * a_scale) @ (b * b_scale)^T`` for fp8 ``a`` [M, K] with ``a_scale`` [M, K/block_k] and fp8 ``b``
     [N, K] with ``b_scale`` [N/block_n, K/block_k] (rounded up), in ``out_dtype``. ``config`` overrides the
     launch settings (:func:`config_for`). ``per_channel``: ``a_scale`` is one per row [M, 1] (or [1, 1]
-    expanded) and ``b_scale`` one per weight row [N]; ``block_k`` is then only the K step. ``a_scale`` None:
-    ``a`` is unquantized (bf16/fp16/fp32) and each program quantizes the groups it reads, per row and
-    ``block_k`` columns, as :func:`~infercore_triton.fp8_quant.quantize_groups` would (block scales only)."""
-    if a_scale is None and per_channel:
-        raise ValueError("per-channel activation scales span whole rows: quantize them before the GEMM")
+    expanded) and ``b_scale`` one per weight row [N]; ``block_k`` is then only the K step."""
     m, k = a.shape
     n = b.shape[0]
     out = torch.empty((m, n), dtype=out_dtype, device=a.device)
@@ -154,9 +127,6 @@ def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, b: torch.Tenso
     cfg = config or config_for(m, n, k, block_n, block_k, _num_sms(a.device))
     if block_n % cfg.tile_n and not per_channel:
         raise ValueError(f"tile_n {cfg.tile_n} must divide the weight's scale block of {block_n} rows")
-    quantize_a = a_scale is None
-    if quantize_a:
-        a_scale = a  # unread: the kernel computes the scales
     a_scale_strides = (a_scale.stride(0), 0) if per_channel else a_scale.stride()
     if per_channel:
         b_scale = b_scale.reshape(-1, 1)
@@ -171,10 +141,9 @@ def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, b: torch.Tenso
     _fp8_block_gemm_kernel[grid](
         a, a_scale, b, b_scale, out, part, bias_arg, counters if counters is not None else out, m, n, k,
         a.stride(0), a.stride(1), *a_scale_strides, b.stride(0), b.stride(1), *b_scale_strides,
-        out.stride(0), out.stride(1), steps_per_split, fp8_reference.FP8_MAX, fp8_reference.MIN_SCALE,
-        GROUP_N=1 if per_channel else block_n, PER_COLUMN=per_channel, HAS_BIAS=bias is not None,
-        SPLIT=split_k > 1, LAST_REDUCES=counters is not None, QUANTIZE_A=quantize_a, BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.tile_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
+        out.stride(0), out.stride(1), steps_per_split, GROUP_N=1 if per_channel else block_n,
+        PER_COLUMN=per_channel, HAS_BIAS=bias is not None, SPLIT=split_k > 1, LAST_REDUCES=counters is not None,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.tile_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
     if split_k > 1 and counters is None:
@@ -198,8 +167,6 @@ def fp8_block_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: to
     if fp8_block_cublas.serves(x2.shape[0], weight, block_n, block_k, x.dtype):
         xq, xs = quantize_groups(x2, block_k)
         out = fp8_block_cublas.gemm(xq, xs, weight, weight_scale_inv, bias)
-    elif quantizes_in_gemm(x2.shape[0]):
-        out = fp8_block_gemm(x2, None, weight, weight_scale_inv, block_n, block_k, bias, x.dtype)
     else:
         xq, xs = quantize_groups(x2, block_k)
         out = fp8_block_gemm(xq, xs, weight, weight_scale_inv, block_n, block_k, bias, x.dtype)
