@@ -84,7 +84,7 @@ def _probe(device: torch.device) -> bool:
     xq, xs = fp8_reference.quantize_per_group(x, BLOCK)
     try:
         out = gemm(xq, xs, wq, ws).float()
-    except (RuntimeError, TypeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever this torch raises, the Triton kernel serves instead
         logger.info("cuBLASLt block-scaled FP8 GEMMs are not available here (%s: %s); the Triton kernel serves "
                     "every size", type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
         return False
