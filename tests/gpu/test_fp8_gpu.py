@@ -38,7 +38,7 @@ def _weights(n: int, k: int, block: bool) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale.reshape(-1)
 
 
-@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+@pytest.mark.parametrize(("m", "n", "k"), [*SHAPES, (67, 4096, 4096)])
 def test_block_scaled_cublas_gemm_matches_the_reference(m: int, n: int, k: int,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """cuBLASLt's block scaling with the scales laid out as ``fp8_block_cublas`` lays them out, through the op from

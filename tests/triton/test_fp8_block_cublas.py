@@ -107,9 +107,20 @@ def test_the_probe_passes_a_correct_gemm_and_fails_a_wrong_or_refused_one(emulat
         raise RuntimeError("Invalid scaling configuration\nmore detail")
 
     monkeypatch.setattr(torch.nn.functional, "scaled_mm", refused)
+    caplog.clear()
     with caplog.at_level(logging.INFO, logger=fp8_block_cublas.__name__):
         assert not fp8_block_cublas._probe(cpu)
-    assert "not available here (RuntimeError: Invalid scaling configuration)" in caplog.text
+    assert "not available here (RuntimeError: Invalid scaling configuration, at 64 rows)" in caplog.text
+
+
+def test_the_probe_fails_where_only_an_odd_row_count_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    def even_rows_only(mat_a, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if mat_a.shape[0] % 2:
+            raise RuntimeError("Invalid scaling configuration")
+        return _emulated_scaled_mm(mat_a, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_mm", even_rows_only)
+    assert not fp8_block_cublas._probe(torch.device("cpu"))
 
 
 def test_the_op_routes_from_the_threshold_up(monkeypatch: pytest.MonkeyPatch) -> None:
