@@ -26,6 +26,8 @@ class Recorder:
         self.entered = 0
         self.fail_inside = fail_inside
         self.calls: list[tuple[str, bool]] = []
+        #: Whether core had marked each call's pass as run ahead (``kernel_builds.building_ahead``).
+        self.marked: list[bool] = []
 
     @contextlib.contextmanager
     def context(self) -> Iterator[None]:
@@ -39,6 +41,7 @@ class Recorder:
     def wrap(self, name: str, fn):
         def spy(*args, **kwargs):
             self.calls.append((name, self.inside))
+            self.marked.append(kernel_builds.building_ahead())
             if self.inside and self.fail_inside:
                 raise RuntimeError("a pass that fails while kernels build ahead")
             return fn(*args, **kwargs)
@@ -69,6 +72,9 @@ def test_start_up_runs_its_passes_ahead_then_for_real(make_llm, monkeypatch: pyt
     # Each pass ran for real after its ahead run, whether or not that one failed.
     assert recorder.calls[-1] == ("sampler", False)
     assert [c for c in recorder.calls if c[0] == "sampler"] == [("sampler", True), ("sampler", False)]
+    # Core marks the pass itself, whatever the platform's context: nothing indexes with its kernels' outputs.
+    assert recorder.marked == [inside for _, inside in recorder.calls]
+    assert not kernel_builds.building_ahead()
     assert _tokens(llm) == expected
 
 

@@ -121,7 +121,8 @@ class Platform(ABC):
 
         Start-up runs its passes (profiling, warm-up, the graphs' sizes) once inside it, then for real, so
         kernels compiled on first launch are built in parallel rather than one after another. Such a pass
-        computes nothing; start-up never decides anything from it. Default: None (no such pass)."""
+        computes nothing; start-up never decides anything from it, and core never indexes with a kernel's
+        output inside it (it marks the pass: ``kernel_builds.building_ahead()``). Default: None (no such pass)."""
         return None
 
     # -- device graphs: implemented by platforms with ``capabilities.graph_capture`` -------------

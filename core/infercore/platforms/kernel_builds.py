@@ -39,14 +39,26 @@ BUILD_AHEAD_ENV = "INFERCORE_KERNEL_BUILDS_AHEAD"
 MARKER_FOLDER = "infercore-builds-ahead"
 #: Threads that build at once, at most.
 MAX_WORKERS = 32
-#: Whether a :func:`build_ahead` block is running (its launches leave their outputs unwritten).
-_building = False
+#: How many passes run ahead are open (:func:`ahead_pass`; nested where :func:`build_ahead` runs inside one).
+_depth = 0
+
+
+@contextmanager
+def ahead_pass() -> Iterator[None]:
+    """Mark the block as a pass run ahead: kernels launched inside it may leave their outputs unwritten. Start-up
+    opens one around every platform's ``kernel_builds_ahead`` context, and :func:`build_ahead` opens its own."""
+    global _depth
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
 
 
 def building_ahead() -> bool:
-    """Whether this process is inside :func:`build_ahead`: Triton kernels' outputs are then unwritten memory, which
-    nothing may index with (a device-side bounds assert cannot be recovered from)."""
-    return _building
+    """Whether this process is inside a pass run ahead (:func:`ahead_pass`): kernels' outputs are then unwritten
+    memory, which nothing may index with (a device-side bounds assert cannot be recovered from)."""
+    return _depth > 0
 
 
 def requested() -> bool | None:
@@ -119,13 +131,10 @@ def build_ahead(workers: int | None = None) -> Iterator[None]:
         mode = mode_cls(pool, ignore_errors=True)
     except TypeError:  # a release whose mode raises every failed build
         mode = mode_cls(pool)
-    global _building
     JITFunction.run = build_only  # type: ignore[method-assign]
-    _building = True
     try:
-        with mode:
+        with mode, ahead_pass():
             yield
     finally:
-        _building = False
         JITFunction.run = launch  # type: ignore[method-assign]
         pool.shutdown(wait=True)

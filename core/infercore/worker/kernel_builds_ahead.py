@@ -67,7 +67,7 @@ def build_kernels_ahead(runner: ModelRunner, name: str, passes: Callable[[], Non
         return
     with startup_phase("kernel builds ahead"):
         try:
-            with ahead:
+            with ahead, kernel_builds.ahead_pass():
                 passes()
         except Exception as exc:
             logger.info("building kernels ahead stopped early (%s: %s); the rest build when first run",
