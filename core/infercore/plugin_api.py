@@ -192,6 +192,7 @@ if TYPE_CHECKING:
         PlatformCapabilities,
         ProbeResult,
     )
+    from infercore.platforms.kernel_builds import building_ahead
     from infercore.platforms.selection import (
         current_platform,
     )
@@ -335,6 +336,7 @@ _LAZY: dict[str, str] = {
     "alibi_slopes": "infercore.layers",
     "allocate_bitmask": "infercore.structured_output",
     "available_cpus": "infercore.cpus",
+    "building_ahead": "infercore.platforms.kernel_builds",
     "apply_token_bitmask_torch": "infercore.structured_output",
     "bitmask_width": "infercore.structured_output",
     "build_model_folder": "infercore.tiny_models",
@@ -463,6 +465,7 @@ __all__ = [
     "attention_reference",
     "bitmask_width",
     "build_model_folder",
+    "building_ahead",
     "check_schema",
     "content_hash",
     "contiguous_placement",

@@ -7,7 +7,7 @@ __version__ = "0.1.0"
 #: it when the majors are equal and the plugin's minor is at most core's. A minor release only adds
 #: (keyword arguments with defaults, optional methods, spec fields with defaults); a removal is
 #: announced by a deprecation warning for one minor release and happens in the next major.
-PLUGIN_API_VERSION: tuple[int, int] = (1, 18)
+PLUGIN_API_VERSION: tuple[int, int] = (1, 19)
 
 
 def parse_api_version(declared: object) -> tuple[int, int] | None:
