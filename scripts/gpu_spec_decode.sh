@@ -10,7 +10,9 @@
 #   eagle3            an EAGLE-3 head of the target's shape (32000-token draft vocabulary, dummy weights).
 # PART=c256 runs `bench throughput` with 256 requests (W-GPU-8B's) three ways: without speculation,
 # with METHOD at disable_by_batch_size's default (32), and with it null (speculation at every batch size).
-# One JSON line per run goes to stdout and $OUT/spec_decode.jsonl; each line carries the draft counters.
+# One JSON line per run goes to stdout and $OUT/spec_decode.jsonl; each line carries the draft counters. Last, a
+# {"part": "table", ...} line (scripts/spec_table.py: every method and k against the plain runs, Markdown on stderr;
+# with BASELINE=0 run it over both calls' files).
 #   GPU: bash scripts/device_run.sh bash scripts/gpu_spec_decode.sh
 #        one part per call (each step is bounded by STEP_S; a call by the machine's 10 minutes), e.g.
 #        env PART=latency METHOD=eagle3; env PART=latency METHOD=draft_model BASELINE=0;
@@ -98,4 +100,5 @@ if [[ "$PART" == c256 ]]; then
         --prompt-period "$PROMPT_PERIOD" --speculative-config "$(spec "$k" null)" \
         --benchmark-acceptance-rate "$C256_RATE" "${EXTRA[@]}"
 fi
+python3 scripts/spec_table.py "$RES" | tee -a "$RES"  # the k x rate tables against this call's plain runs
 echo "results: $RES" >&2
