@@ -141,6 +141,14 @@ if gemm:
         m: round(sum(l["fp8_gemm_us"] for l in gemm if l["m"] == m)
                  / sum(min(l["channel_scaled_mm_us"], l["channel_triton_us"]) for l in gemm if l["m"] == m), 3)
         for m in sorted({l["m"] for l in gemm})}
+    # The block GEMM through cuBLASLt (where the probe passed) against the Triton kernel, per M; > 1: cuBLASLt is
+    # faster, so INFERCORE_FP8_BLOCK_CUBLAS_MIN_M belongs at the smallest M from which it stays above 1.
+    cublas = [l for l in gemm if l.get("fp8_cublas_us")]
+    if cublas:
+        out["cublas_speed_vs_triton_by_m"] = {
+            m: round(sum(l["fp8_gemm_us"] for l in cublas if l["m"] == m)
+                     / sum(l["fp8_cublas_us"] for l in cublas if l["m"] == m), 3)
+            for m in sorted({l["m"] for l in cublas})}
     switch = [l for l in lines if l.get("bench") == "fp8_channel_switch"]
     if switch:
         out["channel_triton_max_m"] = switch[-1]["channel_triton_max_m"]
