@@ -143,6 +143,31 @@ def test_an_ahead_run_that_fails_leaves_no_marker(make_llm, monkeypatch: pytest.
     assert not (tmp_path / kernel_builds.MARKER_FOLDER).exists()
 
 
+def test_a_device_left_unusable_by_the_ahead_pass_is_an_error_that_says_what_to_do(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device error that outlives the pass (CUDA's device-side asserts do) surfaces at the synchronize after it:
+    start-up stops there with the way out, not with the device's own message from deep inside."""
+    from types import SimpleNamespace
+
+    from infercore.worker.kernel_builds_ahead import build_kernels_ahead
+
+    def synchronize() -> None:
+        raise RuntimeError("CUDA error: device-side assert triggered\nCompile with TORCH_USE_CUDA_DSA ...")
+
+    monkeypatch.setenv(kernel_builds.BUILD_AHEAD_ENV, "1")
+    platform = SimpleNamespace(kernel_builds_ahead=contextlib.nullcontext, synchronize=synchronize,
+                               empty_cache=lambda: None)
+    parallel = SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1)
+    runner = SimpleNamespace(platform=platform, config=SimpleNamespace(parallel=parallel))
+
+    def passes() -> None:
+        raise RuntimeError("the pass indexed with what a skipped kernel left")
+
+    with pytest.raises(RuntimeError, match="INFERCORE_KERNEL_BUILDS_AHEAD=0") as raised:
+        build_kernels_ahead(runner, "warm-up and graphs", passes)
+    assert "device-side assert triggered)" in str(raised.value) and "TORCH_USE_CUDA_DSA" not in str(raised.value)
+
+
 @pytest.mark.skipif(not kernel_builds.supported(),
                     reason="the installed Triton has no AsyncCompileMode (or Triton is not installed)")
 def test_build_ahead_turns_launches_into_builds_and_restores_them(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -76,5 +76,11 @@ def build_kernels_ahead(runner: ModelRunner, name: str, passes: Callable[[], Non
         else:
             if key is not None:
                 kernel_builds.mark_built(key)
-        runner.platform.synchronize()
+        try:
+            runner.platform.synchronize()
+        except Exception as exc:  # a device error the pass left behind (sticky on CUDA): no later step can run
+            raise RuntimeError(
+                f"building kernels ahead ({name}) left the device unusable ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}); start again with {kernel_builds.BUILD_AHEAD_ENV}=0 "
+                "(each kernel then builds when first run), and please report it") from exc
         runner.platform.empty_cache()
