@@ -94,9 +94,9 @@ def test_the_probe_passes_a_correct_gemm_and_fails_a_wrong_or_refused_one(emulat
     assert fp8_block_cublas._probe(cpu)
 
     def untransposed(mat_a, mat_b, scale_a, recipe_a, scale_b, recipe_b, output_dtype=torch.bfloat16):  # noqa: ANN001, ANN202
-        # Weight scales read row-major, as a wrong layout would: every block takes another block's scale.
-        wrong = scale_b.t().contiguous().reshape(scale_b.shape).t().contiguous().t()
-        return _emulated_scaled_mm(mat_a, mat_b, scale_a, recipe_a, wrong.flip(1), recipe_b, output_dtype)
+        # Every block takes another block's scale (in the layout the contract wants), as a misread layout would.
+        wrong = scale_b.flip(1).t().contiguous().t()
+        return _emulated_scaled_mm(mat_a, mat_b, scale_a, recipe_a, wrong, recipe_b, output_dtype)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_mm", untransposed)
     with caplog.at_level(logging.INFO, logger=fp8_block_cublas.__name__):

@@ -22,6 +22,7 @@ import os
 import torch
 
 from infercore.plugin_api import fp8_reference
+from infercore_triton.fp8_support import has_block_scaled_mm
 
 logger = logging.getLogger(__name__)
 
@@ -29,8 +30,6 @@ logger = logging.getLogger(__name__)
 MIN_M_ENV = "INFERCORE_FP8_BLOCK_CUBLAS_MIN_M"
 #: The scale blocks cuBLASLt's block scaling takes (1x128 activations, 128x128 weights).
 BLOCK = 128
-#: cuBLASLt block scaling is a Hopper (sm_90) feature.
-CAPABILITY = (9, 0)
 #: Largest relative error the probe accepts against the reference (both accumulate in float32).
 PROBE_TOLERANCE = 1e-2
 
@@ -51,11 +50,10 @@ def min_m() -> int | None:
 
 def fits(weight: torch.Tensor, block_n: int, block_k: int, out_dtype: torch.dtype) -> bool:
     """Whether cuBLASLt's block scaling takes this weight as it is stored (128 x 128 blocks, K/128 a multiple of
-    4, N a multiple of 16) with a bf16 output, on a device of :data:`CAPABILITY`."""
+    4, N a multiple of 16) with a bf16 output, on a device that has it (:func:`has_block_scaled_mm`)."""
     n, k = weight.shape
     return (block_n == BLOCK and block_k == BLOCK and out_dtype == torch.bfloat16 and k % BLOCK == 0
-            and (k // BLOCK) % 4 == 0 and n % 16 == 0 and weight.device.type == "cuda" and torch.version.hip is None
-            and torch.cuda.get_device_capability(weight.device) == CAPABILITY)
+            and (k // BLOCK) % 4 == 0 and n % 16 == 0 and has_block_scaled_mm(weight.device))
 
 
 def gemm(xq: torch.Tensor, xs: torch.Tensor, weight: torch.Tensor, weight_scale_inv: torch.Tensor,

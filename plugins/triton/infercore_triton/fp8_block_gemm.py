@@ -164,11 +164,10 @@ def fp8_block_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: to
     if not (has_fp8_dot(x.device) and _kernel_fits(block_n, block_k)):
         return op_reference.fp8_block_linear(x, weight, weight_scale_inv, block_n, block_k, bias)
     x2 = x.reshape(-1, x.shape[-1])
+    xq, xs = quantize_groups(x2, block_k)
     if fp8_block_cublas.serves(x2.shape[0], weight, block_n, block_k, x.dtype):
-        xq, xs = quantize_groups(x2, block_k)
         out = fp8_block_cublas.gemm(xq, xs, weight, weight_scale_inv, bias)
     else:
-        xq, xs = quantize_groups(x2, block_k)
         out = fp8_block_gemm(xq, xs, weight, weight_scale_inv, block_n, block_k, bias, x.dtype)
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
