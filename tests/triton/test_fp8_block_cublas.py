@@ -1,6 +1,6 @@
 """The cuBLASLt path of block-scaled FP8 linears: the scales in the layouts cuBLASLt's block scaling reads (torch's
-contract: 1x128 activation scales [M, K/128] with stride (1, M); 128x128 weight scales, for a weight operand
-[K, N], [K/128, N/128] with stride (1, K/128)), checked through an emulation of that contract against core's
+contract: 1x128 activation scales [M, K/128] with stride (1, M), M a multiple of 4; 128x128 weight scales, for a
+weight operand [K, N], [K/128, N/128] with stride (1, K/128)), checked through an emulation of that contract against core's
 reference; the switch; the probe; and the op's routing (the Triton kernels through the interpreter)."""
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ def _emulated_scaled_mm(mat_a, mat_b, scale_a, recipe_a, scale_b, recipe_b, outp
     n = mat_b.shape[1]
     recipes = torch.nn.functional.ScalingType
     assert recipe_a == recipes.BlockWise1x128 and recipe_b == recipes.BlockWise128x128
-    if scale_a.shape != (m, k // BLOCK) or scale_a.stride(0) != 1:
+    if scale_a.shape != (m, k // BLOCK) or scale_a.stride() != (1, m):
         raise RuntimeError(f"Invalid scaling configuration: scale_a {tuple(scale_a.shape)} {scale_a.stride()}")
+    if m % fp8_block_cublas.ROW_ALIGN:  # as cuBLASLt's algorithm heuristic answers on an H100
+        raise RuntimeError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasLtMatmulAlgoGetHeuristic`")
     if scale_b.shape != (k // BLOCK, n // BLOCK) or scale_b.stride() != (1, k // BLOCK):
         raise RuntimeError(f"Invalid scaling configuration: scale_b {tuple(scale_b.shape)} {scale_b.stride()}")
     a = mat_a.float() * scale_a.repeat_interleave(BLOCK, dim=1)
@@ -113,13 +115,30 @@ def test_the_probe_passes_a_correct_gemm_and_fails_a_wrong_or_refused_one(emulat
     assert "not available here (RuntimeError: Invalid scaling configuration, at 64 rows)" in caplog.text
 
 
-def test_the_probe_fails_where_only_an_odd_row_count_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    def even_rows_only(mat_a, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        if mat_a.shape[0] % 2:
-            raise RuntimeError("Invalid scaling configuration")
+def test_row_counts_cublas_refuses_are_padded_and_the_padding_is_dropped(emulated) -> None:
+    """cuBLASLt finds no algorithm for row counts off :data:`ROW_ALIGN` (the emulation refuses them too): such
+    products run on zero-padded rows, and only the caller's rows come back."""
+    x, wq, ws, _ = _case(3, 256, 512)
+    xq, xs = fp8_math.quantize_per_group(x, BLOCK)
+    recipes = torch.nn.functional.ScalingType
+    scale_a = torch.empty_strided(xs.shape, (1, 3)).copy_(xs)
+    with pytest.raises(RuntimeError, match="NOT_SUPPORTED"):
+        torch.nn.functional.scaled_mm(xq, wq.t(), scale_a, recipes.BlockWise1x128, ws.t().contiguous().t(),
+                                      recipes.BlockWise128x128)
+    out = fp8_block_cublas.gemm(xq, xs, wq, ws)
+    assert out.shape == (3, 256) and out.is_contiguous()
+    assert rel_err(out.float(), fp8_math.fp8_block_linear(x.float(), wq, ws, BLOCK, BLOCK)) < 1e-2
+
+
+def test_the_probe_fails_where_a_padded_row_count_is_still_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's odd row count goes through the padding: a library that wanted more alignment than
+    :data:`ROW_ALIGN` fails it, and the Triton kernel keeps every size."""
+    def rows_of_eight_only(mat_a, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if mat_a.shape[0] % 8:
+            raise RuntimeError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED")
         return _emulated_scaled_mm(mat_a, *args, **kwargs)
 
-    monkeypatch.setattr(torch.nn.functional, "scaled_mm", even_rows_only)
+    monkeypatch.setattr(torch.nn.functional, "scaled_mm", rows_of_eight_only)
     assert not fp8_block_cublas._probe(torch.device("cpu"))
 
 

@@ -5,6 +5,8 @@ CUDA 12.9+; older torch releases through ``torch._scaled_mm``, which reads the r
 cuBLASLt wants the scales in its own layouts, which the checkpoint's are one view away from:
 
 * the activation's [M, K/128] scales outer-dim-major (stride (1, M)): one small copy a call;
+* M a multiple of 4 (:data:`ROW_ALIGN`: cuBLASLt finds no algorithm for other row counts, the scales' leading
+  dimension being M); other row counts are padded with zero rows, whose products are dropped;
 * the weight's ``weight_scale_inv`` [N/128, K/128], row-major, read as its transpose [K/128, N/128] (stride
   (1, K/128)): no copy, where K/128 is a multiple of 4 (cuBLASLt pads that dimension to 4 otherwise; such weights
   stay on the Triton kernel).
@@ -30,6 +32,9 @@ logger = logging.getLogger(__name__)
 MIN_M_ENV = "INFERCORE_FP8_BLOCK_CUBLAS_MIN_M"
 #: The scale blocks cuBLASLt's block scaling takes (1x128 activations, 128x128 weights).
 BLOCK = 128
+#: The row counts cuBLASLt's block scaling takes are multiples of this (torch 2.11, CUDA 13, H100: 4, 8, 36, 68 and
+#: 136 rows ran; 1, 2, 33, 65, 66 and 67 got ``CUBLAS_STATUS_NOT_SUPPORTED`` from the algorithm heuristic).
+ROW_ALIGN = 4
 #: Largest relative error the probe accepts against the reference (both accumulate in float32).
 PROBE_TOLERANCE = 1e-2
 
@@ -60,7 +65,15 @@ def gemm(xq: torch.Tensor, xs: torch.Tensor, weight: torch.Tensor, weight_scale_
          bias: torch.Tensor | None = None) -> torch.Tensor:
     """``(xq * xs) @ (weight * weight_scale_inv)^T`` in bf16: ``xq`` fp8 [M, K] with ``xs`` float32 [M, K/128],
     ``weight`` fp8 [N, K] with ``weight_scale_inv`` float32 [N/128, K/128] (see :func:`fits`)."""
-    scale_a = torch.empty_strided(xs.shape, (1, xs.shape[0]), dtype=torch.float32, device=xs.device).copy_(xs)
+    m = xq.shape[0]
+    rows = -(-m // ROW_ALIGN) * ROW_ALIGN
+    scale_a = torch.empty_strided((rows, xs.shape[1]), (1, rows), dtype=torch.float32, device=xs.device)
+    if rows != m:  # zero rows up to the alignment; their products are dropped below
+        padded = xq.new_zeros((rows, xq.shape[1]))
+        padded[:m].copy_(xq)
+        xq = padded
+        scale_a.zero_()
+    scale_a[:m].copy_(xs)
     scale_b = weight_scale_inv.float().contiguous().t()
     functional = torch.nn.functional
     if hasattr(functional, "scaled_mm") and hasattr(functional, "ScalingType"):
@@ -69,11 +82,12 @@ def gemm(xq: torch.Tensor, xs: torch.Tensor, weight: torch.Tensor, weight_scale_
                                    output_dtype=torch.bfloat16)
     else:
         out = torch._scaled_mm(xq, weight.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
+    out = out[:m] if rows != m else out
     return out if bias is None else out + bias
 
 
-#: The row counts the probe multiplies: an even one and an odd one (the activation scales' leading dimension is
-#: the row count, so a layout rule on it shows at the odd one).
+#: The row counts the probe multiplies: an aligned one and an odd one (the activation scales' leading dimension is
+#: the row count: the odd one goes through the padding to :data:`ROW_ALIGN`).
 PROBE_ROWS = (64, 67)
 
 
