@@ -283,6 +283,7 @@ def main() -> None:
             fbc.write_table(args.write_table, {**fbc.TUNED}, channel_triton_max_m=switch,
                             device=torch.cuda.get_device_name(), swept=sorted(f"{b},{n},{k}" for b, n, k in swept))
         _emit({"bench": "fp8_channel_switch", "channel_triton_max_m": switch, "table": args.write_table})
+        _emit({"bench": "fp8_cublas_switch", "cublas_min_m": cublas_min_m(lines)})
 
 
 def channel_switch(lines: list[dict[str, object]]) -> int:
@@ -296,6 +297,20 @@ def channel_switch(lines: list[dict[str, object]]) -> int:
             break
         switch = m
     return switch
+
+
+def cublas_min_m(lines: list[dict[str, object]]) -> int | None:
+    """The fewest rows from which the block GEMM through cuBLASLt beats the Triton kernel at that and every larger
+    row count measured (summed over the projections): where ``INFERCORE_FP8_BLOCK_CUBLAS_MIN_M`` belongs. None
+    where cuBLASLt was not measured (its probe refused) or loses at the largest row count."""
+    rows = sorted({int(line["m"]) for line in lines if line.get("fp8_cublas_us") is not None})
+    threshold = None
+    for m in reversed(rows):
+        at_m = [line for line in lines if line["m"] == m and line.get("fp8_cublas_us") is not None]
+        if sum(float(line["fp8_cublas_us"]) for line in at_m) >= sum(float(line["fp8_gemm_us"]) for line in at_m):
+            break
+        threshold = m
+    return threshold
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@
 #               partials summed by a second launch instead of by each tile's last split (its line's
 #               "workload" is w-gpu-8b-fp8 too: it follows the latency lines)
 #   throughput_cublas  (only when named in PARTS, after throughput) FP8 throughput with
-#               INFERCORE_FP8_BLOCK_CUBLAS_MIN_M=$CUBLAS_MIN_M (64): block-scaled linears of that many rows and more
+#               INFERCORE_FP8_BLOCK_CUBLAS_MIN_M=$CUBLAS_MIN_M (unset: the sweep's measured switch-over, the
+#               fp8_cublas_switch line; skipped where cuBLASLt never won; 64 without a sweep): block-scaled linears of that many rows and more
 #               through cuBLASLt's block scaling; its line {"part": "throughput_cublas", ...} carries the ratio to
 #               the bf16 line of the throughput part
 #   moe         (only when named in PARTS; PARTS=moe runs it alone) FP8 mixture of experts at Qwen3-30B-A3B's
@@ -94,9 +95,18 @@ sys.exit(r.returncode)' ;;
             step "$part" 50 env "$(table_env)" INFERCORE_FP8_SPLIT_REDUCE=launch infercore bench latency \
                 --workload w-gpu-8b-fp8 --output-len "$OUTPUT_LEN" --repeats "$REPEATS" ;;
         throughput_cublas)  # not in the default PARTS: the block-scaled linears from CUBLAS_MIN_M rows on cuBLASLt
-            step "$part" 300 env "$(table_env)" INFERCORE_FP8_BLOCK_CUBLAS_MIN_M="${CUBLAS_MIN_M:-64}" infercore bench \
+            # Unset: the sweep's measured switch-over (benchmarks/fp8_gemm.py's fp8_cublas_switch line), else 64.
+            min_m=${CUBLAS_MIN_M:-$(python3 -c 'import json, sys
+found = [json.loads(l) for l in open(sys.argv[1]) if "fp8_cublas_switch" in l]
+print(found[-1]["cublas_min_m"] if found else 64)' "$RES")}
+            if [[ "$min_m" == None ]]; then
+                echo '{"part": "throughput_cublas", "skipped": "cuBLASLt never beat the Triton kernel (or its probe refused)"}' \
+                    | tee -a "$RES"
+                continue
+            fi
+            step "$part" 300 env "$(table_env)" INFERCORE_FP8_BLOCK_CUBLAS_MIN_M="$min_m" infercore bench \
                 throughput --workload w-gpu-8b-fp8 --num-requests "$NUM_REQUESTS" --no-progress
-            python3 - "$RES" "${CUBLAS_MIN_M:-64}" <<'EOF' | tee -a "$RES"
+            python3 - "$RES" "$min_m" <<'EOF' | tee -a "$RES"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 runs = [l for l in lines if l.get("workload") in ("w-gpu-8b", "w-gpu-8b-fp8") and "output_tok_s" in l]

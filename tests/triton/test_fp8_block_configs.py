@@ -58,7 +58,7 @@ def test_an_unreadable_table_is_ignored(table_env, tmp_path: Path, caplog: pytes
     assert configs.load_table() == {}
 
 
-def test_the_sweep_candidates_fit_128_blocks_and_compile_once_each() -> None:
+def _benchmark_module():  # noqa: ANN202 - benchmarks/fp8_gemm.py, which is no package
     import importlib.util
     import sys
 
@@ -67,6 +67,24 @@ def test_the_sweep_candidates_fit_128_blocks_and_compile_once_each() -> None:
     bench = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = bench
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_cublas_threshold_is_where_cublas_wins_from_then_on() -> None:
+    bench = _benchmark_module()
+
+    def lines(cublas_by_m: dict[int, float | None]) -> list[dict[str, object]]:
+        return [{"m": m, "shape": shape, "fp8_gemm_us": 10.0, "fp8_cublas_us": us}
+                for m, us in cublas_by_m.items() for shape in ("qkv", "down")]
+
+    # Wins at 4 rows but not at 16: only the run of wins up to the largest count counts.
+    assert bench.cublas_min_m(lines({1: None, 4: 9.0, 16: 11.0, 64: 9.5, 256: 6.0})) == 64
+    assert bench.cublas_min_m(lines({64: 9.0, 256: 10.0})) is None  # loses at the largest: never
+    assert bench.cublas_min_m(lines({64: None, 256: None})) is None  # the probe refused: nothing measured
+
+
+def test_the_sweep_candidates_fit_128_blocks_and_compile_once_each() -> None:
+    bench = _benchmark_module()
     buckets = bench._buckets(bench.ROWS)
     assert buckets == {1: 1, 16: 16, 32: 32, 64: 64, 128: 128, 256: 256, 512: 512}
     for bucket in buckets:
