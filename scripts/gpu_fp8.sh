@@ -28,7 +28,7 @@
 #               $OUT/fp8_moe_table.json, then bf16 fused_moe vs FP8 µs per token count), then `infercore bench
 #               throughput --workload w-gpu-moe,w-gpu-moe-fp8` with that table (MOE_NUM_REQUESTS requests), and
 #               a line {"part": "moe-summary", bf16 and FP8 tok/s, "ratio", "no_slower": ratio >= 1}
-# Every step runs under `timeout` with at most what is left of TOTAL_S (caps: tests 40 s, sweep 100, each
+# Every step runs under `timeout` with at most what is left of TOTAL_S (caps: tests 40 s, sweep SWEEP_BUDGET_S + 60, each
 # latency 50, throughput 300); a failed or skipped step prints {"part": ..., "exit"|"skipped": ...} and the
 # next one runs. Throughput gets what is left: with TOTAL_S=240 that may cut it short; TOTAL_S=540 (one
 # 10-minute call) leaves it room for NUM_REQUESTS=256, W-GPU-8B's own count.
@@ -84,7 +84,7 @@ sys.stderr.write(r.stdout + r.stderr)
 print(json.dumps({"part": "tests", "exit": r.returncode, "result": tail[-1] if tail else ""}))
 sys.exit(r.returncode)' ;;
         sweep)
-            step sweep 100 python3 benchmarks/fp8_gemm.py --sweep --write-table "$TABLE" \
+            step sweep $((SWEEP_BUDGET_S + 60)) python3 benchmarks/fp8_gemm.py --sweep --write-table "$TABLE" \
                 --budget-s "$SWEEP_BUDGET_S" ;;
         latency)
             for w in w-gpu-8b w-gpu-8b-fp8; do
