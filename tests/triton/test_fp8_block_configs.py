@@ -109,6 +109,11 @@ def test_one_row_has_a_bucket_of_its_own_that_falls_back_to_sixteen(table_env, t
     assert configs.read_table(path)[(1, 6144, 4096)] == one_row and one_row.elementwise
     assert configs.config_for(1, 6144, 4096, 128, 128) == one_row
     assert configs.config_for(2, 6144, 4096, 128, 128) == BlockGemmConfig(16, 64, 2)
+    # An elementwise entry is for at most its own rows: a table that puts one in a larger bucket is not followed.
+    configs.write_table(path, {(16, 6144, 4096): one_row})
+    table_env(path)
+    assert configs.config_for(16, 6144, 4096, 128, 128) == configs.default_config(16, 6144, 4096, 128, 128)
+    assert configs.config_for(1, 6144, 4096, 128, 128) == one_row
     # A shape the table lists only at 16 rows: one row takes that entry, then the measured one, then the default.
     assert configs.config_for(1, 4096, 12288, 128, 128) == configs.TUNED[(16, 4096, 12288)]
 

@@ -137,7 +137,7 @@ def test_per_channel_weights_through_the_block_kernel(monkeypatch: pytest.Monkey
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_the_elementwise_path_matches_the_reference(config: BlockGemmConfig, m: int, with_bias: bool) -> None:
     """Settings of 1-4 rows multiply elementwise (no tensor cores), split or not; a product of more rows than the
-    setting takes runs the default tiles instead."""
+    setting's tile runs in several row tiles."""
     x, wq, ws, bias = _case(m, 96, 160, 32, seed=m)
     xq, xs = fp8_math.quantize_per_group(x, 32)
     out = fp8_block_gemm(xq, xs, wq, ws, 32, 32, bias if with_bias else None, torch.float32, config)

@@ -175,12 +175,13 @@ def channel_triton_max_m() -> int:
 
 def config_for(m: int, n: int, k: int, block_n: int, block_k: int, num_sms: int = 132) -> BlockGemmConfig:
     """The settings for an ``m`` x ``n`` x ``k`` product: the entry of the table ``INFERCORE_FP8_BLOCK_TABLE``
-    names, else of :data:`TUNED`, when its tiles fit the weight's scale blocks; else the default."""
+    names, else of :data:`TUNED`, when its tiles fit the weight's scale blocks (and an elementwise entry the row
+    count); else the default."""
     bucket = m_bucket(m)
     table = load_table()
     cfg = table.get((bucket, n, k)) or TUNED.get((bucket, n, k))
     if cfg is None and bucket == 1:  # one row without an entry of its own: the 16-row bucket's
         cfg = table.get((16, n, k)) or TUNED.get((16, n, k))
-    if cfg is None or block_n % cfg.tile_n:
+    if cfg is None or block_n % cfg.tile_n or (cfg.elementwise and m > cfg.block_m):
         return default_config(m, n, k, block_n, block_k, num_sms)
     return cfg

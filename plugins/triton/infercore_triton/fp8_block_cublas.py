@@ -82,7 +82,7 @@ def gemm(xq: torch.Tensor, xs: torch.Tensor, weight: torch.Tensor, weight_scale_
                                    output_dtype=torch.bfloat16)
     else:
         out = torch._scaled_mm(xq, weight.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
-    out = out[:m] if rows != m else out
+    out = out[:m]  # the caller's rows (all of them where none were padded)
     return out if bias is None else out + bias
 
 

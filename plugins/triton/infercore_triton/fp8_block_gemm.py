@@ -169,8 +169,6 @@ def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_sc
     if m == 0:
         return out
     cfg = config or config_for(m, n, k, block_n, block_k, _num_sms(a.device))
-    if cfg.elementwise and m > cfg.block_m:  # an elementwise setting takes at most its own row count
-        cfg = default_config(m, n, k, block_n, block_k, _num_sms(a.device))
     if block_n % cfg.tile_n and not per_channel:
         raise ValueError(f"tile_n {cfg.tile_n} must divide the weight's scale block of {block_n} rows")
     a_scale_strides = (a_scale.stride(0), 0) if per_channel else a_scale.stride()
