@@ -15,8 +15,8 @@ refuses it) shows from which M ``INFERCORE_FP8_BLOCK_CUBLAS_MIN_M`` pays.
 decode batches, at one row also the elementwise path (no tensor cores), 128-row tiles over 8 warps and up to 5 stages for large ones) per projection and M bucket
 and keeps those beating the default by 3% or more (the default otherwise); ``--write-table PATH`` writes them where
 ``INFERCORE_FP8_BLOCK_TABLE`` makes the kernel (and an engine started afterwards) use them. Candidates
-compile in parallel processes first (``--compile-workers``), and ``--budget-s`` bounds the sweep: buckets
-not reached keep the default. (``torch._scaled_mm`` with 128 x 128 block scales in the checkpoint's own layouts
+compile in parallel processes first (``--compile-workers``), and ``--budget-s`` bounds the sweep: it goes from
+the fewest rows up, every projection at a bucket before the next, and buckets not reached keep the default. (``torch._scaled_mm`` with 128 x 128 block scales in the checkpoint's own layouts
 is refused on an H200 with torch 2.11, "Invalid scaling configuration": cuBLASLt wants them as
 :mod:`infercore_triton.fp8_block_cublas` lays them out.)
 """
@@ -148,51 +148,55 @@ def _best(configs: list[Config], run: Callable[[Config], object]) -> tuple[Confi
     return cfg, us
 
 
-def _sweep_shape(n: int, k: int, buckets: dict[int, int], deadline: float,
-                 table: dict[tuple[int, int, int], Config]) -> Iterable[dict[str, object]]:
-    wq, ws = _weights(n, k)
+def _sweep_bucket(n: int, k: int, bucket: int, m: int, weights: tuple[torch.Tensor, torch.Tensor],
+                  deadline: float, table: dict[tuple[int, int, int], Config]) -> dict[str, object]:
+    wq, ws = weights
     sms = fbg._num_sms(wq.device)
-    for bucket, m in buckets.items():
-        if time.monotonic() > deadline:
-            yield {"bucket": bucket, "skipped": "budget"}
-            continue
-        xq, xs = quantize_groups(torch.randn(m, k, device="cuda").bfloat16(), BLOCK)
+    xq, xs = quantize_groups(torch.randn(m, k, device="cuda").bfloat16(), BLOCK)
 
-        def gemm(cfg: Config | None, xq: torch.Tensor = xq, xs: torch.Tensor = xs) -> torch.Tensor:
-            return fbg.fp8_block_gemm(xq, xs, wq, ws, BLOCK, BLOCK, None, torch.bfloat16, cfg)
+    def gemm(cfg: Config | None) -> torch.Tensor:
+        return fbg.fp8_block_gemm(xq, xs, wq, ws, BLOCK, BLOCK, None, torch.bfloat16, cfg)
 
-        current = fbc.config_for(m, n, k, BLOCK, BLOCK, sms)
-        tried = candidates(bucket)
-        best, best_us = _best(tried + ([current] if current not in tried else []), gemm)
-        if best is not None and bucket <= REFINE_MAX_BUCKET and time.monotonic() < deadline:
-            # The latency buckets: the winner's tile with other warp counts and deeper pipelines too.
-            refine = [dataclasses.replace(best, num_warps=w, num_stages=st) for w in (2, 8)
-                      for st in sorted({best.num_stages, 5})]
-            better, better_us = _best([c for c in refine if c not in tried], gemm)
-            if better is not None and better_us < best_us:
-                best, best_us = better, better_us
-        default = fbc.default_config(m, n, k, BLOCK, BLOCK, sms)
-        default_us = _time(lambda default=default: gemm(default), repeats=5)
-        # Every bucket swept gets an entry, the default when nothing beats it by 3%, so that the table
-        # overrides the measured one of another machine.
-        table[(bucket, n, k)] = best if best is not None and best_us < default_us * 0.97 else default
-        yield {"bucket": bucket, "m": m, "best_us": round(best_us, 2), "default_us": round(default_us, 2),
-               "best": repr(best), "default": repr(default), "chosen": repr(table[(bucket, n, k)]),
-               "was": repr(current)}
+    current = fbc.config_for(m, n, k, BLOCK, BLOCK, sms)
+    tried = candidates(bucket)
+    best, best_us = _best(tried + ([current] if current not in tried else []), gemm)
+    if best is not None and bucket <= REFINE_MAX_BUCKET and time.monotonic() < deadline:
+        # The latency buckets: the winner's tile with other warp counts and deeper pipelines too.
+        refine = [dataclasses.replace(best, num_warps=w, num_stages=st) for w in (2, 8)
+                  for st in sorted({best.num_stages, 5})]
+        better, better_us = _best([c for c in refine if c not in tried], gemm)
+        if better is not None and better_us < best_us:
+            best, best_us = better, better_us
+    default = fbc.default_config(m, n, k, BLOCK, BLOCK, sms)
+    default_us = _time(lambda: gemm(default), repeats=5)
+    # Every bucket swept gets an entry, the default when nothing beats it by 3%, so that the table
+    # overrides the measured one of another machine.
+    table[(bucket, n, k)] = best if best is not None and best_us < default_us * 0.97 else default
+    return {"bucket": bucket, "m": m, "best_us": round(best_us, 2), "default_us": round(default_us, 2),
+            "best": repr(best), "default": repr(default), "chosen": repr(table[(bucket, n, k)]),
+            "was": repr(current)}
 
 
 def sweep(rows: list[int], deadline: float,
-          after_shape: Callable[[dict[tuple[int, int, int], Config]], None] = lambda table: None,
+          after_bucket: Callable[[dict[tuple[int, int, int], Config]], None] = lambda table: None,
           ) -> Iterable[dict[str, object]]:
-    """Time the candidates (and the settings in use) per projection and M bucket until ``deadline``
-    (``time.monotonic()``), one line per bucket; each bucket's choice (the best when it beats the default
-    by 3% or more, else the default) goes into the table handed to ``after_shape`` after each projection."""
+    """Time the candidates (and the settings in use) per M bucket and projection until ``deadline``
+    (``time.monotonic()``), one line per (bucket, projection); each choice (the best when it beats the default
+    by 3% or more, else the default) goes into the table handed to ``after_bucket`` after each bucket. The
+    buckets go from the fewest rows up, every projection at one before the next: a budget that runs out
+    leaves the decode-latency buckets of every projection tuned."""
     table: dict[tuple[int, int, int], Config] = {}
-    for name, n, k in SHAPES:
-        for line in _sweep_shape(n, k, _buckets(rows), deadline, table):
+    weights = {(n, k): _weights(n, k) for _, n, k in SHAPES}
+    for bucket, m in sorted(_buckets(rows).items()):
+        for name, n, k in SHAPES:
+            if time.monotonic() > deadline:
+                line: dict[str, object] = {"bucket": bucket, "skipped": "budget"}
+            else:
+                line = _sweep_bucket(n, k, bucket, m, weights[(n, k)], deadline, table)
             yield {"bench": "fp8_block_gemm_sweep", "shape": name, **line}
-        torch.cuda.empty_cache()
-        after_shape(table)
+        after_bucket(table)
+    del weights
+    torch.cuda.empty_cache()
 
 
 def _bench_shape(name: str, n: int, k: int, rows: list[int]) -> Iterable[dict[str, object]]:
@@ -262,7 +266,7 @@ def main() -> None:
         swept: dict[tuple[int, int, int], Config] = {}
 
         def keep(table: dict[tuple[int, int, int], Config]) -> None:
-            # The table so far is written after each projection: a sweep cut short still leaves one.
+            # The table so far is written after each bucket: a sweep cut short still leaves one.
             swept.update(table)
             fbc.TUNED.update(table)
             if args.write_table:
