@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 lines of #42 and #43 in one call of about 9 minutes: JSON lines on stdout and in $OUT/lines.jsonl,
+# The single-GPU headline figures in one call of about 9 minutes: JSON lines on stdout and in $OUT/lines.jsonl,
 # each step's stderr in $OUT/lines.log.
 #   vl       scripts/gpu_qwen2_5_vl.py: Qwen2.5-VL-7B shape, 256 requests of one 448x448 image, against HF
 #   wgpu     `infercore bench throughput --workload w-gpu --repeat 3` (the median is the line)
