@@ -71,7 +71,7 @@ def test_the_emulation_refuses_row_major_activation_scales(emulated) -> None:
 
 def test_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(fp8_block_cublas.MIN_M_ENV, raising=False)
-    assert fp8_block_cublas.min_m() is None
+    assert fp8_block_cublas.min_m() == fp8_block_cublas.DEFAULT_MIN_M == 256
     monkeypatch.setenv(fp8_block_cublas.MIN_M_ENV, "64")
     assert fp8_block_cublas.min_m() == 64
     monkeypatch.setenv(fp8_block_cublas.MIN_M_ENV, "0")

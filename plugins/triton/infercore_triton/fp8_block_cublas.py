@@ -11,8 +11,8 @@ cuBLASLt wants the scales in its own layouts, which the checkpoint's are one vie
   (1, K/128)): no copy, where K/128 is a multiple of 4 (cuBLASLt pads that dimension to 4 otherwise; such weights
   stay on the Triton kernel).
 
-Where it runs: from :data:`MIN_M_ENV` rows up (unset: never, the Triton kernel serves every size), on a GPU of
-compute capability 9.0 whose torch passed a probe: small GEMMs against core's reference, once per device and
+Where it runs: from :data:`MIN_M_ENV` rows up (unset: :data:`DEFAULT_MIN_M`; ``0``: never, the Triton kernel
+serves every size), on a GPU of compute capability 9.0 whose torch passed a probe: small GEMMs against core's reference, once per device and
 outside graph capture. A refused or wrong probe logs one INFO line and leaves the Triton kernel in charge.
 """
 
@@ -28,8 +28,13 @@ from infercore_triton.fp8_support import has_block_scaled_mm
 
 logger = logging.getLogger(__name__)
 
-#: ``INFERCORE_FP8_BLOCK_CUBLAS_MIN_M=N``: block-scaled FP8 linears of at least N rows run through cuBLASLt.
+#: ``INFERCORE_FP8_BLOCK_CUBLAS_MIN_M=N``: block-scaled FP8 linears of at least N rows run through cuBLASLt (0: none).
 MIN_M_ENV = "INFERCORE_FP8_BLOCK_CUBLAS_MIN_M"
+#: The threshold when :data:`MIN_M_ENV` is unset. Measured on an H100 80GB HBM3 (torch 2.11, Qwen3-8B's
+#: projections, ``benchmarks/fp8_gemm.py``): summed over the four projections cuBLASLt takes 1.14x the Triton
+#: kernel's speed at 256 rows and 1.39x at 512, but 0.94x at 128 and 0.75-0.85x below; W-GPU-8B in FP8 then runs
+#: at 9,093 and 9,088 output tok/s against 8,190 and 8,196 with the Triton kernel alone (bf16: 7,787 and 7,786).
+DEFAULT_MIN_M = 256
 #: The scale blocks cuBLASLt's block scaling takes (1x128 activations, 128x128 weights).
 BLOCK = 128
 #: The row counts cuBLASLt's block scaling takes are multiples of this (torch 2.11, CUDA 13, H100: 4, 8, 36, 68 and
@@ -42,14 +47,16 @@ _probed: dict[int, bool] = {}
 
 
 def min_m() -> int | None:
-    """The row count from which block-scaled FP8 linears go through cuBLASLt (:data:`MIN_M_ENV`); None: never."""
+    """The row count from which block-scaled FP8 linears go through cuBLASLt (:data:`MIN_M_ENV`, else
+    :data:`DEFAULT_MIN_M`); None: never."""
     raw = os.environ.get(MIN_M_ENV, "").strip()
     if not raw:
-        return None
+        return DEFAULT_MIN_M
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"{MIN_M_ENV}={raw!r}: give a row count (a whole number), or leave it unset") from None
+        raise ValueError(f"{MIN_M_ENV}={raw!r}: give a row count (a whole number; 0 turns cuBLASLt off), or leave it "
+                         f"unset for {DEFAULT_MIN_M}") from None
     return value if value > 0 else None
 
 
