@@ -11,12 +11,12 @@
 #               per-channel _scaled_mm path. Later steps run with INFERCORE_FP8_BLOCK_TABLE set to the table.
 #   latency     `infercore bench latency` at the 8B shape, bf16 (w-gpu-8b) then FP8 block (w-gpu-8b-fp8)
 #   throughput  `infercore bench throughput --workload w-gpu-8b,w-gpu-8b-fp8` (one call, FP8 reported as a
-#               fraction of bf16), NUM_REQUESTS requests
+#               fraction of bf16), NUM_REQUESTS requests, with the defaults (on Hopper block-scaled linears of 256
+#               rows and more through cuBLASLt)
 #   summary     one line: FP8/bf16 latency speedup (target >= 1.6) and throughput ratio (target >= 1.15)
 #   latency_launch_reduce  (only when named in PARTS) FP8 latency with INFERCORE_FP8_SPLIT_REDUCE=launch: split-K
 #               partials summed by a second launch instead of by each tile's last split (its line's
 #               "workload" is w-gpu-8b-fp8 too: it follows the latency lines)
-#   throughput  runs with the defaults: block-scaled linears of 256 rows and more through cuBLASLt on Hopper
 #   throughput_cublas  (only when named in PARTS, after throughput) FP8 throughput with
 #               INFERCORE_FP8_BLOCK_CUBLAS_MIN_M=$CUBLAS_MIN_M (unset: the sweep's measured switch-over, the
 #               fp8_cublas_switch line; skipped where cuBLASLt never won; 64 without a sweep): block-scaled linears of that many rows and more
