@@ -12,7 +12,7 @@ the table (``channel_triton_max_m``). The same block-scaled GEMM through cuBLASL
 refuses it) shows from which M ``INFERCORE_FP8_BLOCK_CUBLAS_MIN_M`` pays.
 
 ``--sweep`` first times every candidate setting (:func:`candidates`: 16-64-row tiles with K split for
-decode batches, at one row also the elementwise path (no tensor cores), 128-row tiles over 8 warps and up to 5 stages for large ones) per projection and M bucket
+decode batches, 128-row tiles over 8 warps and up to 5 stages for large ones) per projection and M bucket
 and keeps those beating the default by 3% or more (the default otherwise); ``--write-table PATH`` writes them where
 ``INFERCORE_FP8_BLOCK_TABLE`` makes the kernel (and an engine started afterwards) use them. Candidates
 compile in parallel processes first (``--compile-workers``), and ``--budget-s`` bounds the sweep: it goes from
@@ -52,17 +52,8 @@ BLOCK = 128
 Config = fbc.BlockGemmConfig
 
 
-#: The elementwise path's tiles tried at one row: (columns, warps), the [128, columns] float32 products spread
-#: over the warps' threads (64-128 registers a thread).
-ELEMENTWISE_TILES = ((32, 4), (64, 4), (64, 8), (128, 8))
-
-
 def candidates(bucket: int) -> list[Config]:
-    """The settings tried for an M bucket (tiles whose columns divide the 128-row weight blocks); one row also
-    tries the elementwise path."""
-    if bucket == 1:
-        return candidates(16) + [Config(1, tn, sk, w, st) for tn, w in ELEMENTWISE_TILES for sk in (1, 2, 4)
-                                 for st in (2, 3)]
+    """The settings tried for an M bucket (tiles whose columns divide the 128-row weight blocks)."""
     if bucket <= 32:
         return [Config(bucket, tn, sk, 4, st) for tn in (16, 32, 64) for sk in (1, 2, 4, 8, 16) for st in (3, 4, 6)]
     if bucket == 64:

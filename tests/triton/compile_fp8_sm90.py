@@ -1,7 +1,6 @@
 """Compiles the FP8 kernels for sm_90 (an H100/H200) without a GPU: the norm and SiLU kernels that quantize
 for the block-scaled linear (groups of 128, and one group per row), and the block GEMM in its largest
-sweep settings, with split-K summed by the last split and with per-column (per-channel) weight scales, and its
-one-row elementwise path.
+sweep settings, with split-K summed by the last split and with per-column (per-channel) weight scales.
 
 Run as a script in a process of its own with ``TRITON_INTERPRET=0``: the interpreter accepts code the
 compiler refuses and knows nothing of shared memory. Prints one line per variant: its shared memory.
@@ -55,18 +54,14 @@ def main() -> None:
     gemm = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32",
             "part_ptr": "*fp32", "counter_ptr": "*i32"}
     for bm, bn, split, warps, stages, per_column in ((16, 32, True, 4, 4, False), (128, 128, False, 8, 5, False),
-                                                     (64, 128, True, 8, 4, False), (16, 64, True, 4, 3, True),
-                                                     (1, 64, True, 4, 3, False), (1, 128, False, 8, 2, False),
-                                                     (2, 32, True, 4, 3, True)):
-        elementwise = bm < 16  # the one-row path: multiply-adds, no tensor-core tiles
+                                                     (64, 128, True, 8, 4, False), (16, 64, True, 4, 3, True)):
         constants = {"GROUP_N": 1 if per_column else 128, "PER_COLUMN": per_column, "HAS_BIAS": True,
-                     "SPLIT": split, "LAST_REDUCES": split, "ELEMENTWISE": elementwise, "BLOCK_M": bm, "BLOCK_N": bn,
-                     "BLOCK_K": 128, "stride_ak": 1, "stride_bk": 1, "stride_cn": 1,
-                     "stride_ask": 0 if per_column else 1}
+                     "SPLIT": split, "LAST_REDUCES": split, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128,
+                     "stride_ak": 1, "stride_bk": 1, "stride_cn": 1, "stride_ask": 0 if per_column else 1}
         shared = compile_kernel(_fp8_block_gemm_kernel, constants, gemm, num_warps=warps, num_stages=stages)
         print(f"fp8_block_gemm {bm}x{bn} split={split} warps={warps} stages={stages} per_column={per_column}: "
               f"{shared} bytes of shared memory")
-        if not elementwise and shared < (stages - 1) * (bm + bn) * 128:
+        if shared < (stages - 1) * (bm + bn) * 128:
             raise SystemExit(f"fp8_block_gemm {bm}x{bn}: {shared} bytes of shared memory hold fewer than "
                              f"{stages - 1} stages of its tiles: the loads are not pipelined")
 

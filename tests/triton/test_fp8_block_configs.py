@@ -86,40 +86,12 @@ def test_the_cublas_threshold_is_where_cublas_wins_from_then_on() -> None:
 def test_the_sweep_candidates_fit_128_blocks_and_compile_once_each() -> None:
     bench = _benchmark_module()
     buckets = bench._buckets(bench.ROWS)
-    assert buckets == {1: 1, 16: 16, 32: 32, 64: 64, 128: 128, 256: 256, 512: 512}
+    assert buckets == {16: 16, 32: 32, 64: 64, 128: 128, 256: 256, 512: 512}
     for bucket in buckets:
         cands = bench.candidates(bucket)
         assert cands and all(128 % c.tile_n == 0 and c.block_m <= max(64, bucket) for c in cands)
-    # One row (batch-1 decode) tries the elementwise path beside 16-row tensor-core tiles; no other bucket does.
-    assert {c.elementwise for c in bench.candidates(1)} == {True, False}
-    assert not any(c.elementwise for bucket in buckets if bucket > 1 for c in bench.candidates(bucket))
     # Large batches try 128-row tiles over 8 warps with up to 5 stages.
     assert BlockGemmConfig(128, 128, 1, 8, 5) in bench.candidates(256)
     jobs = bench._compile_jobs(list(bench.ROWS))
     keys = {(c.block_m, c.tile_n, c.split_k > 1, c.num_warps, c.num_stages) for *_, c in jobs}
-    assert len(keys) == len(jobs) < 110
-
-
-def test_one_row_has_a_bucket_of_its_own_that_falls_back_to_sixteen(table_env, tmp_path: Path) -> None:
-    assert [configs.m_bucket(m) for m in (1, 2, 16, 17)] == [1, 16, 16, 32]
-    path = tmp_path / "table.json"
-    one_row = BlockGemmConfig(1, 64, 2, 8, 3)
-    configs.write_table(path, {(1, 6144, 4096): one_row, (16, 6144, 4096): BlockGemmConfig(16, 64, 2)})
-    table_env(path)
-    assert configs.read_table(path)[(1, 6144, 4096)] == one_row and one_row.elementwise
-    assert configs.config_for(1, 6144, 4096, 128, 128) == one_row
-    assert configs.config_for(2, 6144, 4096, 128, 128) == BlockGemmConfig(16, 64, 2)
-    # An elementwise entry is for at most its own rows: a table that puts one in a larger bucket is not followed.
-    configs.write_table(path, {(16, 6144, 4096): one_row})
-    table_env(path)
-    assert configs.config_for(16, 6144, 4096, 128, 128) == configs.default_config(16, 6144, 4096, 128, 128)
-    assert configs.config_for(1, 6144, 4096, 128, 128) == one_row
-    # A shape the table lists only at 16 rows: one row takes that entry, then the measured one, then the default.
-    assert configs.config_for(1, 4096, 12288, 128, 128) == configs.TUNED[(16, 4096, 12288)]
-
-
-@pytest.mark.parametrize("block_m", [3, 8])
-def test_tiles_between_the_elementwise_path_and_tensor_cores_are_refused(block_m: int) -> None:
-    with pytest.raises(ValueError, match="at least 16 rows|power of two"):
-        BlockGemmConfig(block_m, 64)
-    assert BlockGemmConfig(4, 64).elementwise and not BlockGemmConfig(16, 64).elementwise
+    assert len(keys) == len(jobs) < 80

@@ -129,28 +129,3 @@ def test_per_channel_weights_through_the_block_kernel(monkeypatch: pytest.Monkey
     monkeypatch.setattr(fp8_scaled_mm, "has_fp8_dot", lambda device: True)
     monkeypatch.setattr(fp8_scaled_mm, "channel_triton_max_m", lambda: 8)
     assert rel_err(fp8_scaled_mm._gemm(xq, xs, wq, ws.reshape(-1), bias, torch.float32), ref) < 1e-5
-
-
-@pytest.mark.parametrize("config", [BlockGemmConfig(block_m=1, tile_n=32), BlockGemmConfig(block_m=4, tile_n=16,
-                                                                                            split_k=4)])
-@pytest.mark.parametrize("m", [1, 3])
-@pytest.mark.parametrize("with_bias", [False, True])
-def test_the_elementwise_path_matches_the_reference(config: BlockGemmConfig, m: int, with_bias: bool) -> None:
-    """Settings of 1-4 rows multiply elementwise (no tensor cores), split or not; a product of more rows than the
-    setting's tile runs in several row tiles."""
-    x, wq, ws, bias = _case(m, 96, 160, 32, seed=m)
-    xq, xs = fp8_math.quantize_per_group(x, 32)
-    out = fp8_block_gemm(xq, xs, wq, ws, 32, 32, bias if with_bias else None, torch.float32, config)
-    assert out.shape == (m, 96)
-    assert rel_err(out, fp8_math.fp8_block_linear(x, wq, ws, 32, 32, bias if with_bias else None)) < 1e-5
-
-
-def test_per_channel_weights_through_the_elementwise_path() -> None:
-    g = torch.Generator().manual_seed(9)
-    x, bias = torch.randn(2, 160, generator=g), torch.randn(48, generator=g)
-    wq, ws = fp8_math.quantize_per_token(torch.randn(48, 160, generator=g) * 0.1)
-    xq, xs = fp8_math.quantize_per_token(x)
-    ref = fp8_math.fp8_linear(x, wq, ws.reshape(-1), bias)
-    for config in (BlockGemmConfig(block_m=2, tile_n=16), BlockGemmConfig(block_m=2, tile_n=32, split_k=2)):
-        out = fp8_block_gemm(xq, xs, wq, ws.reshape(-1), 128, 32, bias, torch.float32, config, per_channel=True)
-        assert rel_err(out, ref) < 1e-5

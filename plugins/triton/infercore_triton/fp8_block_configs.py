@@ -22,16 +22,10 @@ TABLE_ENV = "INFERCORE_FP8_BLOCK_TABLE"
 TABLE_FORMAT = "infercore-fp8-block-gemm-table/1"
 
 
-#: The most rows a setting of the elementwise path (no tensor cores) takes.
-ELEMENTWISE_MAX_M = 4
-
-
 @dataclass(frozen=True)
 class BlockGemmConfig:
     """Launch settings: output tile (``block_m`` rows by ``tile_n`` columns), K split in ``split_k``
-    ranges of whole scale groups, Triton's warps and pipeline stages. ``block_m`` of 16 and more: ``tl.dot``
-    tiles; 1, 2 or 4 (:data:`ELEMENTWISE_MAX_M`): the elementwise path, for products of at most that many rows
-    (:attr:`elementwise`)."""
+    ranges of whole scale groups, Triton's warps and pipeline stages."""
 
     block_m: int
     tile_n: int
@@ -39,19 +33,13 @@ class BlockGemmConfig:
     num_warps: int = 4
     num_stages: int = 3
 
-    @property
-    def elementwise(self) -> bool:
-        """Whether these settings multiply elementwise (``block_m`` of at most :data:`ELEMENTWISE_MAX_M`)."""
-        return self.block_m <= ELEMENTWISE_MAX_M
-
     def __post_init__(self) -> None:
         for name in ("block_m", "tile_n", "split_k", "num_warps"):
             value = getattr(self, name)
             if value < 1 or value & (value - 1):
                 raise ValueError(f"BlockGemmConfig.{name} must be a power of two, got {value}")
-        if ELEMENTWISE_MAX_M < self.block_m < 16 or self.tile_n < 16:
-            raise ValueError(f"tl.dot needs tiles of at least 16 rows and columns (the elementwise path at most "
-                             f"{ELEMENTWISE_MAX_M} rows), got {self}")
+        if self.block_m < 16 or self.tile_n < 16:
+            raise ValueError(f"tl.dot needs tiles of at least 16 rows and columns, got {self}")
         if self.num_stages < 1:
             raise ValueError(f"BlockGemmConfig.num_stages must be at least 1, got {self.num_stages}")
 
@@ -78,9 +66,8 @@ TUNED: dict[tuple[int, int, int], BlockGemmConfig] = {
 
 
 def m_bucket(m: int) -> int:
-    """The tuning bucket of ``m`` rows: 1 for one row (batch-1 decode, where the elementwise path may win),
-    else the next power of two, at least 16."""
-    return 1 if m == 1 else max(16, triton.next_power_of_2(m))
+    """The tuning bucket of ``m`` rows: the next power of two, at least 16."""
+    return max(16, triton.next_power_of_2(m))
 
 
 def _block_m(m: int) -> int:
@@ -175,13 +162,9 @@ def channel_triton_max_m() -> int:
 
 def config_for(m: int, n: int, k: int, block_n: int, block_k: int, num_sms: int = 132) -> BlockGemmConfig:
     """The settings for an ``m`` x ``n`` x ``k`` product: the entry of the table ``INFERCORE_FP8_BLOCK_TABLE``
-    names, else of :data:`TUNED`, when its tiles fit the weight's scale blocks (and an elementwise entry the row
-    count); else the default."""
-    bucket = m_bucket(m)
-    table = load_table()
-    cfg = table.get((bucket, n, k)) or TUNED.get((bucket, n, k))
-    if cfg is None and bucket == 1:  # one row without an entry of its own: the 16-row bucket's
-        cfg = table.get((16, n, k)) or TUNED.get((16, n, k))
-    if cfg is None or block_n % cfg.tile_n or (cfg.elementwise and m > cfg.block_m):
+    names, else of :data:`TUNED`, when its tiles fit the weight's scale blocks; else the default."""
+    key = (m_bucket(m), n, k)
+    cfg = load_table().get(key) or TUNED.get(key)
+    if cfg is None or block_n % cfg.tile_n:
         return default_config(m, n, k, block_n, block_k, num_sms)
     return cfg

@@ -1,9 +1,7 @@
 """W8A8 GEMM with block-scaled FP8 weights: activations quantized per token and group of ``block_k``
 columns, weights with one scale per ``block_n`` x ``block_k`` block, float32 accumulation.
 
-One program computes a ``block_m`` x ``tile_n`` tile of the output over a range of K's scale groups, with
-``tl.dot`` (16 rows and more) or, for settings of 1-4 rows (a batch-1 decode step's), by multiply-adds
-that sum over K once at the end.
+One program computes a ``block_m`` x ``tile_n`` tile of the output over a range of K's scale groups.
 At decode sizes (a few rows against a wide weight) tiles alone are too few to keep every multiprocessor
 reading the weight, so narrower tiles and a split of K fill the machine: each split writes float32
 partials, and the split of a tile that finishes last sums them (and adds the bias), counted in by an
@@ -49,52 +47,15 @@ def _num_sms(device: torch.device) -> int:
     return 132
 
 
-@triton.jit
-def _elementwise_steps(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, M, N, K, stride_am, stride_ak, stride_asm, stride_ask,
-                       stride_bn, stride_bk, stride_bsn, stride_bsk, rows, cols, block_row, step_lo, step_hi,
-                       PER_COLUMN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The [BLOCK_M, BLOCK_N] product over scale groups ``step_lo..step_hi`` by multiply-adds, for a few rows.
-
-    One [rows, columns, K] layout with K innermost, as the weight lies in memory: the activation's [rows, 1, K]
-    chunk is broadcast over the columns, each step's products are summed over K (mostly inside each thread)
-    and scaled once per row and step. Plain loads are not software-pipelined (only those feeding ``tl.dot``
-    are), so the next step's chunks are loaded before this one's are multiplied: two in flight."""
-    rows3 = rows[:, None, None]
-    cols3 = cols[None, :, None]
-    ks3 = tl.arange(0, BLOCK_K)[None, None, :]
-    a_rows = a_ptr + rows3 * stride_am
-    b_rows = b_ptr + cols3.to(tl.int64) * stride_bn
-    row_ok3 = rows3 < M
-    col_ok3 = cols3 < N
-    k_end = tl.minimum(step_hi * BLOCK_K, K)  # this split's last column, so the prefetch past it loads nothing
-    k = step_lo * BLOCK_K + ks3
-    a_next = tl.load(a_rows + k * stride_ak, mask=row_ok3 & (k < k_end), other=0.0)
-    b_next = tl.load(b_rows + k * stride_bk, mask=col_ok3 & (k < k_end), other=0.0)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(step_lo, step_hi):
-        a = a_next
-        b = b_next
-        k = (step + 1) * BLOCK_K + ks3
-        a_next = tl.load(a_rows + k * stride_ak, mask=row_ok3 & (k < k_end), other=0.0)
-        b_next = tl.load(b_rows + k * stride_bk, mask=col_ok3 & (k < k_end), other=0.0)
-        scale = tl.load(a_scale_ptr + rows * stride_asm + step * stride_ask, mask=rows < M, other=0.0)
-        if not PER_COLUMN:
-            scale *= tl.load(b_scale_ptr + block_row * stride_bsn + step * stride_bsk)
-        acc += tl.sum(a.to(tl.float32) * b.to(tl.float32), axis=2) * scale[:, None]
-    if PER_COLUMN:  # per-channel weight scales do not change along K (their K stride is 0)
-        acc *= tl.load(b_scale_ptr + cols * stride_bsn, mask=cols < N, other=0.0)[None, :]
-    return acc
-
-
 @triton.jit(do_not_specialize=["M"])
 def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_ptr, bias_ptr, counter_ptr, M, N, K,
                            stride_am, stride_ak, stride_asm, stride_ask, stride_bn, stride_bk,
                            stride_bsn, stride_bsk, stride_cm, stride_cn, steps_per_split,
                            GROUP_N: tl.constexpr, PER_COLUMN: tl.constexpr, HAS_BIAS: tl.constexpr,
-                           SPLIT: tl.constexpr, LAST_REDUCES: tl.constexpr, ELEMENTWISE: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                           SPLIT: tl.constexpr, LAST_REDUCES: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # BLOCK_K is the scale group along K, so each step's partial product takes one activation scale
-    # per row and one weight scale per column. ELEMENTWISE (BLOCK_M of 1-4 rows): no tensor-core tile to fill.
+    # per row and one weight scale per column.
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -106,27 +67,22 @@ def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_p
     block_row = (pid_n * BLOCK_N) // GROUP_N
     step_lo = pid_k * steps_per_split
     step_hi = tl.minimum(step_lo + steps_per_split, tl.cdiv(K, BLOCK_K))
-    if ELEMENTWISE:
-        acc = _elementwise_steps(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, M, N, K, stride_am, stride_ak, stride_asm,
-                                 stride_ask, stride_bn, stride_bk, stride_bsn, stride_bsk, rows, cols, block_row,
-                                 step_lo, step_hi, PER_COLUMN, BLOCK_M, BLOCK_N, BLOCK_K)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for step in range(step_lo, step_hi):
-            k = step * BLOCK_K + ks
-            k_ok = k < K
-            a = tl.load(a_ptr + rows[:, None] * stride_am + k[None, :] * stride_ak,
-                        mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            b = tl.load(b_ptr + cols[None, :].to(tl.int64) * stride_bn + k[:, None] * stride_bk,
-                        mask=col_ok[None, :] & k_ok[:, None], other=0.0)
-            a_scale = tl.load(a_scale_ptr + rows * stride_asm + step * stride_ask, mask=row_ok, other=0.0)
-            if PER_COLUMN:
-                b_scales = tl.load(b_scale_ptr + cols * stride_bsn + step * stride_bsk, mask=col_ok, other=0.0)
-                acc += tl.dot(a, b) * a_scale[:, None] * b_scales[None, :]
-            else:
-                # The tile lies inside one block of weight rows (BLOCK_N divides GROUP_N): one weight scale a step.
-                b_scale = tl.load(b_scale_ptr + block_row * stride_bsn + step * stride_bsk)
-                acc += tl.dot(a, b) * (a_scale * b_scale)[:, None]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in range(step_lo, step_hi):
+        k = step * BLOCK_K + ks
+        k_ok = k < K
+        a = tl.load(a_ptr + rows[:, None] * stride_am + k[None, :] * stride_ak,
+                    mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(b_ptr + cols[None, :].to(tl.int64) * stride_bn + k[:, None] * stride_bk,
+                    mask=col_ok[None, :] & k_ok[:, None], other=0.0)
+        a_scale = tl.load(a_scale_ptr + rows * stride_asm + step * stride_ask, mask=row_ok, other=0.0)
+        if PER_COLUMN:
+            b_scales = tl.load(b_scale_ptr + cols * stride_bsn + step * stride_bsk, mask=col_ok, other=0.0)
+            acc += tl.dot(a, b) * a_scale[:, None] * b_scales[None, :]
+        else:
+            # The tile lies inside one block of weight rows (BLOCK_N divides GROUP_N): one weight scale a step.
+            b_scale = tl.load(b_scale_ptr + block_row * stride_bsn + step * stride_bsk)
+            acc += tl.dot(a, b) * (a_scale * b_scale)[:, None]
     mask = row_ok[:, None] & col_ok[None, :]
     if SPLIT:
         # Partials [SPLIT_K, M, N] in float32; the reduce kernel (or the tile's last split) adds the bias
@@ -187,7 +143,7 @@ def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_sc
         a.stride(0), a.stride(1), *a_scale_strides, b.stride(0), b.stride(1), *b_scale_strides,
         out.stride(0), out.stride(1), steps_per_split, GROUP_N=1 if per_channel else block_n,
         PER_COLUMN=per_channel, HAS_BIAS=bias is not None, SPLIT=split_k > 1, LAST_REDUCES=counters is not None,
-        ELEMENTWISE=cfg.elementwise, BLOCK_M=cfg.block_m, BLOCK_N=cfg.tile_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.tile_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
     if split_k > 1 and counters is None:
