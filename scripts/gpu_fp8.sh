@@ -184,7 +184,7 @@ sys.exit(r.returncode)'
             python3 - "$RES" <<'EOF' | tee -a "$RES"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-tput = {l["workload"]: l.get("output_tok_s") for l in lines if "output_tok_s" in l}
+tput = {l["workload"]: l.get("output_tok_s") for l in lines if "output_tok_s" in l and "workload" in l}
 kernels = {l["tokens"]: l["fp8_speedup"] for l in lines if l.get("bench") == "fp8_moe"}
 out = {"part": "moe-summary", "bf16_tok_s": tput.get("w-gpu-moe"), "fp8_tok_s": tput.get("w-gpu-moe-fp8"),
        "kernel_fp8_speedup_by_tokens": kernels}
