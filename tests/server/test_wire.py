@@ -41,6 +41,34 @@ def test_no_pickle_in_wire_modules(module) -> None:
     assert not called & {"recv_pyobj", "send_pyobj", "recv_serialized", "send_serialized"}
 
 
+#: Modules that turn bytes back into Python objects (a peer sending such bytes could run code in the receiver).
+UNPICKLING_MODULES = {"pickle", "dill", "cloudpickle", "marshal", "shelve", "joblib"}
+
+
+def test_no_module_of_the_engine_or_its_plugins_unpickles() -> None:
+    """Across core and every plugin in the tree, not only the wire's modules: none imports an unpickling
+    module or calls a zmq ``*_pyobj``, and every ``torch.load`` passes ``weights_only=True``."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    files = sorted((root / "core" / "infercore").rglob("*.py")) + sorted((root / "plugins").rglob("*.py"))
+    assert len(files) > 100
+    offenders = []
+    for path in files:
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(name.split(".")[0] in UNPICKLING_MODULES for name in names):
+                offenders.append(f"{path.relative_to(root)}:{node.lineno} imports {names}")
+            if isinstance(node, ast.Attribute) and node.attr in {"recv_pyobj", "send_pyobj"}:
+                offenders.append(f"{path.relative_to(root)}:{node.lineno} uses {node.attr}")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"
+                    and not any(kw.arg == "weights_only" and isinstance(kw.value, ast.Constant) and kw.value.value is True
+                                for kw in node.keywords)):
+                offenders.append(f"{path.relative_to(root)}:{node.lineno} calls torch.load without weights_only=True")
+    assert not offenders, offenders
+
+
 def test_codec_roundtrip_and_rejects_garbage() -> None:
     codec = WireCodec()
     request = _request("r1", [1, 2, 3])
