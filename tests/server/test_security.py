@@ -25,7 +25,10 @@ GUARDED = [("GET", "/v1/models"), ("POST", "/v1/completions"), ("POST", "/v1/cha
            ("POST", "/tokenize"), ("POST", "/detokenize"), ("GET", "/metrics"), ("GET", "/openapi.json"),
            ("GET", "/docs"), ("GET", "/debug/kv_cache"), ("GET", "//v1/models"), ("GET", "/v1/models/"),
            ("GET", "/V1/models"), ("GET", "/v1/./models"), ("GET", "/health/../v1/models"), ("GET", "/health/"),
-           ("GET", "/nonexistent")]
+           ("GET", "/nonexistent"),
+           # Routes of other servers (LoRA updates, pooling models): refused before routing, whatever is served.
+           ("POST", "/v1/load_lora_adapter"), ("POST", "/v1/unload_lora_adapter"), ("POST", "/v1/embeddings"),
+           ("POST", "/v1/score"), ("POST", "/score"), ("POST", "/v1/rerank"), ("POST", "/rerank"), ("POST", "/pooling")]
 
 
 def _raw(server, method: str, path: str, headers: dict[str, str] | None = None) -> int:
@@ -44,6 +47,12 @@ def test_every_route_needs_the_key(keyed, method, path) -> None:
     assert _raw(keyed, method, path) == 401
     assert _raw(keyed, method, path, {"Authorization": "Bearer wrong"}) == 401
     assert _raw(keyed, method, path, {"Host": "localhost", "X-Forwarded-For": "127.0.0.1"}) == 401
+
+
+def test_a_preflight_without_the_key_reaches_no_route(keyed) -> None:
+    """OPTIONS passes the key check for CORS preflights; without --allowed-origins nothing answers it with data."""
+    response = httpx.options(keyed.url + "/v1/models")
+    assert response.status_code in (400, 405) and "data" not in response.text
 
 
 def test_open_routes_and_the_right_key(keyed) -> None:
