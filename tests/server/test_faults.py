@@ -108,6 +108,35 @@ def test_queue_full_gets_503_with_retry_after(start_server) -> None:
     assert _wait_until(lambda: _idle(server))
 
 
+def test_a_client_that_leaves_while_queued_is_aborted_at_once(start_server) -> None:
+    """A request still waiting for a slot (no response begun) whose client goes away leaves the queue at once,
+    counted as aborted, while the running request goes on; nothing is left behind when both are gone."""
+    server = start_server(*SLOW, "--max-num-seqs", "1")
+    running = HeldStream(server, VERY_LONG)
+    running.start()
+    assert running.first_chunk.wait(20) and running.status == 200
+    gave_up = threading.Event()
+
+    def queued_client() -> None:
+        try:
+            httpx.post(server.url + "/v1/completions", json=VERY_LONG, timeout=3.0)
+        except httpx.TimeoutException:
+            gave_up.set()
+
+    client = threading.Thread(target=queued_client, daemon=True)
+    client.start()
+    assert _wait_until(lambda: _kv(server)["num_waiting"] == 1)
+    client.join(10)
+    assert gave_up.is_set()
+    assert _wait_until(lambda: _kv(server)["num_waiting"] == 0, timeout=5.0), _kv(server)
+    assert _kv(server)["num_running"] == 1  # the other request is untouched
+    metrics = httpx.get(server.url + "/metrics").text
+    aborted = re.search(r'request_success_total\{finished_reason="abort",model_name="tiny"\} (\S+)', metrics)
+    assert aborted and float(aborted.group(1)) >= 1
+    running.release.set()
+    assert _wait_until(lambda: _idle(server))
+
+
 def test_engine_killed_health_503_inflight_errors_server_exits(start_server) -> None:
     server = start_server(*SLOW)
     stream = HeldStream(server, VERY_LONG)
