@@ -134,6 +134,8 @@ BAD_BODIES: list[dict] = [
     {"prompt": "word " * 600},
     {"messages": []},
     {"prompt": "hi", "logprobs": 10**6},
+    {"prompt": "hi", "n": 10**9},
+    {"prompt": "hi", "logit_bias": {str(i): 1 for i in range(4096)}},
 ]
 
 
