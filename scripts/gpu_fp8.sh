@@ -44,8 +44,6 @@ OUT=${OUT:-/tmp/infercore-fp8}
 mkdir -p "$OUT"
 RES="$OUT/fp8.jsonl"
 LOG="$OUT/fp8.log"
-: > "$RES"
-: > "$LOG"
 PARTS=${PARTS:-"tests sweep latency throughput summary"}
 PARTS=${PARTS//,/ }
 TOTAL_S=${TOTAL_S:-240}
@@ -62,7 +60,7 @@ fi
 MOE_SWEEP_BUDGET_S=${MOE_SWEEP_BUDGET_S:-40}
 MOE_NUM_REQUESTS=${MOE_NUM_REQUESTS:-256}
 MOE_TABLE="$OUT/fp8_moe_table.json"
-source scripts/step_lib.sh  # START, left, step
+source scripts/step_lib.sh  # RES and LOG started empty; START, left, step, device_line
 table_env() {  # the launch table, once a sweep (or TABLE) gave one
     if [[ -s "$TABLE" ]]; then
         echo "INFERCORE_FP8_BLOCK_TABLE=$TABLE"
@@ -70,9 +68,7 @@ table_env() {  # the launch table, once a sweep (or TABLE) gave one
         echo "INFERCORE_FP8_BLOCK_TABLE="
     fi
 }
-gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)
-python3 -c "import json, sys; print(json.dumps({'part': 'device', 'gpu': sys.argv[1], 'parts': sys.argv[2]}))" \
-    "$gpu" "$PARTS" | tee -a "$RES"
+device_line
 for part in $PARTS; do
     case $part in
         tests)

@@ -30,8 +30,6 @@ OUT=${OUT:-/tmp/infercore-fp8kv}
 mkdir -p "$OUT"
 RES="$OUT/fp8kv.jsonl"
 LOG="$OUT/fp8kv.log"
-: > "$RES"
-: > "$LOG"
 PARTS=${PARTS:-"tests sweep throughput_table throughput_base summary"}
 PARTS=${PARTS//,/ }
 TOTAL_S=${TOTAL_S:-230}
@@ -45,10 +43,8 @@ else
     rm -f "$TABLE"
 fi
 STEP_TAG=1  # step names tag their JSON lines
-source scripts/step_lib.sh  # START, left, step
-gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)
-python3 -c "import json, sys; print(json.dumps({'part': 'device', 'gpu': sys.argv[1], 'parts': sys.argv[2]}))" \
-    "$gpu" "$PARTS" | tee -a "$RES"
+source scripts/step_lib.sh  # RES and LOG started empty; START, left, step, device_line
+device_line
 for part in $PARTS; do
     case $part in
         tests)

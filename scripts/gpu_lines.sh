@@ -11,16 +11,12 @@ OUT=${OUT:-/tmp/infercore-lines}
 mkdir -p "$OUT"
 RES="$OUT/lines.jsonl"
 LOG="$OUT/lines.log"
-: > "$RES"
-: > "$LOG"
 PARTS=${PARTS:-"vl wgpu latency"}
 PARTS=${PARTS//,/ }
 TOTAL_S=${TOTAL_S:-540}
 STEP_TAG=1
-source scripts/step_lib.sh  # START, left, step
-gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)
-python3 -c "import json, sys; print(json.dumps({'part': 'device', 'gpu': sys.argv[1], 'parts': sys.argv[2]}))" \
-    "$gpu" "$PARTS" | tee -a "$RES"
+source scripts/step_lib.sh  # RES and LOG started empty; START, left, step, device_line
+device_line
 for part in $PARTS; do
     case $part in
         vl) step vl 300 python3 scripts/gpu_qwen2_5_vl.py ;;

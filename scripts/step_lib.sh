@@ -1,7 +1,14 @@
-# Sourced by the GPU scripts that run their parts under one time budget (gpu_fp8.sh, gpu_fp8kv.sh).
-# Needs TOTAL_S, RES (the JSON lines file) and LOG (stderr of every step); sets START. With STEP_TAG=1 each JSON
-# line a step prints gets its step's name as "part".
+# Sourced by the GPU scripts that run their parts under one time budget (gpu_fp8.sh, gpu_fp8kv.sh, gpu_lines.sh).
+# Needs TOTAL_S, RES (the JSON lines file) and LOG (stderr of every step), which it starts empty; sets START. With
+# STEP_TAG=1 each JSON line a step prints gets its step's name as "part".
+: > "$RES"
+: > "$LOG"
 START=$(date +%s)
+device_line() {  # device_line: the GPU's name and memory, and the parts to run ($PARTS), as the first JSON line
+    local gpu; gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)
+    python3 -c "import json, sys; print(json.dumps({'part': 'device', 'gpu': sys.argv[1], 'parts': sys.argv[2]}))" \
+        "$gpu" "$PARTS" | tee -a "$RES"
+}
 left() { echo $((TOTAL_S - ($(date +%s) - START))); }
 step() {  # step NAME CAP CMD...: CMD for at most min(CAP, what is left of TOTAL_S), its JSON lines to $RES
     local name=$1 cap=$2; shift 2

@@ -12,7 +12,7 @@ _NAMES = {"resolve_dtype": "infercore.models.dtype", "get_hf_config": "infercore
           "resolve_model_path": "infercore.models.hf_config", "load_model": "infercore.models.loader",
           "model_class": "infercore.models.loader"}
 
-__all__ = ["get_hf_config", "load_model", "model_class", "resolve_dtype", "resolve_model_path"]
+__all__ = sorted(_NAMES)
 
 
 def __getattr__(name: str) -> Any:

@@ -12,8 +12,8 @@ cuBLASLt wants the scales in its own layouts, which the checkpoint's are one vie
   stay on the Triton kernel).
 
 Where it runs: from :data:`MIN_M_ENV` rows up (unset: :data:`DEFAULT_MIN_M`; ``0``: never, the Triton kernel
-serves every size), on a GPU of compute capability 9.0 whose torch passed a probe: small GEMMs against core's reference, once per device and
-outside graph capture. A refused or wrong probe logs one INFO line and leaves the Triton kernel in charge.
+serves every size), on a GPU of compute capability 9.0 whose torch passed a probe: small GEMMs against core's
+reference, once per device and outside graph capture. A refused or wrong probe logs one INFO line and leaves the Triton kernel in charge.
 """
 
 from __future__ import annotations
