@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import socket
 import threading
 import time
 
@@ -115,21 +117,17 @@ def test_a_client_that_leaves_while_queued_is_aborted_at_once(start_server) -> N
     running = HeldStream(server, VERY_LONG)
     running.start()
     assert running.first_chunk.wait(20) and running.status == 200
-    gave_up = threading.Event()
-
-    def queued_client() -> None:
-        try:
-            httpx.post(server.url + "/v1/completions", json=VERY_LONG, timeout=3.0)
-        except httpx.TimeoutException:
-            gave_up.set()
-
-    client = threading.Thread(target=queued_client, daemon=True)
-    client.start()
+    # The queued client sends its request on a socket of its own and closes it the moment the request waits:
+    # no client-side timeout to race the running request's end.
+    body = json.dumps(VERY_LONG).encode()
+    queued = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    queued.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                   + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
     assert _wait_until(lambda: _kv(server)["num_waiting"] == 1)
-    client.join(10)
-    assert gave_up.is_set()
+    queued.close()
     assert _wait_until(lambda: _kv(server)["num_waiting"] == 0, timeout=5.0), _kv(server)
-    assert _kv(server)["num_running"] == 1  # the other request is untouched
+    # The slot is still held (one sequence at most), so the waiting request left the queue, not through a run.
+    assert "[DONE]" not in running.text and _kv(server)["num_running"] == 1  # the other request is untouched
     metrics = httpx.get(server.url + "/metrics").text
     aborted = re.search(r'request_success_total\{finished_reason="abort",model_name="tiny"\} (\S+)', metrics)
     assert aborted and float(aborted.group(1)) >= 1
