@@ -59,13 +59,8 @@ def skinny_candidates(m: int) -> list[Int4SkinnyConfig]:
         return [S(32, 128, 128, 4, 4, swap=True), S(32, 64, 128, 4, 4, swap=False, scale_weights=True)]
     if m <= 64:
         return [S(64, 128, 128, 4, 3, swap=True), S(64, 128, 64, 4, 3, swap=False, scale_weights=True)]
-    tiles = [S(64, 128, 64, 4, 3, swap=False, scale_weights=True), S(128, 128, 64, 8, 3, swap=False, scale_weights=True),
-             S(128, 128, 128, 8, 3, swap=True, scale_weights=True)]
-    if m >= 256:
-        # One tile over 256 rows dequantizes each weight once a step, where 128-row tiles do it twice (at 256 rows
-        # the 128-row tiles read the packed weights at 260-400 GB/s: the dequantization, not memory, bounds them).
-        tiles += [S(256, 64, 64, 8, 3, swap=False, scale_weights=True), S(256, 128, 64, 8, 2, swap=True, scale_weights=True)]
-    return tiles
+    return [S(64, 128, 64, 4, 3, swap=False, scale_weights=True), S(128, 128, 64, 8, 3, swap=False, scale_weights=True),
+            S(128, 128, 128, 8, 3, swap=True, scale_weights=True)]
 
 
 #: ``(block_n, words, num_warps)``: column tiles from 128 to 1,024, 4 to 16 word rows per step.
