@@ -14,14 +14,16 @@ download() {  # download DEST PIP-ARGS...
 }
 
 if [[ "${1:-}" != aiperf ]]; then
-    mkdir -p .whl
+    # A fresh folder each time: a wheel left from an older download (two versions of one package) makes the
+    # device's pip refuse the whole install.
+    rm -rf .whl.tmp && mkdir -p .whl.tmp
     # importlib-metadata 10 needs lazy-importer, which the image lacks; 9.x needs only zipp, which it has.
-    rm -f .whl/importlib_metadata-1[0-9].*.whl
     for p in pydantic pydantic-core pydantic-settings python-dotenv annotated-types typing-inspection \
              typing-extensions msgspec pyzmq fastapi starlette uvicorn opentelemetry-api 'importlib-metadata<10' zipp \
              psutil anyio h11 click sniffio idna compressed-tensors loguru py-spy httptools uvloop; do
-        download .whl --no-deps "$p"
+        download .whl.tmp --no-deps "$p"
     done
+    rm -rf .whl && mv .whl.tmp .whl
     du -sh .whl
     exit 0
 fi
