@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jinja2 import TemplateError, filters, nodes
@@ -56,22 +57,118 @@ _STRUCTURAL_FILTERS = frozenset({
     "selectattr", "slice", "sort", "unique"})
 
 
-def get_tokenizer(model_config: Any) -> PreTrainedTokenizerBase:
+def _exported_tokenizer_class(class_name: object) -> type[PreTrainedTokenizerBase] | None:
+    """transformers' tokenizer class of that name (importing its module only), or None."""
+    if not isinstance(class_name, str) or not class_name.isidentifier():
+        return None
+    import transformers
+
+    named = getattr(transformers, class_name, None)
+    base = transformers.PreTrainedTokenizerBase
+    return named if isinstance(named, type) and issubclass(named, base) else None
+
+
+def _tokenizer_folder(name: str, revision: str | None) -> Path | None:
+    """The local folder of a tokenizer: ``name`` itself, or a hub repo's snapshot where both its tokenizer files
+    are already in the Hugging Face cache (None otherwise: nothing is downloaded here)."""
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        return folder
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = [try_to_load_from_cache(name, file, revision=revision)
+                 for file in ("tokenizer_config.json", "tokenizer.json")]
+    except Exception:  # noqa: BLE001 - not a repo id, or no hub client: no cached folder
+        return None
+    if all(isinstance(path, str) for path in found):
+        return Path(str(found[0])).parent
+    return None
+
+
+def declared_tokenizer_class(name: str, revision: str | None = None) -> type[PreTrainedTokenizerBase] | None:
+    """The class a tokenizer folder's ``tokenizer_config.json`` declares, where transformers exports it and the
+    folder (local, or a hub repo's cached snapshot) holds a ``tokenizer.json`` and no code of its own; None
+    otherwise.
+
+    Usually the class ``AutoTokenizer`` picks, but not always (it overrides some declarations by model type), so
+    only the API server loads with it, as a first guess checked against the engine's answer
+    (:func:`auto_tokenizer_class`) before it serves."""
+    folder = _tokenizer_folder(name, revision)
+    if folder is None:
+        return None
+    try:
+        if not (folder / "tokenizer.json").is_file():
+            return None
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or "auto_map" in config:
+        return None
+    return _exported_tokenizer_class(config.get("tokenizer_class"))
+
+
+def get_tokenizer(model_config: Any, *, class_name: str | None = None) -> PreTrainedTokenizerBase:
     """Load the fast tokenizer of ``model_config.tokenizer`` (or ``.model``): a local folder or hub id.
 
+    ``AutoTokenizer`` picks its class, unless ``class_name`` names one transformers exports (what
+    ``AutoTokenizer`` picked in the engine process): that skips ``AutoTokenizer``'s module, which imports
+    transformers' configuration code and torch under it, about 200 MB an API server does not otherwise need.
     Code from the model folder runs only when ``model_config.trust_remote_code`` is set.
     """
+    name = getattr(model_config, "tokenizer", None) or model_config.model
+    revision = getattr(model_config, "revision", None)
+    direct = _exported_tokenizer_class(class_name) if class_name else None
+    return _load(name, lambda: direct.from_pretrained(name, revision=revision) if direct is not None else
+                 _auto(name, revision, bool(getattr(model_config, "trust_remote_code", False))))
+
+
+def guess_tokenizer(model_config: Any) -> PreTrainedTokenizerBase | None:
+    """The tokenizer loaded with its folder's declared class (:func:`declared_tokenizer_class`), without
+    ``AutoTokenizer``; None where there is no such class to guess (nothing loaded)."""
+    name = getattr(model_config, "tokenizer", None) or model_config.model
+    revision = getattr(model_config, "revision", None)
+    declared = declared_tokenizer_class(name, revision)
+    if declared is None:
+        return None
+    return _load(name, lambda: declared.from_pretrained(name, revision=revision))
+
+
+def _auto(name: str, revision: str | None, trust_remote_code: bool) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
-    name = getattr(model_config, "tokenizer", None) or model_config.model
+    return AutoTokenizer.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
+
+
+def _load(name: str, load: Callable[[], PreTrainedTokenizerBase]) -> PreTrainedTokenizerBase:
     try:
-        return AutoTokenizer.from_pretrained(
-            name, revision=getattr(model_config, "revision", None),
-            trust_remote_code=bool(getattr(model_config, "trust_remote_code", False)))
+        return load()
     except (OSError, ValueError) as exc:
         raise ValueError(
             f"could not load a tokenizer from {name!r} ({exc}); pass --tokenizer with a folder or hub id "
             "that holds tokenizer.json, or --skip-tokenizer-init to send token ids") from None
+
+
+def auto_tokenizer_class(model_config: Any) -> str | None:
+    """The name of the class ``AutoTokenizer`` picks for the model (the engine process tells the API server,
+    which loads that class directly); None without a tokenizer, or where loading it fails (the API server
+    then reports the error from its own load)."""
+    if getattr(model_config, "skip_tokenizer_init", False):
+        return None
+    try:
+        return type(get_tokenizer(model_config)).__name__
+    except Exception:  # noqa: BLE001 - the API server's own load says what is wrong
+        return None
+
+
+def matching_tokenizer(tokenizer: PreTrainedTokenizerBase | None, model_config: Any,
+                       class_name: str | None) -> PreTrainedTokenizerBase:
+    """``tokenizer`` (a first guess, or None) when it is of the class ``AutoTokenizer`` picks (``class_name``,
+    from the engine; None: not known), else the tokenizer loaded with that class (``AutoTokenizer`` where it is
+    not known)."""
+    if tokenizer is not None and (class_name is None or type(tokenizer).__name__ == class_name):
+        return tokenizer
+    return get_tokenizer(model_config, class_name=class_name)
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,11 @@ class _FailingClient:
 def test_a_failed_start_leaves_no_unretrieved_tokenizer_error(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     tokenizer_failed = threading.Event()
 
-    def failing_tokenizer(model_config: Any) -> Any:
+    def failing_tokenizer(model_config: Any, **kwargs: Any) -> Any:
         tokenizer_failed.set()
         raise OSError("no tokenizer here")
 
-    monkeypatch.setattr(async_llm, "get_tokenizer", failing_tokenizer)
+    monkeypatch.setattr(async_llm, "guess_tokenizer", failing_tokenizer)
     config = InfercoreConfig.from_kwargs(model=str(tmp_path))
     client = _FailingClient()
     unhandled: list[dict[str, Any]] = []

@@ -106,3 +106,34 @@ def test_a_model_registration_may_name_its_processor():
         assert multimodal_processor_class("AcmeVLM") is MultiModalProcessor
     finally:
         registry._items.pop("AcmeVLM", None)
+
+
+def test_the_built_in_registrations_say_what_their_classes_say():
+    # The front end reads a built-in model's processor (or None) from its registration, never importing the
+    # model: each registration must agree with its class.
+    from infercore.models.multimodal import is_multimodal
+    from infercore.multimodal.inputs import multimodal_processor_class
+    from infercore.plugins import get_plugin_manager
+
+    registry = get_plugin_manager().registry("model")
+    builtin = [reg for reg in registry.all() if reg.target.startswith("infercore.models.")]
+    assert len(builtin) >= 19
+    for reg in builtin:
+        assert "multimodal_processor" in reg.metadata, reg.name
+        cls = registry.load(reg.name)
+        expected = cls.multimodal_processor if is_multimodal(cls) else None
+        assert multimodal_processor_class(reg.name) is expected, reg.name
+
+
+def test_a_registration_may_say_its_model_takes_no_images_without_being_imported():
+    from infercore.multimodal.inputs import multimodal_processor_class
+    from infercore.plugins import get_plugin_manager
+    from infercore.plugins.registry import Registration
+
+    registry = get_plugin_manager().registry("model")
+    registry.add(Registration("model", "AcmeText", "no_such_package.model:Model", "acme",
+                              {"multimodal_processor": None}))
+    try:
+        assert multimodal_processor_class("AcmeText") is None  # the target is never imported
+    finally:
+        registry._items.pop("AcmeText", None)

@@ -14,11 +14,12 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from infercore.lora.target_modules import TARGET_MODULES, module_shapes
+
+if TYPE_CHECKING:
+    import torch
 
 
 class LoRAError(ValueError):
@@ -119,11 +120,12 @@ def check_shapes(name: str, spec: AdapterSpec, shapes: dict[str, tuple[int, ...]
 
 
 def read_shapes(name: str, path: str | Path) -> dict[str, tuple[int, ...]]:
-    """Tensor shapes of the adapter's safetensors file, without reading the tensors."""
+    """Tensor shapes of the adapter's safetensors file, without reading the tensors (or importing torch: the API
+    server checks adapters with this)."""
     from safetensors import safe_open
 
     try:
-        with safe_open(str(Path(path) / WEIGHTS_FILE), framework="pt") as f:
+        with safe_open(str(Path(path) / WEIGHTS_FILE), framework="numpy") as f:
             return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
     except Exception as exc:
         raise _refuse(name, f"cannot read {WEIGHTS_FILE}: {exc}") from exc

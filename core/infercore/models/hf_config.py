@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any
-
-from transformers import AutoConfig, PretrainedConfig
+from typing import TYPE_CHECKING, Any
 
 from infercore.config import ModelConfig
 from infercore.models.config_import import refused_registry, without_model_registry
+
+if TYPE_CHECKING:  # transformers' config code imports torch: it loads when a config is read
+    from transformers import PretrainedConfig
 
 #: Files a model needs from the hub: its config, weights and tokenizer.
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.bin", "*.model", "*.txt", "*.tiktoken", "*.py"]
@@ -32,6 +33,22 @@ def resolve_model_path(model_config: ModelConfig, download_dir: str | None = Non
                          "and the weights, or a valid hub repo id") from exc
 
 
+def config_architecture(model_config: ModelConfig, download_dir: str | None = None) -> str | None:
+    """The first of ``architectures`` in ``hf_overrides`` or the model's config.json, read as JSON: what the front
+    end needs to know of a text model, without transformers' config code (which imports torch). None where
+    neither names one."""
+    try:
+        architectures = hf_overrides(model_config).get("architectures")
+        if architectures is None:
+            path = resolve_model_path(model_config, download_dir)
+            architectures = json.loads((path / "config.json").read_text(encoding="utf-8")).get("architectures")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
+        return architectures[0]
+    return None
+
+
 def get_hf_config(model_config: ModelConfig, download_dir: str | None = None) -> PretrainedConfig:
     """The transformers config of the model; remote code runs only with ``trust_remote_code``."""
     path = resolve_model_path(model_config, download_dir)
@@ -51,6 +68,8 @@ def _read_config(path: Path, trust_remote_code: bool) -> PretrainedConfig:
     """``AutoConfig.from_pretrained``, without importing transformers' model registry where the config's
     code is transformers' own (see :mod:`infercore.models.config_import`: seconds of start-up on some
     transformers releases); a release whose config code needs the registry reads it again with it."""
+    from transformers import AutoConfig
+
     if not (trust_remote_code and _has_remote_code(path)):
         try:
             with without_model_registry():

@@ -22,17 +22,19 @@ if TYPE_CHECKING:
 
 
 def multimodal_processor_class(architecture: str) -> type[MultiModalProcessor] | None:
-    """The processor a model registration names (``multimodal_processor="pkg.mod:Class"`` metadata), else its
-    class's ``multimodal_processor``; None for a text-only model."""
+    """The processor a model registration names (``multimodal_processor="pkg.mod:Class"`` metadata; ``None``
+    there: a text-only model, known without importing it), else its class's ``multimodal_processor``; None for a
+    text-only model."""
     from infercore.plugins import get_plugin_manager
     from infercore.plugins.registry import import_target
 
     registry = get_plugin_manager().registry("model")
     if architecture not in registry:
         return None
-    target = registry.get(architecture).metadata.get("multimodal_processor")
-    if target:
-        return import_target(str(target))
+    metadata = registry.get(architecture).metadata
+    if "multimodal_processor" in metadata:
+        target = metadata["multimodal_processor"]
+        return import_target(str(target)) if target else None
     cls = registry.load(architecture)
     return cls.multimodal_processor if is_multimodal(cls) else None
 
@@ -101,15 +103,17 @@ class MultiModalInputs:
 
 def make_multimodal_inputs(config: InfercoreConfig, tokenizer: Any) -> MultiModalInputs | None:
     """The front end's :class:`MultiModalInputs` for the served model (None when it takes no images)."""
-    from infercore.models.hf_config import get_hf_config, resolve_model_path
+    from infercore.models.hf_config import config_architecture, get_hf_config, resolve_model_path
 
+    # The architecture from config.json alone: a text model's front end never loads transformers' config code
+    # (and torch under it).
+    architecture = config_architecture(config.model, config.load.download_dir)
+    cls = multimodal_processor_class(architecture) if architecture else None
+    if cls is None:
+        return None
     try:
         hf_config = get_hf_config(config.model, config.load.download_dir)
     except (OSError, ValueError):
-        return None
-    architectures = getattr(hf_config, "architectures", None) or []
-    cls = multimodal_processor_class(architectures[0]) if architectures else None
-    if cls is None:
         return None
     mm = config.multimodal
     path = str(resolve_model_path(config.model, config.load.download_dir))

@@ -8,27 +8,43 @@ from infercore.plugins.hookspecs import RegisterFn, hookimpl
 INFERCORE_PLUGIN_API = (1, 0)
 
 
+#: Built-in architectures that take no images: registered with ``multimodal_processor=None``, so the front end
+#: knows without importing the model (and torch with it).
+_TEXT_MODELS = {
+    "LlamaForCausalLM": "infercore.models.llama:LlamaForCausalLM",
+    "MistralForCausalLM": "infercore.models.mistral:MistralForCausalLM",
+    "Qwen2ForCausalLM": "infercore.models.qwen2:Qwen2ForCausalLM",
+    "Qwen3ForCausalLM": "infercore.models.qwen3:Qwen3ForCausalLM",
+    "Gemma3ForCausalLM": "infercore.models.gemma3:Gemma3ForCausalLM",
+    "Phi3ForCausalLM": "infercore.models.phi3:Phi3ForCausalLM",
+    "Qwen3MoeForCausalLM": "infercore.models.qwen3_moe:Qwen3MoeForCausalLM",
+    "MixtralForCausalLM": "infercore.models.mixtral:MixtralForCausalLM",
+    "BertModel": "infercore.models.bert:BertModel",
+    "XLMRobertaModel": "infercore.models.bert:XLMRobertaModel",
+    "RobertaModel": "infercore.models.bert:XLMRobertaModel",
+    "BertForSequenceClassification": "infercore.models.bert:BertForSequenceClassification",
+    "XLMRobertaForSequenceClassification": "infercore.models.bert:XLMRobertaForSequenceClassification",
+    "RobertaForSequenceClassification": "infercore.models.bert:XLMRobertaForSequenceClassification",
+    "Qwen3ForSequenceClassification": "infercore.models.decoder_classifier:Qwen3ForSequenceClassification",
+    "Qwen2ForSequenceClassification": "infercore.models.decoder_classifier:Qwen2ForSequenceClassification",
+}
+#: Built-in vision-language architectures: (model, its image processor).
+_VISION_MODELS = {
+    "LlavaForConditionalGeneration": ("infercore.models.llava:LlavaForConditionalGeneration",
+                                      "infercore.models.llava_processor:LlavaProcessor"),
+    "Gemma3ForConditionalGeneration": ("infercore.models.gemma3_vl:Gemma3ForConditionalGeneration",
+                                       "infercore.models.gemma3_vl_processor:Gemma3Processor"),
+    "Qwen2_5_VLForConditionalGeneration": ("infercore.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration",
+                                           "infercore.models.qwen2_5_vl_processor:Qwen2_5_VLMultiModalProcessor"),
+}
+
+
 @hookimpl
 def register_models(register: RegisterFn) -> None:
-    register("LlamaForCausalLM", "infercore.models.llama:LlamaForCausalLM")
-    register("MistralForCausalLM", "infercore.models.mistral:MistralForCausalLM")
-    register("Qwen2ForCausalLM", "infercore.models.qwen2:Qwen2ForCausalLM")
-    register("Qwen3ForCausalLM", "infercore.models.qwen3:Qwen3ForCausalLM")
-    register("Gemma3ForCausalLM", "infercore.models.gemma3:Gemma3ForCausalLM")
-    register("Phi3ForCausalLM", "infercore.models.phi3:Phi3ForCausalLM")
-    register("Qwen3MoeForCausalLM", "infercore.models.qwen3_moe:Qwen3MoeForCausalLM")
-    register("MixtralForCausalLM", "infercore.models.mixtral:MixtralForCausalLM")
-    register("LlavaForConditionalGeneration", "infercore.models.llava:LlavaForConditionalGeneration")
-    register("Gemma3ForConditionalGeneration", "infercore.models.gemma3_vl:Gemma3ForConditionalGeneration")
-    register("Qwen2_5_VLForConditionalGeneration", "infercore.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration")
-    register("BertModel", "infercore.models.bert:BertModel")
-    register("XLMRobertaModel", "infercore.models.bert:XLMRobertaModel")
-    register("RobertaModel", "infercore.models.bert:XLMRobertaModel")
-    register("BertForSequenceClassification", "infercore.models.bert:BertForSequenceClassification")
-    register("XLMRobertaForSequenceClassification", "infercore.models.bert:XLMRobertaForSequenceClassification")
-    register("RobertaForSequenceClassification", "infercore.models.bert:XLMRobertaForSequenceClassification")
-    register("Qwen3ForSequenceClassification", "infercore.models.decoder_classifier:Qwen3ForSequenceClassification")
-    register("Qwen2ForSequenceClassification", "infercore.models.decoder_classifier:Qwen2ForSequenceClassification")
+    for name, target in _TEXT_MODELS.items():
+        register(name, target, multimodal_processor=None)
+    for name, (target, processor) in _VISION_MODELS.items():
+        register(name, target, multimodal_processor=processor)
 
 
 @hookimpl

@@ -153,14 +153,15 @@ def resolve_pooling(options: PoolingRunnerConfig, folder: Path, hf_config: Any) 
 def pooling_model_info(config: Any) -> PoolingModelInfo | None:
     """The engine's pooling settings (None when it generates). ``config`` is an ``InfercoreConfig``."""
     from infercore.config import DEMO_MODEL
-    from infercore.models.hf_config import get_hf_config, resolve_model_path
+    from infercore.models.hf_config import config_architecture, get_hf_config, resolve_model_path
 
     if config.model.model == DEMO_MODEL and config.pooling.runner != "pooling":
         return None  # the demo model generates (and its folder is made only when an engine starts)
-    hf_config = get_hf_config(config.model)
-    architecture = (getattr(hf_config, "architectures", None) or [""])[0]
-    if not wants_pooling(config.pooling, architecture):
+    # Whether the model pools, from config.json alone: a generating model's front end never loads
+    # transformers' config code (and torch under it).
+    if not wants_pooling(config.pooling, config_architecture(config.model) or ""):
         return None
+    hf_config = get_hf_config(config.model)
     folder = resolve_model_path(config.model)
     return resolve_pooling(config.pooling, Path(folder), hf_config)
 

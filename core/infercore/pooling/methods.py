@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 class PoolingType(str, enum.Enum):
@@ -50,6 +52,8 @@ def pool_hidden(method: PoolingType, hidden: torch.Tensor, token_ids: list[int] 
     if returned_token_ids:
         rows = rows[:, returned_token_ids]
     if step_tag_id is not None and token_ids is not None:
+        import torch  # here, not at the top: the API server imports this module for PoolingType alone
+
         mask = torch.tensor([t == step_tag_id for t in token_ids[: hidden.shape[0]]], device=hidden.device)
         rows = rows[mask]
     return rows

@@ -1,30 +1,32 @@
-"""Constrained decoding: the grammar-backend interface, the engine's manager and the bitmask."""
+"""Constrained decoding: the grammar-backend interface, the engine's manager and the bitmask.
 
-from infercore.structured_output.backend import (
-    CompiledGrammar,
-    GrammarMatcher,
-    StructuredOutputBackend,
-    TokenizerInfo,
-)
-from infercore.structured_output.bitmask import (
-    allocate_bitmask,
-    apply_token_bitmask,
-    apply_token_bitmask_torch,
-    bitmask_width,
-)
-from infercore.structured_output.loader import create_backend
-from infercore.structured_output.manager import GrammarStatus, StructuredOutputManager
+The names below load on first use, so that the API server, which needs only ``admission``'s bounds, imports no
+backend, bitmask or torch."""
 
-__all__ = [
-    "CompiledGrammar",
-    "GrammarMatcher",
-    "GrammarStatus",
-    "StructuredOutputBackend",
-    "StructuredOutputManager",
-    "TokenizerInfo",
-    "allocate_bitmask",
-    "apply_token_bitmask",
-    "apply_token_bitmask_torch",
-    "bitmask_width",
-    "create_backend",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_NAMES = {
+    "CompiledGrammar": "infercore.structured_output.backend",
+    "GrammarMatcher": "infercore.structured_output.backend",
+    "StructuredOutputBackend": "infercore.structured_output.backend",
+    "TokenizerInfo": "infercore.structured_output.backend",
+    "allocate_bitmask": "infercore.structured_output.bitmask",
+    "apply_token_bitmask": "infercore.structured_output.bitmask",
+    "apply_token_bitmask_torch": "infercore.structured_output.bitmask",
+    "bitmask_width": "infercore.structured_output.bitmask",
+    "create_backend": "infercore.structured_output.loader",
+    "GrammarStatus": "infercore.structured_output.manager",
+    "StructuredOutputManager": "infercore.structured_output.manager",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'infercore.structured_output' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

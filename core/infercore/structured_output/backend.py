@@ -5,11 +5,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from infercore.sampling_params import StructuredOutputsParams
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,6 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 from starlette.requests import Request
 
 from infercore.config import InfercoreConfig
@@ -64,6 +62,14 @@ def _usage(outputs: Sequence[RequestOutput]) -> PoolingUsage:
     return PoolingUsage(prompt_tokens=tokens, total_tokens=tokens)
 
 
+def _cosine(left: np.ndarray, right: np.ndarray, eps: float = 1e-8) -> float:
+    """Cosine similarity of two vectors in float32, each norm kept above ``eps`` (torch's
+    ``cosine_similarity``, without torch in the API server)."""
+    a, b = np.asarray(left, np.float32).reshape(-1), np.asarray(right, np.float32).reshape(-1)
+    norms = max(float(np.linalg.norm(a)), eps) * max(float(np.linalg.norm(b)), eps)
+    return float(np.dot(a, b)) / norms
+
+
 def _result(out: RequestOutput) -> np.ndarray:
     if out.pooled is None:
         reason = out.outputs[0].stop_reason if out.outputs else None
@@ -79,10 +85,14 @@ class OpenAIServingPooling(OpenAIServing):
         super().__init__(engine, config, model_name)
         self.info = pooling_model_info(config)
         self.chat_template = chat_template
-        from infercore.models.hf_config import get_hf_config
+        #: A classifier's label names (read only for a pooling model: a generating one's API server never
+        #: loads transformers' config code, nor torch under it).
+        self.id2label: dict[int, str] = {}
+        if self.info is not None:
+            from infercore.models.hf_config import get_hf_config
 
-        self.id2label: dict[int, str] = {int(k): v for k, v in
-                                         (getattr(get_hf_config(config.model), "id2label", None) or {}).items()}
+            labels = getattr(get_hf_config(config.model), "id2label", None) or {}
+            self.id2label = {int(k): v for k, v in labels.items()}
 
     # -- shared steps ----------------------------------------------------------------------------
     def params(self, task: str, **fields: Any) -> PoolingParams:
@@ -207,9 +217,9 @@ class OpenAIServingPooling(OpenAIServing):
         params = self.params("embed")
         prompts = await self.prompts(lefts + rights, True, truncate)
         outs = await self.run(request, prompts, params, priority)
-        vectors = [torch.from_numpy(_result(o).copy()) for o in outs]
+        vectors = [_result(o) for o in outs]
         lv, rv = vectors[: len(lefts)], vectors[len(lefts):]
-        scores = [float(F.cosine_similarity(lv[0 if len(lv) == 1 else j], rv[j], dim=0)) for j in range(len(rv))]
+        scores = [_cosine(lv[0 if len(lv) == 1 else j], rv[j]) for j in range(len(rv))]
         return scores, sum(len(o.prompt_token_ids) for o in outs)
 
     async def score(self, body: ScoreRequest, request: Request) -> ScoreResponse:

@@ -1,0 +1,109 @@
+"""The API server loads its tokenizer with the folder's declared class (no ``AutoTokenizer``, so no torch in that
+process), and loads it again with the class ``AutoTokenizer`` picked in the engine process where the two differ."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from transformers import AutoTokenizer
+
+from infercore.tiny_models import build_tokenizer
+from infercore.tokenizer import (
+    auto_tokenizer_class,
+    declared_tokenizer_class,
+    guess_tokenizer,
+    matching_tokenizer,
+)
+
+TEXT = "Hello world, ünïcode 123 <|im_end|> again"
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tok") / "base"
+    build_tokenizer(path)
+    return path
+
+
+def _declaring(base: Path, tmp_path: Path, class_name: str, **extra: object) -> Path:
+    folder = tmp_path / class_name
+    shutil.copytree(base, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.update(tokenizer_class=class_name, **extra)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _model(folder: Path) -> SimpleNamespace:
+    return SimpleNamespace(model=str(folder), tokenizer=None, revision=None, trust_remote_code=False)
+
+
+@pytest.mark.parametrize("declared", ["TokenizersBackend", "PreTrainedTokenizerFast", "Qwen2Tokenizer",
+                                      "GPT2Tokenizer"])
+def test_a_declared_class_that_auto_agrees_with_loads_the_same_tokenizer(
+        tokenizer_dir: Path, tmp_path: Path, declared: str) -> None:
+    folder = _declaring(tokenizer_dir, tmp_path, declared)
+    auto = AutoTokenizer.from_pretrained(str(folder))
+    guessed = guess_tokenizer(_model(folder))
+    assert type(guessed) is type(auto)
+    assert guessed(TEXT).input_ids == auto(TEXT).input_ids
+    assert guessed.all_special_ids == auto.all_special_ids and guessed.chat_template == auto.chat_template
+    # Nothing to load again: the engine's class is the one already loaded.
+    assert matching_tokenizer(guessed, _model(folder), auto_tokenizer_class(_model(folder))) is guessed
+
+
+def test_a_declaration_auto_overrides_is_loaded_again_with_the_engine_class(tokenizer_dir: Path,
+                                                                             tmp_path: Path) -> None:
+    # A byte-level tokenizer.json declared as LlamaTokenizerFast: AutoTokenizer loads TokenizersBackend instead,
+    # and the declared class would encode differently.
+    folder = _declaring(tokenizer_dir, tmp_path, "LlamaTokenizerFast")
+    auto = AutoTokenizer.from_pretrained(str(folder))
+    guessed = guess_tokenizer(_model(folder))
+    assert type(guessed) is not type(auto)
+    engine_class = auto_tokenizer_class(_model(folder))
+    assert engine_class == type(auto).__name__ == "TokenizersBackend"
+    fixed = matching_tokenizer(guessed, _model(folder), engine_class)
+    assert type(fixed) is type(auto)
+    assert fixed(TEXT).input_ids == auto(TEXT).input_ids
+
+
+def test_no_guess_without_a_class_transformers_exports_or_with_code_of_the_folder(tokenizer_dir: Path,
+                                                                                   tmp_path: Path) -> None:
+    assert declared_tokenizer_class(str(_declaring(tokenizer_dir, tmp_path, "NoSuchTokenizer"))) is None
+    assert declared_tokenizer_class(str(_declaring(tokenizer_dir, tmp_path, "GPT2Tokenizer",
+                                                   auto_map={"AutoTokenizer": ["a.B", None]}))) is None
+    assert declared_tokenizer_class(str(_declaring(tokenizer_dir, tmp_path, "AutoConfig"))) is None
+    no_json = _declaring(tokenizer_dir, tmp_path, "Qwen2Tokenizer")
+    (no_json / "tokenizer.json").unlink()
+    assert declared_tokenizer_class(str(no_json)) is None
+    assert declared_tokenizer_class(str(tmp_path / "missing")) is None
+    # No guess: nothing is loaded, and the engine's class (or AutoTokenizer, where the engine does not know or
+    # names a class transformers does not export, the folder's own code, say) loads it after the engine's start.
+    assert guess_tokenizer(_model(tokenizer_dir / "missing")) is None
+    auto_class = type(AutoTokenizer.from_pretrained(str(tokenizer_dir)))
+    for engine_class in (None, "NotInTransformers", auto_class.__name__):
+        assert type(matching_tokenizer(None, _model(tokenizer_dir), engine_class)) is auto_class
+
+
+def test_the_engine_reports_no_class_without_a_tokenizer(tmp_path: Path) -> None:
+    assert auto_tokenizer_class(SimpleNamespace(model=str(tmp_path), skip_tokenizer_init=True)) is None
+    assert auto_tokenizer_class(_model(tmp_path / "missing")) is None
+
+
+def test_a_hub_repo_is_guessed_only_from_its_cached_snapshot(tokenizer_dir: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub
+
+    snapshot = _declaring(tokenizer_dir, tmp_path, "Qwen2Tokenizer")
+    cached = {"tokenizer_config.json": str(snapshot / "tokenizer_config.json"),
+              "tokenizer.json": str(snapshot / "tokenizer.json")}
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache",
+                        lambda repo, file, revision=None: cached.get(file) if repo == "acme/tiny" else None)
+    assert declared_tokenizer_class("acme/tiny").__name__ == "Qwen2Tokenizer"
+    assert declared_tokenizer_class("acme/other") is None
+    cached.pop("tokenizer.json")  # one file not downloaded yet: no guess, nothing fetched here
+    assert declared_tokenizer_class("acme/tiny") is None
