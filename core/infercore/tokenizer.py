@@ -119,8 +119,9 @@ def get_tokenizer(model_config: Any, *, class_name: str | None = None) -> PreTra
     name = getattr(model_config, "tokenizer", None) or model_config.model
     revision = getattr(model_config, "revision", None)
     direct = _exported_tokenizer_class(class_name) if class_name else None
-    return _load(name, lambda: direct.from_pretrained(name, revision=revision) if direct is not None else
-                 _auto(name, revision, bool(getattr(model_config, "trust_remote_code", False))))
+    if direct is not None:
+        return _load(name, functools.partial(direct.from_pretrained, name, revision=revision))
+    return _load(name, functools.partial(_auto, name, revision, bool(getattr(model_config, "trust_remote_code", False))))
 
 
 def guess_tokenizer(model_config: Any) -> PreTrainedTokenizerBase | None:
@@ -131,7 +132,7 @@ def guess_tokenizer(model_config: Any) -> PreTrainedTokenizerBase | None:
     declared = declared_tokenizer_class(name, revision)
     if declared is None:
         return None
-    return _load(name, lambda: declared.from_pretrained(name, revision=revision))
+    return _load(name, functools.partial(declared.from_pretrained, name, revision=revision))
 
 
 def _auto(name: str, revision: str | None, trust_remote_code: bool) -> PreTrainedTokenizerBase:
