@@ -92,8 +92,8 @@ def declared_tokenizer_class(name: str, revision: str | None = None) -> type[Pre
     otherwise.
 
     Usually the class ``AutoTokenizer`` picks, but not always (it overrides some declarations by model type), so
-    only the API server loads with it, as a first guess checked against the engine's answer
-    (:func:`auto_tokenizer_class`) before it serves."""
+    only the API server loads with it, as a first guess checked against ``AutoTokenizer``'s answer in a process of
+    its own (:func:`auto_tokenizer_class_elsewhere`) before it serves."""
     folder = _tokenizer_folder(name, revision)
     if folder is None:
         return None
@@ -112,7 +112,7 @@ def get_tokenizer(model_config: Any, *, class_name: str | None = None) -> PreTra
     """Load the fast tokenizer of ``model_config.tokenizer`` (or ``.model``): a local folder or hub id.
 
     ``AutoTokenizer`` picks its class, unless ``class_name`` names one transformers exports (what
-    ``AutoTokenizer`` picked in the engine process): that skips ``AutoTokenizer``'s module, which imports
+    ``AutoTokenizer`` picked in another process): that skips ``AutoTokenizer``'s module, which imports
     transformers' configuration code and torch under it, about 200 MB an API server does not otherwise need.
     Code from the model folder runs only when ``model_config.trust_remote_code`` is set.
     """
@@ -151,22 +151,50 @@ def _load(name: str, load: Callable[[], PreTrainedTokenizerBase]) -> PreTrainedT
 
 
 def auto_tokenizer_class(model_config: Any) -> str | None:
-    """The name of the class ``AutoTokenizer`` picks for the model (the engine process tells the API server,
-    which loads that class directly); None without a tokenizer, or where loading it fails (the API server
-    then reports the error from its own load)."""
+    """The name of the class ``AutoTokenizer`` picks for the model; None without a tokenizer, or where loading it
+    fails (the caller's own load then says what is wrong)."""
     if getattr(model_config, "skip_tokenizer_init", False):
         return None
     try:
         return type(get_tokenizer(model_config)).__name__
-    except Exception:  # noqa: BLE001 - the API server's own load says what is wrong
+    except Exception:  # noqa: BLE001 - the caller's own load says what is wrong
         return None
+
+
+#: Seconds the helper process may take to name ``AutoTokenizer``'s class (imports, and a download of the
+#: tokenizer files where they are not cached yet).
+AUTO_CLASS_TIMEOUT_S = 300.0
+_AUTO_CLASS_SCRIPT = """
+import json, sys, types
+from infercore.tokenizer import auto_tokenizer_class
+print(json.dumps(auto_tokenizer_class(types.SimpleNamespace(**json.loads(sys.argv[1])))))
+"""
+
+
+def auto_tokenizer_class_elsewhere(model_config: Any, timeout_s: float = AUTO_CLASS_TIMEOUT_S) -> str | None:
+    """:func:`auto_tokenizer_class`, asked of a short-lived Python process: ``AutoTokenizer``'s module imports
+    transformers' configuration code and torch under it (about 200 MB, and 2-3 s of imports with some
+    transformers releases) that the API server then never holds. None where the process fails or runs out of
+    time (the caller keeps its own choice)."""
+    import subprocess
+    import sys
+
+    fields = {"model": model_config.model, "tokenizer": getattr(model_config, "tokenizer", None),
+              "revision": getattr(model_config, "revision", None),
+              "trust_remote_code": bool(getattr(model_config, "trust_remote_code", False))}
+    try:
+        done = subprocess.run([sys.executable, "-c", _AUTO_CLASS_SCRIPT, json.dumps(fields)], capture_output=True,
+                              text=True, timeout=timeout_s, check=False)
+        answer = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+    return answer if isinstance(answer, str) else None
 
 
 def matching_tokenizer(tokenizer: PreTrainedTokenizerBase | None, model_config: Any,
                        class_name: str | None) -> PreTrainedTokenizerBase:
-    """``tokenizer`` (a first guess, or None) when it is of the class ``AutoTokenizer`` picks (``class_name``,
-    from the engine; None: not known), else the tokenizer loaded with that class (``AutoTokenizer`` where it is
-    not known)."""
+    """``tokenizer`` (a first guess, or None) when it is of the class ``AutoTokenizer`` picks (``class_name``; None:
+    not known), else the tokenizer loaded with that class (with ``AutoTokenizer`` where the class is not known)."""
     if tokenizer is not None and (class_name is None or type(tokenizer).__name__ == class_name):
         return tokenizer
     return get_tokenizer(model_config, class_name=class_name)

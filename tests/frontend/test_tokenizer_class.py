@@ -1,5 +1,6 @@
 """The API server loads its tokenizer with the folder's declared class (no ``AutoTokenizer``, so no torch in that
-process), and loads it again with the class ``AutoTokenizer`` picked in the engine process where the two differ."""
+process), and loads it again with the class ``AutoTokenizer`` picks (asked of a short-lived process) where the two
+differ."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from transformers import AutoTokenizer
 from infercore.tiny_models import build_tokenizer
 from infercore.tokenizer import (
     auto_tokenizer_class,
+    auto_tokenizer_class_elsewhere,
     declared_tokenizer_class,
     guess_tokenizer,
     matching_tokenizer,
@@ -52,21 +54,20 @@ def test_a_declared_class_that_auto_agrees_with_loads_the_same_tokenizer(
     assert type(guessed) is type(auto)
     assert guessed(TEXT).input_ids == auto(TEXT).input_ids
     assert guessed.all_special_ids == auto.all_special_ids and guessed.chat_template == auto.chat_template
-    # Nothing to load again: the engine's class is the one already loaded.
+    # Nothing to load again: AutoTokenizer's class is the one already loaded.
     assert matching_tokenizer(guessed, _model(folder), auto_tokenizer_class(_model(folder))) is guessed
 
 
-def test_a_declaration_auto_overrides_is_loaded_again_with_the_engine_class(tokenizer_dir: Path,
-                                                                             tmp_path: Path) -> None:
+def test_a_declaration_auto_overrides_is_loaded_again_with_auto_class(tokenizer_dir: Path, tmp_path: Path) -> None:
     # A byte-level tokenizer.json declared as LlamaTokenizerFast: AutoTokenizer loads TokenizersBackend instead,
     # and the declared class would encode differently.
     folder = _declaring(tokenizer_dir, tmp_path, "LlamaTokenizerFast")
     auto = AutoTokenizer.from_pretrained(str(folder))
     guessed = guess_tokenizer(_model(folder))
     assert type(guessed) is not type(auto)
-    engine_class = auto_tokenizer_class(_model(folder))
-    assert engine_class == type(auto).__name__ == "TokenizersBackend"
-    fixed = matching_tokenizer(guessed, _model(folder), engine_class)
+    auto_class = auto_tokenizer_class_elsewhere(_model(folder))
+    assert auto_class == auto_tokenizer_class(_model(folder)) == type(auto).__name__ == "TokenizersBackend"
+    fixed = matching_tokenizer(guessed, _model(folder), auto_class)
     assert type(fixed) is type(auto)
     assert fixed(TEXT).input_ids == auto(TEXT).input_ids
 
@@ -81,17 +82,19 @@ def test_no_guess_without_a_class_transformers_exports_or_with_code_of_the_folde
     (no_json / "tokenizer.json").unlink()
     assert declared_tokenizer_class(str(no_json)) is None
     assert declared_tokenizer_class(str(tmp_path / "missing")) is None
-    # No guess: nothing is loaded, and the engine's class (or AutoTokenizer, where the engine does not know or
-    # names a class transformers does not export, the folder's own code, say) loads it after the engine's start.
+    # No guess: nothing is loaded, and AutoTokenizer's class (or AutoTokenizer itself, where the class is not known
+    # or not one transformers exports: the folder's own code, say) loads it after the engine's start.
     assert guess_tokenizer(_model(tokenizer_dir / "missing")) is None
     auto_class = type(AutoTokenizer.from_pretrained(str(tokenizer_dir)))
-    for engine_class in (None, "NotInTransformers", auto_class.__name__):
-        assert type(matching_tokenizer(None, _model(tokenizer_dir), engine_class)) is auto_class
+    for answer in (None, "NotInTransformers", auto_class.__name__):
+        assert type(matching_tokenizer(None, _model(tokenizer_dir), answer)) is auto_class
 
 
-def test_the_engine_reports_no_class_without_a_tokenizer(tmp_path: Path) -> None:
+def test_no_class_without_a_tokenizer_or_in_time(tokenizer_dir: Path, tmp_path: Path) -> None:
     assert auto_tokenizer_class(SimpleNamespace(model=str(tmp_path), skip_tokenizer_init=True)) is None
     assert auto_tokenizer_class(_model(tmp_path / "missing")) is None
+    assert auto_tokenizer_class_elsewhere(_model(tmp_path / "missing")) is None
+    assert auto_tokenizer_class_elsewhere(_model(tokenizer_dir), timeout_s=0.01) is None
 
 
 def test_a_hub_repo_is_guessed_only_from_its_cached_snapshot(tokenizer_dir: Path, tmp_path: Path,

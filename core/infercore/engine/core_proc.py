@@ -18,7 +18,6 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import zmq
@@ -212,19 +211,6 @@ def _addresses(value: str | Sequence[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def _tokenizer_class_soon(config: InfercoreConfig) -> Future[str | None]:
-    """The class ``AutoTokenizer`` picks for the served model, worked out beside the engine's start (the API
-    server loads that class directly, without importing torch for ``AutoTokenizer``)."""
-    from infercore.demo import resolve_demo_model
-    from infercore.tokenizer import auto_tokenizer_class
-
-    resolve_demo_model(config)
-    pool = ThreadPoolExecutor(1, thread_name_prefix="tokenizer-class")
-    future = pool.submit(auto_tokenizer_class, config.model.model_copy())
-    pool.shutdown(wait=False)
-    return future
-
-
 def run_engine_core(config_json: str, input_address: str | Sequence[str], output_address: str | Sequence[str],
                     parent_pid: int, engine_factory: str = DEFAULT_ENGINE_FACTORY) -> None:
     """Process entry point (must be importable for the spawn context).
@@ -258,9 +244,7 @@ def run_engine_core(config_json: str, input_address: str | Sequence[str], output
                 from infercore.engine.dp_lockstep import DataParallelSync
 
                 sync = DataParallelSync(config.parallel)  # before the engine: its workers meet through it
-            tokenizer_class = _tokenizer_class_soon(config)
             engine = load_factory(engine_factory)(config)
-            engine.model_info.tokenizer_class = tokenizer_class.result()
             # A step with nothing to do reports the engine's starting figures (free KV blocks and so on).
             ready = EngineReady(model_info=engine.model_info, pid=os.getpid(), stats=engine.step().stats)
         except Exception as exc:

@@ -103,7 +103,7 @@ class MultiModalInputs:
 
 def make_multimodal_inputs(config: InfercoreConfig, tokenizer: Any) -> MultiModalInputs | None:
     """The front end's :class:`MultiModalInputs` for the served model (None when it takes no images)."""
-    from infercore.models.hf_config import config_architecture, get_hf_config, resolve_model_path
+    from infercore.models.model_folder import config_architecture, resolve_model_path
 
     # The architecture from config.json alone: a text model's front end never loads transformers' config code
     # (and torch under it).
@@ -111,6 +111,8 @@ def make_multimodal_inputs(config: InfercoreConfig, tokenizer: Any) -> MultiModa
     cls = multimodal_processor_class(architecture) if architecture else None
     if cls is None:
         return None
+    from infercore.models.hf_config import get_hf_config
+
     try:
         hf_config = get_hf_config(config.model, config.load.download_dir)
     except (OSError, ValueError):

@@ -153,7 +153,7 @@ def resolve_pooling(options: PoolingRunnerConfig, folder: Path, hf_config: Any) 
 def pooling_model_info(config: Any) -> PoolingModelInfo | None:
     """The engine's pooling settings (None when it generates). ``config`` is an ``InfercoreConfig``."""
     from infercore.config import DEMO_MODEL
-    from infercore.models.hf_config import config_architecture, get_hf_config, resolve_model_path
+    from infercore.models.model_folder import config_architecture, resolve_model_path
 
     if config.model.model == DEMO_MODEL and config.pooling.runner != "pooling":
         return None  # the demo model generates (and its folder is made only when an engine starts)
@@ -161,6 +161,8 @@ def pooling_model_info(config: Any) -> PoolingModelInfo | None:
     # transformers' config code (and torch under it).
     if not wants_pooling(config.pooling, config_architecture(config.model) or ""):
         return None
+    from infercore.models.hf_config import get_hf_config
+
     hf_config = get_hf_config(config.model)
     folder = resolve_model_path(config.model)
     return resolve_pooling(config.pooling, Path(folder), hf_config)

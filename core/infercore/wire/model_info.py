@@ -13,5 +13,3 @@ class ModelInfo(msgspec.Struct, array_like=True):
     eos_token_id: int | None
     generation_stop_ids: list[int]
     num_kv_blocks: int = 0
-    #: The tokenizer class ``AutoTokenizer`` picks (the engine process works it out; None: not known).
-    tokenizer_class: str | None = None
