@@ -200,6 +200,21 @@ def matching_tokenizer(tokenizer: PreTrainedTokenizerBase | None, model_config: 
     return get_tokenizer(model_config, class_name=class_name)
 
 
+def serving_tokenizer(model_config: Any) -> PreTrainedTokenizerBase:
+    """The API server's tokenizer: the one ``AutoTokenizer`` loads, without importing ``AutoTokenizer`` (nor torch)
+    in this process where transformers allows it. The folder's declared class loads first
+    (:func:`guess_tokenizer`); a short-lived process names the class ``AutoTokenizer`` picks
+    (:func:`auto_tokenizer_class_elsewhere`), and where the two differ the tokenizer loads again with that class.
+    Where loading the tokenizer brought torch in anyway (transformers releases before 5.25 or so import it for
+    every tokenizer), ``AutoTokenizer`` loads it here."""
+    import sys
+
+    guess = guess_tokenizer(model_config)
+    if "torch" in sys.modules:
+        return get_tokenizer(model_config)
+    return matching_tokenizer(guess, model_config, auto_tokenizer_class_elsewhere(model_config))
+
+
 @dataclass(frozen=True)
 class TokenizerInfo:
     """Facts about a tokenizer that the engine reads often, computed once."""

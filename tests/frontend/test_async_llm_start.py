@@ -34,7 +34,7 @@ def test_a_failed_start_leaves_no_unretrieved_tokenizer_error(monkeypatch: pytes
         tokenizer_failed.set()
         raise OSError("no tokenizer here")
 
-    monkeypatch.setattr(async_llm, "guess_tokenizer", failing_tokenizer)
+    monkeypatch.setattr(async_llm, "serving_tokenizer", failing_tokenizer)
     config = InfercoreConfig.from_kwargs(model=str(tmp_path))
     client = _FailingClient()
     unhandled: list[dict[str, Any]] = []

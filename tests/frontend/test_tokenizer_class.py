@@ -19,6 +19,7 @@ from infercore.tokenizer import (
     declared_tokenizer_class,
     guess_tokenizer,
     matching_tokenizer,
+    serving_tokenizer,
 )
 
 TEXT = "Hello world, ünïcode 123 <|im_end|> again"
@@ -45,31 +46,27 @@ def _model(folder: Path) -> SimpleNamespace:
 
 
 @pytest.mark.parametrize("declared", ["TokenizersBackend", "PreTrainedTokenizerFast", "Qwen2Tokenizer",
-                                      "GPT2Tokenizer"])
-def test_a_declared_class_that_auto_agrees_with_loads_the_same_tokenizer(
-        tokenizer_dir: Path, tmp_path: Path, declared: str) -> None:
+                                      "GPT2Tokenizer", "LlamaTokenizerFast"])
+def test_the_serving_tokenizer_is_auto_tokenizers(tokenizer_dir: Path, tmp_path: Path, declared: str) -> None:
+    # LlamaTokenizerFast over a byte-level tokenizer.json: transformers 5.25 loads TokenizersBackend instead (the
+    # declared class would encode differently), 5.17 the declared class; either way the same as AutoTokenizer.
     folder = _declaring(tokenizer_dir, tmp_path, declared)
     auto = AutoTokenizer.from_pretrained(str(folder))
-    guessed = guess_tokenizer(_model(folder))
-    assert type(guessed) is type(auto)
-    assert guessed(TEXT).input_ids == auto(TEXT).input_ids
-    assert guessed.all_special_ids == auto.all_special_ids and guessed.chat_template == auto.chat_template
-    # Nothing to load again: AutoTokenizer's class is the one already loaded.
-    assert matching_tokenizer(guessed, _model(folder), auto_tokenizer_class(_model(folder))) is guessed
+    assert auto_tokenizer_class_elsewhere(_model(folder)) == auto_tokenizer_class(_model(folder)) == type(auto).__name__
+    served = serving_tokenizer(_model(folder))
+    assert type(served) is type(auto)
+    assert served(TEXT).input_ids == auto(TEXT).input_ids
+    assert served.all_special_ids == auto.all_special_ids and served.chat_template == auto.chat_template
 
 
-def test_a_declaration_auto_overrides_is_loaded_again_with_auto_class(tokenizer_dir: Path, tmp_path: Path) -> None:
-    # A byte-level tokenizer.json declared as LlamaTokenizerFast: AutoTokenizer loads TokenizersBackend instead,
-    # and the declared class would encode differently.
-    folder = _declaring(tokenizer_dir, tmp_path, "LlamaTokenizerFast")
-    auto = AutoTokenizer.from_pretrained(str(folder))
+def test_a_guess_of_another_class_is_loaded_again_with_auto_tokenizers(tokenizer_dir: Path, tmp_path: Path) -> None:
+    folder = _declaring(tokenizer_dir, tmp_path, "Qwen2Tokenizer")
     guessed = guess_tokenizer(_model(folder))
-    assert type(guessed) is not type(auto)
-    auto_class = auto_tokenizer_class_elsewhere(_model(folder))
-    assert auto_class == auto_tokenizer_class(_model(folder)) == type(auto).__name__ == "TokenizersBackend"
-    fixed = matching_tokenizer(guessed, _model(folder), auto_class)
-    assert type(fixed) is type(auto)
-    assert fixed(TEXT).input_ids == auto(TEXT).input_ids
+    assert type(guessed).__name__ == "Qwen2Tokenizer"
+    assert matching_tokenizer(guessed, _model(folder), "Qwen2Tokenizer") is guessed  # nothing to load again
+    assert matching_tokenizer(guessed, _model(folder), None) is guessed  # the answer not known: the guess stays
+    other = matching_tokenizer(guessed, _model(folder), "GPT2Tokenizer")  # AutoTokenizer would pick another class
+    assert type(other).__name__ == "GPT2Tokenizer"
 
 
 def test_no_guess_without_a_class_transformers_exports_or_with_code_of_the_folder(tokenizer_dir: Path,

@@ -43,7 +43,8 @@ def _maps_torch(pid: int) -> bool:
 def test_a_serving_api_server_never_loads_torch_and_tokenizes_as_auto_tokenizer(start_server, model_dir: Path,
                                                                                tmp_path: Path) -> None:
     # The folder declares a tokenizer class AutoTokenizer overrides (LlamaTokenizerFast over a byte-level
-    # tokenizer.json): the API server's first guess is wrong, and the engine's answer corrects it.
+    # tokenizer.json, with transformers 5.25): the API server's first guess is wrong, and the answer of the
+    # process it asks corrects it.
     folder = tmp_path / "misdeclared"
     shutil.copytree(model_dir, folder)
     config = json.loads((folder / "tokenizer_config.json").read_text())
@@ -60,4 +61,8 @@ def test_a_serving_api_server_never_loads_torch_and_tokenizes_as_auto_tokenizer(
     plain = httpx.post(server.url + "/v1/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 3,
                                                               "logprobs": 2})
     assert plain.status_code == 200, plain.text
-    assert not _maps_torch(server.proc.pid), "the API server process loaded torch"
+    # Some transformers releases (5.17) import torch for every tokenizer class; with the others, no torch here.
+    probe = "import sys, transformers; transformers.TokenizersBackend; print('torch' in sys.modules)"
+    tokenizers_need_torch = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                           timeout=120).stdout.strip() == "True"
+    assert _maps_torch(server.proc.pid) == tokenizers_need_torch

@@ -32,7 +32,7 @@ from infercore.outputs import RequestOutput
 from infercore.pooling.config import pooling_model_info
 from infercore.pooling.front import check_request_kind
 from infercore.sampling_params import SamplingParams
-from infercore.tokenizer import auto_tokenizer_class_elsewhere, guess_tokenizer, matching_tokenizer
+from infercore.tokenizer import serving_tokenizer
 from infercore.wire.messages import SchedulerStats
 from infercore.wire.model_info import ModelInfo
 
@@ -120,24 +120,15 @@ class AsyncLLM:
         """Start the engine process (or, given a ``client`` of engines another process started, reach
         them) and wait for it; raises EngineStartupError with the engine's reason."""
         client = client or make_engine_client(config, engine_factory)
-        # Beside the engine's start: the tokenizer loaded with its folder's declared class, and the class
-        # AutoTokenizer picks asked of a short-lived process (no AutoTokenizer here, so no torch in this
-        # process); where they differ, the tokenizer is loaded again with AutoTokenizer's class.
-        skip = config.model.skip_tokenizer_init
-        loop = asyncio.get_running_loop()
-        tokenizer_task = loop.run_in_executor(None, (lambda _: None) if skip else guess_tokenizer, config.model)
-        class_task = loop.run_in_executor(None, (lambda _: None) if skip else auto_tokenizer_class_elsewhere,
-                                          config.model)
+        # Beside the engine's start; without torch in this process where transformers allows it.
+        load = (lambda _: None) if config.model.skip_tokenizer_init else serving_tokenizer
+        tokenizer_task = asyncio.get_running_loop().run_in_executor(None, load, config.model)
         try:
             model_info = await client.start()
             tokenizer = await tokenizer_task
-            if not skip:
-                tokenizer = await loop.run_in_executor(None, matching_tokenizer, tokenizer, config.model,
-                                                       await class_task)
         except BaseException:
             # The tokenizer's own failure, if it comes, is not the error to report: take it quietly.
-            for task in (tokenizer_task, class_task):
-                task.add_done_callback(lambda done: done.cancelled() or done.exception())
+            tokenizer_task.add_done_callback(lambda task: task.cancelled() or task.exception())
             client.close()
             raise
         llm = cls(config, client, model_info, tokenizer, listener)
