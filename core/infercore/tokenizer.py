@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import functools
 import json
+import os
 import re
 import threading
 import time
@@ -191,6 +192,58 @@ def auto_tokenizer_class_elsewhere(model_config: Any, timeout_s: float = AUTO_CL
     return answer if isinstance(answer, str) else None
 
 
+#: The file (in infercore's cache folder) that remembers :func:`auto_tokenizer_class_elsewhere`'s answers.
+AUTO_CLASS_CACHE_FILE = "tokenizer_classes.json"
+
+
+def _class_cache_key(model_config: Any) -> str | None:
+    """What the answer for a local tokenizer folder depends on: the folder, its tokenizer and model config files
+    (path, size, mtime), transformers' version and ``trust_remote_code``; None for a folder that is not local."""
+    import transformers
+
+    name = getattr(model_config, "tokenizer", None) or model_config.model
+    folder = Path(name).expanduser()
+    if not folder.is_dir():
+        return None
+    stamps = []
+    for file in ("tokenizer_config.json", "tokenizer.json", "config.json"):
+        try:
+            stat = (folder / file).stat()
+            stamps.append(f"{file}:{stat.st_size}:{stat.st_mtime_ns}")
+        except OSError:
+            stamps.append(f"{file}:-")
+    trust = bool(getattr(model_config, "trust_remote_code", False))
+    return "|".join([str(folder.resolve()), transformers.__version__, f"trust={trust}", *stamps])
+
+
+def auto_tokenizer_class_remembered(model_config: Any) -> str | None:
+    """:func:`auto_tokenizer_class_elsewhere`, its answer for a local folder remembered in infercore's cache
+    folder until the folder's files or transformers change: a warm start starts no helper process."""
+    from infercore.demo import cache_dir
+
+    key = _class_cache_key(model_config)
+    path = cache_dir() / AUTO_CLASS_CACHE_FILE
+    try:
+        known = json.loads(path.read_text(encoding="utf-8")) if key is not None else {}
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    if isinstance(known.get(key), str):
+        return known[key]
+    answer = auto_tokenizer_class_elsewhere(model_config)
+    if key is not None and answer is not None:
+        known[key] = answer
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staging = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            staging.write_text(json.dumps(dict(list(known.items())[-256:])), encoding="utf-8")
+            staging.replace(path)  # atomic: API servers starting together never read half a file
+        except OSError:
+            pass  # an unwritable cache folder costs the next start a helper process, nothing else
+    return answer
+
+
 def matching_tokenizer(tokenizer: PreTrainedTokenizerBase | None, model_config: Any,
                        class_name: str | None) -> PreTrainedTokenizerBase:
     """``tokenizer`` (a first guess, or None) when it is of the class ``AutoTokenizer`` picks (``class_name``; None:
@@ -204,7 +257,8 @@ def serving_tokenizer(model_config: Any) -> PreTrainedTokenizerBase:
     """The API server's tokenizer: the one ``AutoTokenizer`` loads, without importing ``AutoTokenizer`` (nor torch)
     in this process where transformers allows it. The folder's declared class loads first
     (:func:`guess_tokenizer`); a short-lived process names the class ``AutoTokenizer`` picks
-    (:func:`auto_tokenizer_class_elsewhere`), and where the two differ the tokenizer loads again with that class.
+    (:func:`auto_tokenizer_class_remembered`: once per folder), and where the two differ the tokenizer loads again
+    with that class.
     Where loading the tokenizer brought torch in anyway (transformers releases before 5.25 or so import it for
     every tokenizer), ``AutoTokenizer`` loads it here."""
     import sys
@@ -212,7 +266,7 @@ def serving_tokenizer(model_config: Any) -> PreTrainedTokenizerBase:
     guess = guess_tokenizer(model_config)
     if "torch" in sys.modules:
         return get_tokenizer(model_config)
-    return matching_tokenizer(guess, model_config, auto_tokenizer_class_elsewhere(model_config))
+    return matching_tokenizer(guess, model_config, auto_tokenizer_class_remembered(model_config))
 
 
 @dataclass(frozen=True)

@@ -107,3 +107,28 @@ def test_a_hub_repo_is_guessed_only_from_its_cached_snapshot(tokenizer_dir: Path
     assert declared_tokenizer_class("acme/other") is None
     cached.pop("tokenizer.json")  # one file not downloaded yet: no guess, nothing fetched here
     assert declared_tokenizer_class("acme/tiny") is None
+
+
+def test_the_answer_is_remembered_until_the_folder_changes(tokenizer_dir: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from infercore import tokenizer as tokenizer_module
+
+    monkeypatch.setenv("INFERCORE_CACHE_DIR", str(tmp_path / "cache"))
+    asked: list[str] = []
+
+    def ask(model_config: object) -> str:
+        asked.append(str(model_config.model))
+        return "TokenizersBackend"
+
+    monkeypatch.setattr(tokenizer_module, "auto_tokenizer_class_elsewhere", ask)
+    folder = _declaring(tokenizer_dir, tmp_path, "TokenizersBackend")
+    remembered = tokenizer_module.auto_tokenizer_class_remembered
+    assert remembered(_model(folder)) == remembered(_model(folder)) == "TokenizersBackend"
+    assert len(asked) == 1  # the second start asks no helper process
+    config = folder / "tokenizer_config.json"
+    config.write_text(config.read_text() + " ")  # the folder changed: asked again
+    assert remembered(_model(folder)) == "TokenizersBackend" and len(asked) == 2
+    (tmp_path / "cache" / tokenizer_module.AUTO_CLASS_CACHE_FILE).write_text("{not json")
+    assert remembered(_model(folder)) == "TokenizersBackend" and len(asked) == 3  # a broken file is asked past
+    monkeypatch.setattr(tokenizer_module, "auto_tokenizer_class_elsewhere", lambda model_config: None)
+    assert remembered(_model(tmp_path / "not-local")) is None  # nothing to remember, nothing written
