@@ -52,14 +52,14 @@ def test_a_serving_api_server_never_loads_torch_and_tokenizes_as_auto_tokenizer(
     server = start_server("--api-server-count", "1", model=folder)
     assert _maps_torch(server.engine_pid())  # the check sees torch where it is loaded
     text = "hello world, ünïcode <|im_end|> 123"
-    ids = httpx.post(server.url + "/tokenize", json={"prompt": text}).json()["tokens"]
+    ids = httpx.post(server.url + "/tokenize", json={"prompt": text}, timeout=60).json()["tokens"]
     assert ids == AutoTokenizer.from_pretrained(str(folder))(text).input_ids
     chat = httpx.post(server.url + "/v1/chat/completions", json={
         "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-        "response_format": {"type": "json_object"}})
+        "response_format": {"type": "json_object"}}, timeout=120)  # the engine's first grammar: seconds on a busy CPU
     assert chat.status_code == 200, chat.text
     plain = httpx.post(server.url + "/v1/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 3,
-                                                              "logprobs": 2})
+                                                              "logprobs": 2}, timeout=60)
     assert plain.status_code == 200, plain.text
     # Some transformers releases (5.17) import torch for every tokenizer class; with the others, no torch here.
     probe = "import sys, transformers; transformers.TokenizersBackend; print('torch' in sys.modules)"
