@@ -13,7 +13,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from infercore.tiny_models import build_tokenizer
-from infercore.tokenizer import (
+from infercore.tokenizer_loading import (
     auto_tokenizer_class,
     auto_tokenizer_class_elsewhere,
     declared_tokenizer_class,
@@ -111,7 +111,7 @@ def test_a_hub_repo_is_guessed_only_from_its_cached_snapshot(tokenizer_dir: Path
 
 def test_the_answer_is_remembered_until_the_folder_changes(tokenizer_dir: Path, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from infercore import tokenizer as tokenizer_module
+    from infercore import tokenizer_loading as tokenizer_module
 
     monkeypatch.setenv("INFERCORE_CACHE_DIR", str(tmp_path / "cache"))
     asked: list[str] = []

@@ -32,7 +32,7 @@ from infercore.outputs import RequestOutput
 from infercore.pooling.config import pooling_model_info
 from infercore.pooling.front import check_request_kind
 from infercore.sampling_params import SamplingParams
-from infercore.tokenizer import serving_tokenizer
+from infercore.tokenizer_loading import serving_tokenizer
 from infercore.wire.messages import SchedulerStats
 from infercore.wire.model_info import ModelInfo
 
