@@ -78,8 +78,7 @@ def get_tokenizer(model_config: Any, *, class_name: str | None = None) -> PreTra
     transformers' configuration code and torch under it, about 200 MB an API server does not otherwise need.
     Code from the model folder runs only when ``model_config.trust_remote_code`` is set.
     """
-    name = getattr(model_config, "tokenizer", None) or model_config.model
-    revision = getattr(model_config, "revision", None)
+    name, revision = _tokenizer_name(model_config), getattr(model_config, "revision", None)
     direct = _exported_tokenizer_class(class_name) if class_name else None
     if direct is not None:
         return _load(name, functools.partial(direct.from_pretrained, name, revision=revision))
@@ -89,12 +88,13 @@ def get_tokenizer(model_config: Any, *, class_name: str | None = None) -> PreTra
 def guess_tokenizer(model_config: Any) -> PreTrainedTokenizerBase | None:
     """The tokenizer loaded with its folder's declared class (:func:`declared_tokenizer_class`), without
     ``AutoTokenizer``; None where there is no such class to guess (nothing loaded)."""
-    name = getattr(model_config, "tokenizer", None) or model_config.model
-    revision = getattr(model_config, "revision", None)
-    declared = declared_tokenizer_class(name, revision)
-    if declared is None:
-        return None
-    return _load(name, functools.partial(declared.from_pretrained, name, revision=revision))
+    declared = declared_tokenizer_class(_tokenizer_name(model_config), getattr(model_config, "revision", None))
+    return None if declared is None else get_tokenizer(model_config, class_name=declared.__name__)
+
+
+def _tokenizer_name(model_config: Any) -> str:
+    """The tokenizer's folder or hub id: ``model_config.tokenizer``, else the model's."""
+    return getattr(model_config, "tokenizer", None) or model_config.model
 
 
 def _auto(name: str, revision: str | None, trust_remote_code: bool) -> PreTrainedTokenizerBase:
@@ -162,8 +162,7 @@ def _class_cache_key(model_config: Any) -> str | None:
     (path, size, mtime), transformers' version and ``trust_remote_code``; None for a folder that is not local."""
     import transformers
 
-    name = getattr(model_config, "tokenizer", None) or model_config.model
-    folder = Path(name).expanduser()
+    folder = Path(_tokenizer_name(model_config)).expanduser()
     if not folder.is_dir():
         return None
     stamps = []

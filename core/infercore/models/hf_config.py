@@ -10,9 +10,7 @@ from transformers import AutoConfig, PretrainedConfig
 
 from infercore.config import ModelConfig
 from infercore.models.config_import import refused_registry, without_model_registry
-from infercore.models.model_folder import (  # noqa: F401 - HUB_PATTERNS and config_architecture, as they were here
-    HUB_PATTERNS,
-    config_architecture,
+from infercore.models.model_folder import (  # noqa: F401 - resolve_model_path, as it was here
     hf_overrides,
     resolve_model_path,
 )

@@ -5,8 +5,7 @@ backend, bitmask or torch."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from infercore.lazy_names import lazy_getattr
 
 _NAMES = {
     "CompiledGrammar": "infercore.structured_output.backend",
@@ -24,9 +23,4 @@ _NAMES = {
 
 __all__ = sorted(_NAMES)
 
-
-def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'infercore.structured_output' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _NAMES)
