@@ -83,13 +83,12 @@ def engine_splits(num_reqs: int, num_kv_heads: int, width: int, kv_cache_dtype: 
 
 
 #: Letters of a setting's fourth field: the fp8 choices each turns on.
-SETTING_FLAGS = {"v": "fp8_v_words", "k": "fp8_k_words", "q": "fp8_qk_dot", "p": "fp8_pv_dot"}
+SETTING_FLAGS = {"k": "fp8_k_words"}
 
 
 def parse_setting(text: str, base: DecodeConfig | None = None) -> DecodeConfig:
-    """``BLOCK_N:WARPS:STAGES`` then optionally letters over ``base``: ``v``/``k`` (fp8 V/K loaded as words),
-    ``q`` (Q·K on FP8 tensor cores, the query quantized per head), ``p`` (P·V on FP8 tensor cores); e.g.
-    ``128:4:3:qp``. Flags not named are off."""
+    """``BLOCK_N:WARPS:STAGES`` then optionally letters over ``base``: ``k`` (fp8 K loaded as words); e.g.
+    ``128:4:1:k``. Flags not named are off."""
     parts = text.split(":")
     letters = parts[3] if len(parts) > 3 else ""
     unknown = set(letters) - set(SETTING_FLAGS)
@@ -135,9 +134,8 @@ def main() -> None:
                              "wide (as in a captured graph); times split strategies, one JSON line each")
     parser.add_argument("--split-sweep", default=None, metavar="B1,B2,...",
                         help="instead: for each batch size, both tile widths at every split count on a ragged batch")
-    parser.add_argument("--config", default=None, metavar="BLOCK_N:WARPS:STAGES[:v|:k|:kv]",
-                        help="time this launch setting instead of the engine's (':v', ':k', ':kv': fp8 V, K or both "
-                             "loaded as words)")
+    parser.add_argument("--config", default=None, metavar="BLOCK_N:WARPS:STAGES[:k]",
+                        help="time this launch setting instead of the engine's (':k': fp8 K loaded as words)")
     parser.add_argument("--timer", choices=["graph", "do_bench"], default="graph",
                         help="graph: device time from CUDA-graph replays (default); do_bench: per call, launch gaps "
                              "included")
@@ -181,21 +179,22 @@ def main() -> None:
         ragged_run = _ragged_timer(args, RAGGED_SWEEP_LENGTHS, RAGGED_SWEEP_WIDTH)
         results = []
         if args.kv_cache_dtype == "fp8":  # bigger tiles (half the bytes per token), both conversions, words
-            # (inline PTX, V as words, K as words)
-            conversions = ((False, False, False), (True, False, False), (True, True, False), (True, True, True))
+            # (inline PTX, K as words)
+            conversions = ((False, False), (True, False), (True, True))
             grid = [(bn, w, st, True, *conv) for bn, w, st in itertools.product((64, 128, 256), (4, 8), (1, 2, 3))
                     for conv in conversions]
         else:
-            grid = itertools.product((16, 32, 64, 128), (2, 4, 8), (1, 2, 3, 4), (True,), (True,), (False,), (False,))
-        for block_n, warps, stages, fp16, ptx, v_words, k_words in grid:
-            config = DecodeConfig(block_n, warps, stages, fp16, ptx, v_words, k_words)
+            grid = itertools.product((16, 32, 64, 128), (2, 4, 8), (1, 2, 3, 4), (True,), (True,), (False,))
+        for block_n, warps, stages, fp16, ptx, k_words in grid:
+            config = DecodeConfig(block_n=block_n, num_warps=warps, num_stages=stages, fp8_via_fp16=fp16,
+                                  fp8_inline_ptx=ptx, fp8_k_words=k_words)
             try:
                 results.append((run(config), ragged_run(config), config))
             except Exception as exc:  # a tile too big for shared memory  # noqa: BLE001
                 print(f"{config}: {type(exc).__name__}", flush=True)
                 continue
             print(f"block_n={block_n:4d} warps={warps} stages={stages} fp16={fp16} inline_ptx={ptx} "
-                  f"v_words={v_words} k_words={k_words}: "
+                  f"k_words={k_words}: "
                   f"{results[-1][0]:8.1f} us {kv_bytes / results[-1][0] / 1e6:6.2f} TB/s, ragged "
                   f"{results[-1][1]:8.1f} us", flush=True)
         best = min(results, key=lambda r: r[0])[2]
@@ -225,7 +224,7 @@ def main() -> None:
         "block_size": bs, "dtype": "bfloat16", "kv_cache_dtype": args.kv_cache_dtype, "layout": args.layout, "kv_bytes": kv_bytes, "num_splits": splits,
         "config": {"block_n": best.block_n, "num_warps": best.num_warps, "num_stages": best.num_stages,
                    "fp8_via_fp16": best.fp8_via_fp16, "fp8_inline_ptx": best.fp8_inline_ptx,
-                   "fp8_v_words": best.fp8_v_words, "fp8_k_words": best.fp8_k_words},
+                   "fp8_k_words": best.fp8_k_words},
         "timer": TIMER, "triton_us": round(triton_us, 1), "triton_us_one_split": round(unsplit_us, 1), "triton_TBps": round(kv_bytes / triton_us / 1e6, 3),
         "triton_fraction_of_4.3TBps": round(kv_bytes / triton_us / 1e6 / (CEILING_BYTES_PER_S / 1e12), 3),
         # SDPA reads the bf16 (dequantized) values: its bytes are twice the fp8 cache's.

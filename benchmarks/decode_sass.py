@@ -6,11 +6,10 @@ shared memory. A memory-bound kernel that issues too many instructions per byte 
 time is spent: over an fp8 cache, the default setting's loop gathers V byte by byte from shared memory
 (``LDS.U8`` and ``PRMT``) and reloads the query's operand in pieces (``LDS.64`` and ``IMAD.MOV``).
 
-    TRITON_INTERPRET=0 python benchmarks/decode_sass.py --kv-cache-dtype fp8 --settings 128:4:3 128:4:2:v 128:4:1:kv
+    TRITON_INTERPRET=0 python benchmarks/decode_sass.py --kv-cache-dtype fp8 --settings 128:4:3 128:4:1:k
 
-Settings are ``BLOCK_N:WARPS:STAGES``, then letters: ``v``/``k`` to load V/K as words (``fp8_v_words``,
-``fp8_k_words``), ``q`` for Q·K on the FP8 tensor cores, ``p`` for P·V there too (``fp8_qk_dot``, ``fp8_pv_dot``). The shape is W-GPU's (groups of
-2 query heads, heads of 128, pages of 16). Prints one JSON line per setting.
+Settings are ``BLOCK_N:WARPS:STAGES``, then ``k`` to load K as words (``fp8_k_words``). The shape is W-GPU's
+(groups of 2 query heads, heads of 128, pages of 16). Prints one JSON line per setting.
 """
 
 from __future__ import annotations
@@ -40,21 +39,19 @@ WATCHED = ("LDS.U8", "PRMT", "IMAD.MOV.U32", "LDS.64", "LDS.128", "LDSM.16.M88.4
 GMMA_PREFIXES = ("HGMMA", "QGMMA")
 
 
-def compile_sm90(fp8: bool, block_n: int, warps: int, stages: int, v_words: bool, k_words: bool = False,
-                 group: int = 2, head: int = 128, page: int = 16, qk_dot: bool = False,
-                 pv_dot: bool = False, short: int = 0, splits: int = 1,
+def compile_sm90(fp8: bool, block_n: int, warps: int, stages: int, k_words: bool = False,
+                 group: int = 2, head: int = 128, page: int = 16, short: int = 0, splits: int = 1,
                  last_reduces: bool = False, query_starts: bool = False,
                  runtime_splits: bool = False, launch_dependents: bool = False) -> triton.compiler.CompiledKernel:
     """The decode kernel over an fp8 (as bytes, converted in PTX) or bf16 cache, in ``splits`` splits, for sm_90;
-    over fp8, ``qk_dot``/``pv_dot`` put Q·K/P·V on the FP8 tensor cores; ``short`` > 0: one program row per
-    query token of queries up to ``short`` tokens (speculative verification); ``last_reduces``: the split
-    that finishes last merges the partials (arrival counters); ``query_starts``: the decodes are found among a
-    padded batch's requests (a whole mixed graph's walk); ``runtime_splits``: the split count is an argument;
-    ``launch_dependents``: it lets the next kernel start early (a programmatic dependent launch)."""
+    over fp8, ``k_words`` loads K as 32-bit words; ``short`` > 0: one program row per query token of queries up
+    to ``short`` tokens (speculative verification); ``last_reduces``: the split that finishes last merges the
+    partials (arrival counters); ``query_starts``: the decodes are found among a padded batch's requests (a
+    whole mixed graph's walk); ``runtime_splits``: the split count is an argument; ``launch_dependents``: it
+    lets the next kernel start early (a programmatic dependent launch)."""
     constants = {"GROUP": group, "GROUP_PAD": max(16, triton.next_power_of_2(group)), "HEAD": head,
                  "HEAD_PAD": triton.next_power_of_2(head), "PAGE": page, "BLOCK_N": block_n, "NUM_SPLITS": 0 if runtime_splits else splits,
                  "DOT_PRECISION": "ieee", "FP16_MATH": fp8, "FP8_PTX": fp8, "FP8_K_WORDS": fp8 and k_words,
-                 "FP8_V_WORDS": fp8 and v_words, "FP8_QK": fp8 and qk_dot, "FP8_PV": fp8 and pv_dot,
                  "QUERY_STARTS": short > 0 or query_starts, "SHORT": short,
                  "LAST_REDUCES": last_reduces and splits > 1,
                  "SPLITS_PAD": max(32, triton.next_power_of_2(splits)), "LAUNCH_DEPENDENTS": launch_dependents}
@@ -113,18 +110,16 @@ def resource_usage(compiled: triton.compiler.CompiledKernel) -> dict[str, int]:
 
 
 def report(fp8: bool, setting: str) -> dict:
-    """One JSON record for ``BLOCK_N:WARPS:STAGES[:v|:k|:kv]``."""
+    """One JSON record for ``BLOCK_N:WARPS:STAGES[:k]``."""
     config = parse_setting(setting)
     block_n, warps, stages = config.block_n, config.num_warps, config.num_stages
-    v_words, k_words = config.fp8_v_words, config.fp8_k_words
-    compiled = compile_sm90(fp8, block_n, warps, stages, v_words, k_words, qk_dot=config.fp8_qk_dot,
-                            pv_dot=config.fp8_pv_dot)
+    k_words = config.fp8_k_words
+    compiled = compile_sm90(fp8, block_n, warps, stages, k_words)
     ops = loop_instructions(compiled.asm["sass"])
     kinds = Counter(ops)
     return {"benchmark": "decode_sass", "target": "sm_90", "kv_cache_dtype": "fp8" if fp8 else "bfloat16",
             "block_n": block_n, "num_warps": warps, "num_stages": stages,
-            "fp8_v_words": v_words and fp8, "fp8_k_words": k_words and fp8,
-            "fp8_qk_dot": config.fp8_qk_dot and fp8, "fp8_pv_dot": config.fp8_pv_dot and fp8,
+            "fp8_k_words": k_words and fp8,
             "loop_instructions_per_warp": len(ops),
             "instructions_per_128_tokens": round(len(ops) * warps * 128 / block_n),
             **resource_usage(compiled), "shared_bytes": compiled.metadata.shared,
@@ -136,7 +131,7 @@ def report(fp8: bool, setting: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kv-cache-dtype", choices=["bfloat16", "fp8"], default="fp8")
-    parser.add_argument("--settings", nargs="+", default=["128:4:3", "128:4:2:v", "128:4:1:kv"])
+    parser.add_argument("--settings", nargs="+", default=["128:4:3", "128:4:1:k"])
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         raise SystemExit("compiling for sm_90 needs TRITON_INTERPRET=0")

@@ -1,10 +1,8 @@
 """The engine over an fp8 cache with the Triton backend (kernels through the interpreter) and an fp8 decode table
-(INFERCORE_DECODE_FP8_TABLE) naming an FP8-dot setting: every decode launch takes the table's setting, and greedy
-decoding stays close to the built-in setting's.
-
-On this model (tiny Qwen3, heads of 32, weights N(0, 0.1); 4 prompts, 8 greedy tokens each) the tokens agree at
-24 of 32 positions with Q·K in e4m3 and at 22 with P·V in e4m3 too; the first difference comes at the third token
-(near-ties of the random model; after it the sequences differ)."""
+(INFERCORE_DECODE_FP8_TABLE) naming a setting of its own: every decode launch takes the table's setting, and greedy
+decoding gives the built-in setting's tokens (the same attention, summed over 32-token tiles rather than 128).
+The table is in the form sweeps wrote before the FP8-dot and V-as-words variants were removed: their fields,
+present and off, are dropped."""
 
 from __future__ import annotations
 
@@ -27,7 +25,7 @@ PROMPTS = [{"prompt_token_ids": list(range(start, start + n))} for start, n in (
 
 
 def test_the_table_reaches_every_decode_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = build_model_folder(tmp_path / "qwen3", "Qwen3ForCausalLM", head_dim=32)  # FP8 dots need heads of 32+
+    folder = build_model_folder(tmp_path / "qwen3", "Qwen3ForCausalLM", head_dim=32)
     monkeypatch.setattr(CpuPlatform, "select_attention_backend", lambda self, request: "triton")
     configs: list[DecodeConfig] = []
     launch = triton_backend.decode_attention
@@ -44,15 +42,15 @@ def test_the_table_reaches_every_decode_launch(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.delenv(decode_fp8_table.TABLE_ENV, raising=False)
     built_in = tokens()
-    assert configs and not any(c.fp8_qk_dot for c in configs)
-    setting = DecodeConfig(block_n=32, fp8_qk_dot=True, fp8_pv_dot=True)
+    setting = DecodeConfig(block_n=32, num_warps=2, num_stages=2)
+    assert configs and setting not in configs
     table = tmp_path / "table.json"
-    table.write_text(json.dumps(decode_fp8_table.Fp8DecodeTable(setting, programs_per_sm=4).to_json()))
+    written = decode_fp8_table.Fp8DecodeTable(setting, programs_per_sm=4).to_json()
+    # As a sweep wrote it before the FP8-dot and V-as-words variants were removed: their fields, off.
+    written["config"].update(fp8_qk_dot=False, fp8_pv_dot=False, fp8_v_words=False)
+    table.write_text(json.dumps(written))
     monkeypatch.setenv(decode_fp8_table.TABLE_ENV, str(table))
     configs.clear()
     with_table = tokens()
     assert configs and all(c == setting for c in configs)
-    assert [t[:2] for t in with_table] == [t[:2] for t in built_in]
-    same = sum(a == b for mine, theirs in zip(with_table, built_in, strict=True)
-               for a, b in zip(mine, theirs, strict=True))
-    assert same >= 20, (same, with_table, built_in)
+    assert with_table == built_in

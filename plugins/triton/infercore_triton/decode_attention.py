@@ -58,33 +58,13 @@ class DecodeConfig:
     #: own conversion behind the tile's trip through shared memory (fp8 there, read back byte by byte)
     #: and keeps more registers live. 2.79 against 2.38 TB/s on an H200 (batch 256 x context 1024).
     fp8_inline_ptx: bool = True
-    #: With ``fp8_inline_ptx``, load V as 32-bit words of four e4m3 values and convert them before the tile
-    #: meets the P·V dot, which then reads fp16 V from shared memory with transposing ldmatrix, as over a bf16
-    #: cache. Converted at the dot instead (the default), V's pairs along the context are gathered byte by
-    #: byte: 128 shared loads and 96 byte permutes per warp and 128-token tile. Fewer instructions (sm_90,
-    #: ``benchmarks/decode_sass.py``: 1,015 against 1,410 per warp and tile with Triton 3.6, 687 against
-    #: 1,115 with 3.9) but slower on an H200 (Triton 3.6, batch 256 x context 1024): 208 µs at two stages,
-    #: 201 at three, against 188 for the default; 9-12% slower on ragged batches too. The words make an extra
-    #: trip through shared memory: copied in as words, read back, converted, stored as fp16, read by the dot.
-    fp8_v_words: bool = False
-    #: The same for K: the Q·K dot then reads fp16 K with ldmatrix and the query's operand loads whole. On
-    #: the H200 as above, with V as words too: 200 µs at two stages, 225 at one.
+    #: With ``fp8_inline_ptx``, load K as 32-bit words of four e4m3 values and convert them before the tile
+    #: meets the Q·K dot, which then reads fp16 K from shared memory with ldmatrix, as over a bf16 cache, and the
+    #: query's operand loads whole. Fewer instructions but slower: on an H200 (Triton 3.6, batch 256 x context
+    #: 1024), with V loaded as words too (a variant since removed), 200 µs at two stages and 225 at one against
+    #: 188 for the default; the words make an extra trip through shared memory (copied in as words, read back,
+    #: converted, stored as fp16, read by the dot).
     fp8_k_words: bool = False
-    #: Over an fp8 cache, run Q·K on the FP8 tensor cores (off until timed on a GPU): each query head's row is
-    #: quantized to e4m3 in the kernel with its own scale (its largest magnitude maps to 448), the scores are
-    #: computed transposed, as K·Qᵀ, so that the tile's tokens are the dot's M and sm_90 takes the dot on its
-    #: warpgroup MMA with K as stored (copied asynchronously to shared memory, never converted), then multiplied
-    #: back by the row's scale. Costs the query's rounding to 3 mantissa bits (a few percent per score). Needs
-    #: heads of 32 or more and an NVIDIA GPU of capability 8.9+ (or the interpreter); ignored otherwise.
-    fp8_qk_dot: bool = False
-    #: With ``fp8_qk_dot``, run P·V (as Vᵀ·Pᵀ) on the FP8 tensor cores too: the probabilities (at most 1) are
-    #: multiplied by 448 and rounded to e4m3, V meets the dot as stored, and 1/448 joins V's scale on the
-    #: output; the denominator sums the unrounded probabilities. Without it P·V runs in fp16, V converted (from
-    #: 32-bit words with ``fp8_v_words``). On sm_90 (``benchmarks/decode_sass.py``, 128-token tiles, 4 warps,
-    #: Triton 3.6) the loop issues per warp and tile 1,410 instructions by default, 967 with ``fp8_qk_dot``,
-    #: 840 with ``fp8_pv_dot`` too (V's bytes transposed through shared memory for the e4m3 operand) and 614
-    #: with ``fp8_qk_dot`` and ``fp8_v_words`` (88 KB of shared memory at three stages, though).
-    fp8_pv_dot: bool = False
 
 
 def dot_precision(dtype: torch.dtype, settings: KernelSettings | None = None) -> str:
@@ -133,27 +113,6 @@ def _load_e4m3_tile(cache_ptr, offs, valid, HEAD: tl.constexpr, HEAD_PAD: tl.con
 
 
 @triton.jit
-def _load_fp8_tile(cache_ptr, offs, valid, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr):
-    """A [BLOCK_N, HEAD_PAD] tile of the cache (token rows at ``offs``) as e4m3 values, for an FP8 dot: the bytes
-    as stored (a uint8 view is reinterpreted)."""
-    d = tl.arange(0, HEAD_PAD)
-    base = cache_ptr.to(tl.pointer_type(tl.float8e4nv))
-    return tl.load(base + offs[:, None] + d[None, :], mask=valid[:, None] & (d < HEAD)[None, :], other=0.0)
-
-
-@triton.jit
-def _quantize_rows_e4m3(q):
-    """``q`` [rows, head] as e4m3 values with one scale per row (the row's largest magnitude maps to 448, an
-    all-zero row keeps scale 1), and those scales."""
-    qf = q.to(tl.float32)
-    amax = tl.max(tl.abs(qf), axis=1)
-    q_scale = tl.where(amax > 0.0, amax / 448.0, 1.0)
-    # Clamped: amax / (amax / 448) may round a hair past 448, which e4m3 cannot hold.
-    q8 = tl.clamp(qf / q_scale[:, None], -448.0, 448.0).to(tl.float8e4nv)
-    return q8, q_scale
-
-
-@triton.jit
 def _tile_entries(table, n0, hi, kv_head, stride_cs, stride_cb, stride_ch, PAGE: tl.constexpr,
                   BLOCK_N: tl.constexpr):
     """Context positions ``n0 .. n0 + BLOCK_N`` of a sequence: which are below ``hi``, and where KV head
@@ -170,7 +129,7 @@ def _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, 
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
                   PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
                   DOT_PRECISION: tl.constexpr, FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
-                  FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr):
+                  FP8_K_WORDS: tl.constexpr):
     """Attention of the query token at ``row`` (every query head of KV head ``kv_head``) over context positions
     [lo, hi) of the sequence whose block table row is ``table``: the unnormalised output, the running maximum
     (base 2) and the softmax denominator, one row per query head of the group."""
@@ -195,7 +154,7 @@ def _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, 
         kv_mask = valid[:, None] & d_mask[None, :]
         if FP8_PTX:
             k = _load_e4m3_tile(k_cache_ptr, offs, valid, HEAD, HEAD_PAD, BLOCK_N, FP8_K_WORDS)
-            v = _load_e4m3_tile(v_cache_ptr, offs, valid, HEAD, HEAD_PAD, BLOCK_N, FP8_V_WORDS)
+            v = _load_e4m3_tile(v_cache_ptr, offs, valid, HEAD, HEAD_PAD, BLOCK_N, False)
         else:
             k = tl.load(k_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
             v = tl.load(v_cache_ptr + offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
@@ -211,56 +170,6 @@ def _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, 
 
 
 @triton.jit
-def _attend_range_fp8_dots(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
-                           stride_qt, stride_qh, stride_cs, stride_cb, stride_ch,
-                           GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-                           PAGE: tl.constexpr, BLOCK_N: tl.constexpr, FP8_PTX: tl.constexpr, FP8_PV: tl.constexpr,
-                           FP8_V_WORDS: tl.constexpr):
-    """:func:`_attend_range` over an fp8 cache with Q·K on the FP8 tensor cores, every tile held transposed
-    (tokens by query heads).
-
-    The query's rows are quantized to e4m3 (one scale per query head) and the scores computed as K·Qᵀ: the
-    tile's tokens are the dot's M, so from 64 tokens sm_90's warpgroup MMA takes the dot with K as stored,
-    copied asynchronously into shared memory and never converted. (As Q·Kᵀ, with a group's 16 padded rows as
-    M, Triton runs fp8 through the warp-level MMA by converting both operands to fp16 first.) P·V follows as
-    Vᵀ·Pᵀ: V converted to fp16 and P rounded to fp16, or with ``FP8_PV`` both as e4m3 (P times 448, which the
-    caller divides out of the output)."""
-    g = tl.arange(0, GROUP_PAD)
-    d = tl.arange(0, HEAD_PAD)
-    heads = kv_head * GROUP + g
-    q = tl.load(q_ptr + row * stride_qt + heads[:, None] * stride_qh + d[None, :],
-                mask=(g < GROUP)[:, None] & (d < HEAD)[None, :], other=0.0)
-    q8, q_scale = _quantize_rows_e4m3(q)
-    q8_t = tl.trans(q8)
-    # Base 2 scores, as in _attend_range; the query's scales multiply each head's column.
-    col_scale = q_scale * (scale * 1.4426950408889634)
-    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-    denom = tl.zeros([GROUP_PAD], tl.float32)
-    acc_t = tl.zeros([HEAD_PAD, GROUP_PAD], tl.float32)
-    for n0 in range(lo, hi, BLOCK_N):
-        valid, offs = _tile_entries(table, n0, hi, kv_head, stride_cs, stride_cb, stride_ch, PAGE, BLOCK_N)
-        s_t = tl.dot(_load_fp8_tile(k_cache_ptr, offs, valid, HEAD, HEAD_PAD), q8_t) * col_scale[None, :]
-        s_t = tl.where(valid[:, None], s_t, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s_t, axis=0))
-        alpha = tl.exp2(m - m_new)
-        p_t = tl.exp2(s_t - m_new[None, :])
-        denom = denom * alpha + tl.sum(p_t, axis=0)
-        if FP8_PV:
-            # p <= 1: times 448 it spans e4m3's range.
-            v8 = _load_fp8_tile(v_cache_ptr, offs, valid, HEAD, HEAD_PAD)
-            pv_t = tl.dot(tl.trans(v8), (p_t * 448.0).to(tl.float8e4nv))
-        else:
-            if FP8_PTX:
-                v = _load_e4m3_tile(v_cache_ptr, offs, valid, HEAD, HEAD_PAD, BLOCK_N, FP8_V_WORDS)
-            else:
-                v = _load_fp8_tile(v_cache_ptr, offs, valid, HEAD, HEAD_PAD).to(tl.float16)
-            pv_t = tl.dot(tl.trans(v), p_t.to(tl.float16))
-        acc_t = acc_t * alpha[None, :] + pv_t
-        m = m_new
-    return tl.trans(acc_t), m, denom
-
-
-@triton.jit
 def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, kv_head, split, num_splits,
                      out_ptr, part_out_ptr, part_lse_ptr, counter_ptr, scale, v_scale, sliding_window,
                      stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
@@ -268,8 +177,7 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
                      GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
                      PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
                      DOT_PRECISION: tl.constexpr, FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr,
-                     FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr, FP8_QK: tl.constexpr,
-                     FP8_PV: tl.constexpr, LAST_REDUCES: tl.constexpr, SPLITS_PAD: tl.constexpr):
+                     FP8_K_WORDS: tl.constexpr, LAST_REDUCES: tl.constexpr, SPLITS_PAD: tl.constexpr):
     """Split ``split`` of sequence ``seq`` (query token at row ``row``) for one KV head's query heads; with
     ``LAST_REDUCES`` the split that finishes last merges the partials of them all into ``out``."""
     start = tl.maximum(seq_len - sliding_window, 0)
@@ -281,26 +189,17 @@ def _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, table, seq_len, row, seq, 
         chunk = tl.cdiv(tl.cdiv(seq_len - start, num_splits), BLOCK_N) * BLOCK_N
     lo = start + split * chunk
     hi = tl.minimum(lo + chunk, seq_len)
-    if FP8_QK:
-        acc, m, denom = _attend_range_fp8_dots(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
-                                               stride_qt, stride_qh, stride_cs, stride_cb, stride_ch,
-                                               GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, FP8_PTX, FP8_PV,
-                                               FP8_V_WORDS)
-    else:
-        acc, m, denom = _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
-                                      stride_qt, stride_qh, stride_cs, stride_cb, stride_ch,
-                                      GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, DOT_PRECISION, FP16_MATH,
-                                      FP8_PTX, FP8_K_WORDS, FP8_V_WORDS)
+    acc, m, denom = _attend_range(q_ptr, k_cache_ptr, v_cache_ptr, table, lo, hi, row, kv_head, scale,
+                                  stride_qt, stride_qh, stride_cs, stride_cb, stride_ch,
+                                  GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, DOT_PRECISION, FP16_MATH,
+                                  FP8_PTX, FP8_K_WORDS)
 
     g = tl.arange(0, GROUP_PAD)
     d = tl.arange(0, HEAD_PAD)
     heads = kv_head * GROUP + g
     g_mask = g < GROUP
     empty = denom == 0.0
-    # An fp8 cache's V scale is applied once to the output rather than to every loaded value (with the 1/448
-    # that undoes the probabilities' scaling of an FP8 P·V).
-    if FP8_PV:
-        v_scale = v_scale / 448.0
+    # An fp8 cache's V scale is applied once to the output rather than to every loaded value.
     result = acc * (v_scale / tl.where(empty, 1.0, denom))[:, None]
     out_mask = g_mask[:, None] & (d < HEAD)[None, :]
     if NUM_SPLITS == 1:
@@ -390,8 +289,8 @@ def _decode_split_kernel(
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, FP8_K_WORDS: tl.constexpr, FP8_V_WORDS: tl.constexpr,
-    FP8_QK: tl.constexpr, FP8_PV: tl.constexpr, QUERY_STARTS: tl.constexpr, SHORT: tl.constexpr,
+    FP16_MATH: tl.constexpr, FP8_PTX: tl.constexpr, FP8_K_WORDS: tl.constexpr,
+    QUERY_STARTS: tl.constexpr, SHORT: tl.constexpr,
     LAST_REDUCES: tl.constexpr, SPLITS_PAD: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr,
 ):
     if LAUNCH_DEPENDENTS:
@@ -412,8 +311,7 @@ def _decode_split_kernel(
                              stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                              stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                              GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
-                             FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV, LAST_REDUCES,
-                             SPLITS_PAD)
+                             FP16_MATH, FP8_PTX, FP8_K_WORDS, LAST_REDUCES, SPLITS_PAD)
     elif QUERY_STARTS:
         # A fixed number of programs walk the sequences (most of a mixed step's may not be decodes).
         for i in range(tl.program_id(0), num_seqs, tl.num_programs(0)):
@@ -426,8 +324,7 @@ def _decode_split_kernel(
                                  stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                                  stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                                  GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
-                                 FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV, LAST_REDUCES,
-                             SPLITS_PAD)
+                                 FP16_MATH, FP8_PTX, FP8_K_WORDS, LAST_REDUCES, SPLITS_PAD)
     else:
         seq = tl.program_id(0).to(tl.int64)
         _attend_sequence(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr + seq * stride_bt,
@@ -436,8 +333,7 @@ def _decode_split_kernel(
                          stride_qt, stride_qh, stride_cs, stride_cb, stride_ch, stride_ot, stride_oh,
                          stride_pt, stride_ph, stride_ps, stride_lt, stride_lh,
                          GROUP, GROUP_PAD, HEAD, HEAD_PAD, PAGE, BLOCK_N, NUM_SPLITS, DOT_PRECISION,
-                         FP16_MATH, FP8_PTX, FP8_K_WORDS, FP8_V_WORDS, FP8_QK, FP8_PV, LAST_REDUCES,
-                             SPLITS_PAD)
+                         FP16_MATH, FP8_PTX, FP8_K_WORDS, LAST_REDUCES, SPLITS_PAD)
 
 
 @triton.jit(do_not_specialize=["num_splits", "query_start_loc_ptr", "seq_lens_ptr", "num_seqs"])
@@ -504,14 +400,6 @@ def merges_in_kernel(device: torch.device) -> bool:
         device.type == "cpu" or (device.type == "cuda" and torch.version.hip is None))
 
 
-def _runs_fp8_dot(x: torch.Tensor) -> bool:
-    """Whether kernels on ``x``'s device take e4m3 operands in ``tl.dot``: an NVIDIA GPU of compute capability
-    8.9 or newer, or Triton's interpreter (which computes such dots on the host)."""
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
-        return True
-    return x.is_cuda and torch.version.hip is None and torch.cuda.get_device_capability(x.device) >= (8, 9)
-
-
 def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor,
                      scale: float, out: torch.Tensor, num_splits: int = 1, sliding_window: int | None = None,
                      config: DecodeConfig | None = None, k_scale: float = 1.0,
@@ -549,10 +437,6 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
     fp16_math = config.fp8_via_fp16 and kv_cache.element_size() == 1 and q.dtype == torch.bfloat16
     fp8_ptx = fp16_math and config.fp8_inline_ptx and _runs_ptx(q)
     head_pad = triton.next_power_of_2(head_size)
-    # FP8 dots take 32 values along their reduction axis per tensor-core step: the head for Q·K, the tile for P·V.
-    fp8_dots = kv_cache.element_size() == 1 and _runs_fp8_dot(q)
-    fp8_qk = fp8_dots and config.fp8_qk_dot and head_pad >= 32
-    fp8_pv = fp8_qk and config.fp8_pv_dot and config.block_n >= 32
     if fp8_ptx:
         kv_cache = kv_cache.view(torch.uint8)
     k_cache, v_cache = kv_cache[0], kv_cache[1]
@@ -589,7 +473,6 @@ def decode_attention(q: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Te
             PAGE=page, BLOCK_N=config.block_n, NUM_SPLITS=0 if runtime_splits and num_splits > 1 else num_splits,
             DOT_PRECISION=dot_precision(q.dtype),
             FP16_MATH=fp16_math, FP8_PTX=fp8_ptx, FP8_K_WORDS=fp8_ptx and config.fp8_k_words and head_size % 4 == 0,
-            FP8_V_WORDS=fp8_ptx and config.fp8_v_words and head_size % 4 == 0, FP8_QK=fp8_qk, FP8_PV=fp8_pv,
             QUERY_STARTS=query_start_loc is not None, SHORT=short, LAST_REDUCES=counters is not None,
             SPLITS_PAD=max(REDUCE_SPLITS_PAD, triton.next_power_of_2(num_splits)),
             LAUNCH_DEPENDENTS=pdl_enabled(q.device),

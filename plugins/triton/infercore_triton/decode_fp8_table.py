@@ -5,6 +5,10 @@
 optionally, the decode programs per multiprocessor that split counts aim for. Without the variable, or
 with a file that cannot be read, fp8 decodes keep the built-in defaults (``infercore_triton.backend``).
 The table is graph-stable: one setting for every batch size.
+
+Tables written before the decode kernel's FP8-dot and V-as-words variants were removed carry their fields
+(:data:`REMOVED_FIELDS`): they still load, those fields dropped (a warning names any that was on; the rest of
+the table's setting then runs on the built-in fp8 path).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 TABLE_ENV = "INFERCORE_DECODE_FP8_TABLE"
 TABLE_FORMAT = "infercore-decode-fp8-table/1"
+#: ``DecodeConfig`` fields of variants since removed (slower than the built-in fp8 path on an H100 and an H200):
+#: Q·K on the FP8 tensor cores, P·V there too, V loaded as 32-bit words. Ignored when a table names them.
+REMOVED_FIELDS = frozenset({"fp8_qk_dot", "fp8_pv_dot", "fp8_v_words"})
 
 
 @dataclass(frozen=True)
@@ -41,11 +48,16 @@ class Fp8DecodeTable:
 
 
 def parse_table(data: dict[str, Any]) -> Fp8DecodeTable:
-    """A table from its JSON object; raises ``ValueError`` on another format or unknown fields."""
+    """A table from its JSON object; raises ``ValueError`` on another format or unknown fields. Fields of
+    removed variants (:data:`REMOVED_FIELDS`) are dropped, with a warning for any that was on."""
     if data.get("format") != TABLE_FORMAT:
         raise ValueError(f"not an fp8 decode table (format {data.get('format')!r}, expected {TABLE_FORMAT!r})")
     fields = {f.name for f in dataclasses.fields(DecodeConfig)}
-    config = data.get("config") or {}
+    config = dict(data.get("config") or {})
+    removed_on = sorted(name for name in REMOVED_FIELDS & set(config) if config.pop(name))
+    if removed_on:
+        logger.warning("the fp8 decode table asks for %s, variants since removed: ignored, the rest of its setting "
+                       "runs on the built-in fp8 path", removed_on)
     unknown = set(config) - fields
     if unknown:
         raise ValueError(f"unknown DecodeConfig fields in the fp8 decode table: {sorted(unknown)}")
