@@ -160,8 +160,6 @@ AUTO_CLASS_CACHE_FILE = "tokenizer_classes.json"
 def _class_cache_key(model_config: Any) -> str | None:
     """What the answer for a local tokenizer folder depends on: the folder, its tokenizer and model config files
     (path, size, mtime), transformers' version and ``trust_remote_code``; None for a folder that is not local."""
-    import transformers
-
     folder = Path(_tokenizer_name(model_config)).expanduser()
     if not folder.is_dir():
         return None
@@ -173,7 +171,28 @@ def _class_cache_key(model_config: Any) -> str | None:
         except OSError:
             stamps.append(f"{file}:-")
     trust = bool(getattr(model_config, "trust_remote_code", False))
-    return "|".join([str(folder.resolve()), transformers.__version__, f"trust={trust}", *stamps])
+    return "|".join([str(folder.resolve()), _transformers_version(), f"trust={trust}", *stamps])
+
+
+def _transformers_version() -> str:
+    """The version of the transformers this process imports (or has imported), read from the installed metadata
+    beside the package where there is one (whether or not it is imported, so every process reads the same), so
+    that asking (the ``--api-server-count`` launcher does) imports neither transformers nor what it brings in;
+    else from the package itself."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("transformers")
+        if spec is not None and spec.origin:
+            beside = str(Path(spec.origin).parent.parent)
+            for dist in importlib.metadata.distributions(name="transformers", path=[beside]):
+                return str(dist.version)
+    except (ImportError, ValueError, OSError):
+        pass
+    import transformers
+
+    return str(transformers.__version__)
 
 
 def auto_tokenizer_class_remembered(model_config: Any) -> str | None:
@@ -213,16 +232,21 @@ def matching_tokenizer(tokenizer: PreTrainedTokenizerBase | None, model_config: 
     return get_tokenizer(model_config, class_name=class_name)
 
 
-def serving_tokenizer(model_config: Any) -> PreTrainedTokenizerBase:
+def serving_tokenizer(model_config: Any, *, class_name: str | None = None) -> PreTrainedTokenizerBase:
     """The API server's tokenizer: the one ``AutoTokenizer`` loads, without importing ``AutoTokenizer`` (nor torch)
-    in this process where transformers allows it. The folder's declared class loads first
-    (:func:`guess_tokenizer`); a short-lived process names the class ``AutoTokenizer`` picks
-    (:func:`auto_tokenizer_class_remembered`: once per folder), and where the two differ the tokenizer loads again
-    with that class.
+    in this process where transformers allows it.
+
+    ``class_name`` is the class ``AutoTokenizer`` picks where another process already asked (the
+    ``--api-server-count`` launcher asks once for all its API servers): the tokenizer loads with it, and no
+    process is asked here. Without it the folder's declared class loads first (:func:`guess_tokenizer`); a
+    short-lived process names the class ``AutoTokenizer`` picks (:func:`auto_tokenizer_class_remembered`: once per
+    folder), and where the two differ the tokenizer loads again with that class.
     Where loading the tokenizer brought torch in anyway (transformers releases before 5.25 or so import it for
     every tokenizer), ``AutoTokenizer`` loads it here."""
     import sys
 
+    if class_name is not None:
+        return get_tokenizer(model_config, class_name=class_name)
     guess = guess_tokenizer(model_config)
     if "torch" in sys.modules:
         return get_tokenizer(model_config)

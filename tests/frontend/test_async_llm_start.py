@@ -52,3 +52,23 @@ def test_a_failed_start_leaves_no_unretrieved_tokenizer_error(monkeypatch: pytes
     gc.collect()
     assert client.closed
     assert unhandled == []
+
+
+@pytest.mark.parametrize("tokenizer_class", [None, "TokenizersBackend"])
+def test_the_tokenizer_class_given_reaches_the_tokenizer_load(monkeypatch: pytest.MonkeyPatch, tmp_path,
+                                                              tokenizer_class: str | None) -> None:
+    # What the --api-server-count launcher named for every API server (None: not named, the API server asks).
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(async_llm, "serving_tokenizer", lambda model_config, **kwargs: seen.append(kwargs))
+    config = InfercoreConfig.from_kwargs(model=str(tmp_path))
+
+    async def main() -> None:
+        with pytest.raises(EngineStartupError):
+            await AsyncLLM.start(config, client=_FailingClient(), tokenizer_class=tokenizer_class)
+        for _ in range(500):  # the load runs in a thread beside the engine's start
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert seen == [{"class_name": tokenizer_class}]

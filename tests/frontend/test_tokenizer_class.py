@@ -132,3 +132,47 @@ def test_the_answer_is_remembered_until_the_folder_changes(tokenizer_dir: Path, 
     assert remembered(_model(folder)) == "TokenizersBackend" and len(asked) == 3  # a broken file is asked past
     monkeypatch.setattr(tokenizer_module, "auto_tokenizer_class_elsewhere", lambda model_config: None)
     assert remembered(_model(tmp_path / "not-local")) is None  # nothing to remember, nothing written
+
+
+def test_a_class_named_by_the_launcher_loads_without_asking(tokenizer_dir: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # The --api-server-count launcher asked once for every API server: no helper process, no AutoTokenizer here
+    # (torch is imported in this test process, where an API server asked by none loads with AutoTokenizer).
+    from infercore import tokenizer_loading as tokenizer_module
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("asked again")
+
+    for name in ("auto_tokenizer_class_elsewhere", "auto_tokenizer_class_remembered", "_auto"):
+        monkeypatch.setattr(tokenizer_module, name, never)
+    folder = _declaring(tokenizer_dir, tmp_path, "Qwen2Tokenizer")
+    assert type(serving_tokenizer(_model(folder), class_name="GPT2Tokenizer")).__name__ == "GPT2Tokenizer"
+    assert type(serving_tokenizer(_model(folder), class_name="Qwen2Tokenizer")).__name__ == "Qwen2Tokenizer"
+    served = serving_tokenizer(_model(tokenizer_dir), class_name="TokenizersBackend")
+    assert type(served).__name__ == "TokenizersBackend"
+    assert served(TEXT).input_ids == AutoTokenizer.from_pretrained(str(tokenizer_dir))(TEXT).input_ids
+    with pytest.raises(AssertionError, match="asked again"):  # no class named: asked as before
+        serving_tokenizer(_model(folder))
+
+
+def test_naming_the_class_imports_no_transformers(tokenizer_dir: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # What the launcher reads to find a remembered answer (transformers' version) imports nothing heavy: it
+    # spawns its API servers after, and keeps none of their imports.
+    import subprocess
+    import sys
+
+    from infercore import tokenizer_loading as tokenizer_module
+
+    monkeypatch.setenv("INFERCORE_CACHE_DIR", str(tmp_path / "cache"))
+    folder = _declaring(tokenizer_dir, tmp_path, "TokenizersBackend")
+    monkeypatch.setattr(tokenizer_module, "auto_tokenizer_class_elsewhere", lambda model_config: "TokenizersBackend")
+    assert tokenizer_module.auto_tokenizer_class_remembered(_model(folder)) == "TokenizersBackend"  # remembered
+    probe = ("import json, sys, types\n"
+             "from infercore.tokenizer_loading import auto_tokenizer_class_remembered\n"
+             f"model = types.SimpleNamespace(model={str(folder)!r}, tokenizer=None, trust_remote_code=False)\n"
+             "answer = auto_tokenizer_class_remembered(model)\n"
+             "print(json.dumps([answer, sorted(m for m in ('transformers', 'torch') if m in sys.modules)]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["TokenizersBackend", []]

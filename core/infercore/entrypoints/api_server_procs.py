@@ -2,7 +2,10 @@
 
 The launcher (the process ``infercore serve`` started) binds the listening TCP socket once, makes a
 private folder for the ipc sockets and the Prometheus multiprocess files, starts the engine process of
-every data-parallel rank and N API server processes (spawned), then only watches them.
+every data-parallel rank and N API server processes (spawned), then only watches them. Between the two it
+asks once which tokenizer class ``AutoTokenizer`` picks for the model (a short-lived process, run beside
+the engines' start, or infercore's cache folder) and hands the answer to every API server, so that N API
+servers do not start N such processes, each importing transformers and torch.
 
 Every API server serves HTTP on the one listening socket, inherited as a duplicate of the launcher's
 (uvicorn ``serve(sockets=[sock])``): the kernel hands each new connection to one of the processes
@@ -39,6 +42,7 @@ from infercore.demo import resolve_demo_model
 from infercore.distributed.dp_rendezvous import with_data_parallel_master
 from infercore.frontend.core_client import EngineEndpoint, make_socket_dir, run_engine
 from infercore.frontend.dp_client import rank_config
+from infercore.tokenizer_loading import auto_tokenizer_class_remembered
 
 logger = logging.getLogger("infercore.server")
 
@@ -51,11 +55,13 @@ _ENGINE_STOP_S = 5.0
 @dataclass(frozen=True)
 class ApiServerSlot:
     """What one of several API server processes is given: its index, how to reach every engine (one
-    endpoint per data-parallel rank) and the shared listening socket."""
+    endpoint per data-parallel rank), the shared listening socket and the name of the tokenizer class
+    ``AutoTokenizer`` picks for the model, as the launcher found it (None: not known, the API server asks)."""
 
     index: int
     endpoints: list[EngineEndpoint]
     sock: socket.socket
+    tokenizer_class: str | None = None
 
 
 def bind_listening_socket(host: str, port: int) -> socket.socket:
@@ -113,7 +119,8 @@ class _Launcher:
         self.stop_signal = sig
 
     def start(self, sock: socket.socket, socket_dir: str) -> None:
-        """Spawn every engine, then every API server with its endpoints."""
+        """Spawn every engine, then (the tokenizer class asked while the engines start) every API server with
+        its endpoints and that class; no API server where a stop signal came meanwhile."""
         count = self.config.serve.api_server_count
         size = self.config.parallel.data_parallel_size
         engines_config = with_data_parallel_master(self.config)  # where the engines meet, when they must
@@ -128,14 +135,34 @@ class _Launcher:
             logger.info("engine %d started (pid %d)", rank, engine.pid)
             self.engines.append(engine)
         pids = [engine.pid or 0 for engine in self.engines]
+        tokenizer_class = self.tokenizer_class()
+        if self.stop_signal is not None:
+            return  # stopped while the tokenizer class was asked: no API server to start and stop again
         config_json = self.config.model_dump_json()
         for server in range(count):
-            slot = ApiServerSlot(server, endpoints_of(socket_dir, server, size, pids), sock)
+            slot = ApiServerSlot(server, endpoints_of(socket_dir, server, size, pids), sock, tokenizer_class)
             process = self.ctx.Process(target=run_api_server, name=f"infercore-api-server-{server}", daemon=True,
                                        args=(config_json, self.engine_factory, slot))
             process.start()
             logger.info("API server %d started (pid %d)", server, process.pid)
             self.servers.append(process)
+
+    def tokenizer_class(self) -> str | None:
+        """The name of the tokenizer class ``AutoTokenizer`` picks for the model, asked once for every API server
+        (:func:`~infercore.tokenizer_loading.auto_tokenizer_class_remembered`: a short-lived process, whose
+        answer for a local folder is remembered; this process imports neither transformers nor torch). None
+        with ``--skip-tokenizer-init``, or where it is not known: each API server then asks itself, and its own
+        load says what is wrong."""
+        if self.config.model.skip_tokenizer_init:
+            return None
+        try:
+            answer = auto_tokenizer_class_remembered(self.config.model)
+        except Exception as exc:  # noqa: BLE001 - the API servers ask again
+            logger.debug("could not name the tokenizer class: %s", exc)
+            return None
+        if answer is not None:
+            logger.info("tokenizer class %s (AutoTokenizer's) for every API server", answer)
+        return answer
 
     def watch(self) -> BaseProcess | None:
         """Wait until a stop signal (None) or until some process ends (that process)."""

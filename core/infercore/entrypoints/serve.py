@@ -108,7 +108,9 @@ async def serve(config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FA
         if slot is not None:
             client = make_engine_client(config, engine_factory, slot.endpoints)
         with startup_phase("engine and tokenizer"):
-            starting = asyncio.ensure_future(AsyncLLM.start(config, engine_factory, listener=metrics, client=client))
+            starting = asyncio.ensure_future(AsyncLLM.start(
+                config, engine_factory, listener=metrics, client=client,
+                tokenizer_class=slot.tokenizer_class if slot is not None else None))
             # The imports are done and live as long as the server: freeze them while the engine starts, so
             # the collection after start-up (below) walks only what was made since.
             await asyncio.sleep(0)

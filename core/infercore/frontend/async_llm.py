@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -116,12 +117,16 @@ class AsyncLLM:
     @classmethod
     async def start(cls, config: InfercoreConfig, engine_factory: str = DEFAULT_ENGINE_FACTORY,
                     listener: StatsListener | None = None,
-                    client: EngineCoreClient | DataParallelClient | None = None) -> AsyncLLM:
+                    client: EngineCoreClient | DataParallelClient | None = None,
+                    tokenizer_class: str | None = None) -> AsyncLLM:
         """Start the engine process (or, given a ``client`` of engines another process started, reach
-        them) and wait for it; raises EngineStartupError with the engine's reason."""
+        them) and wait for it; raises EngineStartupError with the engine's reason. ``tokenizer_class`` is
+        the class ``AutoTokenizer`` picks for the model where another process already named it (the
+        ``--api-server-count`` launcher): the tokenizer then loads with it, asking no helper process."""
         client = client or make_engine_client(config, engine_factory)
         # Beside the engine's start; without torch in this process where transformers allows it.
-        load = (lambda _: None) if config.model.skip_tokenizer_init else serving_tokenizer
+        load: Callable[[Any], Any] = ((lambda _: None) if config.model.skip_tokenizer_init
+                                      else functools.partial(serving_tokenizer, class_name=tokenizer_class))
         tokenizer_task = asyncio.get_running_loop().run_in_executor(None, load, config.model)
         try:
             model_info = await client.start()
