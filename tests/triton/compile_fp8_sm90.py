@@ -53,17 +53,13 @@ def main() -> None:
     print(f"silu_and_mul_quant group=128: {shared} bytes of shared memory")
     gemm = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32",
             "part_ptr": "*fp32", "counter_ptr": "*i32"}
-    for bm, bn, split, warps, stages, per_column, quant_a in (
-            (16, 32, True, 4, 4, False, False), (128, 128, False, 8, 5, False, False),
-            (64, 128, True, 8, 4, False, False), (16, 64, True, 4, 3, True, False), (16, 64, True, 4, 4, False, True)):
-        # quant_a: the kernel quantizes its 16-bit activation itself (decode rows without a quantizing launch).
-        pointers = {**gemm, "a_ptr": "*bf16"} if quant_a else gemm
-        constants = {"GROUP_N": 1 if per_column else 128, "PER_COLUMN": per_column, "QUANT_A": quant_a, "HAS_BIAS": True,
+    for bm, bn, split, warps, stages, per_column in ((16, 32, True, 4, 4, False), (128, 128, False, 8, 5, False),
+                                                     (64, 128, True, 8, 4, False), (16, 64, True, 4, 3, True)):
+        constants = {"GROUP_N": 1 if per_column else 128, "PER_COLUMN": per_column, "HAS_BIAS": True,
                      "SPLIT": split, "LAST_REDUCES": split, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128,
                      "stride_ak": 1, "stride_bk": 1, "stride_cn": 1, "stride_ask": 0 if per_column else 1}
-        shared = compile_kernel(_fp8_block_gemm_kernel, constants, pointers, num_warps=warps, num_stages=stages)
-        print(f"fp8_block_gemm {bm}x{bn} split={split} warps={warps} stages={stages} per_column={per_column} "
-              f"quant_a={quant_a}: "
+        shared = compile_kernel(_fp8_block_gemm_kernel, constants, gemm, num_warps=warps, num_stages=stages)
+        print(f"fp8_block_gemm {bm}x{bn} split={split} warps={warps} stages={stages} per_column={per_column}: "
               f"{shared} bytes of shared memory")
         if shared < (stages - 1) * (bm + bn) * 128:
             raise SystemExit(f"fp8_block_gemm {bm}x{bn}: {shared} bytes of shared memory hold fewer than "

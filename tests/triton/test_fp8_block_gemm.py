@@ -129,38 +129,3 @@ def test_per_channel_weights_through_the_block_kernel(monkeypatch: pytest.Monkey
     monkeypatch.setattr(fp8_scaled_mm, "has_fp8_dot", lambda device: True)
     monkeypatch.setattr(fp8_scaled_mm, "channel_triton_max_m", lambda: 8)
     assert rel_err(fp8_scaled_mm._gemm(xq, xs, wq, ws.reshape(-1), bias, torch.float32), ref) < 1e-5
-
-
-@pytest.mark.parametrize(("m", "n", "k", "config"), [(1, 64, 64, None), (5, 96, 160, None),
-                                                     (3, 96, 160, BlockGemmConfig(block_m=16, tile_n=16, split_k=2))])
-def test_kernel_quantizing_its_own_input_is_quantize_then_gemm(m: int, n: int, k: int,
-                                                               config: BlockGemmConfig | None) -> None:
-    # a_scale=None: the kernel quantizes each row's group itself; the numbers are quantize_groups' then the GEMM's.
-    x, wq, ws, bias = _case(m, n, k, 32)
-    x = (x * torch.logspace(-2, 2, m).reshape(-1, 1)).bfloat16()
-    x[0, :32] = 0.0  # an all-zero group gets the smallest scale, not a NaN
-    xq, xs = quantize_groups(x, 32)
-    two_launches = fp8_block_gemm(xq, xs, wq, ws, 32, 32, bias, torch.float32, config)
-    one_launch = fp8_block_gemm(x, None, wq, ws, 32, 32, bias, torch.float32, config)
-    assert torch.isfinite(one_launch).all()
-    assert rel_err(one_launch, two_launches) < 1e-5
-
-
-def test_fp8_block_linear_quantizes_in_the_gemm_up_to_the_set_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    from infercore_triton import fp8_block_gemm as module
-
-    calls: list[bool] = []
-    real = module.fp8_block_gemm
-    monkeypatch.setattr(module, "has_fp8_dot", lambda device: True)
-    monkeypatch.setattr(module, "fp8_block_gemm", lambda a, a_scale, *rest, **kw: calls.append(a_scale is None)
-                        or real(a, a_scale, *rest, **kw))
-    monkeypatch.setattr(module, "quantizing_gemm_max_m", lambda: 4)
-    x, wq, ws, bias = _case(6, 64, 64, 32)
-    x = x.bfloat16()
-    xq, xs = quantize_groups(x, 32)
-    two_launches = real(xq, xs, wq, ws, 32, 32, bias, torch.bfloat16)
-    calls.clear()
-    for rows in (4, 6):
-        out = module.fp8_block_linear(x[:rows], wq, ws, 32, 32, bias)
-        assert torch.equal(out, two_launches[:rows])
-    assert calls == [True, False]

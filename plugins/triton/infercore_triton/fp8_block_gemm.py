@@ -20,13 +20,12 @@ quantized them in its own pass) or are quantized here first (``fp8_block_linear`
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from infercore.plugin_api import fp8_reference, op_reference
+from infercore.plugin_api import op_reference
 from infercore_triton import fp8_block_cublas
 from infercore_triton.fp8_block_configs import (  # noqa: F401 - the settings' names, as they were here
     TUNED,
@@ -40,20 +39,6 @@ from infercore_triton.fp8_support import has_fp8_dot
 from infercore_triton.skinny_gemm import split_k_reduce
 from infercore_triton.split_k_counters import tile_counters
 
-#: Rows up to which ``fp8_block_linear`` hands the GEMM its 16-bit input to quantize in the kernel (no
-#: quantization launch in front of it; 0: never). Where no norm or activation before the linear quantized its
-#: input (o_proj behind attention), decode then makes one launch per linear instead of two.
-QUANT_IN_GEMM_ENV = "INFERCORE_FP8_GEMM_QUANT_MAX_M"
-QUANT_IN_GEMM_MAX_M = 0
-_HALF_DTYPES = (torch.bfloat16, torch.float16)
-
-
-@functools.cache
-def quantizing_gemm_max_m() -> int:
-    """``INFERCORE_FP8_GEMM_QUANT_MAX_M`` (read once), else :data:`QUANT_IN_GEMM_MAX_M`."""
-    value = os.environ.get(QUANT_IN_GEMM_ENV, "").strip()
-    return int(value) if value else QUANT_IN_GEMM_MAX_M
-
 
 @functools.cache
 def _num_sms(device: torch.device) -> int:
@@ -65,9 +50,8 @@ def _num_sms(device: torch.device) -> int:
 @triton.jit(do_not_specialize=["M"])
 def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_ptr, bias_ptr, counter_ptr, M, N, K,
                            stride_am, stride_ak, stride_asm, stride_ask, stride_bn, stride_bk,
-                           stride_bsn, stride_bsk, stride_cm, stride_cn, steps_per_split, fp8_max, min_scale,
-                           GROUP_N: tl.constexpr, PER_COLUMN: tl.constexpr, QUANT_A: tl.constexpr,
-                           HAS_BIAS: tl.constexpr,
+                           stride_bsn, stride_bsk, stride_cm, stride_cn, steps_per_split,
+                           GROUP_N: tl.constexpr, PER_COLUMN: tl.constexpr, HAS_BIAS: tl.constexpr,
                            SPLIT: tl.constexpr, LAST_REDUCES: tl.constexpr, BLOCK_M: tl.constexpr,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # BLOCK_K is the scale group along K, so each step's partial product takes one activation scale
@@ -91,15 +75,7 @@ def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_p
                     mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(b_ptr + cols[None, :].to(tl.int64) * stride_bn + k[:, None] * stride_bk,
                     mask=col_ok[None, :] & k_ok[:, None], other=0.0)
-        if QUANT_A:
-            # ``a`` is the 16-bit activation: each step quantizes its rows' group as quantize_groups does
-            # (a scale per row and group, correctly rounded divisions), so no launch before this one is needed.
-            a = a.to(tl.float32)
-            a_scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(a), axis=1), fp8_max), min_scale)
-            a = tl.clamp(tl.math.div_rn(a, a_scale[:, None]), -fp8_max, fp8_max)
-            a = a.to(b.dtype, fp_downcast_rounding="rtne")
-        else:
-            a_scale = tl.load(a_scale_ptr + rows * stride_asm + step * stride_ask, mask=row_ok, other=0.0)
+        a_scale = tl.load(a_scale_ptr + rows * stride_asm + step * stride_ask, mask=row_ok, other=0.0)
         if PER_COLUMN:
             b_scales = tl.load(b_scale_ptr + cols * stride_bsn + step * stride_bsk, mask=col_ok, other=0.0)
             acc += tl.dot(a, b) * a_scale[:, None] * b_scales[None, :]
@@ -136,20 +112,13 @@ def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_p
                  mask=mask)
 
 
-def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, b: torch.Tensor, b_scale: torch.Tensor,
+def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
                    block_n: int, block_k: int, bias: torch.Tensor | None, out_dtype: torch.dtype,
                    config: BlockGemmConfig | None = None, per_channel: bool = False) -> torch.Tensor:
     """``(a * a_scale) @ (b * b_scale)^T`` for fp8 ``a`` [M, K] with ``a_scale`` [M, K/block_k] and fp8 ``b``
     [N, K] with ``b_scale`` [N/block_n, K/block_k] (rounded up), in ``out_dtype``. ``config`` overrides the
     launch settings (:func:`config_for`). ``per_channel``: ``a_scale`` is one per row [M, 1] (or [1, 1]
-    expanded) and ``b_scale`` one per weight row [N]; ``block_k`` is then only the K step. ``a_scale=None``:
-    ``a`` is the 16-bit activation, quantized per row and group of ``block_k`` inside the kernel (the numbers of
-    :func:`~infercore_triton.fp8_quant.quantize_groups`; block scales only)."""
-    quant_a = a_scale is None
-    if quant_a and per_channel:
-        raise ValueError("the kernel quantizes its activation per group: per-channel scales need a_scale")
-    if quant_a:
-        a_scale = b_scale  # not read; any tensor fills the pointer argument
+    expanded) and ``b_scale`` one per weight row [N]; ``block_k`` is then only the K step."""
     m, k = a.shape
     n = b.shape[0]
     out = torch.empty((m, n), dtype=out_dtype, device=a.device)
@@ -172,8 +141,8 @@ def fp8_block_gemm(a: torch.Tensor, a_scale: torch.Tensor | None, b: torch.Tenso
     _fp8_block_gemm_kernel[grid](
         a, a_scale, b, b_scale, out, part, bias_arg, counters if counters is not None else out, m, n, k,
         a.stride(0), a.stride(1), *a_scale_strides, b.stride(0), b.stride(1), *b_scale_strides,
-        out.stride(0), out.stride(1), steps_per_split, fp8_reference.FP8_MAX, fp8_reference.MIN_SCALE,
-        GROUP_N=1 if per_channel else block_n, PER_COLUMN=per_channel, QUANT_A=quant_a, HAS_BIAS=bias is not None, SPLIT=split_k > 1, LAST_REDUCES=counters is not None,
+        out.stride(0), out.stride(1), steps_per_split, GROUP_N=1 if per_channel else block_n,
+        PER_COLUMN=per_channel, HAS_BIAS=bias is not None, SPLIT=split_k > 1, LAST_REDUCES=counters is not None,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.tile_n, BLOCK_K=block_k, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
@@ -195,9 +164,6 @@ def fp8_block_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: to
     if not (has_fp8_dot(x.device) and _kernel_fits(block_n, block_k)):
         return op_reference.fp8_block_linear(x, weight, weight_scale_inv, block_n, block_k, bias)
     x2 = x.reshape(-1, x.shape[-1])
-    if x2.shape[0] <= quantizing_gemm_max_m() and x.dtype in _HALF_DTYPES and x2.stride(-1) == 1:
-        out = fp8_block_gemm(x2, None, weight, weight_scale_inv, block_n, block_k, bias, x.dtype)
-        return out.reshape(*x.shape[:-1], weight.shape[0])
     xq, xs = quantize_groups(x2, block_k)
     if fp8_block_cublas.serves(x2.shape[0], weight, block_n, block_k, x.dtype):
         out = fp8_block_cublas.gemm(xq, xs, weight, weight_scale_inv, bias)
