@@ -60,3 +60,22 @@ def test_a_variant_of_another_shape_runs_in_its_own_engine_after_its_baseline(
     assert quantized["output_tokens"] == plain["output_tokens"] == sum(tiny.requests(0)[1])
     assert quantized["baseline"] == "t"
     assert quantized["fraction_of_baseline"] == round(quantized["output_tok_s"] / plain["output_tok_s"], 3)
+
+
+@pytest.mark.parametrize(("name", "strategy"), [("w-gpu-8b-fp8-channel", "channel"), ("w-gpu-8b-fp8-tensor", "tensor")])
+def test_the_compressed_tensors_fp8_variants_run_beside_their_baseline(
+        name: str, strategy: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    bf16, fp8 = WORKLOADS["w-gpu-8b"], WORKLOADS[name]
+    assert {k: v for k, v in fp8.model_config.items() if k != "quantization_config"} == bf16.model_config
+    group = fp8.model_config["quantization_config"]["config_groups"]["group_0"]
+    assert group["weights"]["strategy"] == strategy and group["input_activations"]["dynamic"]
+    assert fp8.variant_of == "w-gpu-8b" and fp8.requests(0) == bf16.requests(0)
+    # The same layout on a tiny model with dummy weights, through `bench throughput` after its baseline.
+    base = dataclasses.replace(bf16.tiny(), name="t8b", num_requests=3, output_len=(3, 4))
+    quantized = dataclasses.replace(fp8.tiny(), name="t8b-fp8", variant_of="t8b", num_requests=3, output_len=(3, 4))
+    for workload in (base, quantized):
+        monkeypatch.setitem(WORKLOADS, workload.name, workload)
+    assert throughput.run(_parse("--workload", "t8b,t8b-fp8", "--no-progress", "--threads", "1")) == 0
+    lines = [json.loads(line) for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
+    assert [line["workload"] for line in lines] == ["t8b", "t8b-fp8"]
+    assert lines[1]["output_tokens"] == lines[0]["output_tokens"] and lines[1]["baseline"] == "t8b"

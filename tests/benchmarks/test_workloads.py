@@ -116,7 +116,7 @@ def test_workloads_of_one_shape_run_in_one_engine_with_their_own_figures(
 
 @pytest.mark.parametrize(("names", "message"), [
     ("w-gpu,w-typo", "unknown workload w-typo; choose from w-cpu, w-gpu, w-gpu-8b, w-gpu-8b-awq, w-gpu-8b-fp8, "
-                    "w-gpu-8b-gptq, w-gpu-fp8kv, "
+                    "w-gpu-8b-fp8-channel, w-gpu-8b-fp8-tensor, w-gpu-8b-gptq, w-gpu-fp8kv, "
                     "w-gpu-long, w-gpu-moe, w-gpu-moe-fp8, w-gpu-prefill, w-gpu-sampling"),
     ("w-cpu,w-gpu-sampling", "differ in model shape or engine settings; run them in separate calls"),
 ])

@@ -114,6 +114,18 @@ _W_GPU_MOE = dataclasses.replace(
                   "num_experts_per_tok": 8, "moe_intermediate_size": 768, "norm_topk_prob": True,
                   "decoder_sparse_step": 1, "mlp_only_layers": []})
 _FP8_BLOCK = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
+
+def _fp8_compressed_tensors(strategy: str) -> dict[str, Any]:
+    """A compressed-tensors FP8 release's ``quantization_config``: e4m3 weights with one scale per output
+    channel (``strategy="channel"``) or per tensor, activations quantized per token at run time."""
+    weights = {"num_bits": 8, "type": "float", "strategy": strategy, "dynamic": False, "symmetric": True}
+    inputs = {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True, "symmetric": True}
+    return {"quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": inputs}},
+            "ignore": ["lm_head"]}
+
+
 #: The 4-bit releases' usual settings (AutoAWQ's GEMM layout; GPTQ symmetric without act-order), group 128.
 _AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
 _GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "desc_act": False,
@@ -148,6 +160,14 @@ WORKLOADS: dict[str, Workload] = {
     "w-gpu-8b-fp8": dataclasses.replace(
         _W_GPU_8B, name="w-gpu-8b-fp8", variant_of="w-gpu-8b",
         model_config={**_W_GPU_8B.model_config, "quantization_config": _FP8_BLOCK}),
+    # The same shape in the other FP8 layouts (compressed-tensors, as llm-compressor writes them): per-channel
+    # and per-tensor weight scales, activations per token.
+    "w-gpu-8b-fp8-channel": dataclasses.replace(
+        _W_GPU_8B, name="w-gpu-8b-fp8-channel", variant_of="w-gpu-8b",
+        model_config={**_W_GPU_8B.model_config, "quantization_config": _fp8_compressed_tensors("channel")}),
+    "w-gpu-8b-fp8-tensor": dataclasses.replace(
+        _W_GPU_8B, name="w-gpu-8b-fp8-tensor", variant_of="w-gpu-8b",
+        model_config={**_W_GPU_8B.model_config, "quantization_config": _fp8_compressed_tensors("tensor")}),
     # w-gpu-moe as its FP8 block-scaled release (Qwen3-30B-A3B-FP8): attention and experts e4m3 with
     # 128x128 block scales, the router and head in bf16.
     "w-gpu-moe-fp8": dataclasses.replace(
