@@ -126,6 +126,8 @@ def auto_tokenizer_class(model_config: Any) -> str | None:
 #: Seconds the helper process may take to name ``AutoTokenizer``'s class (imports, and a download of the
 #: tokenizer files where they are not cached yet).
 AUTO_CLASS_TIMEOUT_S = 300.0
+#: How often (seconds) the wait for that process asks ``give_up``.
+_POLL_S = 0.2
 _AUTO_CLASS_SCRIPT = """
 import json, sys, types
 from infercore.tokenizer_loading import auto_tokenizer_class
@@ -133,22 +135,40 @@ print(json.dumps(auto_tokenizer_class(types.SimpleNamespace(**json.loads(sys.arg
 """
 
 
-def auto_tokenizer_class_elsewhere(model_config: Any, timeout_s: float = AUTO_CLASS_TIMEOUT_S) -> str | None:
+def auto_tokenizer_class_elsewhere(model_config: Any, timeout_s: float = AUTO_CLASS_TIMEOUT_S,
+                                   give_up: Callable[[], bool] | None = None) -> str | None:
     """:func:`auto_tokenizer_class`, asked of a short-lived Python process: ``AutoTokenizer``'s module imports
     transformers' configuration code and torch under it (about 200 MB, and 2-3 s of imports with some
-    transformers releases) that the API server then never holds. None where the process fails or runs out of
-    time (the caller keeps its own choice)."""
+    transformers releases) that the API server then never holds. None where the process fails, runs out of
+    time, or ``give_up`` (polled a few times a second) says the answer is no longer wanted; the process is
+    killed then (the caller keeps its own choice)."""
     import subprocess
     import sys
+    import time
 
     fields = {"model": model_config.model, "tokenizer": getattr(model_config, "tokenizer", None),
               "revision": getattr(model_config, "revision", None),
               "trust_remote_code": bool(getattr(model_config, "trust_remote_code", False))}
     try:
-        done = subprocess.run([sys.executable, "-c", _AUTO_CLASS_SCRIPT, json.dumps(fields)], capture_output=True,
-                              text=True, timeout=timeout_s, check=False)
-        answer = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        process = subprocess.Popen([sys.executable, "-c", _AUTO_CLASS_SCRIPT, json.dumps(fields)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError:
+        return None
+    deadline = time.monotonic() + timeout_s
+    with process:
+        while True:
+            try:
+                out, _ = process.communicate(timeout=_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() < deadline and not (give_up is not None and give_up()):
+                    continue
+                process.kill()
+                process.communicate()
+                return None
+    try:
+        answer = json.loads(out.strip().splitlines()[-1]) if process.returncode == 0 else None
+    except (ValueError, IndexError):
         return None
     return answer if isinstance(answer, str) else None
 
@@ -195,9 +215,10 @@ def _transformers_version() -> str:
     return str(transformers.__version__)
 
 
-def auto_tokenizer_class_remembered(model_config: Any) -> str | None:
-    """:func:`auto_tokenizer_class_elsewhere`, its answer for a local folder remembered in infercore's cache
-    folder until the folder's files or transformers change: a warm start starts no helper process."""
+def auto_tokenizer_class_remembered(model_config: Any, give_up: Callable[[], bool] | None = None) -> str | None:
+    """:func:`auto_tokenizer_class_elsewhere` (``give_up`` passed on), its answer for a local folder remembered in
+    infercore's cache folder until the folder's files or transformers change: a warm start starts no helper
+    process."""
     from infercore.demo import cache_dir
 
     key = _class_cache_key(model_config)
@@ -210,7 +231,7 @@ def auto_tokenizer_class_remembered(model_config: Any) -> str | None:
         known = {}
     if isinstance(known.get(key), str):
         return known[key]
-    answer = auto_tokenizer_class_elsewhere(model_config)
+    answer = auto_tokenizer_class_elsewhere(model_config, give_up=give_up)
     if key is not None and answer is not None:
         known[key] = answer
         try:

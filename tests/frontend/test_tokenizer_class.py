@@ -94,6 +94,35 @@ def test_no_class_without_a_tokenizer_or_in_time(tokenizer_dir: Path, tmp_path: 
     assert auto_tokenizer_class_elsewhere(_model(tokenizer_dir), timeout_s=0.01) is None
 
 
+def test_the_helper_process_is_killed_when_its_answer_is_no_longer_wanted(tokenizer_dir: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # A launcher told to stop (or whose engine died) must not wait out a slow helper (a hub download, say).
+    import subprocess
+    import time
+
+    from infercore import tokenizer_loading as tokenizer_module
+
+    started: list[subprocess.Popen] = []
+    popen = subprocess.Popen
+
+    def recorded(*args: object, **kwargs: object) -> subprocess.Popen:
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(tokenizer_module, "_AUTO_CLASS_SCRIPT", "import time; time.sleep(60)")
+    monkeypatch.setattr(subprocess, "Popen", recorded)
+    asked_at = time.monotonic()
+    polls: list[float] = []
+
+    def give_up() -> bool:
+        polls.append(time.monotonic())
+        return time.monotonic() - asked_at > 0.5
+
+    assert auto_tokenizer_class_elsewhere(_model(tokenizer_dir), give_up=give_up) is None
+    assert time.monotonic() - asked_at < 10 and len(polls) >= 2
+    assert len(started) == 1 and started[0].poll() is not None  # killed and reaped, not left running
+
+
 def test_a_hub_repo_is_guessed_only_from_its_cached_snapshot(tokenizer_dir: Path, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import huggingface_hub
@@ -116,7 +145,7 @@ def test_the_answer_is_remembered_until_the_folder_changes(tokenizer_dir: Path, 
     monkeypatch.setenv("INFERCORE_CACHE_DIR", str(tmp_path / "cache"))
     asked: list[str] = []
 
-    def ask(model_config: object) -> str:
+    def ask(model_config: object, give_up: object = None) -> str:
         asked.append(str(model_config.model))
         return "TokenizersBackend"
 
@@ -130,7 +159,7 @@ def test_the_answer_is_remembered_until_the_folder_changes(tokenizer_dir: Path, 
     assert remembered(_model(folder)) == "TokenizersBackend" and len(asked) == 2
     (tmp_path / "cache" / tokenizer_module.AUTO_CLASS_CACHE_FILE).write_text("{not json")
     assert remembered(_model(folder)) == "TokenizersBackend" and len(asked) == 3  # a broken file is asked past
-    monkeypatch.setattr(tokenizer_module, "auto_tokenizer_class_elsewhere", lambda model_config: None)
+    monkeypatch.setattr(tokenizer_module, "auto_tokenizer_class_elsewhere", lambda model_config, give_up=None: None)
     assert remembered(_model(tmp_path / "not-local")) is None  # nothing to remember, nothing written
 
 
@@ -166,7 +195,7 @@ def test_naming_the_class_imports_no_transformers(tokenizer_dir: Path, tmp_path:
 
     monkeypatch.setenv("INFERCORE_CACHE_DIR", str(tmp_path / "cache"))
     folder = _declaring(tokenizer_dir, tmp_path, "TokenizersBackend")
-    monkeypatch.setattr(tokenizer_module, "auto_tokenizer_class_elsewhere", lambda model_config: "TokenizersBackend")
+    monkeypatch.setattr(tokenizer_module, "auto_tokenizer_class_elsewhere", lambda model_config, give_up=None: "TokenizersBackend")
     assert tokenizer_module.auto_tokenizer_class_remembered(_model(folder)) == "TokenizersBackend"  # remembered
     probe = ("import json, sys, types\n"
              "from infercore.tokenizer_loading import auto_tokenizer_class_remembered\n"

@@ -34,6 +34,9 @@ class _Spawned:
         self.events.append(self.name)
         self.pid = 1000 + len(self.events)
 
+    def is_alive(self) -> bool:
+        return self.pid is not None
+
 
 class _Context:
     def __init__(self, events: list[str]) -> None:
@@ -53,9 +56,10 @@ def _started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: Callable[[
     config = InfercoreConfig.from_kwargs(model=str(tmp_path), api_server_count=3, **kwargs)
     launcher = api_server_procs._Launcher(config, "factory")
 
-    def ask(model_config: Any) -> str | None:
+    def ask(model_config: Any, give_up: Callable[[], bool] | None = None) -> str | None:
         events.append("ask")
         asked.append(model_config.model)
+        assert give_up is not None and not give_up()  # the engines live and no stop came: worth waiting
         return answer(launcher)
 
     monkeypatch.setattr(api_server_procs, "auto_tokenizer_class_remembered", ask)
@@ -105,6 +109,27 @@ def test_a_stop_while_asking_starts_no_api_server(tmp_path: Path, monkeypatch: p
     assert events == ["infercore-engine-core-0", "ask"] and launcher.servers == []
 
 
+def test_a_stop_or_a_dead_engine_ends_the_wait_for_the_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    # What the helper process's wait polls: a stop signal, or an engine that already ended, ends it.
+    seen: list[bool] = []
+
+    def stopped(launcher: api_server_procs._Launcher) -> None:
+        launcher._on_signal(signal.SIGTERM, None)
+        seen.append(launcher._not_worth_waiting())
+        return None
+
+    _started(tmp_path, monkeypatch, stopped)
+
+    def engine_died(launcher: api_server_procs._Launcher) -> str:
+        launcher.engines[0].pid = None  # type: ignore[attr-defined]  # _Spawned.is_alive is now False
+        seen.append(launcher._not_worth_waiting())
+        return "Qwen2TokenizerFast"
+
+    _started(tmp_path, monkeypatch, engine_died)
+    assert seen == [True, True]
+
+
 def test_an_api_server_loads_with_the_class_of_its_slot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from infercore.entrypoints import serve as serve_module
     from infercore.frontend import dp_client
@@ -137,9 +162,9 @@ _PROBE = textwrap.dedent("""
     seen = {"asked": [], "spawned": [], "classes": []}
     real_ask = api_server_procs.auto_tokenizer_class_remembered
 
-    def ask(model_config):
+    def ask(model_config, give_up=None):
         seen["asked"].append(model_config.model)
-        return real_ask(model_config)
+        return real_ask(model_config)  # the recorded engines never run: nothing to give up for
 
     class Spawned:
         def __init__(self, target, name, daemon, args):

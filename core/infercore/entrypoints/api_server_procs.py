@@ -156,13 +156,18 @@ class _Launcher:
         if self.config.model.skip_tokenizer_init:
             return None
         try:
-            answer = auto_tokenizer_class_remembered(self.config.model)
+            answer = auto_tokenizer_class_remembered(self.config.model, give_up=self._not_worth_waiting)
         except Exception as exc:  # noqa: BLE001 - the API servers ask again
             logger.debug("could not name the tokenizer class: %s", exc)
             return None
         if answer is not None:
             logger.info("tokenizer class %s (AutoTokenizer's) for every API server", answer)
         return answer
+
+    def _not_worth_waiting(self) -> bool:
+        """Whether a stop signal came or an engine has already ended: the launcher then stops waiting for the
+        tokenizer class (its helper process is killed) and goes on to stop, or to report the engine."""
+        return self.stop_signal is not None or not all(engine.is_alive() for engine in self.engines)
 
     def watch(self) -> BaseProcess | None:
         """Wait until a stop signal (None) or until some process ends (that process)."""
