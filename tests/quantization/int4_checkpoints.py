@@ -64,8 +64,8 @@ def to_int32(word: int) -> int:
     return word - (1 << 32) if word >= 1 << 31 else word
 
 
-def pack_awq(codes: torch.Tensor) -> torch.Tensor:
-    """Codes [rows, cols] into AWQ's int32 [rows, cols/8]."""
+def pack_awq_word_by_word(codes: torch.Tensor) -> torch.Tensor:
+    """Codes [rows, cols] into AWQ's int32 [rows, cols/8], one word at a time as the format describes it."""
     rows, cols = codes.shape
     out = torch.zeros(rows, cols // 8, dtype=torch.int32)
     for r in range(rows):
@@ -77,14 +77,35 @@ def pack_awq(codes: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def pack_gptq_rows(codes: torch.Tensor) -> torch.Tensor:
-    """Codes [rows, cols] into GPTQ's ``qweight`` int32 [rows/8, cols] (eight rows per word)."""
+def pack_gptq_rows_word_by_word(codes: torch.Tensor) -> torch.Tensor:
+    """Codes [rows, cols] into GPTQ's ``qweight`` int32 [rows/8, cols] (eight rows per word), one word at a time."""
     rows, cols = codes.shape
     out = torch.zeros(rows // 8, cols, dtype=torch.int32)
     for r in range(rows // 8):
         for c in range(cols):
             out[r, c] = to_int32(sum(int(codes[8 * r + i, c]) << (4 * i) for i in range(8)))
     return out
+
+
+def _words(nibbles: torch.Tensor) -> torch.Tensor:
+    """[..., 8] codes (nibble ``i`` last-dim entry ``i``) as int32 words, the same bits as :func:`to_int32`."""
+    shifts = torch.arange(0, 32, 4, dtype=torch.int64)
+    words = (nibbles.to(torch.int64) << shifts).sum(-1)
+    return torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
+
+
+def pack_awq(codes: torch.Tensor) -> torch.Tensor:
+    """Codes [rows, cols] into AWQ's int32 [rows, cols/8] (:func:`pack_awq_word_by_word`'s words, whole tensors at
+    a time: a model-sized checkpoint packs in seconds)."""
+    rows, cols = codes.shape
+    return _words(codes.reshape(rows, cols // 8, 8)[:, :, list(AWQ_ORDER)])
+
+
+def pack_gptq_rows(codes: torch.Tensor) -> torch.Tensor:
+    """Codes [rows, cols] into GPTQ's ``qweight`` int32 [rows/8, cols] (:func:`pack_gptq_rows_word_by_word`'s
+    words, whole tensors at a time)."""
+    rows, cols = codes.shape
+    return _words(codes.reshape(rows // 8, 8, cols).transpose(1, 2))
 
 
 def pack_gptq_columns(codes: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from int4_checkpoints import act_order, pack_awq, pack_gptq_columns, pack_gptq_rows, to_int32
+from int4_checkpoints import (
+    act_order,
+    pack_awq,
+    pack_awq_word_by_word,
+    pack_gptq_columns,
+    pack_gptq_rows,
+    pack_gptq_rows_word_by_word,
+    to_int32,
+)
 
 from infercore.ops.int4_math import dequantize, int4_linear, make_int4_weight
 from infercore.ops.int4_packing import (
@@ -97,3 +105,13 @@ def test_interleaved_words_hold_rows_in_awq_order() -> None:
     zeros, scales = _codes(1, 24, seed=7), torch.rand(1, 24) + 0.1
     assert torch.equal(dequantize(make_int4_weight(codes, scales, zeros, 16, interleaved=True)),
                        dequantize(make_int4_weight(codes, scales, zeros, 16)))
+
+
+def test_the_whole_tensor_packers_write_the_word_by_word_packers_words() -> None:
+    # The word-by-word packers state the formats; the writers use the vectorized ones (model-sized checkpoints).
+    codes = torch.randint(0, 16, (24, 40), generator=torch.Generator().manual_seed(3), dtype=torch.int64).to(torch.uint8)
+    codes[0, :8] = 15  # a word of all ones: the top bit set, a negative int32
+    assert torch.equal(pack_awq(codes), pack_awq_word_by_word(codes))
+    assert torch.equal(pack_gptq_rows(codes), pack_gptq_rows_word_by_word(codes))
+    for packer in (pack_awq_word_by_word, pack_gptq_rows_word_by_word):
+        assert packer(torch.full((8, 8), 15, dtype=torch.uint8)).flatten()[0].item() == -1
