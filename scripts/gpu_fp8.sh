@@ -14,6 +14,9 @@
 #               fraction of bf16), NUM_REQUESTS requests, with the defaults (on Hopper block-scaled linears of 256
 #               rows and more through cuBLASLt)
 #   summary     one line: FP8/bf16 latency speedup (target >= 1.6) and throughput ratio (target >= 1.15)
+#   formats     (only when named in PARTS) the compressed-tensors layouts against block, end to end: `bench latency`
+#               on w-gpu-8b-fp8, w-gpu-8b-fp8-channel and w-gpu-8b-fp8-tensor, one `bench throughput` of the four
+#               8B workloads, and a line {"part": "formats-summary", ...: each layout's ratio to block}
 #   latency_launch_reduce  (only when named in PARTS) FP8 latency with INFERCORE_FP8_SPLIT_REDUCE=launch: split-K
 #               partials summed by a second launch instead of by each tile's last split (its line's
 #               "workload" is w-gpu-8b-fp8 too: it follows the latency lines)
@@ -118,6 +121,30 @@ EOF
         throughput)
             step throughput 300 env "$(table_env)" infercore bench throughput --workload w-gpu-8b,w-gpu-8b-fp8 \
                 --num-requests "$NUM_REQUESTS" --no-progress ;;
+        formats)  # not in the default PARTS: FP8 per channel and per tensor against block, end to end
+            for w in w-gpu-8b-fp8 w-gpu-8b-fp8-channel w-gpu-8b-fp8-tensor; do
+                step "formats-latency-$w" 50 env "$(table_env)" infercore bench latency --workload "$w" \
+                    --output-len "$OUTPUT_LEN" --repeats "$REPEATS"
+            done
+            step formats-throughput 400 env "$(table_env)" infercore bench throughput \
+                --workload w-gpu-8b,w-gpu-8b-fp8,w-gpu-8b-fp8-channel,w-gpu-8b-fp8-tensor \
+                --num-requests "$NUM_REQUESTS" --no-progress
+            python3 - "$RES" <<'EOF' | tee -a "$RES"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+# The last line per workload: this part's runs come after the latency and throughput parts' (if any ran).
+lat = {l["workload"]: l["decode_ms_per_token"] for l in lines if "decode_ms_per_token" in l and "workload" in l}
+tput = {l["workload"]: l["output_tok_s"] for l in lines if "output_tok_s" in l and "workload" in l}
+out = {"part": "formats-summary", "latency_ms_per_token": lat, "throughput_tok_s": tput}
+for name in ("channel", "tensor"):
+    w = f"w-gpu-8b-fp8-{name}"
+    if lat.get(w) and lat.get("w-gpu-8b-fp8"):  # > 1: the layout is slower than block
+        out[f"{name}_latency_over_block"] = round(lat[w] / lat["w-gpu-8b-fp8"], 3)
+    if tput.get(w) and tput.get("w-gpu-8b-fp8"):  # >= 1: no slower than block
+        out[f"{name}_throughput_over_block"] = round(tput[w] / tput["w-gpu-8b-fp8"], 3)
+print(json.dumps(out))
+EOF
+            ;;
         summary)
             python3 - "$RES" <<'EOF' | tee -a "$RES"
 import json, sys
