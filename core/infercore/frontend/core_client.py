@@ -146,9 +146,14 @@ class EngineCoreClient:
             self._dir = None
             self.input_address, self.output_address = endpoint.input_address, endpoint.output_address
         self._prefix = endpoint.id_prefix if endpoint is not None else ""
-        self.ctx = zmq.asyncio.Context()
+        # The process's one context, never terminated here: a context collected together with its sockets (a
+        # client left unclosed in a reference cycle) would wait in term() for sockets it can no longer close,
+        # and hang whichever gc.collect() found it. Sockets drop unsent messages when closed (LINGER 0).
+        self.ctx = zmq.asyncio.Context.instance()
         self.input = self.ctx.socket(zmq.PUSH)
         self.output = self.ctx.socket(zmq.PULL)
+        for sock in (self.input, self.output):
+            sock.setsockopt(zmq.LINGER, 0)
         self.input.bind(self.input_address)
         self.output.bind(self.output_address)
         self.process: multiprocessing.process.BaseProcess | None = None
@@ -253,7 +258,6 @@ class EngineCoreClient:
                 self.process.join()
         self.input.close(linger=0)
         self.output.close(linger=0)
-        self.ctx.term()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
 
