@@ -11,7 +11,7 @@ import pytest
 
 from infercore.config import InfercoreConfig
 from infercore.frontend import async_llm
-from infercore.frontend.async_llm import AsyncLLM
+from infercore.frontend.async_llm import AsyncLLM, StatsListener
 from infercore.frontend.core_client import EngineStartupError
 
 
@@ -72,3 +72,34 @@ def test_the_tokenizer_class_given_reaches_the_tokenizer_load(monkeypatch: pytes
 
     asyncio.run(main())
     assert seen == [{"class_name": tokenizer_class}]
+
+
+class _StartedClient(_FailingClient):
+    """An engine client whose engine starts."""
+
+    initial_stats = None
+
+    async def start(self, timeout: float | None = None) -> Any:
+        from infercore.wire.model_info import ModelInfo
+
+        return ModelInfo(max_model_len=64, vocab_size=128, eos_token_id=None, generation_stop_ids=[], num_kv_blocks=8)
+
+
+def test_a_start_that_fails_after_the_engine_came_up_closes_the_client(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path) -> None:
+    # The engine is up when the front end's own set-up fails (here the metrics listener): the client, and with it the
+    # engine process, must not be left behind (an unclosed client is also a zmq context the collector cannot free).
+    class _BrokenListener(StatsListener):
+        def on_engine_stats(self, stats: Any) -> None:
+            raise RuntimeError("the metrics registry refused")
+
+    monkeypatch.setattr(async_llm, "serving_tokenizer", lambda model_config, **kwargs: None)
+    config = InfercoreConfig.from_kwargs(model=str(tmp_path))
+    client = _StartedClient()
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="metrics registry refused"):
+            await AsyncLLM.start(config, client=client, listener=_BrokenListener())
+
+    asyncio.run(main())
+    assert client.closed

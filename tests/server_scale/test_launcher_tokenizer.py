@@ -140,6 +140,10 @@ def test_an_api_server_loads_with_the_class_of_its_slot(tmp_path: Path, monkeypa
         seen.append(kwargs)
         raise ValueError("stopped here")
 
+    # prometheus_client picks its value class once, at import, from this variable: import it before setting it, or
+    # every later test in this process would keep multiprocess values after the variable is gone.
+    import prometheus_client.values  # noqa: F401
+
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     monkeypatch.setattr(serve_module.AsyncLLM, "start", start)
     monkeypatch.setattr(serve_module, "freeze_startup_heap", lambda: None)  # not this test process's heap

@@ -136,8 +136,12 @@ class AsyncLLM:
             tokenizer_task.add_done_callback(lambda task: task.cancelled() or task.exception())
             client.close()
             raise
-        llm = cls(config, client, model_info, tokenizer, listener)
-        llm.listener.on_engine_stats(llm.stats)
+        try:
+            llm = cls(config, client, model_info, tokenizer, listener)
+            llm.listener.on_engine_stats(llm.stats)
+        except BaseException:
+            client.close()  # the engine started: it must not outlive a start that failed after it
+            raise
         llm._tasks = [asyncio.create_task(llm._output_loop()), asyncio.create_task(llm._watch_engine())]
         return llm
 
