@@ -131,16 +131,13 @@ class AsyncLLM:
         try:
             model_info = await client.start()
             tokenizer = await tokenizer_task
-        except BaseException:
-            # The tokenizer's own failure, if it comes, is not the error to report: take it quietly.
-            tokenizer_task.add_done_callback(lambda task: task.cancelled() or task.exception())
-            client.close()
-            raise
-        try:
             llm = cls(config, client, model_info, tokenizer, listener)
             llm.listener.on_engine_stats(llm.stats)
         except BaseException:
-            client.close()  # the engine started: it must not outlive a start that failed after it
+            # The tokenizer's own failure, if it comes, is not the error to report: take it quietly. A started
+            # engine must not outlive a start that failed after it.
+            tokenizer_task.add_done_callback(lambda task: task.cancelled() or task.exception())
+            client.close()
             raise
         llm._tasks = [asyncio.create_task(llm._output_loop()), asyncio.create_task(llm._watch_engine())]
         return llm
