@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,6 +15,9 @@ TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 Inputs = str | Annotated[list[str], Field(max_length=MAX_PROMPTS)] | TokenIds | Annotated[
     list[TokenIds], Field(max_length=MAX_PROMPTS)]
 Texts = str | Annotated[list[str], Field(max_length=MAX_PROMPTS)]
+#: What ``/pooling`` may be asked to compute instead of the model's own task.
+_RequestedTask = Literal["embed", "classify", "encode", "token_embed", "token_classify"]
+_DataT = TypeVar("_DataT")
 
 
 class PoolingUsage(BaseModel):
@@ -22,6 +25,17 @@ class PoolingUsage(BaseModel):
 
     prompt_tokens: int = 0
     total_tokens: int = 0
+
+
+class _ListResponse(BaseModel, Generic[_DataT]):
+    """A pooling API's answer: one ``data`` item per input, with the tokens computed."""
+
+    id: str
+    object: Literal["list"] = "list"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    data: list[_DataT]
+    usage: PoolingUsage
 
 
 class _PoolingBase(BaseModel):
@@ -68,23 +82,18 @@ class EmbeddingData(BaseModel):
     embedding: list[float] | str
 
 
-class EmbeddingResponse(BaseModel):
-    id: str
-    object: Literal["list"] = "list"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    data: list[EmbeddingData]
-    usage: PoolingUsage
+class EmbeddingResponse(_ListResponse[EmbeddingData]):
+    pass
 
 
 class PoolingRequest(EmbeddingRequest):
     """vLLM's ``/pooling``: the model's pooled output for each input (its task's, or ``task``'s)."""
 
-    task: Literal["embed", "classify", "encode", "token_embed", "token_classify"] | None = None
+    task: _RequestedTask | None = None
 
 
 class PoolingChatRequest(EmbeddingChatRequest):
-    task: Literal["embed", "classify", "encode", "token_embed", "token_classify"] | None = None
+    task: _RequestedTask | None = None
 
 
 class PoolingData(BaseModel):
@@ -93,13 +102,8 @@ class PoolingData(BaseModel):
     data: list[Any] | str
 
 
-class PoolingResponse(BaseModel):
-    id: str
-    object: Literal["list"] = "list"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    data: list[PoolingData]
-    usage: PoolingUsage
+class PoolingResponse(_ListResponse[PoolingData]):
+    pass
 
 
 class ScoreRequest(_PoolingBase):
@@ -123,13 +127,8 @@ class ScoreData(BaseModel):
     score: float
 
 
-class ScoreResponse(BaseModel):
-    id: str
-    object: Literal["list"] = "list"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    data: list[ScoreData]
-    usage: PoolingUsage
+class ScoreResponse(_ListResponse[ScoreData]):
+    pass
 
 
 class RerankRequest(_PoolingBase):
@@ -178,10 +177,5 @@ class ClassificationData(BaseModel):
     num_classes: int
 
 
-class ClassificationResponse(BaseModel):
-    id: str
-    object: Literal["list"] = "list"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    data: list[ClassificationData]
-    usage: PoolingUsage
+class ClassificationResponse(_ListResponse[ClassificationData]):
+    pass
