@@ -25,6 +25,9 @@ _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 _PATH = re.compile(r"(?<![\w.])(?!/v1/)(?:/[\w.@+-]+){2,}/?")
 _TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 405: "BadRequestError",
           413: "BadRequestError", 429: "RateLimitError", 500: "InternalServerError", 503: "ServiceUnavailableError"}
+#: The error answers a route documents in /openapi.json, each with the body ``ErrorResponse``.
+ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 503)}
 
 
 class APIError(Exception):

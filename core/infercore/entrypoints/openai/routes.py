@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from infercore.entrypoints.openai.errors import APIError, error_response
+from infercore.entrypoints.openai.errors import ERROR_RESPONSES, APIError, error_response
 from infercore.entrypoints.openai.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -28,8 +28,6 @@ from infercore.entrypoints.openai.state import ServerState
 from infercore.version import __version__
 
 router = APIRouter()
-_ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 503)}
 
 
 def _state(request: Request) -> ServerState:
@@ -55,7 +53,7 @@ def _model_card(state: ServerState) -> ModelCard:
                      max_model_len=state.engine.model_info.max_model_len)
 
 
-@router.get("/v1/models", response_model=ModelList, responses=_ERRORS)
+@router.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
 async def list_models(request: Request) -> ModelList:
     """The served model, then the LoRA adapters served on it (each with the base model as ``parent``)."""
     state = _state(request)
@@ -65,7 +63,7 @@ async def list_models(request: Request) -> ModelList:
     return ModelList(data=[base, *adapters])
 
 
-@router.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=_ERRORS)
+@router.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES)
 async def retrieve_model(model_id: str, request: Request) -> ModelCard:
     """One served model by its id (the served name or the model path); 404 for any other id."""
     state = _state(request)
@@ -76,19 +74,19 @@ async def retrieve_model(model_id: str, request: Request) -> ModelCard:
     return ModelCard(id=adapter.lora_name, root=adapter.lora_path, parent=base.id, max_model_len=base.max_model_len)
 
 
-@router.post("/v1/completions", response_model=CompletionResponse, responses=_ERRORS)
+@router.post("/v1/completions", response_model=CompletionResponse, responses=ERROR_RESPONSES)
 async def create_completion(body: CompletionRequest, request: Request) -> Response:
     refuse_generation(request)  # a pooling model generates nothing (infercore.entrypoints.openai.routes_pooling)
     return await _state(request).completion.create(body, request)
 
 
-@router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=_ERRORS)
+@router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=ERROR_RESPONSES)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     refuse_generation(request)  # a pooling model generates nothing (infercore.entrypoints.openai.routes_pooling)
     return await _state(request).chat.create(body, request)
 
 
-@router.post("/tokenize", response_model=TokenizeResponse, responses=_ERRORS)
+@router.post("/tokenize", response_model=TokenizeResponse, responses=ERROR_RESPONSES)
 async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
     state = _state(request)
     state.chat.check_model(body.model)
@@ -105,7 +103,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
     return TokenizeResponse(count=len(ids), max_model_len=state.engine.model_info.max_model_len, tokens=ids)
 
 
-@router.post("/detokenize", response_model=DetokenizeResponse, responses=_ERRORS)
+@router.post("/detokenize", response_model=DetokenizeResponse, responses=ERROR_RESPONSES)
 async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeResponse:
     state = _state(request)
     state.chat.check_model(body.model)
@@ -118,12 +116,12 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeRes
     return DetokenizeResponse(prompt=state.engine.tokenizer.decode(body.tokens))
 
 
-@router.get("/metrics", response_class=Response, responses=_ERRORS)
+@router.get("/metrics", response_class=Response, responses=ERROR_RESPONSES)
 async def metrics(request: Request) -> Response:
     return Response(_state(request).metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-@router.get("/debug/kv_cache", responses=_ERRORS)
+@router.get("/debug/kv_cache", responses=ERROR_RESPONSES)
 async def kv_cache(request: Request) -> JSONResponse:
     """The engine's latest KV-cache and queue figures."""
     stats = _state(request).engine.stats

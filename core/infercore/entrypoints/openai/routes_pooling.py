@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from infercore.entrypoints.openai.errors import APIError
-from infercore.entrypoints.openai.protocol import ErrorResponse
+from infercore.entrypoints.openai.errors import ERROR_RESPONSES, APIError
 from infercore.entrypoints.openai.protocol_pooling import (
     ClassificationRequest,
     ClassificationResponse,
@@ -24,8 +23,6 @@ from infercore.entrypoints.openai.serving_pooling import OpenAIServingPooling
 from infercore.pooling.front import served_tasks
 
 pooling_router = APIRouter()
-_ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 503)}
 
 
 def _pooling(request: Request) -> OpenAIServingPooling:
@@ -40,34 +37,34 @@ def refuse_generation(request: Request) -> None:
                        "chat); use /v1/embeddings, /pooling, /score, /rerank or /classify", "model")
 
 
-@pooling_router.post("/v1/embeddings", response_model=EmbeddingResponse, responses=_ERRORS)
+@pooling_router.post("/v1/embeddings", response_model=EmbeddingResponse, responses=ERROR_RESPONSES)
 async def create_embedding(body: EmbeddingRequest | EmbeddingChatRequest, request: Request) -> EmbeddingResponse:
     """OpenAI's embeddings: one vector per input (or per conversation, given ``messages``)."""
     return await _pooling(request).embed(body, request)
 
 
-@pooling_router.post("/pooling", response_model=PoolingResponse, responses=_ERRORS)
+@pooling_router.post("/pooling", response_model=PoolingResponse, responses=ERROR_RESPONSES)
 async def create_pooling(body: PoolingRequest | PoolingChatRequest, request: Request) -> PoolingResponse:
     """The model's pooled output per input, for its task or ``task``."""
     return await _pooling(request).pool(body, request)
 
 
-@pooling_router.post("/classify", response_model=ClassificationResponse, responses=_ERRORS)
+@pooling_router.post("/classify", response_model=ClassificationResponse, responses=ERROR_RESPONSES)
 async def create_classification(body: ClassificationRequest, request: Request) -> ClassificationResponse:
     """Class probabilities per input (a sequence-classification model)."""
     return await _pooling(request).classify(body, request)
 
 
-@pooling_router.post("/score", response_model=ScoreResponse, responses=_ERRORS)
-@pooling_router.post("/v1/score", response_model=ScoreResponse, responses=_ERRORS)
+@pooling_router.post("/score", response_model=ScoreResponse, responses=ERROR_RESPONSES)
+@pooling_router.post("/v1/score", response_model=ScoreResponse, responses=ERROR_RESPONSES)
 async def create_score(body: ScoreRequest, request: Request) -> ScoreResponse:
     """Scores of text pairs: a cross-encoder's score, or the cosine of an embedding model's vectors."""
     return await _pooling(request).score(body, request)
 
 
-@pooling_router.post("/rerank", response_model=RerankResponse, responses=_ERRORS)
-@pooling_router.post("/v1/rerank", response_model=RerankResponse, responses=_ERRORS)
-@pooling_router.post("/v2/rerank", response_model=RerankResponse, responses=_ERRORS)
+@pooling_router.post("/rerank", response_model=RerankResponse, responses=ERROR_RESPONSES)
+@pooling_router.post("/v1/rerank", response_model=RerankResponse, responses=ERROR_RESPONSES)
+@pooling_router.post("/v2/rerank", response_model=RerankResponse, responses=ERROR_RESPONSES)
 async def create_rerank(body: RerankRequest, request: Request) -> RerankResponse:
     """Documents ranked by relevance to the query (Jina's and Cohere's shape)."""
     return await _pooling(request).rerank(body, request)
