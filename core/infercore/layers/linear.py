@@ -41,6 +41,17 @@ def _narrow(param: torch.Tensor, loaded: torch.Tensor, dim: int | None, rank: in
     return loaded.narrow(dim, rank * size, size)
 
 
+def _copy_rank_share(param: torch.Tensor, loaded: torch.Tensor, rank: int, input_split: bool) -> None:
+    """Copy ``rank``'s share of the checkpoint tensor ``loaded`` into ``param``, split along the input features
+    (``input_split``) or the output rows; a per-tensor value fills the parameter's one entry."""
+    layout = layout_of(param)
+    if layout.per_shard:
+        _copy_shard_entry(param, 0, loaded)
+        return
+    dim = layout.input_dim if input_split else layout.output_dim
+    _copy_checked(param, _narrow(param, loaded, dim, rank))
+
+
 class LinearBase(nn.Module):
     """``y = x W^T + b`` with this rank's slice of ``W`` [output_size_per_rank, input_size_per_rank].
 
@@ -102,11 +113,7 @@ class ColumnParallelLinear(LinearBase):
                          quant_method=quant_method, prefix=prefix)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
-        layout = layout_of(param)
-        if layout.per_shard:
-            _copy_shard_entry(param, 0, loaded)
-            return
-        _copy_checked(param, _narrow(param, loaded, layout.output_dim, self.tp_rank))
+        _copy_rank_share(param, loaded, self.tp_rank, self.input_split)
 
     def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         return self.quant_method.apply(self, x, self.bias)
@@ -124,11 +131,7 @@ class RowParallelLinear(LinearBase):
                          quant_method=quant_method, prefix=prefix)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
-        layout = layout_of(param)
-        if layout.per_shard:
-            _copy_shard_entry(param, 0, loaded)
-            return
-        _copy_checked(param, _narrow(param, loaded, layout.input_dim, self.tp_rank))
+        _copy_rank_share(param, loaded, self.tp_rank, self.input_split)
 
     def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         return self._sum_ranks(self.quant_method.apply(self, x))
