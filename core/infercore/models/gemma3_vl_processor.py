@@ -11,33 +11,22 @@ token in HF's ids too). Pan-and-scan crops (``do_pan_and_scan``) are not support
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from infercore.models.multimodal import MultiModalProcessor, ProcessedImage
+from infercore.models.hf_image_processor import HFImageProcessorBase
 
 if TYPE_CHECKING:
-    from PIL import Image
+    from infercore.models.multimodal import ProcessedImage
 
 
-class Gemma3Processor(MultiModalProcessor):
+class Gemma3Processor(HFImageProcessorBase):
     """Prompts hold one ``<start_of_image>`` (``boi_token_index``) per image; each becomes the image's
     ``mm_tokens_per_image`` soft tokens (``image_token_index``) between ``<start_of_image>`` and
     ``<end_of_image>``, with a blank line on each side."""
 
     def __init__(self, hf_config: Any, model_path: str, tokenizer: Any) -> None:
         super().__init__(hf_config, model_path, tokenizer)
-        from transformers import AutoImageProcessor
-
-        quiet = logging.getLogger("transformers")  # the PIL backend is the one meant here: no warning
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)
-        try:
-            self.image_processor = AutoImageProcessor.from_pretrained(model_path)
-        finally:
-            quiet.setLevel(level)
         if getattr(self.image_processor, "do_pan_and_scan", False):
             raise ValueError("the checkpoint's image processor sets do_pan_and_scan; pan-and-scan crops are not "
                              "supported: set it to false in preprocessor_config.json")
@@ -49,14 +38,6 @@ class Gemma3Processor(MultiModalProcessor):
         if tokenizer is not None:
             self.placeholder_text = tokenizer.convert_ids_to_tokens(self.placeholder_token_id)
             self.newlines = list(tokenizer.encode("\n\n", add_special_tokens=False))
-        self._settings = json.dumps(self.image_processor.to_dict(), sort_keys=True, default=str)
-
-    def process_image(self, image: Image.Image) -> ProcessedImage:
-        pixels = self.image_processor(images=image.convert("RGB"), return_tensors="np")["pixel_values"]
-        return ProcessedImage({"pixel_values": pixels[0]}, self.num_image_tokens)
-
-    def settings_key(self) -> str:
-        return self._settings
 
     def expand_prompt(self, token_ids: list[int], images: Sequence[ProcessedImage]) -> tuple[list[int], list[int]]:
         """Each ``<start_of_image>`` → blank line, ``<start_of_image>``, the soft tokens, ``<end_of_image>``,

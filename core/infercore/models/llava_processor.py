@@ -3,14 +3,9 @@ torchvision) and the placeholder count of one image."""
 
 from __future__ import annotations
 
-import json
-import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from infercore.models.multimodal import MultiModalProcessor, ProcessedImage
-
-if TYPE_CHECKING:
-    from PIL import Image
+from infercore.models.hf_image_processor import HFImageProcessorBase
 
 
 def llava_image_tokens(hf_config: Any) -> int:
@@ -34,32 +29,13 @@ def image_token_id(hf_config: Any) -> int:
     return int(token)
 
 
-class LlavaProcessor(MultiModalProcessor):
+class LlavaProcessor(HFImageProcessorBase):
     """Resizes, crops and normalizes with the checkpoint's image processor (``preprocessor_config.json``);
     each image becomes :func:`llava_image_tokens` copies of the image token."""
 
     def __init__(self, hf_config: Any, model_path: str, tokenizer: Any) -> None:
         super().__init__(hf_config, model_path, tokenizer)
-        from transformers import AutoImageProcessor
-
-        # Without torchvision, transformers falls back to the PIL backend and says so at WARNING: that is
-        # the backend meant here.
-        quiet = logging.getLogger("transformers")
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)
-        try:
-            self.image_processor = AutoImageProcessor.from_pretrained(model_path)
-        finally:
-            quiet.setLevel(level)
         self.placeholder_token_id = image_token_id(hf_config)
         self.num_image_tokens = llava_image_tokens(hf_config)
         if tokenizer is not None:
             self.placeholder_text = tokenizer.convert_ids_to_tokens(self.placeholder_token_id)
-        self._settings = json.dumps(self.image_processor.to_dict(), sort_keys=True, default=str)
-
-    def process_image(self, image: Image.Image) -> ProcessedImage:
-        pixels = self.image_processor(images=image.convert("RGB"), return_tensors="np")["pixel_values"]
-        return ProcessedImage({"pixel_values": pixels[0]}, self.num_image_tokens)
-
-    def settings_key(self) -> str:
-        return self._settings
