@@ -163,6 +163,15 @@ def tiny_config(architecture: str, vocab_size: int, **overrides: Any) -> Any:
     return AutoConfig.for_model(model_type, **params)
 
 
+def set_generation_eos(path: Path, eos_token_id: int) -> None:
+    """Make ``eos_token_id`` the stop token of the folder's ``generation_config.json``, when it has one."""
+    gen = path / "generation_config.json"
+    if gen.exists():
+        cfg = json.loads(gen.read_text())
+        cfg["eos_token_id"] = eos_token_id
+        gen.write_text(json.dumps(cfg, indent=2))
+
+
 def build_model_folder(path: str | Path, architecture: str = "Qwen3ForCausalLM", seed: int = 0,
                        dtype: str = "float32", tokenizer_kwargs: dict[str, Any] | None = None,
                        max_shard_size: str | None = None, **config_overrides: Any) -> Path:
@@ -188,9 +197,5 @@ def build_model_folder(path: str | Path, architecture: str = "Qwen3ForCausalLM",
                 p.normal_(0.0, 0.1)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(str(path), safe_serialization=True, **kwargs)
-    gen = path / "generation_config.json"
-    if gen.exists():
-        cfg = json.loads(gen.read_text())
-        cfg["eos_token_id"] = tokenizer.eos_token_id
-        gen.write_text(json.dumps(cfg, indent=2))
+    set_generation_eos(path, tokenizer.eos_token_id)
     return path

@@ -11,7 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from infercore.tiny_models import CHAT_TEMPLATE, DEFAULT_ADDED_TOKENS, build_tokenizer, tiny_config
+from infercore.tiny_models import (
+    CHAT_TEMPLATE,
+    DEFAULT_ADDED_TOKENS,
+    build_tokenizer,
+    set_generation_eos,
+    tiny_config,
+)
 
 IMAGE_TOKEN = "<image>"
 
@@ -77,11 +83,7 @@ def build_llava_folder(path: str | Path, tower: str = "clip", text_architecture:
                 p.normal_(0.0, 0.1)
     model.save_pretrained(str(path), safe_serialization=True)
     _image_processor(tower, image_size).save_pretrained(str(path))
-    gen = path / "generation_config.json"
-    if gen.exists():
-        cfg = json.loads(gen.read_text())
-        cfg["eos_token_id"] = tokenizer.eos_token_id
-        gen.write_text(json.dumps(cfg, indent=2))
+    set_generation_eos(path, tokenizer.eos_token_id)
     return path
 
 
@@ -161,11 +163,7 @@ def build_gemma3_vl_folder(path: str | Path, seed: int = 0, image_size: int = 32
     Gemma3ImageProcessorPil(size={"height": image_size, "width": image_size}).save_pretrained(str(path))
     (path / "processor_config.json").write_text(json.dumps({"processor_class": "Gemma3Processor",
                                                             "image_seq_length": mm_tokens_per_image}, indent=2))
-    gen = path / "generation_config.json"
-    if gen.exists():
-        cfg = json.loads(gen.read_text())
-        cfg["eos_token_id"] = tokenizer.eos_token_id
-        gen.write_text(json.dumps(cfg, indent=2))
+    set_generation_eos(path, tokenizer.eos_token_id)
     return path
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from infercore.models.qwen2_5_vl_image import QwenVLImageSettings
-from infercore.tiny_models import build_tokenizer
+from infercore.tiny_models import build_tokenizer, set_generation_eos
 
 VISION_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                          "<|image_pad|>", "<|video_pad|>"]
@@ -83,9 +83,5 @@ def build_qwen2_5_vl_folder(path: str | Path, seed: int = 0, text: dict[str, Any
             if p.dim() >= 2:
                 p.normal_(0.0, 0.1)
     model.save_pretrained(str(path), safe_serialization=True)
-    gen = path / "generation_config.json"
-    if gen.exists():
-        cfg = json.loads(gen.read_text())
-        cfg["eos_token_id"] = ids["<|im_end|>"]
-        gen.write_text(json.dumps(cfg, indent=2))
+    set_generation_eos(path, ids["<|im_end|>"])
     return path
