@@ -23,20 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from infercore.benchmarks.vision_inputs import expanded_prompt_ids, random_images
 
 PROMPT = "<start_of_turn>user\n<start_of_image>Describe this image.<end_of_turn>\n<start_of_turn>model\n"
 
 
 def emit(**fields: Any) -> None:
     print(json.dumps(fields), flush=True)
-
-
-def images(n: int, size: int, seed: int) -> list[Any]:
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    return [Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)) for _ in range(n)]
 
 
 def run_tests() -> None:
@@ -59,9 +52,9 @@ def run_engine(folder: str, args: argparse.Namespace) -> tuple[list[int], float]
               max_num_batched_tokens=args.max_num_batched_tokens,
               **({"gpu_memory_utilization": 0.85} if torch.cuda.is_available() else {"cpu_threads": 2}))
     params = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True, detokenize=False)
-    llm.generate({"prompt": PROMPT, "multi_modal_data": {"image": images(1, args.size, 999)[0]}},
+    llm.generate({"prompt": PROMPT, "multi_modal_data": {"image": random_images(1, args.size, 999)[0]}},
                  SamplingParams(max_tokens=4, ignore_eos=True, detokenize=False), use_tqdm=False)
-    prompts = [{"prompt": PROMPT, "multi_modal_data": {"image": im}} for im in images(args.num_requests, args.size, 0)]
+    prompts = [{"prompt": PROMPT, "multi_modal_data": {"image": im}} for im in random_images(args.num_requests, args.size, 0)]
     llm.reset_prefix_cache()
     start = time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
@@ -74,7 +67,7 @@ def run_engine(folder: str, args: argparse.Namespace) -> tuple[list[int], float]
          preemptions=core.scheduler.num_preemptions, attention_backend=core.executor.worker.runner.backend.name)
     ttfts = []
     one = SamplingParams(max_tokens=1, detokenize=False)
-    for image in images(args.ttft_runs, args.size, 1):
+    for image in random_images(args.ttft_runs, args.size, 1):
         llm.reset_prefix_cache()
         t0 = time.perf_counter()
         llm.generate({"prompt": PROMPT, "multi_modal_data": {"image": image}}, one, use_tqdm=False)
@@ -92,14 +85,9 @@ def run_engine(folder: str, args: argparse.Namespace) -> tuple[list[int], float]
 
 def prompt_ids_of(folder: str) -> list[int]:
     """The prompt's token ids with its image expanded, as the engine's front end makes them."""
-    from transformers import AutoConfig, AutoTokenizer
-
     from infercore.models.gemma3_vl_processor import Gemma3Processor
 
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    processor = Gemma3Processor(AutoConfig.from_pretrained(folder), folder, tokenizer)
-    image = processor.process_image(images(1, 64, 0)[0])
-    return processor.expand_prompt(tokenizer.encode(PROMPT), [image])[0]
+    return expanded_prompt_ids(Gemma3Processor, folder, PROMPT, random_images(1, 64, 0)[0])
 
 
 def run_hf(folder: str, prompt_ids: list[int], args: argparse.Namespace) -> float:
@@ -112,7 +100,7 @@ def run_hf(folder: str, prompt_ids: list[int], args: argparse.Namespace) -> floa
     with torch.device(device):
         model = Gemma3ForConditionalGeneration._from_config(config, dtype=dtype).eval()
     processor = AutoImageProcessor.from_pretrained(folder)
-    pictures = images(args.hf_requests, args.size, 0)
+    pictures = random_images(args.hf_requests, args.size, 0)
     ids = torch.tensor([prompt_ids], device=device)
     types = (ids == config.image_token_id).long()
 

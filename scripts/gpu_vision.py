@@ -17,18 +17,16 @@ import statistics
 import tempfile
 import time
 
-import numpy as np
+from infercore.benchmarks.vision_inputs import expanded_prompt_ids, random_images
 
 
 def emit(**fields) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def images(n: int, seed: int, size: int = 336) -> list:
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    return [Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)) for _ in range(n)]
+def images(n: int, seed: int) -> list:
+    """``n`` random 336x336 images (LLaVA-1.5's input size)."""
+    return random_images(n, 336, seed)
 
 
 PROMPT = "USER: <image>\nDescribe the picture in detail. ASSISTANT:"
@@ -82,14 +80,9 @@ def run_engine(folder: str, args: argparse.Namespace) -> tuple[list[int], float]
 
 def prompt_ids_of(folder: str) -> list[int]:
     """The prompt's token ids with its image placeholder expanded, as the engine's front end makes them."""
-    from transformers import AutoConfig, AutoTokenizer
-
     from infercore.models.llava_processor import LlavaProcessor
 
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    processor = LlavaProcessor(AutoConfig.from_pretrained(folder), folder, tokenizer)
-    ids, _ = processor.expand_prompt(tokenizer.encode(PROMPT), [processor.process_image(images(1, 0)[0])])
-    return ids
+    return expanded_prompt_ids(LlavaProcessor, folder, PROMPT, images(1, 0)[0])
 
 
 def run_hf(folder: str, prompt_ids: list[int], args: argparse.Namespace) -> float:
