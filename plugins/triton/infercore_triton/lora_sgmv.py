@@ -18,6 +18,18 @@ import triton.language as tl
 
 
 @triton.jit
+def _tile_tokens(tiles_ptr, sorted_ptr, tile, BLOCK_M: tl.constexpr):
+    """The token indices of tile ``tile`` (``BLOCK_M`` of them, from its first to its end index into
+    ``sorted_tokens``) and which of them the tile holds."""
+    first = tl.load(tiles_ptr + tile * 3 + 1)
+    end = tl.load(tiles_ptr + tile * 3 + 2)
+    rows = first + tl.arange(0, BLOCK_M)
+    row_ok = rows < end
+    tokens = tl.load(sorted_ptr + rows, mask=row_ok, other=0).to(tl.int64)
+    return tokens, row_ok
+
+
+@triton.jit
 def sgmv_shrink_kernel(x_ptr, a_ptr, part_ptr, sorted_ptr, tiles_ptr, K, NR, k_per_split, stride_xm, stride_as,
                        stride_an, stride_ps, stride_pm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, IEEE: tl.constexpr):
@@ -26,11 +38,7 @@ def sgmv_shrink_kernel(x_ptr, a_ptr, part_ptr, sorted_ptr, tiles_ptr, K, NR, k_p
     slot = tl.load(tiles_ptr + tile * 3)
     if slot < 0:
         return
-    first = tl.load(tiles_ptr + tile * 3 + 1)
-    end = tl.load(tiles_ptr + tile * 3 + 2)
-    rows = first + tl.arange(0, BLOCK_M)
-    row_ok = rows < end
-    tokens = tl.load(sorted_ptr + rows, mask=row_ok, other=0).to(tl.int64)
+    tokens, row_ok = _tile_tokens(tiles_ptr, sorted_ptr, tile, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < NR
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -62,11 +70,7 @@ def sgmv_expand_kernel(out_ptr, part_ptr, b_ptr, sorted_ptr, tiles_ptr, width, R
     slot = tl.load(tiles_ptr + tile * 3)
     if slot < 0:
         return
-    first = tl.load(tiles_ptr + tile * 3 + 1)
-    end = tl.load(tiles_ptr + tile * 3 + 2)
-    rows = first + tl.arange(0, BLOCK_M)
-    row_ok = rows < end
-    tokens = tl.load(sorted_ptr + rows, mask=row_ok, other=0).to(tl.int64)
+    tokens, row_ok = _tile_tokens(tiles_ptr, sorted_ptr, tile, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < width
     rs = tl.arange(0, BLOCK_R)
