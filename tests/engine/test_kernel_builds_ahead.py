@@ -215,3 +215,36 @@ def test_the_sampler_warm_up_never_indexes_with_ids_a_skipped_kernel_left_unwrit
         warm_up.warm_up_sampler(sampler, vocab, torch.float32, torch.device("cpu"))
     with pytest.raises(IndexError):  # run for real, the same ids are an error: the guard is what held above
         warm_up.warm_up_sampler(sampler, vocab, torch.float32, torch.device("cpu"))
+
+
+def test_mixed_decode_warm_up_runs_each_decode_count_over_narrow_and_wide_tables(make_llm,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The eager mixed steps' warm-up: one short prompt behind 1, 2, 4, ... one-token queries (and the most a
+    step holds), over the narrowest block table and the widest, uncaptured and writing nowhere; the runner
+    serves the same tokens after it."""
+    assert warm_up.mixed_decode_counts(256, 8192, 16) == [1, 2, 4, 8, 16, 32, 64, 128, 255]
+    assert warm_up.mixed_decode_counts(6, 8192, 16) == [1, 2, 4, 5]
+    assert warm_up.mixed_decode_counts(256, 20, 16) == [1, 2, 4]
+    assert warm_up.mixed_decode_counts(1, 8192, 16) == []
+    llm = make_llm(max_num_seqs=6)
+    expected = _tokens(llm)
+    runner = llm.llm_engine.engine_core.executor.runner
+    seen: list[tuple[int, int, int, bool, bool]] = []
+    build = runner.builder.build
+
+    def spy(common):  # noqa: ANN001, ANN202
+        lengths = common.query_start_loc_cpu.diff().tolist()
+        decodes = next((i for i, n in enumerate(lengths) if n != 1), len(lengths))
+        assert (common.slot_mapping == -1).all()
+        seen.append((decodes, lengths[-1], common.block_table.shape[1], common.is_pure_decode,
+                     common.padded_for_graph))
+        return build(common)
+
+    monkeypatch.setattr(runner.builder, "build", spy)
+    runner.buffers.bind_general()  # as start-up finds them (a step may leave a decode layout bound)
+    warm_up.warm_up_mixed_decodes(runner)
+    prompt = max(runner.block_size, runner.max_verify_len + 1)
+    widths = sorted({1, runner.max_blocks_per_req})
+    assert seen == [(d, prompt, w, False, False) for w in widths for d in (1, 2, 4, 5)]
+    monkeypatch.undo()
+    assert _tokens(llm) == expected

@@ -37,7 +37,7 @@ from infercore.worker.profile_forward import profile_forward
 from infercore.worker.spec_decode_step import SpeculativeStep, make_sampler_and_step
 from infercore.worker.step_buffers import StepBuffers
 from infercore.worker.step_logprobs import sampled_logprobs, step_prompt_logprobs
-from infercore.worker.warm_up import warm_up
+from infercore.worker.warm_up import warm_up, warm_up_mixed_decodes
 from infercore.worker.whole_graphs import WholeGraphs
 
 logger = logging.getLogger(__name__)
@@ -166,12 +166,15 @@ class ModelRunner:
         def passes() -> None:  # what follows, uncaptured: the warm-up, then every graph's size once
             warm_up(self)
             if graphs:
+                warm_up_mixed_decodes(self)
                 capture_mixed_graphs(self, None, eager_only=True)
                 capture_decode_graphs(self, None, eager_only=True)
 
         build_kernels_ahead(self, "warm-up and graphs", passes)
         with startup_phase("warm-up"):
             warm_up(self)
+            if graphs:  # the steps graphs leave eager: mixed steps larger than the largest mixed graph
+                warm_up_mixed_decodes(self)
         if graphs:
             with startup_phase("graph capture"):
                 pool = self.platform.graph_pool_handle()

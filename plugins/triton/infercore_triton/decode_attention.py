@@ -273,10 +273,12 @@ def _short_query_token(query_start_loc_ptr, seq_lens_ptr, num_seqs, token, SHORT
 
 
 # Arguments that change from step to step (the block table's width, views at an offset into the
-# runner's buffers, a run-time split count) are not specialised on: a step of a new shape would compile a
-# variant mid-run.
+# runner's buffers, a run-time split count and the partial log-sum-exps' strides that follow it) are not
+# specialised on: a step of a new shape would compile a variant mid-run. (Triton specialises an integer on
+# being 1 and on divisibility by 16: ``stride_lh`` is the split count, 16 and 32 splits compiled variants of
+# their own.)
 @triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_seqs",
-                               "num_splits"])
+                               "num_splits", "stride_lt", "stride_lh"])
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
     out_ptr, part_out_ptr, part_lse_ptr, counter_ptr,
@@ -336,7 +338,8 @@ def _decode_split_kernel(
                          FP16_MATH, FP8_PTX, FP8_K_WORDS, LAST_REDUCES, SPLITS_PAD)
 
 
-@triton.jit(do_not_specialize=["num_splits", "query_start_loc_ptr", "seq_lens_ptr", "num_seqs"])
+@triton.jit(do_not_specialize=["num_splits", "query_start_loc_ptr", "seq_lens_ptr", "num_seqs", "stride_lt",
+                               "stride_lh"])
 def _decode_reduce_kernel(
     part_out_ptr, part_lse_ptr, out_ptr, num_splits, query_start_loc_ptr, seq_lens_ptr, num_seqs,
     stride_pt, stride_ph, stride_ps,

@@ -33,7 +33,8 @@ def shares_kv(kv_cache: torch.Tensor) -> bool:
     return os.environ.get(SHARED_KV_ENV, "1").strip() != "0" and kv_cache.element_size() > 1
 
 
-@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_splits"])
+@triton.jit(do_not_specialize=["block_table_ptr", "seq_lens_ptr", "query_start_loc_ptr", "stride_bt", "num_splits",
+                               "stride_lt", "stride_lh"])  # the last two follow the split count
 def _verify_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr, query_start_loc_ptr,
     out_ptr, part_out_ptr, part_lse_ptr,
