@@ -54,8 +54,8 @@ def test_silu_quant_at_8b_width(m: int) -> None:
 
 
 def test_per_token_groups_for_the_channel_path() -> None:
-    # A norm quantizing whole 4096-wide rows in its one program; SiLU over 12288 columns per token falls
-    # back to SiLU then the quantizer. Then the row-wise scaled GEMM on the result.
+    # A norm quantizing whole 4096-wide rows in its one program, and SiLU over 12288 columns per token likewise.
+    # Then the row-wise scaled GEMM on the result.
     from infercore_triton.fp8_fused_quant import rms_norm_quant, silu_and_mul_quant
     from infercore_triton.fp8_scaled_mm import fp8_linear_quantized
 

@@ -51,6 +51,9 @@ def main() -> None:
             print(f"rms_norm_quant residual={residual} group={group}: {shared} bytes of shared memory")
     shared = compile_kernel(_silu_and_mul_quant_kernel, {"GROUP": 128, "BLOCK": 1024}, quant, num_warps=4)
     print(f"silu_and_mul_quant group=128: {shared} bytes of shared memory")
+    # Per token over the 8B shape's 12288 columns: the whole row in one program of 16 warps.
+    shared = compile_kernel(_silu_and_mul_quant_kernel, {"GROUP": 16384, "BLOCK": 16384}, quant, num_warps=16)
+    print(f"silu_and_mul_quant group=16384 (per token): {shared} bytes of shared memory")
     gemm = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32",
             "part_ptr": "*fp32", "counter_ptr": "*i32"}
     for bm, bn, split, warps, stages, per_column in ((16, 32, True, 4, 4, False), (128, 128, False, 8, 5, False),

@@ -88,6 +88,18 @@ def test_silu_and_mul_quant(dtype: torch.dtype, inter: int, group: int) -> None:
     _check(silu_quant(x, group), fp8_fused.silu_and_mul_quant(x, group), group, dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_per_token_silu_takes_a_whole_row_in_one_program(dtype: torch.dtype) -> None:
+    # Per token over a row wider than SILU_BLOCK: one program a row, the very numbers of the unfused kernels
+    # (SiLU, then the quantizer) that these rows took before.
+    from infercore_triton.activation import silu_and_mul
+    from infercore_triton.fp8_fused_quant import _unfused
+
+    x = torch.randn(3, 2 * 2100, generator=torch.Generator().manual_seed(2100)).to(dtype) * 3
+    (q, scale), (ref_q, ref_scale) = silu_quant(x, 2100), _unfused(silu_and_mul(x), 2100)
+    assert scale.shape == (3, 1) and torch.equal(scale, ref_scale) and torch.equal(q.float(), ref_q.float())
+
+
 def test_groups_the_kernels_cannot_tile_take_the_unfused_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     # A group of 96 columns is no power of two: the norm, then Triton's quantizer, as a GPU would run them.
     from infercore_triton import fp8_fused_quant
@@ -107,6 +119,7 @@ def test_groups_the_kernels_cannot_tile_take_the_unfused_kernels(monkeypatch: py
 def test_groups_the_kernels_cannot_tile_run_the_reference() -> None:
     assert fused_group(128, 4096, 65536) == 128 and fused_group(4096, 4096, 65536) == 4096
     assert fused_group(96, 4096, 65536) is None and fused_group(12288, 12288, 1024) is None
+    assert fused_group(12288, 12288, 65536) == 16384  # per token over the 8B shape's SiLU: one program a row
     assert fused_group(5000, 48, 1024) == 64  # one group per row, held in a power-of-two block
     with pytest.raises(ValueError, match="power of two"):
         silu_quant(torch.randn(2, 384), 96)

@@ -55,7 +55,8 @@ def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_p
                            SPLIT: tl.constexpr, LAST_REDUCES: tl.constexpr, BLOCK_M: tl.constexpr,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # BLOCK_K is the scale group along K, so each step's partial product takes one activation scale
-    # per row and one weight scale per column.
+    # per row and one weight scale per block of rows. Per-column weight scales come with one activation scale
+    # per row (PER_COLUMN): the products accumulate unscaled in the dot and both scales apply once at the end.
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -75,14 +76,17 @@ def _fp8_block_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, part_p
                     mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(b_ptr + cols[None, :].to(tl.int64) * stride_bn + k[:, None] * stride_bk,
                     mask=col_ok[None, :] & k_ok[:, None], other=0.0)
-        a_scale = tl.load(a_scale_ptr + rows * stride_asm + step * stride_ask, mask=row_ok, other=0.0)
         if PER_COLUMN:
-            b_scales = tl.load(b_scale_ptr + cols * stride_bsn + step * stride_bsk, mask=col_ok, other=0.0)
-            acc += tl.dot(a, b) * a_scale[:, None] * b_scales[None, :]
+            acc = tl.dot(a, b, acc)
         else:
+            a_scale = tl.load(a_scale_ptr + rows * stride_asm + step * stride_ask, mask=row_ok, other=0.0)
             # The tile lies inside one block of weight rows (BLOCK_N divides GROUP_N): one weight scale a step.
             b_scale = tl.load(b_scale_ptr + block_row * stride_bsn + step * stride_bsk)
             acc += tl.dot(a, b) * (a_scale * b_scale)[:, None]
+    if PER_COLUMN:
+        a_scale = tl.load(a_scale_ptr + rows * stride_asm, mask=row_ok, other=0.0)
+        b_scales = tl.load(b_scale_ptr + cols * stride_bsn, mask=col_ok, other=0.0)
+        acc = acc * a_scale[:, None] * b_scales[None, :]
     mask = row_ok[:, None] & col_ok[None, :]
     if SPLIT:
         # Partials [SPLIT_K, M, N] in float32; the reduce kernel (or the tile's last split) adds the bias

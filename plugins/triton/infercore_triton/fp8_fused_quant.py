@@ -19,7 +19,9 @@ from infercore_triton.fp8_quant import quantize_groups
 from infercore_triton.fp8_support import has_fp8_dot
 from infercore_triton.rms_norm import add_and_norm_row, fused_add_rms_norm, rms_norm
 
-#: Widest chunk of a row one SiLU program quantizes (whole groups).
+#: Widest chunk of a row one SiLU program quantizes (whole groups), where the groups are narrower than the row.
+#: Per token (one group a row) one program takes the whole row, as the norm kernel does, up to
+#: :data:`NORM_MAX_BLOCK` columns.
 SILU_BLOCK = 1024
 #: Widest row the norm kernel holds in one program.
 NORM_MAX_BLOCK = 65536
@@ -109,17 +111,23 @@ def norm_quant(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Ten
             r_out.view(x.shape) if residual is not None else None)
 
 
+def _silu_max_block(group: int, inter: int) -> int:
+    """The widest row chunk a SiLU program may take for ``group``: the whole row per token, else :data:`SILU_BLOCK`."""
+    return NORM_MAX_BLOCK if group >= inter else SILU_BLOCK
+
+
 def silu_quant(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The SiLU kernel's launch: ``(values, scales)``; raises for a ``group`` it cannot tile."""
     inter = x.shape[-1] // 2
-    kernel_group = _checked(fused_group(group, inter, SILU_BLOCK), group)
+    kernel_group = _checked(fused_group(group, inter, _silu_max_block(group, inter)), group)
     x2 = _rows(x)
     q, scale = _outputs(x2, inter, group)
     block = max(kernel_group, min(SILU_BLOCK, triton.next_power_of_2(inter)))
     if x2.shape[0] > 0:
         _silu_and_mul_quant_kernel[(x2.shape[0], triton.cdiv(inter, block))](
             x2, q, scale, x2.stride(0), q.stride(0), scale.stride(0), inter, scale.shape[1],
-            fp8_reference.FP8_MAX, fp8_reference.MIN_SCALE, GROUP=kernel_group, BLOCK=block, num_warps=4,
+            fp8_reference.FP8_MAX, fp8_reference.MIN_SCALE, GROUP=kernel_group, BLOCK=block,
+            num_warps=min(16, max(4, block // 1024)),
         )
     lead = x.shape[:-1]
     return q.view(*lead, inter), scale.view(*lead, scale.shape[1])
@@ -166,10 +174,12 @@ def fused_add_rms_norm_quant(x: torch.Tensor, residual: torch.Tensor, weight: to
 
 def silu_and_mul_quant(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Custom op ``silu_and_mul_quant``: ``silu(gate) * up`` as fp8 values and float32 scales per token and
-    ``group`` columns, in one launch (groups wider than :data:`SILU_BLOCK` columns, per token over the
-    8B shape's 12288 say: SiLU, then the quantizer)."""
+    ``group`` columns, in one launch (per token, one program a row; groups the kernel cannot tile, wider than
+    :data:`SILU_BLOCK` columns but narrower than the row, or rows wider than :data:`NORM_MAX_BLOCK`: SiLU,
+    then the quantizer)."""
     if not has_fp8_dot(x.device):
         return op_reference.silu_and_mul_quant(x, group)
-    if fused_group(group, x.shape[-1] // 2, SILU_BLOCK) is None:
+    inter = x.shape[-1] // 2
+    if fused_group(group, inter, _silu_max_block(group, inter)) is None:
         return _unfused(silu_and_mul(x), group)
     return silu_quant(x, group)

@@ -33,9 +33,12 @@ def quantize_groups(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Te
     groups = triton.cdiv(k, group)
     q = torch.empty((m, k), dtype=fp8_reference.FP8_DTYPE, device=x.device)
     scale = torch.empty((m, groups), dtype=torch.float32, device=x.device)
+    # A wide group (per token: the whole row) takes one program with up to 16 warps, as the norm kernel does,
+    # rather than 4 warps holding thousands of values each.
+    block = triton.next_power_of_2(group)
     if m > 0:
         _quantize_groups_kernel[(m, groups)](
             x, q, scale, k, x.stride(0), q.stride(0), scale.stride(0), fp8_reference.FP8_MAX,
-            fp8_reference.MIN_SCALE, GROUP=group, BLOCK=triton.next_power_of_2(group), num_warps=4,
+            fp8_reference.MIN_SCALE, GROUP=group, BLOCK=block, num_warps=min(16, max(4, block // 256)),
         )
     return q, scale
