@@ -10,11 +10,8 @@ small sweep (``--sweep-workloads`` at ``--sweep-ranks`` only; the others time th
 then behind the base GEMM (``infercore_triton.skinny_gemm.linear``, as a layer runs it): the GEMM alone
 (``gemm_us``), the GEMM followed by each path (``gemm_plus_*_us``; ``fused_pdl``: the best settings
 launched as a programmatic dependent of the GEMM) and what each adds (``lora_over_gemm_*_us``), with the
-result of one graph replay against the reference (``err_gemm_plus_*_graph``); at up to 4 tokens, the
-``lora_linear`` op's one launch (``infercore_triton.lora_linear``: the skinny GEMM with the adapter term
-inside, ``in_gemm_us``; the same GEMM at the same settings without the term, ``in_gemm_plain_us``; its graph
-replay against the reference, ``err_in_gemm_graph``). Every token has an adapter, spread over
-``--num-adapters`` slots. One JSON line per case, then the table::
+result of one graph replay against the reference (``err_gemm_plus_*_graph``). Every token has an adapter,
+spread over ``--num-adapters`` slots. One JSON line per case, then the table::
 
     python benchmarks/lora_fused.py --table-out /tmp/lora_fused_table.json
     INFERCORE_LORA_FUSED_TABLE=/tmp/lora_fused_table.json python benchmarks/lora.py latency --workload w-gpu
@@ -119,8 +116,7 @@ def measure(workload: str, rank: int, tokens_list: list[int], num_adapters: int,
     from infercore.ops import lora_reference
     from infercore_triton.lora import bgmv_fused, bgmv_two_launches
     from infercore_triton.lora_fused import bucket, default_settings, fused_settings, rank_block
-    from infercore_triton.lora_linear import IN_GEMM_MAX_M, in_gemm_config
-    from infercore_triton.skinny_gemm import LoRATerm, linear, skinny_gemm
+    from infercore_triton.skinny_gemm import linear
 
     device, dtype, rows = torch.device("cuda" if torch.cuda.is_available() else "cpu"), torch.bfloat16, []
     for name, (in_size, sizes) in projections(workload).items():
@@ -166,32 +162,6 @@ def measure(workload: str, rank: int, tokens_list: list[int], num_adapters: int,
             pair_err = {k: _attempt(f"{workload} {name} {k} graph", _graph_err, gemm, f, gemm_ref)
                         if pair_us[k] is not None else None for k, f in pairs.items()}
             rule = fused_settings(tokens, in_size, rank, width)
-            in_gemm: dict[str, Any] = {}
-            cfg = in_gemm_config(tokens, width, in_size, rank)
-            term = LoRATerm(a, b, step.token_slots, offsets)
-            if tokens <= IN_GEMM_MAX_M and term.fits(cfg.block_n):
-                one = functools.partial(skinny_gemm, x, weight, None, cfg, lora=term)
-                in_gemm = {"in_gemm_us": _attempt(f"{workload} {name} in_gemm", bench._graph_us, one),
-                           "in_gemm_plain_us": _attempt(f"{workload} {name} in_gemm plain", bench._graph_us,
-                                                        functools.partial(skinny_gemm, x, weight, None, cfg)),
-                           "err_in_gemm_graph": _attempt(f"{workload} {name} in_gemm graph",
-                                                         lambda one=one, ref=gemm_ref: _max_diff(_graph_output(one), ref)),
-                           "in_gemm": dataclasses.asdict(cfg)}
-                if sweep:  # other output-block widths and K splits for the one launch: the rule's constants
-                    swept_in_gemm = []
-                    for block_n in (16, 32, 64, 128):
-                        for split_k in (1, 2, 4, 8):
-                            block_k = max(64, min(triton.next_power_of_2(in_size), 8192 // block_n))
-                            trial = dataclasses.replace(cfg, block_n=block_n, block_k=block_k, split_k=split_k)
-                            if not term.fits(block_n) or in_size < split_k * block_k:
-                                continue
-                            us = _attempt(f"{workload} {name} in_gemm {trial}", bench._graph_us,
-                                          functools.partial(skinny_gemm, x, weight, None, trial, lora=term))
-                            if us is not None:
-                                swept_in_gemm.append((us, dataclasses.asdict(trial)))
-                    if swept_in_gemm:
-                        best_in_gemm = min(swept_in_gemm, key=lambda t: t[0])
-                        in_gemm.update(in_gemm_best_us=best_in_gemm[0], in_gemm_best=best_in_gemm[1])
             rows.append({
                 "workload": workload, "layer": name, "k": in_size, "width": width, "rank": rank, "tokens": tokens,
                 "two_launch_us": two_us, "fused_default_us": default_us, "fused_best_us": best_us,
@@ -207,7 +177,7 @@ def measure(workload: str, rank: int, tokens_list: list[int], num_adapters: int,
                 **{f"err_gemm_plus_{k}_graph": v for k, v in pair_err.items()},
                 "gemm_ref_max_abs": round(float(gemm_ref.float().abs().max()), 3),
                 "rule_without_table": "two_launch" if rule is None else "fused",
-                "table_m": bucket(tokens), "table_rank": rank_block(rank), **in_gemm})
+                "table_m": bucket(tokens), "table_rank": rank_block(rank)})
     return rows
 
 

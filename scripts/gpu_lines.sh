@@ -5,9 +5,8 @@
 #   wgpu     `infercore bench throughput --workload w-gpu --repeat 3` (the median is the line)
 #   latency  `infercore bench latency` on the 0.6B (w-gpu) and 8B (w-gpu-8b) shapes
 #   long     `infercore bench throughput --workload w-gpu-long` (32 prompts of 16-30k tokens) against its estimate
-#   optins   the opt-in decode paths against the default, 0.6B shape at batch 1, alternating (default,
-#            INFERCORE_PDL=1, INFERCORE_FUSED_SILU_LINEAR=1, both; then one rank-16 adapter with and
-#            without INFERCORE_LORA_IN_GEMM=1), OPTIN_ROUNDS (2) rounds: whether each keeps its place
+#   optins   the opt-in decode path against the default, 0.6B shape at batch 1, alternating (default,
+#            INFERCORE_PDL=1), OPTIN_ROUNDS (2) rounds: whether each keeps its place
 #   GPU: bash scripts/device_run.sh bash scripts/gpu_lines.sh      Knobs: PARTS ("vl wgpu latency"), TOTAL_S (540),
 #   OPTIN_ROUNDS (2)
 set -uo pipefail
@@ -33,16 +32,10 @@ for part in $PARTS; do
         long) step long 240 infercore bench throughput --workload w-gpu-long --no-progress ;;
         optins)
             for round in $(seq "${OPTIN_ROUNDS:-2}"); do
-                for setting in default INFERCORE_PDL=1 INFERCORE_FUSED_SILU_LINEAR=1 \
-                        "INFERCORE_PDL=1 INFERCORE_FUSED_SILU_LINEAR=1"; do
-                    # shellcheck disable=SC2086  # the setting is one or two NAME=VALUE words
-                    step "optin-$round-${setting// /+}" 60 env ${setting/default/} \
+                for setting in default INFERCORE_PDL=1; do
+                    # shellcheck disable=SC2086  # the setting is one NAME=VALUE word, or none
+                    step "optin-$round-$setting" 60 env ${setting/default/} \
                         infercore bench latency --workload w-gpu
-                done
-                for setting in default INFERCORE_LORA_IN_GEMM=1; do
-                    # shellcheck disable=SC2086
-                    step "optin-lora-$round-$setting" 90 env ${setting/default/} \
-                        python3 benchmarks/lora.py latency --workload w-gpu --rank 16 --repeat 3 --max-num-seqs 8
                 done
             done ;;
         *) echo "{\"part\": \"$part\", \"skipped\": \"unknown part\"}" | tee -a "$RES" ;;

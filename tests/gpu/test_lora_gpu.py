@@ -49,59 +49,6 @@ def test_kernels_match_the_reference_at_real_shapes(shape, tokens):
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
 
 
-#: (shape, gated): every projection, and those of one output slice also with a SwiGLU's gate/up as input.
-LORA_LINEAR_CASES = [(s, False) for s in sorted(SHAPES)] + [(s, True) for s in sorted(SHAPES) if len(SHAPES[s][1]) == 1]
-
-
-@pytest.mark.parametrize("tokens", [1, 3, 4, 9])
-@pytest.mark.parametrize(("shape", "gated"), LORA_LINEAR_CASES)
-def test_lora_linear_matches_the_reference_at_real_shapes_and_replays_in_a_graph(shape, tokens, gated,
-                                                                                 monkeypatch):
-    """``lora_linear`` (``INFERCORE_LORA_IN_GEMM=1``): one skinny GEMM with the adapter term at up to 4 tokens,
-    the base op and ``lora_apply`` above; eager and replayed from a CUDA graph after the slots change, against
-    the float32 reference."""
-    from infercore.lora.step_state import LoRAStepState
-    from infercore.ops import lora_reference
-    from infercore_triton.lora_linear import IN_GEMM_ENV, lora_linear
-
-    monkeypatch.setenv(IN_GEMM_ENV, "1")
-    in_size, sizes = SHAPES[shape]
-    slots, rank, device = 8, 16, torch.device("cuda")
-    state = LoRAStepState(tokens, slots, device, pin=True)
-    rng = np.random.default_rng(tokens)
-
-    def draw() -> np.ndarray:  # some tokens without an adapter, the first with one
-        chosen = rng.integers(-1, slots, tokens).astype(np.int32)
-        chosen[0] = max(chosen[0], 1)
-        return chosen
-
-    state.set_step(draw(), tokens)
-    step = state.step_for(tokens)
-    assert step is not None
-    torch.manual_seed(0)
-    x = torch.randn(tokens, 2 * in_size if gated else in_size, device=device, dtype=torch.bfloat16)
-    w = (torch.randn(sum(sizes), in_size, device=device) * 0.02).to(torch.bfloat16)
-    a = (torch.randn(slots, len(sizes) * rank, in_size, device=device) * 0.02).to(torch.bfloat16)
-    b = (torch.randn(slots, sum(sizes), rank, device=device) * 0.02).to(torch.bfloat16)
-    offsets = tuple(int(v) for v in np.cumsum((0, *sizes)))
-
-    def reference() -> torch.Tensor:
-        floats = [t.float() for t in (x, w, a, b)]
-        return lora_reference.lora_linear(floats[0], floats[1], None, floats[2], floats[3], *step, offsets, gated)
-
-    torch.testing.assert_close(lora_linear(x, w, None, a, b, *step, offsets, gated).float(), reference(),
-                               atol=2e-2, rtol=2e-2)
-    lora_linear(x, w, None, a, b, *step, offsets, gated)  # warm-up before capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = lora_linear(x, w, None, a, b, *step, offsets, gated)
-    state.set_step(draw(), tokens)
-    x.copy_(torch.randn_like(x))
-    graph.replay()
-    torch.testing.assert_close(out.float(), reference(), atol=2e-2, rtol=2e-2)
-
-
 @pytest.mark.parametrize("slots", [[2, -1, 0], [-1, -1, -1]])
 @pytest.mark.parametrize("pdl", [False, True])
 @pytest.mark.parametrize("shape", ["w-gpu-qkv", "w-gpu-down", "8b-o"])

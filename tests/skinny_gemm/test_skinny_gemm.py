@@ -167,53 +167,12 @@ def test_registered_as_the_linear_op_of_cuda_only() -> None:
     assert regs[0].load() is sg.linear
 
 
-@pytest.mark.parametrize(("m", "config"), [(1, None), (3, None), (2, CONFIGS["split-k-elementwise"]),
-                                           (5, CONFIGS["split-k-dot"]), (1, CONFIGS["no-prefetch"])])
-def test_gated_rows_multiply_the_silu_and_mul_of_gate_and_up(m: int, config: sg.SkinnyConfig | None) -> None:
-    """With ``gated``, ``x`` is a SwiGLU's ``cat(gate, up)`` and the product is that of the ``silu_and_mul`` op's
-    output, rounded as that op rounds it: the same bits as the two launches it replaces, up to summation order."""
-    from infercore_triton.activation import silu_and_mul
-
-    gen = torch.Generator().manual_seed(40 + m)
-    wide = torch.randn(m, 2 * K + 6, generator=gen).to(torch.bfloat16)
-    gate_up = wide[:, 6:]  # row-strided, as a fused projection's column slice may be
-    w = torch.randn(N, K, generator=gen).to(torch.bfloat16)
-    b = torch.randn(N, generator=gen).to(torch.bfloat16)
-    act = silu_and_mul(gate_up)
-    fused = sg.skinny_gemm(gate_up, w, b, config, gated=True)
-    assert _rel_err(fused, F.linear(act.float(), w.float(), b.float())) < BF16_BOUND
-    assert _rel_err(fused, sg.skinny_gemm(act, w, b, config)) < 1e-2
-    with pytest.raises(ValueError, match="cat\\(gate, up\\)"):
-        sg.skinny_gemm(gate_up[:, 1:], w, b, gated=True)
-
-
-def test_silu_and_mul_linear_op_fuses_decode_rows_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With ``INFERCORE_FUSED_SILU_LINEAR=1`` the CUDA op sends the batches ``linear`` gives the skinny GEMM to
-    one gated launch (not by default), everything else to the activation kernel and ``linear``."""
-    calls: list[bool] = []
-    real = sg.skinny_gemm
-
-    def spy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-            config: sg.SkinnyConfig | None = None, gated: bool = False) -> torch.Tensor:
-        calls.append(gated)
-        return real(x, weight, bias, config, gated)
-
-    monkeypatch.setattr(sg, "skinny_gemm", spy)
-    monkeypatch.setattr(sg, "_KERNEL_DEVICES", ("cpu",))
-    monkeypatch.setenv(sg.FUSED_SILU_ENV, "1")
-    gen = torch.Generator().manual_seed(3)
-    w = torch.randn(N, K, generator=gen).to(torch.bfloat16)
-    for m, fused in ((1, True), (4, True), (9, False)):
-        calls.clear()
-        gate_up = torch.randn(m, 2 * K, generator=gen).to(torch.bfloat16)
-        out = sg.silu_and_mul_linear(gate_up, w)
-        assert calls == ([True] if fused else [])
-        ref = F.linear(F.silu(gate_up[:, :K].float()) * gate_up[:, K:].float(), w.float())
-        assert _rel_err(out, ref) < BF16_BOUND
-    monkeypatch.delenv(sg.FUSED_SILU_ENV)
-    calls.clear()
-    sg.silu_and_mul_linear(torch.randn(2, 2 * K, generator=gen).to(torch.bfloat16), w)
-    assert calls == [False]
+def test_leaves_the_fused_down_projection_and_lora_linear_ops_to_their_references() -> None:
+    """The plugin registers neither ``silu_and_mul_linear`` nor ``lora_linear``: a SwiGLU's down projection runs
+    the ``silu_and_mul`` kernel, then ``linear``, and a LoRA linear its base op, then ``lora_apply``."""
+    names = {r.name for r in get_plugin_manager().registry("custom_op").all() if r.plugin == "triton"}
+    assert {"linear", "silu_and_mul", "lora_apply"} <= names
+    assert not names & {"silu_and_mul_linear", "lora_linear"}
 
 
 def test_the_measured_launch_table_decides_listed_shapes(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from infercore.plugin_api import RegisterFn, hookimpl
 
-INFERCORE_PLUGIN_API = (1, 15)  # lora_linear (1.15); lora_apply (1.10); accept_drafts and encoder-only attention (1.6); captures_mixed_steps (1.5)
+INFERCORE_PLUGIN_API = (1, 15)  # checked against 1.15; lora_apply (1.10); accept_drafts and encoder-only attention (1.6); captures_mixed_steps (1.5)
 
 #: Platforms whose devices Triton compiles for; each gets the kernels below as its custom ops.
 TRITON_PLATFORMS = ("cuda", "rocm", "xpu")
@@ -44,12 +44,11 @@ FP8_OPS = {
     "fused_moe_fp8_block": "infercore_triton.fused_moe_fp8:fused_moe_fp8_block",
 }
 
-#: Ops tuned for NVIDIA GPUs only: the skinny GEMM of decode batches (``F.linear`` for other shapes), alone,
-#: with a SwiGLU's activation computed as it loads its input, and with a LoRA adapter term added in the same
-#: pass, and the W4A16 GEMM of AWQ and GPTQ weights.
+#: Ops tuned for NVIDIA GPUs only: the skinny GEMM of decode batches (``F.linear`` for other shapes) and the
+#: W4A16 GEMM of AWQ and GPTQ weights. Neither ``silu_and_mul_linear`` nor ``lora_linear`` is registered: a
+#: SwiGLU's down projection runs the ``silu_and_mul`` kernel, then ``linear``; a LoRA linear its base op, then
+#: ``lora_apply``.
 NVIDIA_OPS = {"linear": "infercore_triton.skinny_gemm:linear",
-              "silu_and_mul_linear": "infercore_triton.skinny_gemm:silu_and_mul_linear",
-              "lora_linear": "infercore_triton.lora_linear:lora_linear",
               "int4_linear": "infercore_triton.int4_gemm:int4_linear"}
 
 

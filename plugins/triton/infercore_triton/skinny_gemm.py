@@ -16,12 +16,15 @@ both through the caching allocator. So the op is safe to capture in CUDA graphs.
 
 With ``INFERCORE_PDL=1`` (sm_90+) the kernel launches as a programmatic dependent of the kernel in front
 (:mod:`infercore_triton.pdl`): each program loads its first weight chunk, then waits for that kernel's output.
+
+Tried and measured on an H100 (0.6B shape, batch 1), neither faster than the default launches: a SwiGLU's activation
+computed inside the down projection's GEMM (1.169 against 1.163 ms/token), and a LoRA adapter term added inside the
+GEMM (one rank-16 adapter: 1.630 against 1.629 ms/token for the base op, then the fused ``lora_apply`` kernel).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +33,6 @@ import triton
 import triton.language as tl
 
 from infercore_triton import skinny_table
-from infercore_triton.activation import silu_and_mul
 from infercore_triton.pdl import launch_options, pdl_enabled
 
 #: The most rows of ``x`` and output features the ``linear`` op sends to the kernel where the measured launch
@@ -40,10 +42,6 @@ from infercore_triton.pdl import launch_options, pdl_enabled
 #: 7.5; cuBLAS wins at 8 rows and on wider weights (gate_up 6144 x 1024: 5.9 against 7.8; the LM head).
 SKINNY_MAX_M = 4
 SKINNY_MAX_N = 2048
-#: ``INFERCORE_FUSED_SILU_LINEAR=1`` runs a SwiGLU's activation inside the down projection's skinny GEMM (one
-#: launch). Off by default: on an H100 the two launches measured faster (0.6B shape at batch 1: 1.163 ms/token
-#: against 1.178; W-GPU 18,721 against 18,073 output tok/s with the fused decode merge).
-FUSED_SILU_ENV = "INFERCORE_FUSED_SILU_LINEAR"
 #: The most rows the kernel takes at all.
 KERNEL_MAX_M = 16
 #: Up to this many rows the kernel multiplies elementwise; above it, with ``tl.dot`` on 16 padded rows.
@@ -98,25 +96,6 @@ def m_bucket(m: int) -> int:
 TUNED: dict[tuple[int, int, int], SkinnyConfig] = {}
 
 
-@dataclass(frozen=True)
-class LoRATerm:
-    """An adapter term the GEMM adds to its output rows, ``lora_apply``'s operands: row ``m`` gains
-    ``(x[m] @ lora_a[slot, s]^T) @ lora_b[slot, cols]^T`` for the output slice ``s`` its columns lie in, ``slot =
-    token_slots[m]`` (-1: none). ``lora_a`` is [slots, S*R, K] (S slices' A, rank-padded to R), ``lora_b``
-    [slots, N, R] (the scaling folded in), ``slice_offsets`` the S+1 slice bounds; every inner bound must be a
-    multiple of the launch's ``block_n``, so that no block of output columns straddles two slices."""
-
-    lora_a: torch.Tensor
-    lora_b: torch.Tensor
-    token_slots: torch.Tensor
-    slice_offsets: tuple[int, ...]
-
-    def fits(self, block_n: int) -> bool:
-        """Whether blocks of ``block_n`` output columns each lie in one slice (at most 3 slices)."""
-        inner = self.slice_offsets[1:-1]
-        return len(inner) <= 2 and all(bound % block_n == 0 for bound in inner)
-
-
 def split_to_fill(n: int, k: int, block_n: int, block_k: int, num_sms: int = 132) -> int:
     """The fewest ways (a power of two) to split K so that there are two programs per SM, without
     giving any split less than one ``block_k`` chunk."""
@@ -162,22 +141,9 @@ def _num_sms(device: torch.device) -> int:
 
 
 @triton.jit
-def _load_x(x_ptrs, mask, K, GATED: tl.constexpr):
-    """A tile of the GEMM's input: ``x`` as stored or, with ``GATED``, ``silu(gate) * up`` of the row's
-    ``cat(gate, up)`` (up starts ``K`` columns after gate), rounded to the input dtype twice as the
-    ``silu_and_mul`` op rounds its activation and its output."""
-    if GATED:
-        gate = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
-        up = tl.load(x_ptrs + K, mask=mask, other=0.0)
-        act = (gate / (1.0 + tl.exp(-gate))).to(up.dtype).to(tl.float32)
-        return (act * up.to(tl.float32)).to(up.dtype)
-    return tl.load(x_ptrs, mask=mask, other=0.0)
-
-
-@triton.jit
 def _elementwise_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
                          M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         PREFETCH: tl.constexpr, GATED: tl.constexpr, USE_PDL: tl.constexpr):
+                         PREFETCH: tl.constexpr, USE_PDL: tl.constexpr):
     """``x[:, k_lo:k_hi] @ w[cols, k_lo:k_hi]^T`` [M_PAD, BLOCK_N] by multiply and sum. Everything lives in
     one [M_PAD, BLOCK_N, BLOCK_K] layout (x broadcast over the weight rows), and the products are
     summed over K once after the loop: no shuffles, barriers or layout changes inside it. ``USE_PDL``: the
@@ -199,13 +165,13 @@ def _elementwise_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
         w_next = tl.load(w_rows + k, mask=col_ok & (k < k_hi), other=0.0)
         if USE_PDL:
             tl.extra.cuda.gdc_wait()
-        x_next = _load_x(x_rows + k, row_ok & (k < k_hi), K, GATED)
+        x_next = tl.load(x_rows + k, mask=row_ok & (k < k_hi), other=0.0)
         for k0 in range(k_lo, k_hi, BLOCK_K):
             w = w_next
             x = x_next
             k = k0 + BLOCK_K + ks
             w_next = tl.load(w_rows + k, mask=col_ok & (k < k_hi), other=0.0)
-            x_next = _load_x(x_rows + k, row_ok & (k < k_hi), K, GATED)
+            x_next = tl.load(x_rows + k, mask=row_ok & (k < k_hi), other=0.0)
             acc += x.to(tl.float32) * w.to(tl.float32)
     else:
         if USE_PDL:
@@ -213,15 +179,14 @@ def _elementwise_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
         for k0 in range(k_lo, k_hi, BLOCK_K):
             k = k0 + ks
             w = tl.load(w_rows + k, mask=col_ok & (k < k_hi), other=0.0)
-            x = _load_x(x_rows + k, row_ok & (k < k_hi), K, GATED)
+            x = tl.load(x_rows + k, mask=row_ok & (k < k_hi), other=0.0)
             acc += x.to(tl.float32) * w.to(tl.float32)
     return tl.sum(acc, axis=2)
 
 
 @triton.jit
 def _dot_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
-                 M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                 GATED: tl.constexpr):
+                 M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """The same product through ``tl.dot`` on ``x`` padded to M_PAD (16) rows; Triton pipelines its loads."""
     rows = tl.arange(0, M_PAD)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -233,54 +198,17 @@ def _dot_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n,
         k = k0 + ks
         k_ok = (k < k_hi)[None, :]
         w = tl.load(w_rows + k[None, :], mask=(cols < N)[:, None] & k_ok, other=0.0)
-        x = _load_x(x_rows + k[None, :], (rows < M)[:, None] & k_ok, K, GATED)
+        x = tl.load(x_rows + k[None, :], mask=(rows < M)[:, None] & k_ok, other=0.0)
         acc += tl.dot(x, tl.trans(w), input_precision=DOT_PRECISION)
     return acc
-
-
-@triton.jit
-def _lora_delta(x_ptr, a_ptr, b_ptr, slots_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n, R, off1, off2,
-                stride_as, stride_an, stride_bs, stride_bn,
-                M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
-                GATED: tl.constexpr):
-    """The LoRA term of this program's output block over ``[k_lo, k_hi)``: ``(x[:, ks] @ A[slot, s, ks]^T) @
-    B[slot, cols]^T`` [M_PAD, BLOCK_N] in float32, zero for rows without a slot (-1). ``s`` is the output
-    slice the block lies in (the host checks that no block straddles two: ``off1`` / ``off2`` are the second
-    and third slices' first columns). The term is linear in K, so split-K programs each add their part."""
-    rows = tl.arange(0, M_PAD)
-    row_ok = rows < M
-    slots = tl.load(slots_ptr + rows, mask=row_ok, other=-1)
-    has = row_ok & (slots >= 0)
-    slot = tl.maximum(slots, 0).to(tl.int64)
-    first = pid_n * BLOCK_N
-    piece = (first >= off1).to(tl.int32) + (first >= off2).to(tl.int32)
-    rs = tl.arange(0, BLOCK_R)
-    r_ok = rs < R
-    ks = tl.arange(0, BLOCK_K)[None, None, :]
-    a_rows = a_ptr + slot[:, None, None] * stride_as + (piece * R + rs)[None, :, None] * stride_an
-    x_rows = x_ptr + rows[:, None, None] * stride_xm + rs[None, :, None] * 0  # x in A's layout (L1 hits)
-    ar_ok = has[:, None, None] & r_ok[None, :, None]
-    xa = tl.zeros((M_PAD, BLOCK_R), dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        k = k0 + ks
-        ok = ar_ok & (k < k_hi)
-        a = tl.load(a_rows + k, mask=ok, other=0.0)
-        x = _load_x(x_rows + k, ok, K, GATED)
-        xa += tl.sum(x.to(tl.float32) * a.to(tl.float32), axis=2)
-    cols = first + tl.arange(0, BLOCK_N)
-    b = tl.load(b_ptr + slot[:, None, None] * stride_bs + cols[None, :, None] * stride_bn + rs[None, None, :],
-                mask=has[:, None, None] & (cols < N)[None, :, None] & r_ok[None, None, :], other=0.0)
-    return tl.sum(b.to(tl.float32) * xa[:, None, :], axis=2)
 
 
 # M changes from step to step; it is not specialised on (Triton would compile a variant for M == 1).
 @triton.jit(do_not_specialize=["M"])
 def _skinny_gemm_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, part_ptr, M, N, K, stride_xm, stride_om, k_per_split,
-                        a_ptr, b_ptr, slots_ptr, R, off1, off2, stride_as, stride_an, stride_bs, stride_bn,
                         M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT: tl.constexpr, USE_DOT: tl.constexpr, PREFETCH: tl.constexpr,
-                        HAS_BIAS: tl.constexpr, DOT_PRECISION: tl.constexpr, GATED: tl.constexpr,
-                        USE_PDL: tl.constexpr, HAS_LORA: tl.constexpr, BLOCK_R: tl.constexpr):
+                        HAS_BIAS: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     k_lo = pid_k * k_per_split
@@ -289,13 +217,10 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, part_ptr, M, N, K, stri
         if USE_PDL:
             tl.extra.cuda.gdc_wait()
         acc = _dot_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n, M_PAD, BLOCK_N, BLOCK_K,
-                           DOT_PRECISION, GATED)
+                           DOT_PRECISION)
     else:
         acc = _elementwise_partial(x_ptr, w_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n, M_PAD, BLOCK_N, BLOCK_K,
-                                   PREFETCH, GATED, USE_PDL)
-    if HAS_LORA:
-        acc += _lora_delta(x_ptr, a_ptr, b_ptr, slots_ptr, M, N, K, stride_xm, k_lo, k_hi, pid_n, R, off1, off2,
-                           stride_as, stride_an, stride_bs, stride_bn, M_PAD, BLOCK_N, BLOCK_K, BLOCK_R, GATED)
+                                   PREFETCH, USE_PDL)
     rows = tl.arange(0, M_PAD)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < M
@@ -340,26 +265,17 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
 
 
 def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                config: SkinnyConfig | None = None, gated: bool = False, lora: LoRATerm | None = None) -> torch.Tensor:
+                config: SkinnyConfig | None = None) -> torch.Tensor:
     """``x @ weight.T + bias`` for ``x`` [M, K] with 1 <= M <= 16 (rows may be strided) and ``weight``
     [N, K] contiguous, accumulated in float32, returned in ``x``'s dtype. ``config`` overrides the
-    launch settings (:func:`config_for`). ``gated``: ``x`` is [M, 2K], a SwiGLU's ``cat(gate, up)``, and the
-    product is of ``silu(gate) * up`` (the ``silu_and_mul`` op's output), computed as the rows are loaded.
-    ``lora``: each row's adapter term is added in the same pass (:class:`LoRATerm`), rounded once with the
-    product; each program recomputes its rows' ``x @ A^T`` over its part of K, reading A from L2."""
-    if gated and (x.dim() != 2 or x.shape[-1] != 2 * weight.shape[-1]):
-        raise ValueError(f"a gated skinny_gemm takes cat(gate, up) [M, 2K] for a weight [N, K]; got "
-                         f"{tuple(x.shape)} and {tuple(weight.shape)}")
-    _check(x[:, : x.shape[1] // 2] if gated else x, weight, bias)
+    launch settings (:func:`config_for`)."""
+    _check(x, weight, bias)
     m, k = x.shape[0], weight.shape[1]
     n = weight.shape[0]
     cfg = config or config_for(m, n, k, _num_sms(x.device))
     use_dot = cfg.uses_dot(m)
     if use_dot and min(cfg.block_n, cfg.block_k) < 16:
         raise ValueError(f"tl.dot needs block_n and block_k of at least 16, got {cfg}")
-    if lora is not None and not lora.fits(cfg.block_n):
-        raise ValueError(f"a LoRA term needs slice bounds {lora.slice_offsets} on multiples of block_n "
-                         f"({cfg.block_n})")
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     # Each split covers whole BLOCK_K chunks so that no chunk straddles two splits.
     k_per_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k
@@ -368,18 +284,11 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     bias_arg = bias if bias is not None else out
     grid = (triton.cdiv(n, cfg.block_n), split_k)
     pdl = pdl_enabled(x.device)
-    if lora is not None:
-        a, b, rank = lora.lora_a, lora.lora_b, lora.lora_b.shape[2]
-        bounds = [*lora.slice_offsets[1:-1], n, n][:2]
-        lora_args = (a, b, lora.token_slots, rank, *bounds, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
-    else:
-        rank, lora_args = 1, (out, out, out, 0, n, n, 0, 0, 0, 0)
     _skinny_gemm_kernel[grid](
-        x, weight, bias_arg, out, part, m, n, k, x.stride(0), out.stride(0), k_per_split, *lora_args,
+        x, weight, bias_arg, out, part, m, n, k, x.stride(0), out.stride(0), k_per_split,
         M_PAD=_DOT_ROWS if use_dot else triton.next_power_of_2(m), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         SPLIT=split_k > 1, USE_DOT=use_dot, PREFETCH=cfg.prefetch, HAS_BIAS=bias is not None,
-        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32", GATED=gated, USE_PDL=pdl,
-        HAS_LORA=lora is not None, BLOCK_R=max(16, triton.next_power_of_2(rank)),
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32", USE_PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch_options(pdl))
     if split_k > 1:
         split_k_reduce(part, bias, out)
@@ -419,12 +328,3 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return skinny_gemm(x, weight, bias)
     return F.linear(x, weight, bias)
 
-
-def silu_and_mul_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Custom op ``silu_and_mul_linear`` on CUDA: with ``INFERCORE_FUSED_SILU_LINEAR=1``, for the batches
-    :func:`linear` sends to the skinny GEMM, one launch that computes the activation as it loads ``x``; else the
-    ``silu_and_mul`` kernel, then :func:`linear`."""
-    if (x.dim() == 2 and x.shape[1] % 2 == 0 and uses_kernel(x[:, : x.shape[1] // 2], weight, bias)
-            and os.environ.get(FUSED_SILU_ENV, "0") == "1"):
-        return skinny_gemm(x, weight, bias, gated=True)
-    return linear(silu_and_mul(x), weight, bias)
