@@ -41,17 +41,6 @@ def _narrow(param: torch.Tensor, loaded: torch.Tensor, dim: int | None, rank: in
     return loaded.narrow(dim, rank * size, size)
 
 
-def _copy_rank_share(param: torch.Tensor, loaded: torch.Tensor, rank: int, input_split: bool) -> None:
-    """Copy ``rank``'s share of the checkpoint tensor ``loaded`` into ``param``, split along the input features
-    (``input_split``) or the output rows; a per-tensor value fills the parameter's one entry."""
-    layout = layout_of(param)
-    if layout.per_shard:
-        _copy_shard_entry(param, 0, loaded)
-        return
-    dim = layout.input_dim if input_split else layout.output_dim
-    _copy_checked(param, _narrow(param, loaded, dim, rank))
-
-
 class LinearBase(nn.Module):
     """``y = x W^T + b`` with this rank's slice of ``W`` [output_size_per_rank, input_size_per_rank].
 
@@ -89,7 +78,14 @@ class LinearBase(nn.Module):
             self.register_parameter("bias", None)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
-        _copy_checked(param, loaded)
+        """Copy this rank's share of the checkpoint tensor ``loaded`` into ``param``, split along the input
+        features (:attr:`input_split`) or the output rows; a per-tensor value fills the parameter's one entry."""
+        layout = layout_of(param)
+        if layout.per_shard:
+            _copy_shard_entry(param, 0, loaded)
+            return
+        dim = layout.input_dim if self.input_split else layout.output_dim
+        _copy_checked(param, _narrow(param, loaded, dim, self.tp_rank))
 
     def input_quant(self) -> ActivationQuant | None:
         """How the kernel in front may quantize this layer's input (its method's
@@ -112,9 +108,6 @@ class ColumnParallelLinear(LinearBase):
         super().__init__(input_size, divide(output_size, tp.size, "output size"), bias, output_sizes=per_rank,
                          quant_method=quant_method, prefix=prefix)
 
-    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
-        _copy_rank_share(param, loaded, self.tp_rank, self.input_split)
-
     def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         return self.quant_method.apply(self, x, self.bias)
 
@@ -129,9 +122,6 @@ class RowParallelLinear(LinearBase):
         tp = get_tp_state()
         super().__init__(divide(input_size, tp.size, "input size"), output_size, bias,
                          quant_method=quant_method, prefix=prefix)
-
-    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
-        _copy_rank_share(param, loaded, self.tp_rank, self.input_split)
 
     def forward(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         return self._sum_ranks(self.quant_method.apply(self, x))
